@@ -1,0 +1,310 @@
+package fsm
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Version is the encoding version of commands in the log. It is the first
+// byte of every entry.
+const Version byte = 1
+
+// Type says which command an entry carries. It is the second byte of every
+// entry.
+type Type byte
+
+// Command types. Values are part of the log format: never renumber.
+const (
+	TypeBatch            Type = 1
+	TypeTick             Type = 2
+	TypeAcquire          Type = 3
+	TypeRenew            Type = 4
+	TypeRelease          Type = 5
+	TypeRevoke           Type = 6
+	TypeHeartbeat        Type = 7
+	TypeSessionCreate    Type = 8
+	TypeSessionHeartbeat Type = 9
+	TypeSessionEnd       Type = 10
+	TypeReleaseHolder    Type = 11
+	TypeCancelWait       Type = 12
+)
+
+// MaxBatch bounds the number of commands in one Batch entry.
+const MaxBatch = 4096
+
+// Hash is a SHA-256 digest: of a secret token, or of an idempotency key. It
+// encodes as lowercase hex.
+type Hash [32]byte
+
+// HashOf returns the SHA-256 of s.
+func HashOf(s string) Hash { return sha256.Sum256([]byte(s)) }
+
+// IsZero reports whether h is the zero hash (meaning "none").
+func (h Hash) IsZero() bool { return h == Hash{} }
+
+// MarshalText encodes h as hex.
+func (h Hash) MarshalText() ([]byte, error) {
+	out := make([]byte, 64)
+	hex.Encode(out, h[:])
+	return out, nil
+}
+
+// UnmarshalText decodes 64 hex characters.
+func (h *Hash) UnmarshalText(b []byte) error {
+	if len(b) != 64 {
+		return fmt.Errorf("hash: want 64 hex characters, got %d", len(b))
+	}
+	_, err := hex.Decode(h[:], b)
+	return err
+}
+
+// Command is one decoded log command.
+type Command interface{ Type() Type }
+
+// Tick advances the cluster clock by one tick. Only the leader proposes it.
+type Tick struct {
+	// Tick is the tick this entry establishes; it applies only if it is
+	// exactly one past the current tick (a duplicate is ignored).
+	Tick uint64 `json:"tick"`
+	// WallMS is the leader's wall clock in Unix milliseconds, for display.
+	WallMS int64 `json:"wall_ms"`
+	// PeriodMS is the leader's tick period; the first tick fixes it.
+	PeriodMS int64 `json:"period_ms"`
+	// RetainTicks: terminal records that ended this many ticks ago are pruned.
+	RetainTicks uint64 `json:"retain_ticks"`
+}
+
+// Acquire asks for a lease on Key.
+type Acquire struct {
+	LeaseID   string `json:"lease_id"`
+	Key       string `json:"key"`
+	Holder    string `json:"holder"`
+	Limit     uint32 `json:"limit"`
+	SessionID string `json:"session_id,omitempty"`
+	// SessionTokenHash authenticates a bound acquire.
+	SessionTokenHash Hash `json:"session_token_hash,omitzero"`
+	// TokenHash is the hash of the new lease's secret token.
+	TokenHash Hash              `json:"token_hash"`
+	TTLMS     int64             `json:"ttl_ms,omitempty"`
+	TTLTicks  uint64            `json:"ttl_ticks,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	// IdemHash is the hash of (holder, idempotency key); zero when none.
+	IdemHash Hash `json:"idem_hash,omitzero"`
+	// Fingerprint identifies the request for idempotency comparison.
+	Fingerprint Hash `json:"fingerprint,omitzero"`
+	// SealedToken is the token encrypted under a key derived from the
+	// idempotency key, so that a replay can return it; never the clear token.
+	SealedToken    []byte `json:"sealed_token,omitempty"`
+	WaitTicks      uint64 `json:"wait_ticks,omitempty"`
+	LockDelayMS    int64  `json:"lock_delay_ms,omitempty"`
+	LockDelayTicks uint64 `json:"lock_delay_ticks,omitempty"`
+	WallMS         int64  `json:"wall_ms"`
+}
+
+// Renew extends a standalone lease.
+type Renew struct {
+	LeaseID   string `json:"lease_id"`
+	TokenHash Hash   `json:"token_hash"`
+	// TTLMS/TTLTicks replace the lease's TTL when non-zero.
+	TTLMS    int64  `json:"ttl_ms,omitempty"`
+	TTLTicks uint64 `json:"ttl_ticks,omitempty"`
+	WallMS   int64  `json:"wall_ms"`
+}
+
+// Release ends a lease voluntarily.
+type Release struct {
+	LeaseID string `json:"lease_id"`
+	// TokenHash is the lease token's hash; SessionTokenHash may stand in for
+	// it on a bound lease.
+	TokenHash        Hash   `json:"token_hash,omitzero"`
+	SessionTokenHash Hash   `json:"session_token_hash,omitzero"`
+	Reason           string `json:"reason,omitempty"`
+	WallMS           int64  `json:"wall_ms"`
+}
+
+// Revoke ends a lease by operator force.
+type Revoke struct {
+	LeaseID string `json:"lease_id"`
+	Reason  string `json:"reason,omitempty"`
+	WallMS  int64  `json:"wall_ms"`
+}
+
+// HeartbeatItem is one lease in a bulk renewal.
+type HeartbeatItem struct {
+	LeaseID   string `json:"lease_id"`
+	TokenHash Hash   `json:"token_hash"`
+}
+
+// Heartbeat renews many standalone leases, each with its own TTL.
+type Heartbeat struct {
+	Items  []HeartbeatItem `json:"items"`
+	WallMS int64           `json:"wall_ms"`
+}
+
+// SessionCreate creates a session.
+type SessionCreate struct {
+	SessionID string            `json:"session_id"`
+	Holder    string            `json:"holder"`
+	TokenHash Hash              `json:"token_hash"`
+	TTLMS     int64             `json:"ttl_ms"`
+	TTLTicks  uint64            `json:"ttl_ticks"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	WallMS    int64             `json:"wall_ms"`
+}
+
+// SessionHeartbeat renews a session and so every lease bound to it.
+type SessionHeartbeat struct {
+	SessionID string `json:"session_id"`
+	TokenHash Hash   `json:"token_hash"`
+	WallMS    int64  `json:"wall_ms"`
+}
+
+// SessionEnd ends a session; its leases end with reason "session_ended".
+type SessionEnd struct {
+	SessionID string `json:"session_id"`
+	// TokenHash must match unless Force (an admin request) is set.
+	TokenHash Hash  `json:"token_hash,omitzero"`
+	Force     bool  `json:"force,omitempty"`
+	WallMS    int64 `json:"wall_ms"`
+}
+
+// ReleaseHolder ends every active lease and session of a holder at once
+// (crash recovery of a restarted worker). No lock-delay applies.
+type ReleaseHolder struct {
+	Holder string `json:"holder"`
+	Reason string `json:"reason,omitempty"`
+	WallMS int64  `json:"wall_ms"`
+}
+
+// CancelWait withdraws a queued acquire whose requester gave up.
+type CancelWait struct {
+	LeaseID string `json:"lease_id"`
+	Key     string `json:"key"`
+}
+
+// Batch carries several commands in one log entry (group commit). Results
+// come back in the same order.
+type Batch struct{ Commands []Command }
+
+func (*Tick) Type() Type             { return TypeTick }
+func (*Acquire) Type() Type          { return TypeAcquire }
+func (*Renew) Type() Type            { return TypeRenew }
+func (*Release) Type() Type          { return TypeRelease }
+func (*Revoke) Type() Type           { return TypeRevoke }
+func (*Heartbeat) Type() Type        { return TypeHeartbeat }
+func (*SessionCreate) Type() Type    { return TypeSessionCreate }
+func (*SessionHeartbeat) Type() Type { return TypeSessionHeartbeat }
+func (*SessionEnd) Type() Type       { return TypeSessionEnd }
+func (*ReleaseHolder) Type() Type    { return TypeReleaseHolder }
+func (*CancelWait) Type() Type       { return TypeCancelWait }
+func (*Batch) Type() Type            { return TypeBatch }
+
+// Encode returns the log bytes of c: version, type, body. A Batch body is a
+// sequence of uvarint-length-prefixed encoded commands; other bodies are JSON.
+func Encode(c Command) ([]byte, error) {
+	if b, ok := c.(*Batch); ok {
+		if len(b.Commands) == 0 || len(b.Commands) > MaxBatch {
+			return nil, fmt.Errorf("fsm: batch of %d commands", len(b.Commands))
+		}
+		out := []byte{Version, byte(TypeBatch)}
+		for _, sub := range b.Commands {
+			if sub.Type() == TypeBatch {
+				return nil, errors.New("fsm: nested batch")
+			}
+			enc, err := Encode(sub)
+			if err != nil {
+				return nil, err
+			}
+			out = binary.AppendUvarint(out, uint64(len(enc)))
+			out = append(out, enc...)
+		}
+		return out, nil
+	}
+	body, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, 2+len(body))
+	out = append(out, Version, byte(c.Type()))
+	return append(out, body...), nil
+}
+
+// Decode parses log bytes strictly: a known version and type, a body with no
+// unknown fields and nothing after it.
+func Decode(b []byte) (Command, error) {
+	if len(b) < 2 {
+		return nil, errors.New("fsm: entry shorter than its header")
+	}
+	if b[0] != Version {
+		return nil, fmt.Errorf("fsm: unknown command version %d", b[0])
+	}
+	t, body := Type(b[1]), b[2:]
+	if t == TypeBatch {
+		var batch Batch
+		for len(body) > 0 {
+			n, w := binary.Uvarint(body)
+			if w <= 0 || n > uint64(len(body)-w) {
+				return nil, errors.New("fsm: bad batch framing")
+			}
+			sub := body[w : w+int(n)]
+			body = body[w+int(n):]
+			if len(sub) >= 2 && Type(sub[1]) == TypeBatch {
+				return nil, errors.New("fsm: nested batch")
+			}
+			c, err := Decode(sub)
+			if err != nil {
+				return nil, err
+			}
+			if len(batch.Commands) == MaxBatch {
+				return nil, errors.New("fsm: batch too large")
+			}
+			batch.Commands = append(batch.Commands, c)
+		}
+		if len(batch.Commands) == 0 {
+			return nil, errors.New("fsm: empty batch")
+		}
+		return &batch, nil
+	}
+	var c Command
+	switch t {
+	case TypeTick:
+		c = new(Tick)
+	case TypeAcquire:
+		c = new(Acquire)
+	case TypeRenew:
+		c = new(Renew)
+	case TypeRelease:
+		c = new(Release)
+	case TypeRevoke:
+		c = new(Revoke)
+	case TypeHeartbeat:
+		c = new(Heartbeat)
+	case TypeSessionCreate:
+		c = new(SessionCreate)
+	case TypeSessionHeartbeat:
+		c = new(SessionHeartbeat)
+	case TypeSessionEnd:
+		c = new(SessionEnd)
+	case TypeReleaseHolder:
+		c = new(ReleaseHolder)
+	case TypeCancelWait:
+		c = new(CancelWait)
+	default:
+		return nil, fmt.Errorf("fsm: unknown command type %d", t)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return nil, fmt.Errorf("fsm: decode %T: %w", c, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("fsm: trailing data after %T", c)
+	}
+	return c, nil
+}

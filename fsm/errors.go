@@ -1,0 +1,79 @@
+package fsm
+
+import "fmt"
+
+// Code is a stable, machine-readable error code. The HTTP API maps each code
+// to a status; the codes themselves are part of the external contract.
+type Code string
+
+// Error codes of the contract. Codes produced by layers above the state
+// machine (auth, transport, leadership) live here too so that each code has
+// exactly one home.
+const (
+	CodeInvalidArgument     Code = "INVALID_ARGUMENT"
+	CodeUnauthenticated     Code = "UNAUTHENTICATED"
+	CodePermissionDenied    Code = "PERMISSION_DENIED"
+	CodeLeaseTokenInvalid   Code = "LEASE_TOKEN_INVALID"
+	CodeLeaseNotFound       Code = "LEASE_NOT_FOUND"
+	CodeSessionNotFound     Code = "SESSION_NOT_FOUND"
+	CodeLeaseHeld           Code = "LEASE_HELD"
+	CodeLimitMismatch       Code = "LIMIT_MISMATCH"
+	CodeLockDelay           Code = "LOCK_DELAY"
+	CodeLeaseExpired        Code = "LEASE_EXPIRED"
+	CodeLeaseReleased       Code = "LEASE_RELEASED"
+	CodeLeaseRevoked        Code = "LEASE_REVOKED"
+	CodeSessionEnded        Code = "SESSION_ENDED"
+	CodeIdempotencyConflict Code = "IDEMPOTENCY_CONFLICT"
+	CodePayloadTooLarge     Code = "PAYLOAD_TOO_LARGE"
+	CodeLeaseRequired       Code = "LEASE_REQUIRED"
+	CodeControlLocked       Code = "CONTROL_LOCKED"
+	CodeNoLeader            Code = "NO_LEADER"
+	CodeIndeterminate       Code = "INDETERMINATE"
+	CodeEventsCompacted     Code = "EVENTS_COMPACTED"
+	CodeUnavailable         Code = "UNAVAILABLE"
+	CodeNotFound            Code = "NOT_FOUND"
+	CodeInternal            Code = "INTERNAL"
+)
+
+// HolderInfo names a current holder of a key in a LEASE_HELD error. It never
+// carries a token.
+type HolderInfo struct {
+	Holder      string `json:"holder"`
+	LeaseID     string `json:"lease_id"`
+	RemainingMS int64  `json:"remaining_ms"`
+}
+
+// Error is a business failure: the request was understood and refused, and
+// it changed nothing. Field, Key, Holders and RemainingMS are set only where
+// the code calls for them.
+type Error struct {
+	Code        Code         `json:"code"`
+	Message     string       `json:"message"`
+	Field       string       `json:"field,omitempty"`
+	Key         string       `json:"key,omitempty"`
+	Holders     []HolderInfo `json:"holders,omitempty"`
+	RemainingMS int64        `json:"remaining_ms,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s (field %s)", e.Code, e.Message, e.Field)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Is lets errors.Is match on the code: errors.Is(err, &fsm.Error{Code: c}).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// InvalidField builds an INVALID_ARGUMENT error naming the offending field.
+func InvalidField(field, format string, args ...any) *Error {
+	return &Error{Code: CodeInvalidArgument, Field: field, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,307 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// Limits on what one request may carry. The node validates them before
+// proposing; the state machine checks them again so that a bad entry can
+// never put the state outside them.
+const (
+	MaxKeyBytes      = 512
+	MaxHolderBytes   = 128
+	MaxLimit         = 10000
+	MaxMetaEntries   = 16
+	MaxMetaBytes     = 4096
+	MaxReasonBytes   = 256
+	MaxIDBytes       = 64
+	MaxHeartbeatSize = 10000
+)
+
+const (
+	kindLease   = 1
+	kindSession = 2
+	kindWait    = 3
+	kindDelay   = 4
+)
+
+// timer is a deadline in a bucket. Buckets may hold stale timers (a renewed
+// lease keeps its old one); they are checked against the record when due.
+type timer struct {
+	kind uint8
+	id   string // lease, session or waiter id; the key for kindDelay
+}
+
+type blocked struct {
+	Until   uint64 `json:"until"`
+	LeaseID string `json:"lease_id"`
+}
+
+type waiter struct {
+	Cmd      *Acquire `json:"cmd"`
+	Deadline uint64   `json:"deadline"`
+}
+
+// keyState is everything about one key that is not in its lease records.
+type keyState struct {
+	limit   uint32
+	active  []string  // active lease ids in grant (fence) order
+	blocked []blocked // slots in lock-delay
+	waiters []waiter  // queued acquires, first come first served
+	stolen  []string  // leases that ended involuntarily, slot not yet re-granted
+}
+
+func (k *keyState) inUse() bool {
+	return len(k.active) > 0 || len(k.blocked) > 0 || len(k.waiters) > 0
+}
+
+func (k *keyState) free() int {
+	return int(k.limit) - len(k.active) - len(k.blocked)
+}
+
+type holderIndex struct {
+	leases   map[string]struct{}
+	sessions map[string]struct{}
+}
+
+type pruneItem struct {
+	tick uint64
+	kind uint8
+	id   string
+}
+
+// FSM is the lease state machine. The zero value is not usable; call New.
+type FSM struct {
+	index    uint64
+	tick     uint64
+	periodMS int64
+	wallMS   int64
+	fence    uint64
+
+	leases   map[string]*Lease
+	sessions map[string]*Session
+	keys     map[string]*keyState
+	idem     map[Hash]string // idempotency hash -> lease id (granted or queued)
+	holders  map[string]*holderIndex
+	buckets  map[uint64][]timer
+	prune    []pruneItem
+	active   int
+	sessOpen int
+
+	seq     uint32
+	events  []Event
+	notices []Notice
+}
+
+// New returns an empty state machine.
+func New() *FSM {
+	return &FSM{
+		leases:   make(map[string]*Lease),
+		sessions: make(map[string]*Session),
+		keys:     make(map[string]*keyState),
+		idem:     make(map[Hash]string),
+		holders:  make(map[string]*holderIndex),
+		buckets:  make(map[uint64][]timer),
+	}
+}
+
+// Apply applies the command of the log entry at index and returns one result
+// per command (one, or one per command of a Batch). Events and notices it
+// produced are collected until TakeEvents / TakeNotices.
+func (f *FSM) Apply(index uint64, c Command) []Result {
+	if index <= f.index {
+		panic(fmt.Sprintf("fsm: apply index %d not after %d", index, f.index))
+	}
+	f.index = index
+	f.seq = 0
+	if b, ok := c.(*Batch); ok {
+		out := make([]Result, len(b.Commands))
+		for i, sub := range b.Commands {
+			out[i] = f.apply1(sub)
+		}
+		return out
+	}
+	return []Result{f.apply1(c)}
+}
+
+// TakeEvents returns the events produced since the last call and forgets them.
+func (f *FSM) TakeEvents() []Event {
+	ev := f.events
+	f.events = nil
+	return ev
+}
+
+// TakeNotices returns the wait notices produced since the last call.
+func (f *FSM) TakeNotices() []Notice {
+	n := f.notices
+	f.notices = nil
+	return n
+}
+
+func (f *FSM) apply1(c Command) Result {
+	switch c := c.(type) {
+	case *Tick:
+		f.applyTick(c)
+		return Result{}
+	case *Acquire:
+		return f.acquire(c)
+	case *Renew:
+		return f.renew(c)
+	case *Release:
+		return f.release(c)
+	case *Revoke:
+		return f.revoke(c)
+	case *Heartbeat:
+		return f.heartbeat(c)
+	case *SessionCreate:
+		return f.sessionCreate(c)
+	case *SessionHeartbeat:
+		return f.sessionHeartbeat(c)
+	case *SessionEnd:
+		return f.sessionEnd(c)
+	case *ReleaseHolder:
+		return f.releaseHolder(c)
+	case *CancelWait:
+		f.cancelWait(c)
+		return Result{}
+	default:
+		panic(fmt.Sprintf("fsm: no handler for %T", c))
+	}
+}
+
+func (f *FSM) emit(e Event) {
+	e.Index = f.index
+	e.Seq = f.seq
+	e.Tick = f.tick
+	f.seq++
+	f.events = append(f.events, e)
+}
+
+func (f *FSM) schedule(at uint64, kind uint8, id string) {
+	f.buckets[at] = append(f.buckets[at], timer{kind: kind, id: id})
+}
+
+func (f *FSM) nextFence() uint64 {
+	f.fence = max(f.fence+1, f.index)
+	return f.fence
+}
+
+func (f *FSM) holder(h string) *holderIndex {
+	hi := f.holders[h]
+	if hi == nil {
+		hi = &holderIndex{leases: map[string]struct{}{}, sessions: map[string]struct{}{}}
+		f.holders[h] = hi
+	}
+	return hi
+}
+
+func (f *FSM) dropHolder(h string) {
+	if hi := f.holders[h]; hi != nil && len(hi.leases) == 0 && len(hi.sessions) == 0 {
+		delete(f.holders, h)
+	}
+}
+
+// remainingMS is the time left before nominal tick end, in milliseconds.
+func (f *FSM) remainingMS(end uint64) int64 {
+	if end <= f.tick {
+		return 0
+	}
+	return int64(end-f.tick) * f.periodMS
+}
+
+// leaseEnd is the nominal end tick of an active lease (its session's for a
+// bound lease).
+func (f *FSM) leaseEnd(l *Lease) uint64 {
+	if l.SessionID != "" {
+		if s := f.sessions[l.SessionID]; s != nil {
+			return s.ExpiresTick
+		}
+	}
+	return l.ExpiresTick
+}
+
+func terminalError(l *Lease) *Error {
+	switch l.State {
+	case StateExpired:
+		return Errorf(CodeLeaseExpired, "lease %s has expired", l.ID)
+	case StateReleased:
+		return Errorf(CodeLeaseReleased, "lease %s was released", l.ID)
+	default:
+		return Errorf(CodeLeaseRevoked, "lease %s was revoked", l.ID)
+	}
+}
+
+// ValidKey reports whether k is an acceptable key: 1-512 bytes of UTF-8
+// without control characters.
+func ValidKey(k string) *Error { return validName("key", k, MaxKeyBytes) }
+
+// ValidHolder reports whether h is an acceptable holder: 1-128 bytes of
+// UTF-8 without control characters.
+func ValidHolder(h string) *Error { return validName("holder", h, MaxHolderBytes) }
+
+func validName(field, s string, maxBytes int) *Error {
+	if len(s) == 0 || len(s) > maxBytes {
+		return InvalidField(field, "%s must be 1-%d bytes, got %d", field, maxBytes, len(s))
+	}
+	if !validUTF8(s) {
+		return InvalidField(field, "%s is not valid UTF-8", field)
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7F || (r >= 0x80 && r < 0xA0) {
+			return InvalidField(field, "%s contains a control character", field)
+		}
+	}
+	return nil
+}
+
+// ValidMetadata checks the metadata limits: at most 16 entries and 4 KiB of
+// keys and values in all.
+func ValidMetadata(m map[string]string) *Error {
+	if len(m) > MaxMetaEntries {
+		return InvalidField("metadata", "at most %d metadata entries, got %d", MaxMetaEntries, len(m))
+	}
+	n := 0
+	for k, v := range m {
+		if k == "" {
+			return InvalidField("metadata", "metadata keys must not be empty")
+		}
+		if !validUTF8(k) || !validUTF8(v) {
+			return InvalidField("metadata", "metadata must be valid UTF-8")
+		}
+		n += len(k) + len(v)
+	}
+	if n > MaxMetaBytes {
+		return InvalidField("metadata", "metadata is %d bytes, at most %d allowed", n, MaxMetaBytes)
+	}
+	return nil
+}
+
+// ValidReason checks a release or revoke reason.
+func ValidReason(r string) *Error {
+	if len(r) > MaxReasonBytes || !validUTF8(r) {
+		return InvalidField("reason", "reason must be valid UTF-8 of at most %d bytes", MaxReasonBytes)
+	}
+	return nil
+}
+
+func validID(field, id string) *Error {
+	if id == "" || len(id) > MaxIDBytes {
+		return InvalidField(field, "%s must be 1-%d bytes", field, MaxIDBytes)
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func quote(s string) string { return strconv.Quote(s) }
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }

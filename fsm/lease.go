@@ -1,0 +1,424 @@
+package fsm
+
+import "slices"
+
+func validateAcquire(c *Acquire) *Error {
+	if err := validID("lease_id", c.LeaseID); err != nil {
+		return err
+	}
+	if err := ValidKey(c.Key); err != nil {
+		return err
+	}
+	if c.SessionID == "" || c.Holder != "" {
+		if err := ValidHolder(c.Holder); err != nil {
+			return err
+		}
+	}
+	if c.Limit < 1 || c.Limit > MaxLimit {
+		return InvalidField("limit", "limit must be 1-%d, got %d", MaxLimit, c.Limit)
+	}
+	if c.SessionID == "" && c.TTLTicks == 0 {
+		return InvalidField("ttl_ms", "a standalone lease needs a ttl")
+	}
+	if c.SessionID != "" && c.TTLTicks != 0 {
+		return InvalidField("ttl_ms", "a lease bound to a session takes the session's ttl")
+	}
+	if c.TokenHash.IsZero() {
+		return InvalidField("token", "missing token hash")
+	}
+	return ValidMetadata(c.Metadata)
+}
+
+func (f *FSM) acquire(c *Acquire) Result {
+	if err := validateAcquire(c); err != nil {
+		return Result{Err: err}
+	}
+	if !c.IdemHash.IsZero() {
+		if id, ok := f.idem[c.IdemHash]; ok {
+			return f.replay(id, c)
+		}
+	}
+	if _, dup := f.leases[c.LeaseID]; dup || f.findWaiter(c.Key, c.LeaseID) >= 0 {
+		return Result{Err: InvalidField("lease_id", "lease id %s already exists", c.LeaseID)}
+	}
+	var sess *Session
+	if c.SessionID != "" {
+		s, err := f.checkSession(c.SessionID, c.SessionTokenHash)
+		if err != nil {
+			return Result{Err: err}
+		}
+		if c.Holder != "" && c.Holder != s.Holder {
+			return Result{Err: InvalidField("holder", "holder %q differs from the session's holder %q", c.Holder, s.Holder)}
+		}
+		sess = s
+	}
+	ks := f.keys[c.Key]
+	if ks != nil && ks.inUse() && ks.limit != c.Limit {
+		return Result{Err: &Error{Code: CodeLimitMismatch, Key: c.Key,
+			Message: "key " + quote(c.Key) + " is in use with limit " + itoa(uint64(ks.limit)) + ", not " + itoa(uint64(c.Limit))}}
+	}
+	if ks == nil {
+		ks = &keyState{}
+		f.keys[c.Key] = ks
+	}
+	if !ks.inUse() {
+		ks.limit = c.Limit
+	}
+	if ks.free() > 0 && len(ks.waiters) == 0 {
+		l := f.grant(c, ks, sess)
+		return Result{Lease: l}
+	}
+	if c.WaitTicks > 0 {
+		w := waiter{Cmd: c, Deadline: f.tick + c.WaitTicks}
+		ks.waiters = append(ks.waiters, w)
+		f.schedule(w.Deadline, kindWait, c.Key+"\x00"+c.LeaseID)
+		if !c.IdemHash.IsZero() {
+			f.idem[c.IdemHash] = c.LeaseID
+		}
+		return Result{Queued: true, Lease: &Lease{ID: c.LeaseID, Key: c.Key, Holder: c.Holder, SealedToken: c.SealedToken}}
+	}
+	err := f.busyError(c.Key, ks)
+	f.dropKey(c.Key, ks)
+	return Result{Err: err}
+}
+
+// busyError explains why no slot is free: LOCK_DELAY when a blocked slot is
+// what stands in the way, LEASE_HELD otherwise.
+func (f *FSM) busyError(key string, ks *keyState) *Error {
+	if len(ks.blocked) > 0 && len(ks.active) < int(ks.limit) {
+		until := ks.blocked[0].Until
+		for _, b := range ks.blocked {
+			until = min(until, b.Until)
+		}
+		return &Error{Code: CodeLockDelay, Key: key, RemainingMS: f.remainingMS(until),
+			Message: "key " + quote(key) + " is in lock-delay after its last holder's lease ended involuntarily"}
+	}
+	holders := make([]HolderInfo, 0, len(ks.active))
+	for _, id := range ks.active {
+		l := f.leases[id]
+		holders = append(holders, HolderInfo{Holder: l.Holder, LeaseID: l.ID, RemainingMS: f.remainingMS(f.leaseEnd(l))})
+	}
+	msg := "key " + quote(key) + " is held"
+	if len(ks.waiters) > 0 && ks.free() > 0 {
+		msg += " (waiters are queued ahead)"
+	}
+	return &Error{Code: CodeLeaseHeld, Key: key, Holders: holders, Message: msg}
+}
+
+func (f *FSM) replay(id string, c *Acquire) Result {
+	if l := f.leases[id]; l != nil {
+		if l.Fingerprint != c.Fingerprint {
+			return Result{Err: Errorf(CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+		}
+		return Result{Lease: l, Replayed: true}
+	}
+	for _, key := range []string{c.Key} {
+		ks := f.keys[key]
+		if ks == nil {
+			continue
+		}
+		if i := f.findWaiter(key, id); i >= 0 {
+			w := ks.waiters[i].Cmd
+			if w.Fingerprint != c.Fingerprint {
+				return Result{Err: Errorf(CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+			}
+			return Result{Queued: true, Replayed: true, Lease: &Lease{ID: id, Key: w.Key, Holder: w.Holder, SealedToken: w.SealedToken}}
+		}
+	}
+	// The key differs from the queued request's: a different request.
+	return Result{Err: Errorf(CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+}
+
+func (f *FSM) findWaiter(key, id string) int {
+	ks := f.keys[key]
+	if ks == nil {
+		return -1
+	}
+	for i, w := range ks.waiters {
+		if w.Cmd.LeaseID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (f *FSM) checkSession(id string, tok Hash) (*Session, *Error) {
+	s := f.sessions[id]
+	if s == nil {
+		return nil, Errorf(CodeSessionNotFound, "session %s not found", id)
+	}
+	if s.TokenHash != tok {
+		return nil, Errorf(CodeLeaseTokenInvalid, "session token does not match session %s", id)
+	}
+	if s.State != SessionActive {
+		return nil, Errorf(CodeSessionEnded, "session %s has %s", id, s.State)
+	}
+	return s, nil
+}
+
+func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
+	l := &Lease{
+		ID: c.LeaseID, Key: c.Key, Holder: c.Holder, Limit: c.Limit, State: StateActive,
+		Fence: f.nextFence(), TokenHash: c.TokenHash, TTLMS: c.TTLMS, TTLTicks: c.TTLTicks,
+		AcquiredTick: f.tick, AcquiredWallMS: c.WallMS, Metadata: c.Metadata,
+		LockDelayTicks: c.LockDelayTicks, IdemHash: c.IdemHash, SealedToken: c.SealedToken,
+		Fingerprint: c.Fingerprint,
+	}
+	if sess != nil {
+		l.SessionID = sess.ID
+		l.Holder = sess.Holder
+		l.TTLMS, l.TTLTicks = 0, 0
+		ns := *sess
+		ns.LeaseIDs = append(slices.Clip(sess.LeaseIDs), l.ID)
+		f.sessions[sess.ID] = &ns
+	} else {
+		l.ExpiresTick = f.tick + c.TTLTicks
+		f.schedule(l.ExpiresTick+GraceTicks, kindLease, l.ID)
+	}
+	f.leases[l.ID] = l
+	f.active++
+	ks.active = append(ks.active, l.ID)
+	f.holder(l.Holder).leases[l.ID] = struct{}{}
+	if !c.IdemHash.IsZero() {
+		f.idem[c.IdemHash] = l.ID
+	}
+	var prev string
+	if len(ks.stolen) > 0 {
+		prev = ks.stolen[0]
+		ks.stolen = ks.stolen[1:]
+	}
+	f.emit(Event{Type: EventAcquired, WallMS: c.WallMS, Key: l.Key, Lease: l, Previous: prev})
+	return l
+}
+
+// endOpts says how a lease ends.
+type endOpts struct {
+	state   State
+	reason  string
+	wallMS  int64
+	delay   bool // apply the lease's lock-delay and remember it as stolen
+	session bool // ended with its session: the session record keeps the id
+}
+
+// end moves an active lease to a terminal state and frees its slot.
+func (f *FSM) end(l *Lease, o endOpts) *Lease {
+	nl := *l
+	nl.State = o.state
+	nl.EndReason = o.reason
+	nl.EndedTick = f.tick
+	nl.EndedWallMS = o.wallMS
+	f.leases[l.ID] = &nl
+	f.active--
+	ks := f.keys[l.Key]
+	ks.active = slices.DeleteFunc(ks.active, func(id string) bool { return id == l.ID })
+	if hi := f.holders[l.Holder]; hi != nil {
+		delete(hi.leases, l.ID)
+		f.dropHolder(l.Holder)
+	}
+	if l.SessionID != "" && !o.session {
+		if s := f.sessions[l.SessionID]; s != nil && s.State == SessionActive {
+			ns := *s
+			ns.LeaseIDs = slices.DeleteFunc(slices.Clone(s.LeaseIDs), func(id string) bool { return id == l.ID })
+			f.sessions[s.ID] = &ns
+		}
+	}
+	f.prune = append(f.prune, pruneItem{tick: f.tick, kind: kindLease, id: l.ID})
+	if o.delay {
+		ks.stolen = append(ks.stolen, l.ID)
+		if l.LockDelayTicks > 0 {
+			until := f.tick + l.LockDelayTicks
+			ks.blocked = append(ks.blocked, blocked{Until: until, LeaseID: l.ID})
+			f.schedule(until, kindDelay, l.Key)
+		}
+	}
+	typ := EventReleased
+	switch o.state {
+	case StateExpired:
+		typ = EventExpired
+	case StateRevoked:
+		typ = EventRevoked
+	}
+	f.emit(Event{Type: typ, WallMS: o.wallMS, Key: l.Key, Lease: &nl, Reason: o.reason})
+	f.pump(l.Key, ks)
+	return &nl
+}
+
+// pump grants queued acquires on key while slots are free, then forgets the
+// key if nothing refers to it any more.
+func (f *FSM) pump(key string, ks *keyState) {
+	for ks.free() > 0 && len(ks.waiters) > 0 {
+		w := ks.waiters[0]
+		ks.waiters = ks.waiters[1:]
+		c := w.Cmd
+		var sess *Session
+		if c.SessionID != "" {
+			s, err := f.checkSession(c.SessionID, c.SessionTokenHash)
+			if err != nil {
+				f.forgetIdem(c.IdemHash, c.LeaseID)
+				f.notices = append(f.notices, Notice{LeaseID: c.LeaseID, Err: err})
+				continue
+			}
+			sess = s
+		}
+		l := f.grant(c, ks, sess)
+		f.notices = append(f.notices, Notice{LeaseID: c.LeaseID, Lease: l})
+	}
+	f.dropKey(key, ks)
+}
+
+func (f *FSM) forgetIdem(h Hash, id string) {
+	if !h.IsZero() && f.idem[h] == id {
+		delete(f.idem, h)
+	}
+}
+
+func (f *FSM) dropKey(key string, ks *keyState) {
+	if !ks.inUse() && len(ks.stolen) == 0 {
+		delete(f.keys, key)
+	}
+}
+
+// checkLease finds an active lease and checks its token. A bound lease may
+// also be authenticated by its session's token when sessTok is set.
+func (f *FSM) checkLease(id string, tok, sessTok Hash) (*Lease, *Error) {
+	if err := validID("lease_id", id); err != nil {
+		return nil, err
+	}
+	l := f.leases[id]
+	if l == nil {
+		return nil, Errorf(CodeLeaseNotFound, "lease %s not found", id)
+	}
+	ok := !tok.IsZero() && tok == l.TokenHash
+	if !ok && !sessTok.IsZero() && l.SessionID != "" {
+		if s := f.sessions[l.SessionID]; s != nil && s.TokenHash == sessTok {
+			ok = true
+		}
+	}
+	if !ok {
+		return nil, Errorf(CodeLeaseTokenInvalid, "token does not match lease %s", id)
+	}
+	if l.Terminal() {
+		return nil, terminalError(l)
+	}
+	return l, nil
+}
+
+func (f *FSM) renewOne(id string, tok Hash, ttlMS int64, ttlTicks uint64, wallMS int64) (*Lease, *Error) {
+	l, err := f.checkLease(id, tok, Hash{})
+	if err != nil {
+		return nil, err
+	}
+	if l.SessionID != "" {
+		return nil, InvalidField("lease_id", "lease %s is bound to session %s: heartbeat the session instead", id, l.SessionID)
+	}
+	nl := *l
+	if ttlTicks > 0 {
+		nl.TTLMS, nl.TTLTicks = ttlMS, ttlTicks
+	}
+	if end := f.tick + nl.TTLTicks; end > nl.ExpiresTick {
+		nl.ExpiresTick = end
+		f.schedule(end+GraceTicks, kindLease, l.ID)
+	}
+	if nl.RenewalCount < ^uint32(0) {
+		nl.RenewalCount++
+	}
+	nl.RenewedWallMS = wallMS
+	f.leases[l.ID] = &nl
+	f.emit(Event{Type: EventRenewed, WallMS: wallMS, Key: l.Key, Lease: &nl})
+	return &nl, nil
+}
+
+func (f *FSM) renew(c *Renew) Result {
+	if c.TTLTicks > 0 && c.TTLMS <= 0 {
+		return Result{Err: InvalidField("ttl_ms", "ttl_ms must be positive")}
+	}
+	l, err := f.renewOne(c.LeaseID, c.TokenHash, c.TTLMS, c.TTLTicks, c.WallMS)
+	return Result{Lease: l, Err: err}
+}
+
+func (f *FSM) heartbeat(c *Heartbeat) Result {
+	if len(c.Items) == 0 || len(c.Items) > MaxHeartbeatSize {
+		return Result{Err: InvalidField("leases", "a heartbeat carries 1-%d leases, got %d", MaxHeartbeatSize, len(c.Items))}
+	}
+	items := make([]ItemResult, len(c.Items))
+	for i, it := range c.Items {
+		l, err := f.renewOne(it.LeaseID, it.TokenHash, 0, 0, c.WallMS)
+		items[i] = ItemResult{LeaseID: it.LeaseID, Lease: l, Err: err}
+	}
+	return Result{Items: items}
+}
+
+func (f *FSM) release(c *Release) Result {
+	if err := ValidReason(c.Reason); err != nil {
+		return Result{Err: err}
+	}
+	l, err := f.checkLease(c.LeaseID, c.TokenHash, c.SessionTokenHash)
+	if err != nil {
+		return Result{Err: err}
+	}
+	reason := c.Reason
+	if reason == "" {
+		reason = ReasonReleased
+	}
+	return Result{Lease: f.end(l, endOpts{state: StateReleased, reason: reason, wallMS: c.WallMS})}
+}
+
+func (f *FSM) revoke(c *Revoke) Result {
+	if err := ValidReason(c.Reason); err != nil {
+		return Result{Err: err}
+	}
+	if err := validID("lease_id", c.LeaseID); err != nil {
+		return Result{Err: err}
+	}
+	l := f.leases[c.LeaseID]
+	if l == nil {
+		return Result{Err: Errorf(CodeLeaseNotFound, "lease %s not found", c.LeaseID)}
+	}
+	if l.Terminal() {
+		return Result{Err: terminalError(l)}
+	}
+	reason := c.Reason
+	if reason == "" {
+		reason = ReasonRevoked
+	}
+	return Result{Lease: f.end(l, endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS, delay: true})}
+}
+
+func (f *FSM) releaseHolder(c *ReleaseHolder) Result {
+	if err := ValidHolder(c.Holder); err != nil {
+		return Result{Err: err}
+	}
+	if err := ValidReason(c.Reason); err != nil {
+		return Result{Err: err}
+	}
+	reason := c.Reason
+	if reason == "" {
+		reason = ReasonHolderReleased
+	}
+	hi := f.holders[c.Holder]
+	if hi == nil {
+		return Result{}
+	}
+	n := 0
+	for _, id := range sortedKeys(hi.leases) {
+		f.end(f.leases[id], endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS})
+		n++
+	}
+	for _, id := range sortedKeys(hi.sessions) {
+		f.endSession(f.sessions[id], SessionEnded, reason, c.WallMS)
+		n++
+	}
+	return Result{Count: n}
+}
+
+func (f *FSM) cancelWait(c *CancelWait) {
+	ks := f.keys[c.Key]
+	if ks == nil {
+		return
+	}
+	if i := f.findWaiter(c.Key, c.LeaseID); i >= 0 {
+		f.forgetIdem(ks.waiters[i].Cmd.IdemHash, c.LeaseID)
+		ks.waiters = slices.Delete(ks.waiters, i, i+1)
+		f.pump(c.Key, ks)
+	}
+}

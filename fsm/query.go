@@ -1,0 +1,126 @@
+package fsm
+
+import (
+	"slices"
+	"strings"
+)
+
+// Read accessors. They return copy-on-write records that stay valid after
+// the caller releases its lock; the caller must hold at least a read lock
+// that excludes Apply while calling them.
+
+// Index is the last applied log index.
+func (f *FSM) Index() uint64 { return f.index }
+
+// Tick is the current tick.
+func (f *FSM) Tick() uint64 { return f.tick }
+
+// PeriodMS is the cluster's tick period (0 before the first tick).
+func (f *FSM) PeriodMS() int64 { return f.periodMS }
+
+// WallMS is the leader's wall clock carried by the last tick (display only).
+func (f *FSM) WallMS() int64 { return f.wallMS }
+
+// Fence is the highest fencing token ever assigned.
+func (f *FSM) Fence() uint64 { return f.fence }
+
+// Lease returns a lease record (any retained state) or nil.
+func (f *FSM) Lease(id string) *Lease { return f.leases[id] }
+
+// Session returns a session record (any retained state) or nil.
+func (f *FSM) Session(id string) *Session { return f.sessions[id] }
+
+// Counts returns the number of active leases and active sessions.
+func (f *FSM) Counts() (leases, sessions int) { return f.active, f.sessOpen }
+
+// EndTick is the nominal end tick of an active lease: its own for a
+// standalone lease, its session's for a bound one.
+func (f *FSM) EndTick(l *Lease) uint64 { return f.leaseEnd(l) }
+
+// ActiveOnKey returns the active leases on key in grant order.
+func (f *FSM) ActiveOnKey(key string) []*Lease {
+	ks := f.keys[key]
+	if ks == nil {
+		return nil
+	}
+	out := make([]*Lease, 0, len(ks.active))
+	for _, id := range ks.active {
+		out = append(out, f.leases[id])
+	}
+	return out
+}
+
+// KeyLockDelay returns the end tick of the earliest lock-delay on key, or 0.
+func (f *FSM) KeyLockDelay(key string) uint64 {
+	ks := f.keys[key]
+	if ks == nil || len(ks.blocked) == 0 {
+		return 0
+	}
+	until := ks.blocked[0].Until
+	for _, b := range ks.blocked {
+		until = min(until, b.Until)
+	}
+	return until
+}
+
+// LeaseFilter selects leases in Leases. Empty fields match everything.
+type LeaseFilter struct {
+	Key, Prefix, Holder, SessionID string
+	State                          State
+	After                          string // ids strictly greater than this
+	Limit                          int    // at most this many (0: no limit)
+}
+
+// Leases returns the matching leases ordered by id, and the id to continue
+// after when the limit cut the list (empty when it did not).
+func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
+	var out []*Lease
+	add := func(l *Lease) {
+		if l == nil || l.ID <= q.After && q.After != "" {
+			return
+		}
+		if q.Key != "" && l.Key != q.Key || q.Prefix != "" && !strings.HasPrefix(l.Key, q.Prefix) ||
+			q.Holder != "" && l.Holder != q.Holder || q.SessionID != "" && l.SessionID != q.SessionID ||
+			q.State != "" && l.State != q.State {
+			return
+		}
+		out = append(out, l)
+	}
+	switch {
+	case q.State == StateActive && q.Key != "":
+		for _, l := range f.ActiveOnKey(q.Key) {
+			add(l)
+		}
+	case q.State == StateActive && q.Holder != "":
+		if hi := f.holders[q.Holder]; hi != nil {
+			for id := range hi.leases {
+				add(f.leases[id])
+			}
+		}
+	default:
+		for _, l := range f.leases {
+			add(l)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
+	if q.Limit > 0 && len(out) > q.Limit {
+		return out[:q.Limit], out[q.Limit-1].ID
+	}
+	return out, ""
+}
+
+// Sessions returns sessions of holder (all when empty) ordered by id, after
+// the cursor, at most limit (0: all), and the next cursor.
+func (f *FSM) Sessions(holder, after string, limit int) ([]*Session, string) {
+	var out []*Session
+	for _, s := range f.sessions {
+		if (holder == "" || s.Holder == holder) && (after == "" || s.ID > after) {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Session) int { return strings.Compare(a.ID, b.ID) })
+	if limit > 0 && len(out) > limit {
+		return out[:limit], out[limit-1].ID
+	}
+	return out, ""
+}

@@ -1,0 +1,103 @@
+package fsm
+
+import "slices"
+
+func (f *FSM) sessionCreate(c *SessionCreate) Result {
+	if err := validID("session_id", c.SessionID); err != nil {
+		return Result{Err: err}
+	}
+	if err := ValidHolder(c.Holder); err != nil {
+		return Result{Err: err}
+	}
+	if c.TTLTicks == 0 || c.TTLMS <= 0 {
+		return Result{Err: InvalidField("ttl_ms", "a session needs a positive ttl")}
+	}
+	if c.TokenHash.IsZero() {
+		return Result{Err: InvalidField("token", "missing token hash")}
+	}
+	if err := ValidMetadata(c.Metadata); err != nil {
+		return Result{Err: err}
+	}
+	if _, dup := f.sessions[c.SessionID]; dup {
+		return Result{Err: InvalidField("session_id", "session id %s already exists", c.SessionID)}
+	}
+	s := &Session{
+		ID: c.SessionID, Holder: c.Holder, State: SessionActive, TokenHash: c.TokenHash,
+		TTLMS: c.TTLMS, TTLTicks: c.TTLTicks, ExpiresTick: f.tick + c.TTLTicks,
+		CreatedWallMS: c.WallMS, LastHeartbeat: c.WallMS, Metadata: c.Metadata,
+	}
+	f.sessions[s.ID] = s
+	f.sessOpen++
+	f.holder(s.Holder).sessions[s.ID] = struct{}{}
+	f.schedule(s.ExpiresTick+GraceTicks, kindSession, s.ID)
+	f.emit(Event{Type: EventSessionCreated, WallMS: c.WallMS, Session: s})
+	return Result{Session: s}
+}
+
+func (f *FSM) sessionHeartbeat(c *SessionHeartbeat) Result {
+	if err := validID("session_id", c.SessionID); err != nil {
+		return Result{Err: err}
+	}
+	s, err := f.checkSession(c.SessionID, c.TokenHash)
+	if err != nil {
+		return Result{Err: err}
+	}
+	ns := *s
+	if end := f.tick + ns.TTLTicks; end > ns.ExpiresTick {
+		ns.ExpiresTick = end
+		f.schedule(end+GraceTicks, kindSession, s.ID)
+	}
+	ns.LastHeartbeat = c.WallMS
+	if ns.HeartbeatCount < ^uint64(0) {
+		ns.HeartbeatCount++
+	}
+	f.sessions[s.ID] = &ns
+	f.emit(Event{Type: EventSessionHeartbeat, WallMS: c.WallMS, Session: &ns})
+	return Result{Session: &ns}
+}
+
+func (f *FSM) sessionEnd(c *SessionEnd) Result {
+	if err := validID("session_id", c.SessionID); err != nil {
+		return Result{Err: err}
+	}
+	s := f.sessions[c.SessionID]
+	if s == nil {
+		return Result{Err: Errorf(CodeSessionNotFound, "session %s not found", c.SessionID)}
+	}
+	if !c.Force && s.TokenHash != c.TokenHash {
+		return Result{Err: Errorf(CodeLeaseTokenInvalid, "session token does not match session %s", c.SessionID)}
+	}
+	if s.State != SessionActive {
+		return Result{Err: Errorf(CodeSessionEnded, "session %s has %s", c.SessionID, s.State)}
+	}
+	return Result{Session: f.endSession(s, SessionEnded, "ended", c.WallMS)}
+}
+
+// endSession ends a session and every lease bound to it: released when the
+// session was ended on purpose, expired (with lock-delay) when it timed out.
+func (f *FSM) endSession(s *Session, state State, reason string, wallMS int64) *Session {
+	ns := *s
+	ns.State = state
+	ns.EndReason = reason
+	ns.EndedTick = f.tick
+	ns.EndedWallMS = wallMS
+	ns.LeaseIDs = slices.Clone(s.LeaseIDs)
+	f.sessions[s.ID] = &ns
+	f.sessOpen--
+	if hi := f.holders[s.Holder]; hi != nil {
+		delete(hi.sessions, s.ID)
+	}
+	o := endOpts{state: StateReleased, reason: ReasonSessionEnded, wallMS: wallMS, session: true}
+	if state == SessionExpired {
+		o.state, o.delay = StateExpired, true
+	}
+	for _, id := range ns.LeaseIDs {
+		if l := f.leases[id]; l != nil && l.State == StateActive {
+			f.end(l, o)
+		}
+	}
+	f.dropHolder(s.Holder)
+	f.prune = append(f.prune, pruneItem{tick: f.tick, kind: kindSession, id: s.ID})
+	f.emit(Event{Type: EventSessionEnded, WallMS: wallMS, Session: &ns, Reason: reason})
+	return &ns
+}

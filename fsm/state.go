@@ -1,0 +1,149 @@
+package fsm
+
+// GraceTicks is how many ticks past its nominal end a lease or session is
+// actually expired. A grant applied just before a tick boundary and a tick
+// whose proposal waited for the previous one to apply each cost up to one
+// tick of real time; two ticks of grace make "never before TTL of real time
+// since the request was sent" hold (DESIGN.md derives it).
+const GraceTicks = 2
+
+// State of a lease.
+type State string
+
+// Lease states. Terminal states are final.
+const (
+	StateActive   State = "active"
+	StateReleased State = "released"
+	StateExpired  State = "expired"
+	StateRevoked  State = "revoked"
+)
+
+// Session states. Terminal states are final.
+const (
+	SessionActive  State = "active"
+	SessionEnded   State = "ended"
+	SessionExpired State = "expired"
+)
+
+// End reasons set by the state machine itself.
+const (
+	ReasonExpired        = "expired"
+	ReasonSessionEnded   = "session_ended"
+	ReasonHolderReleased = "holder_released"
+	ReasonRevoked        = "revoked"
+	ReasonReleased       = "released"
+)
+
+// Lease is one lease record. Records are copy-on-write: a *Lease handed out
+// by the state machine (in a result, an event or a query) is never modified
+// afterwards, so it may be read without locks.
+type Lease struct {
+	ID        string `json:"id"`
+	Key       string `json:"key"`
+	Holder    string `json:"holder"`
+	Limit     uint32 `json:"limit"`
+	SessionID string `json:"session_id,omitempty"`
+	State     State  `json:"state"`
+	Fence     uint64 `json:"fence"`
+	TokenHash Hash   `json:"token_hash"`
+	TTLMS     int64  `json:"ttl_ms,omitempty"`
+	TTLTicks  uint64 `json:"ttl_ticks,omitempty"`
+	// ExpiresTick is the nominal end of a standalone lease (acquire or last
+	// renewal tick + TTLTicks); it expires when the tick reaches
+	// ExpiresTick+GraceTicks. Bound leases follow their session instead.
+	ExpiresTick    uint64            `json:"expires_tick,omitempty"`
+	AcquiredTick   uint64            `json:"acquired_tick"`
+	AcquiredWallMS int64             `json:"acquired_wall_ms"`
+	RenewedWallMS  int64             `json:"renewed_wall_ms,omitempty"`
+	EndedTick      uint64            `json:"ended_tick,omitempty"`
+	EndedWallMS    int64             `json:"ended_wall_ms,omitempty"`
+	RenewalCount   uint32            `json:"renewal_count,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	EndReason      string            `json:"end_reason,omitempty"`
+	LockDelayTicks uint64            `json:"lock_delay_ticks,omitempty"`
+	IdemHash       Hash              `json:"idem_hash,omitzero"`
+	SealedToken    []byte            `json:"sealed_token,omitempty"`
+	Fingerprint    Hash              `json:"fingerprint,omitzero"`
+}
+
+// Terminal reports whether the lease has ended.
+func (l *Lease) Terminal() bool { return l.State != StateActive }
+
+// Session is one session record, copy-on-write like Lease.
+type Session struct {
+	ID             string            `json:"id"`
+	Holder         string            `json:"holder"`
+	State          State             `json:"state"`
+	TokenHash      Hash              `json:"token_hash"`
+	TTLMS          int64             `json:"ttl_ms"`
+	TTLTicks       uint64            `json:"ttl_ticks"`
+	ExpiresTick    uint64            `json:"expires_tick"`
+	CreatedWallMS  int64             `json:"created_wall_ms"`
+	LastHeartbeat  int64             `json:"last_heartbeat_wall_ms,omitempty"`
+	HeartbeatCount uint64            `json:"heartbeat_count,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	// LeaseIDs are the ids of the leases bound to the session (active ones
+	// while the session is active; all that were bound once it ended).
+	LeaseIDs    []string `json:"lease_ids,omitempty"`
+	EndedTick   uint64   `json:"ended_tick,omitempty"`
+	EndedWallMS int64    `json:"ended_wall_ms,omitempty"`
+	EndReason   string   `json:"end_reason,omitempty"`
+}
+
+// EventType names a change in the event stream.
+type EventType string
+
+// Event types of the contract.
+const (
+	EventAcquired         EventType = "acquired"
+	EventRenewed          EventType = "renewed"
+	EventReleased         EventType = "released"
+	EventExpired          EventType = "expired"
+	EventRevoked          EventType = "revoked"
+	EventSessionCreated   EventType = "session_created"
+	EventSessionHeartbeat EventType = "session_heartbeat"
+	EventSessionEnded     EventType = "session_ended"
+	EventLockDelayEnded   EventType = "lock_delay_ended"
+)
+
+// Event is one change. (Index, Seq) identifies it identically on every
+// replica: Seq counts events within the entry at Index, from 0.
+type Event struct {
+	Index    uint64
+	Seq      uint32
+	Type     EventType
+	Tick     uint64
+	WallMS   int64
+	Key      string
+	Lease    *Lease
+	Session  *Session
+	Reason   string
+	Previous string // on acquired: the lease that last held the slot and ended involuntarily
+}
+
+// Result is the outcome of one command. Err is a business failure (nothing
+// changed); otherwise the fields the command calls for are set.
+type Result struct {
+	Err      *Error
+	Lease    *Lease
+	Session  *Session
+	Replayed bool // an idempotent acquire matched an earlier one
+	Queued   bool // an acquire is waiting for a slot (wait_ms)
+	Items    []ItemResult
+	Count    int // ReleaseHolder: how many leases and sessions ended
+}
+
+// ItemResult is the outcome for one lease of a bulk heartbeat.
+type ItemResult struct {
+	LeaseID string
+	Lease   *Lease
+	Err     *Error
+}
+
+// Notice tells the proposer of a queued acquire how its wait ended: granted
+// (Lease set) or not (Err set).
+type Notice struct {
+	LeaseID string
+	Lease   *Lease
+	Err     *Error
+}

@@ -1,0 +1,117 @@
+package fsm
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
+
+// applyTick advances the clock by one tick and does everything that falls
+// due: expiries (in deadline order; within one tick, by kind then id, so that
+// a replica restored from a snapshot processes them in the same order), wait
+// timeouts, lock-delay ends, then pruning of terminal records.
+func (f *FSM) applyTick(c *Tick) {
+	if c.Tick != f.tick+1 {
+		return // a duplicate or stale tick: time never moves by more than one
+	}
+	f.tick = c.Tick
+	f.wallMS = c.WallMS
+	if f.periodMS == 0 {
+		f.periodMS = c.PeriodMS
+	}
+	due := f.buckets[f.tick]
+	delete(f.buckets, f.tick)
+	slices.SortFunc(due, func(a, b timer) int {
+		return cmp.Or(cmp.Compare(a.kind, b.kind), strings.Compare(a.id, b.id))
+	})
+	for i, t := range due {
+		if i > 0 && t == due[i-1] {
+			continue
+		}
+		switch t.kind {
+		case kindLease:
+			l := f.leases[t.id]
+			if l != nil && l.State == StateActive && l.SessionID == "" && l.ExpiresTick+GraceTicks <= f.tick {
+				f.end(l, endOpts{state: StateExpired, reason: ReasonExpired, wallMS: c.WallMS, delay: true})
+			}
+		case kindSession:
+			s := f.sessions[t.id]
+			if s != nil && s.State == SessionActive && s.ExpiresTick+GraceTicks <= f.tick {
+				f.endSession(s, SessionExpired, ReasonExpired, c.WallMS)
+			}
+		case kindWait:
+			key, id, _ := strings.Cut(t.id, "\x00")
+			f.waitTimeout(key, id)
+		case kindDelay:
+			f.delayEnd(t.id, c.WallMS)
+		}
+	}
+	if c.RetainTicks > 0 {
+		f.pruneBefore(c.RetainTicks)
+	}
+}
+
+func (f *FSM) waitTimeout(key, id string) {
+	ks := f.keys[key]
+	i := f.findWaiter(key, id)
+	if i < 0 || ks.waiters[i].Deadline > f.tick {
+		return
+	}
+	w := ks.waiters[i]
+	ks.waiters = slices.Delete(slices.Clone(ks.waiters), i, i+1)
+	f.forgetIdem(w.Cmd.IdemHash, id)
+	err := f.busyError(key, ks)
+	f.notices = append(f.notices, Notice{LeaseID: id, Err: err})
+	f.pump(key, ks)
+}
+
+func (f *FSM) delayEnd(key string, wallMS int64) {
+	ks := f.keys[key]
+	if ks == nil {
+		return
+	}
+	var ended []blocked
+	ks.blocked = slices.DeleteFunc(slices.Clone(ks.blocked), func(b blocked) bool {
+		if b.Until <= f.tick {
+			ended = append(ended, b)
+			return true
+		}
+		return false
+	})
+	for _, b := range ended {
+		f.emit(Event{Type: EventLockDelayEnded, WallMS: wallMS, Key: key, Reason: b.LeaseID})
+	}
+	f.pump(key, ks)
+}
+
+// pruneBefore removes terminal leases and sessions that ended at least
+// retain ticks ago. Pruning never touches the fence counter.
+func (f *FSM) pruneBefore(retain uint64) {
+	n := 0
+	for _, p := range f.prune {
+		if p.tick+retain > f.tick {
+			break
+		}
+		n++
+		switch p.kind {
+		case kindLease:
+			l := f.leases[p.id]
+			if l == nil || !l.Terminal() {
+				continue
+			}
+			delete(f.leases, p.id)
+			f.forgetIdem(l.IdemHash, l.ID)
+			if ks := f.keys[l.Key]; ks != nil {
+				ks.stolen = slices.DeleteFunc(ks.stolen, func(id string) bool { return id == l.ID })
+				f.dropKey(l.Key, ks)
+			}
+		case kindSession:
+			if s := f.sessions[p.id]; s != nil && s.State != SessionActive {
+				delete(f.sessions, p.id)
+			}
+		}
+	}
+	if n > 0 {
+		f.prune = f.prune[n:]
+	}
+}
