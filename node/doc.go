@@ -1,0 +1,15 @@
+// Package node assembles one Leasehold server and is the embedded Go API.
+//
+// Open a node from a Config (DefaultConfig gives a single-node cluster),
+// wait for Ready, call the same operations the HTTP API offers, with the
+// same semantics and errors (*Error with a contract code), subscribe to
+// events, and Close it. The HTTP API (package api) is a thin layer on top.
+//
+// Writes are proposed through Raft; concurrent writes are batched into one
+// log entry (group commit). Secret tokens and ids are generated here before
+// proposing; only hashes of secrets enter the log. Reads are linearizable by
+// default: leadership is confirmed and the answer reflects every write
+// committed before the read began. Stale reads answer from local state.
+//
+// All methods are safe for concurrent use.
+package node

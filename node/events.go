@@ -1,0 +1,270 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// hubEvent is an event as applied, with what rendering it needs later.
+type hubEvent struct {
+	fsm.Event
+	endTick uint64
+	ttlMS   int64
+	period  int64
+}
+
+type eventID struct {
+	index uint64
+	seq   uint32
+}
+
+func (a eventID) less(b eventID) bool {
+	return a.index < b.index || a.index == b.index && a.seq < b.seq
+}
+
+func (a eventID) String() string { return fmt.Sprintf("%d-%d", a.index, a.seq) }
+
+// parseEventID reads "<index>-<seq>"; a bare "<index>" means after every
+// event of that index.
+func parseEventID(s string) (eventID, bool) {
+	is, ss, hasSeq := strings.Cut(s, "-")
+	idx, err := strconv.ParseUint(is, 10, 64)
+	if err != nil {
+		return eventID{}, false
+	}
+	if !hasSeq {
+		return eventID{index: idx, seq: ^uint32(0)}, true
+	}
+	seq, err := strconv.ParseUint(ss, 10, 32)
+	if err != nil {
+		return eventID{}, false
+	}
+	return eventID{index: idx, seq: uint32(seq)}, true
+}
+
+// hub keeps the most recent events in a ring and feeds subscribers, each at
+// its own position, so a slow subscriber never blocks Apply.
+type hub struct {
+	mu     sync.Mutex
+	ring   []hubEvent
+	start  uint64  // position of the oldest retained event
+	end    uint64  // position the next event gets
+	floor  eventID // every event up to and including floor is gone
+	notify chan struct{}
+	closed bool
+
+	streams atomic.Int64
+}
+
+func newHub(size int) *hub {
+	return &hub{ring: make([]hubEvent, size), notify: make(chan struct{})}
+}
+
+func (h *hub) publish(evs []hubEvent) {
+	if len(evs) == 0 {
+		return
+	}
+	h.mu.Lock()
+	n := uint64(len(h.ring))
+	for _, e := range evs {
+		if h.end-h.start == n {
+			old := h.ring[h.start%n]
+			h.floor = eventID{old.Index, old.Seq}
+			h.ring[h.start%n] = hubEvent{}
+			h.start++
+		}
+		h.ring[h.end%n] = e
+		h.end++
+	}
+	close(h.notify)
+	h.notify = make(chan struct{})
+	h.mu.Unlock()
+}
+
+// reset forgets all history: state was replaced by a snapshot at index.
+func (h *hub) reset(index uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.ring {
+		h.ring[i] = hubEvent{}
+	}
+	h.start = h.end
+	h.floor = eventID{index: index, seq: ^uint32(0)}
+	close(h.notify)
+	h.notify = make(chan struct{})
+}
+
+func (h *hub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		h.closed = true
+		close(h.notify)
+	}
+}
+
+// position finds where a subscriber resuming after id starts, or reports
+// that history no longer reaches back that far.
+func (h *hub) position(after eventID) (uint64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if after.less(h.floor) {
+		return 0, &Error{Code: CodeEventsCompacted, Message: fmt.Sprintf(
+			"event history no longer reaches back to %s; the oldest resumable point is %s", after, h.floor)}
+	}
+	n := uint64(len(h.ring))
+	lo, hi := h.start, h.end
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		e := h.ring[mid%n]
+		if (eventID{e.Index, e.Seq}).less(after) || (eventID{e.Index, e.Seq}) == after {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
+}
+
+// Subscription delivers events matching a filter, in log order.
+type Subscription struct {
+	ch     chan Event
+	cancel context.CancelFunc
+	err    atomic.Pointer[error]
+	done   chan struct{}
+}
+
+// Events returns the channel of events. It is closed when the subscription
+// ends: Close was called, the node closed, or the subscriber fell so far
+// behind that history was overwritten (Err says which).
+func (s *Subscription) Events() <-chan Event { return s.ch }
+
+// Err reports why the subscription ended, nil while it runs or after Close.
+func (s *Subscription) Err() error {
+	if p := s.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Close ends the subscription and waits for its goroutine.
+func (s *Subscription) Close() {
+	s.cancel()
+	<-s.done
+}
+
+// Subscribe starts a subscription. It fails with EVENTS_COMPACTED when the
+// requested resume point is older than the history this node keeps, and
+// with INVALID_ARGUMENT on a malformed resume id.
+func (n *Node) Subscribe(ctx context.Context, f EventFilter) (*Subscription, error) {
+	h := n.hub
+	var pos uint64
+	switch {
+	case f.After != "":
+		id, ok := parseEventID(f.After)
+		if !ok {
+			return nil, fsm.InvalidField("after", "malformed event id %q (want <index>-<seq>)", f.After)
+		}
+		p, err := h.position(id)
+		if err != nil {
+			return nil, err
+		}
+		pos = p
+	case f.AfterIndex > 0:
+		p, err := h.position(eventID{index: f.AfterIndex, seq: ^uint32(0)})
+		if err != nil {
+			return nil, err
+		}
+		pos = p
+	case f.FromStart:
+		p, err := h.position(eventID{})
+		if err != nil {
+			return nil, err
+		}
+		pos = p
+	default:
+		h.mu.Lock()
+		pos = h.end
+		h.mu.Unlock()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Subscription{ch: make(chan Event, 256), cancel: cancel, done: make(chan struct{})}
+	h.streams.Add(1)
+	go func() {
+		defer h.streams.Add(-1)
+		defer close(s.done)
+		defer close(s.ch)
+		s.run(ctx, h, pos, f)
+	}()
+	return s, nil
+}
+
+func (s *Subscription) fail(err error) { s.err.Store(&err) }
+
+func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, f EventFilter) {
+	batch := make([]hubEvent, 0, 256)
+	for {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			s.fail(&Error{Code: CodeNoLeader, Message: "node is shutting down"})
+			return
+		}
+		if pos < h.start {
+			h.mu.Unlock()
+			s.fail(&Error{Code: CodeEventsCompacted, Message: "subscriber fell behind the event history; resume from the last event id received"})
+			return
+		}
+		n := uint64(len(h.ring))
+		batch = batch[:0]
+		for p := pos; p < h.end && len(batch) < cap(batch); p++ {
+			batch = append(batch, h.ring[p%n])
+		}
+		notify := h.notify
+		h.mu.Unlock()
+		pos += uint64(len(batch))
+		for i := range batch {
+			if !matches(&batch[i], f) {
+				continue
+			}
+			select {
+			case s.ch <- renderEvent(&batch[i]):
+			case <-ctx.Done():
+				return
+			}
+		}
+		if len(batch) == 0 {
+			select {
+			case <-notify:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func matches(e *hubEvent, f EventFilter) bool {
+	if f.Key != "" && e.Key != f.Key {
+		return false
+	}
+	if f.Prefix != "" && !strings.HasPrefix(e.Key, f.Prefix) {
+		return false
+	}
+	if f.Holder != "" {
+		switch {
+		case e.Lease != nil:
+			return e.Lease.Holder == f.Holder
+		case e.Session != nil:
+			return e.Session.Holder == f.Holder
+		default:
+			return false
+		}
+	}
+	return true
+}

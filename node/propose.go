@@ -1,0 +1,128 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/fsm"
+)
+
+type proposal struct {
+	cmd   fsm.Command
+	start time.Time
+	done  chan propResult
+}
+
+type propResult struct {
+	res   fsm.Result
+	index uint64
+	err   error
+}
+
+// propose commits cmd through Raft and returns its result once it has been
+// applied on this node. Errors are *Error: NO_LEADER when the command was
+// certainly not applied, INDETERMINATE when it may have been.
+func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64, error) {
+	p := &proposal{cmd: cmd, start: time.Now(), done: make(chan propResult, 1)}
+	select {
+	case n.propCh <- p:
+	case <-ctx.Done():
+		return fsm.Result{}, 0, ctx.Err()
+	case <-n.closing:
+		return fsm.Result{}, 0, &Error{Code: CodeNoLeader, Message: "node is shutting down"}
+	}
+	select {
+	case r := <-p.done:
+		return r.res, r.index, r.err
+	case <-ctx.Done():
+		return fsm.Result{}, 0, &Error{Code: CodeIndeterminate, Message: "the request was abandoned after it was proposed; it may or may not have been applied"}
+	}
+}
+
+// batcher is group commit: it takes whatever proposals are waiting (up to
+// MaxBatch) into one log entry. At most cap(inflight) entries are in flight;
+// while they are, new proposals queue and the next entry gets them all.
+func (n *Node) batcher() {
+	defer n.wg.Done()
+	batch := make([]*proposal, 0, n.cfg.MaxBatch)
+	for {
+		select {
+		case n.inflight <- struct{}{}:
+		case <-n.closing:
+			return
+		}
+		var first *proposal
+		select {
+		case first = <-n.propCh:
+		case <-n.closing:
+			return
+		}
+		batch = append(batch[:0], first)
+	collect:
+		for len(batch) < n.cfg.MaxBatch {
+			select {
+			case p := <-n.propCh:
+				batch = append(batch, p)
+			default:
+				break collect
+			}
+		}
+		var cmd fsm.Command = batch[0].cmd
+		if len(batch) > 1 {
+			b := &fsm.Batch{Commands: make([]fsm.Command, len(batch))}
+			for i, p := range batch {
+				b.Commands[i] = p.cmd
+			}
+			cmd = b
+		}
+		data, err := fsm.Encode(cmd)
+		if err != nil {
+			for _, p := range batch {
+				p.done <- propResult{err: &Error{Code: CodeInternal, Message: "encode command: " + err.Error()}}
+			}
+			<-n.inflight
+			continue
+		}
+		fut := n.cl.Raft.Apply(data, n.cfg.ApplyTimeout)
+		go n.await(fut, append([]*proposal(nil), batch...))
+	}
+}
+
+func (n *Node) await(fut raft.ApplyFuture, batch []*proposal) {
+	err := fut.Error()
+	<-n.inflight
+	if err != nil {
+		e := raftError(err)
+		for _, p := range batch {
+			p.done <- propResult{err: e}
+		}
+		return
+	}
+	results, _ := fut.Response().([]fsm.Result)
+	now := time.Now()
+	for i, p := range batch {
+		n.stats.observeApply(now.Sub(p.start))
+		if i >= len(results) {
+			p.done <- propResult{err: &Error{Code: CodeInternal, Message: "missing apply result"}}
+			continue
+		}
+		p.done <- propResult{res: results[i], index: fut.Index()}
+	}
+}
+
+// raftError classifies a failed Apply: only ErrNotLeader proves the entry
+// was never appended.
+func raftError(err error) *Error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
+		return &Error{Code: CodeNoLeader, Message: "this node is not the leader"}
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return &Error{Code: CodeIndeterminate, Message: "leadership was lost while the write was in flight; it may or may not have been applied"}
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return &Error{Code: CodeIndeterminate, Message: "timed out waiting to propose the write"}
+	default:
+		return &Error{Code: CodeIndeterminate, Message: "the write may or may not have been applied: " + err.Error()}
+	}
+}

@@ -1,0 +1,138 @@
+package node
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// replica adapts the pure state machine to raft.FSM: it decodes entries,
+// serialises Apply against readers, and hands events to the hub and wait
+// notices to the waiting proposers.
+type replica struct {
+	mu      sync.RWMutex
+	f       *fsm.FSM
+	applied atomic.Uint64 // last applied Raft index, any entry type
+
+	appliedMu   sync.Mutex
+	appliedCond chan struct{} // closed and replaced on every apply
+
+	hub           *hub
+	defaultPeriod int64
+	notices       func([]fsm.Notice)
+	stats         *counters
+}
+
+var (
+	_ raft.FSM         = (*replica)(nil)
+	_ raft.BatchingFSM = (*replica)(nil)
+)
+
+func newReplica(h *hub, stats *counters, notices func([]fsm.Notice)) *replica {
+	return &replica{f: fsm.New(), appliedCond: make(chan struct{}), hub: h, stats: stats, notices: notices}
+}
+
+// Apply implements raft.FSM.
+func (r *replica) Apply(l *raft.Log) any { return r.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch implements raft.BatchingFSM. A committed entry that does not
+// decode means replicas are about to diverge: it panics rather than skip.
+func (r *replica) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	var events []hubEvent
+	var notices []fsm.Notice
+	r.mu.Lock()
+	last := uint64(0)
+	for i, l := range logs {
+		last = l.Index
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		cmd, err := fsm.Decode(l.Data)
+		if err != nil {
+			panic(fmt.Sprintf("leasehold: undecodable committed entry at index %d: %v", l.Index, err))
+		}
+		out[i] = r.f.Apply(l.Index, cmd)
+		for _, e := range r.f.TakeEvents() {
+			events = append(events, r.annotate(e))
+		}
+		notices = append(notices, r.f.TakeNotices()...)
+	}
+	r.mu.Unlock()
+	if last > 0 {
+		r.applied.Store(last)
+	}
+	r.stats.countEvents(events)
+	r.hub.publish(events)
+	if len(notices) > 0 && r.notices != nil {
+		r.notices(notices)
+	}
+	r.appliedMu.Lock()
+	close(r.appliedCond)
+	r.appliedCond = make(chan struct{})
+	r.appliedMu.Unlock()
+	return out
+}
+
+// annotate captures, under the apply lock, what rendering the event later
+// needs from the state (a bound lease's end comes from its session).
+func (r *replica) annotate(e fsm.Event) hubEvent {
+	he := hubEvent{Event: e, period: r.period()}
+	if e.Lease != nil {
+		he.endTick = e.Lease.ExpiresTick
+		he.ttlMS = e.Lease.TTLMS
+		if e.Lease.SessionID != "" {
+			if s := r.f.Session(e.Lease.SessionID); s != nil {
+				he.endTick, he.ttlMS = s.ExpiresTick, s.TTLMS
+			}
+		}
+	}
+	return he
+}
+
+// waitApplied returns a channel closed at the next apply, and the applied
+// index as of now.
+func (r *replica) waitApplied() (<-chan struct{}, uint64) {
+	r.appliedMu.Lock()
+	defer r.appliedMu.Unlock()
+	return r.appliedCond, r.applied.Load()
+}
+
+// Snapshot implements raft.FSM. Capturing is cheap; encoding happens in
+// Persist while Apply goes on.
+func (r *replica) Snapshot() (raft.FSMSnapshot, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return &fsmSnapshot{s: r.f.Snapshot()}, nil
+}
+
+// Restore implements raft.FSM: it discards all state and replaces it.
+func (r *replica) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	f := fsm.New()
+	if err := f.Restore(rc); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.f = f
+	r.mu.Unlock()
+	r.applied.Store(f.Index())
+	r.hub.reset(f.Index())
+	return nil
+}
+
+type fsmSnapshot struct{ s *fsm.Snapshot }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.s.WriteTo(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}

@@ -1,0 +1,102 @@
+package node
+
+import (
+	"time"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+func wallTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+func optTime(ms int64) *time.Time {
+	if ms == 0 {
+		return nil
+	}
+	t := wallTime(ms)
+	return &t
+}
+
+// remaining converts the ticks left before end into milliseconds.
+func remaining(end, tick uint64, period int64) int64 {
+	if end <= tick {
+		return 0
+	}
+	return int64(end-tick) * period
+}
+
+// leaseView renders a record. endTick and ttlMS are the lease's own for a
+// standalone lease and its session's for a bound one; now is the moment
+// the countdown is displayed from.
+func leaseView(l *fsm.Lease, endTick uint64, ttlMS int64, tick uint64, period int64, now time.Time) *Lease {
+	v := &Lease{
+		LeaseID: l.ID, Key: l.Key, Holder: l.Holder, Limit: l.Limit, SessionID: l.SessionID,
+		State: string(l.State), FencingToken: l.Fence, TTLMS: ttlMS,
+		AcquiredAt: wallTime(l.AcquiredWallMS), LastRenewedAt: optTime(l.RenewedWallMS),
+		EndedAt: optTime(l.EndedWallMS), HeartbeatIntervalMS: ttlMS / 3,
+		RenewalCount: l.RenewalCount, Metadata: l.Metadata, EndReason: l.EndReason,
+	}
+	if l.State == fsm.StateActive {
+		v.RemainingMS = remaining(endTick, tick, period)
+		v.ExpiresAt = now.Add(time.Duration(v.RemainingMS) * time.Millisecond).UTC().Truncate(time.Millisecond)
+	} else if v.EndedAt != nil {
+		v.ExpiresAt = *v.EndedAt
+	}
+	return v
+}
+
+func sessionView(s *fsm.Session, tick uint64, period int64, now time.Time) *Session {
+	v := &Session{
+		SessionID: s.ID, Holder: s.Holder, State: string(s.State), TTLMS: s.TTLMS,
+		HeartbeatIntervalMS: s.TTLMS / 3, LastHeartbeat: optTime(s.LastHeartbeat),
+		HeartbeatCount: s.HeartbeatCount, CreatedAt: wallTime(s.CreatedWallMS),
+		EndedAt: optTime(s.EndedWallMS), EndReason: s.EndReason, Metadata: s.Metadata,
+		LeaseIDs: s.LeaseIDs,
+	}
+	if v.LeaseIDs == nil {
+		v.LeaseIDs = []string{}
+	}
+	if s.State == fsm.SessionActive {
+		v.RemainingMS = remaining(s.ExpiresTick, tick, period)
+		v.ExpiresAt = now.Add(time.Duration(v.RemainingMS) * time.Millisecond).UTC().Truncate(time.Millisecond)
+	} else if v.EndedAt != nil {
+		v.ExpiresAt = *v.EndedAt
+	}
+	return v
+}
+
+// renderEvent turns an applied event into the contract's event object; its
+// countdowns are as of the event's own tick.
+func renderEvent(e *hubEvent) Event {
+	at := wallTime(e.WallMS)
+	ev := Event{
+		ID: eventID{e.Index, e.Seq}.String(), Index: e.Index, Type: string(e.Type), Tick: e.Tick,
+		Time: at, Key: e.Key, Reason: e.Reason, Previous: e.Previous,
+	}
+	if e.Lease != nil {
+		ev.Lease = leaseView(e.Lease, e.endTick, e.ttlMS, e.Tick, e.period, at)
+	}
+	if e.Session != nil {
+		ev.Session = sessionView(e.Session, e.Tick, e.period, at)
+	}
+	return ev
+}
+
+// view renders a lease against the current state; the caller holds r.mu.
+func (r *replica) view(l *fsm.Lease, now time.Time) *Lease {
+	end, ttl := l.ExpiresTick, l.TTLMS
+	if l.SessionID != "" {
+		if s := r.f.Session(l.SessionID); s != nil {
+			end, ttl = s.ExpiresTick, s.TTLMS
+		}
+	}
+	return leaseView(l, end, ttl, r.f.Tick(), r.period(), now)
+}
+
+// period is the cluster's tick period, or this node's configured one before
+// the first tick has fixed it.
+func (r *replica) period() int64 {
+	if p := r.f.PeriodMS(); p > 0 {
+		return p
+	}
+	return r.defaultPeriod
+}
