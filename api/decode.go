@@ -1,0 +1,181 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+// DefaultMaxBodyBytes is the request body limit of the contract.
+const DefaultMaxBodyBytes = 64 << 10
+
+// errNoBody is returned by decodeBody for an empty body where one is optional.
+var errNoBody = errors.New("no body")
+
+// decodeBody decodes the request body into v strictly: at most s.maxBody
+// bytes, one JSON value, no unknown fields, nothing after it. An empty body
+// is errNoBody when optional and INVALID_ARGUMENT otherwise. Every failure is
+// a *node.Error (400 or 413).
+func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	body := http.MaxBytesReader(w, r.Body, s.maxBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			if optional {
+				return errNoBody
+			}
+			return &node.Error{Code: node.CodeInvalidArgument, Message: "a JSON request body is required"}
+		}
+		return decodeError(err)
+	}
+	var extra json.RawMessage
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err == nil:
+		return &node.Error{Code: node.CodeInvalidArgument, Message: "malformed JSON: data after the request object"}
+	default:
+		if e := decodeError(err); e.Code == node.CodePayloadTooLarge {
+			return e
+		}
+		return &node.Error{Code: node.CodeInvalidArgument, Message: "malformed JSON: data after the request object"}
+	}
+}
+
+// decodeError describes a json.Decoder failure as a contract error, naming
+// the offending field where the decoder knows it.
+func decodeError(err error) *node.Error {
+	var (
+		tooLarge  *http.MaxBytesError
+		syntax    *json.SyntaxError
+		typeError *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &tooLarge):
+		return payloadTooLarge(tooLarge.Limit)
+	case errors.As(err, &syntax):
+		return &node.Error{Code: node.CodeInvalidArgument,
+			Message: fmt.Sprintf("malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &node.Error{Code: node.CodeInvalidArgument, Message: "malformed JSON: unexpected end of body"}
+	case errors.As(err, &typeError):
+		if typeError.Field == "" {
+			return &node.Error{Code: node.CodeInvalidArgument,
+				Message: "the request body must be a JSON object"}
+		}
+		return &node.Error{Code: node.CodeInvalidArgument, Field: typeError.Field,
+			Message: fmt.Sprintf("%s: expected %s, got JSON %s", typeError.Field, describeType(typeError), typeError.Value)}
+	}
+	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
+	if _, rest, ok := strings.Cut(err.Error(), `unknown field "`); ok {
+		name, _, _ := strings.Cut(rest, `"`)
+		return &node.Error{Code: node.CodeInvalidArgument, Field: name,
+			Message: fmt.Sprintf("unknown field %q", name)}
+	}
+	return &node.Error{Code: node.CodeInvalidArgument, Message: "malformed JSON request body"}
+}
+
+func describeType(e *json.UnmarshalTypeError) string {
+	if e.Type == nil {
+		return "another type"
+	}
+	switch e.Type.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return e.Type.String()
+}
+
+// query reads the URL query once per request.
+type query struct {
+	values url.Values
+	err    *node.Error
+}
+
+func newQuery(r *http.Request) *query {
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	q := &query{values: v}
+	if err != nil {
+		q.err = &node.Error{Code: node.CodeInvalidArgument, Message: "malformed query string"}
+	}
+	return q
+}
+
+func (q *query) str(name string) string { return q.values.Get(name) }
+
+// boolean parses a flag; present without a value ("?stale") means true.
+func (q *query) boolean(name string) bool {
+	vs, ok := q.values[name]
+	if !ok || q.err != nil {
+		return false
+	}
+	if vs[0] == "" {
+		return true
+	}
+	b, err := strconv.ParseBool(vs[0])
+	if err != nil {
+		q.err = &node.Error{Code: node.CodeInvalidArgument, Field: name,
+			Message: fmt.Sprintf("%s must be true or false", name)}
+	}
+	return b
+}
+
+// integer parses a non-negative integer; absent means 0.
+func (q *query) integer(name string) uint64 {
+	v := q.values.Get(name)
+	if v == "" || q.err != nil {
+		return 0
+	}
+	n, err := strconv.ParseUint(v, 10, 63)
+	if err != nil {
+		q.err = &node.Error{Code: node.CodeInvalidArgument, Field: name,
+			Message: fmt.Sprintf("%s must be a non-negative integer", name)}
+	}
+	return n
+}
+
+// stale is the ?stale=true flag of reads.
+func (q *query) stale() bool { return q.boolean("stale") }
+
+// limit is the page size of listings.
+func (q *query) limit() int {
+	n := q.integer("limit")
+	if n > 1<<31 {
+		n = 1 << 31
+	}
+	return int(n)
+}
+
+// check returns the first parse error, as an error (nil when none).
+func (q *query) check() error {
+	if q.err != nil {
+		return q.err
+	}
+	return nil
+}
+
+func formatBytes(n int64) string {
+	if n >= 1<<10 && n%(1<<10) == 0 {
+		return strconv.FormatInt(n>>10, 10) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}

@@ -1,0 +1,130 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+// codeMethodNotAllowed answers a known path with a method it does not serve.
+// It is the API's own code: no layer below produces it.
+const codeMethodNotAllowed node.Code = "METHOD_NOT_ALLOWED"
+
+// codeUnavailable is fsm.CodeUnavailable, which node does not re-export.
+const codeUnavailable node.Code = "UNAVAILABLE"
+
+// retryAfterSeconds is the Retry-After sent with 503 answers: leader
+// elections on a healthy network settle well within it.
+const retryAfterSeconds = "1"
+
+// statusFor maps a contract error code to its HTTP status. Codes it does not
+// know are 500.
+func statusFor(code node.Code) int {
+	switch code {
+	case node.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case node.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case node.CodePermissionDenied, node.CodeLeaseTokenInvalid:
+		return http.StatusForbidden
+	case node.CodeLeaseNotFound, node.CodeSessionNotFound, node.CodeNotFound:
+		return http.StatusNotFound
+	case codeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case node.CodeLeaseHeld, node.CodeLimitMismatch, node.CodeLockDelay,
+		node.CodeLeaseExpired, node.CodeLeaseReleased, node.CodeLeaseRevoked,
+		node.CodeSessionEnded, node.CodeIdempotencyConflict, node.CodeControlLocked:
+		return http.StatusConflict
+	case node.CodeEventsCompacted:
+		return http.StatusGone
+	case node.CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case node.CodeLeaseRequired:
+		return http.StatusPreconditionRequired
+	case node.CodeNoLeader, codeUnavailable:
+		return http.StatusServiceUnavailable
+	case node.CodeIndeterminate:
+		return http.StatusGatewayTimeout
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// errorBody is the JSON shape of every error answer.
+type errorBody struct {
+	Error *node.Error `json:"error"`
+}
+
+// toAPIError turns any error into the *node.Error to send and its status.
+// Only *node.Error values with a known code pass through; everything else is
+// a generic INTERNAL (or INDETERMINATE for a context error, since a write cut
+// short that way may or may not have been applied). The second result
+// reports whether err was unexpected and worth logging.
+func toAPIError(err error) (*node.Error, int, bool) {
+	var ne *node.Error
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &ne) && ne != nil:
+		status := statusFor(ne.Code)
+		if status == http.StatusInternalServerError {
+			return internalError(), status, true
+		}
+		return ne, status, false
+	case errors.As(err, &tooLarge):
+		return payloadTooLarge(tooLarge.Limit), http.StatusRequestEntityTooLarge, false
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &node.Error{
+			Code:    node.CodeIndeterminate,
+			Message: "the request was cut short; a write may or may not have been applied",
+		}, http.StatusGatewayTimeout, false
+	default:
+		return internalError(), http.StatusInternalServerError, true
+	}
+}
+
+func internalError() *node.Error {
+	return &node.Error{Code: node.CodeInternal, Message: "internal error"}
+}
+
+// writeError answers with err. Unexpected errors are logged with the route
+// (never with the request body or headers) and answered generically.
+func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	e, status, unexpected := toAPIError(err)
+	if unexpected {
+		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
+			slog.String("method", r.Method), slog.String("route", routeOf(w)),
+			slog.Any("error", err))
+	}
+	writeErrorBody(w, status, e)
+}
+
+// writeErrorBody writes e with status; 503 answers carry Retry-After.
+func writeErrorBody(w http.ResponseWriter, status int, e *node.Error) {
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", retryAfterSeconds)
+	}
+	writeJSON(w, status, errorBody{Error: e})
+}
+
+// writeJSON answers with v encoded as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only a programming error (an unencodable type) gets here.
+		b = []byte(`{"error":{"code":"INTERNAL","message":"internal error"}}`)
+		status = http.StatusInternalServerError
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func payloadTooLarge(limit int64) *node.Error {
+	return &node.Error{Code: node.CodePayloadTooLarge, Message: "request body exceeds " + formatBytes(limit)}
+}

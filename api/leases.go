@@ -1,0 +1,250 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+
+	"github.com/julienschmidt/httprouter"
+	"github.com/leasehold/leasehold/node"
+)
+
+// acquireBody is the body of POST /v1/leases.
+type acquireBody struct {
+	Key            string            `json:"key"`
+	Holder         string            `json:"holder"`
+	TTLMS          int64             `json:"ttl_ms"`
+	SessionID      string            `json:"session_id"`
+	Limit          uint32            `json:"limit"`
+	Metadata       map[string]string `json:"metadata"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	WaitMS         int64             `json:"wait_ms"`
+	LockDelayMS    int64             `json:"lock_delay_ms"`
+}
+
+// acquire handles POST /v1/leases: 201 with the granted lease and its token,
+// 200 with the same lease on an idempotent replay.
+func (s *server) acquire(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	var b acquireBody
+	if err := s.decodeBody(w, r, &b, false); err != nil {
+		return err
+	}
+	lease, replayed, err := s.n.Acquire(r.Context(), node.AcquireRequest{
+		Key:            b.Key,
+		Holder:         b.Holder,
+		TTLMS:          b.TTLMS,
+		SessionID:      b.SessionID,
+		SessionToken:   r.Header.Get(headerSessionToken),
+		Limit:          b.Limit,
+		Metadata:       b.Metadata,
+		IdempotencyKey: b.IdempotencyKey,
+		WaitMS:         b.WaitMS,
+		LockDelayMS:    b.LockDelayMS,
+	})
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if replayed {
+		status = http.StatusOK
+	}
+	w.Header().Set("Location", "/v1/leases/"+url.PathEscape(lease.LeaseID))
+	writeJSON(w, status, lease)
+	return nil
+}
+
+// getLease handles GET /v1/leases/:id[?stale=true].
+func (s *server) getLease(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	q := newQuery(r)
+	stale := q.stale()
+	if err := q.check(); err != nil {
+		return err
+	}
+	lease, err := s.n.GetLease(r.Context(), ps.ByName("id"), stale)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, lease)
+	return nil
+}
+
+// listLeases handles GET /v1/leases with the filters key, prefix, holder,
+// session_id, state, the page size limit and the cursor after.
+func (s *server) listLeases(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	q := newQuery(r)
+	req := node.ListRequest{
+		Key:       q.str("key"),
+		Prefix:    q.str("prefix"),
+		Holder:    q.str("holder"),
+		SessionID: q.str("session_id"),
+		State:     q.str("state"),
+		After:     q.str("after"),
+		Limit:     q.limit(),
+	}
+	stale := q.stale()
+	if err := q.check(); err != nil {
+		return err
+	}
+	list, err := s.n.ListLeases(r.Context(), req, stale)
+	if err != nil {
+		return err
+	}
+	out := *list
+	if out.Leases == nil {
+		out.Leases = []*node.Lease{}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// renewBody is the optional body of POST /v1/leases/:id/renew.
+type renewBody struct {
+	TTLMS int64 `json:"ttl_ms"`
+}
+
+// renew handles POST /v1/leases/:id/renew: header X-Lease-Token, optional
+// body {"ttl_ms"} (absent: keep the lease's TTL).
+func (s *server) renew(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	token := r.Header.Get(headerLeaseToken)
+	if token == "" {
+		return missingHeader(headerLeaseToken, "")
+	}
+	var b renewBody
+	if err := s.decodeBody(w, r, &b, true); err != nil && !errors.Is(err, errNoBody) {
+		return err
+	}
+	lease, err := s.n.Renew(r.Context(), ps.ByName("id"), token, b.TTLMS)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, lease)
+	return nil
+}
+
+// reasonBody is the optional body of release, revoke and holder release.
+type reasonBody struct {
+	Reason string `json:"reason"`
+}
+
+// reason reads the optional {"reason"} body, falling back to ?reason=.
+func (s *server) reason(w http.ResponseWriter, r *http.Request) (string, error) {
+	var b reasonBody
+	if err := s.decodeBody(w, r, &b, true); err != nil && !errors.Is(err, errNoBody) {
+		return "", err
+	}
+	if b.Reason != "" {
+		return b.Reason, nil
+	}
+	q := newQuery(r)
+	return q.str("reason"), q.check()
+}
+
+// release handles DELETE /v1/leases/:id: header X-Lease-Token (or
+// X-Session-Token for a lease bound to a session), optional reason.
+func (s *server) release(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	token, sessionToken := r.Header.Get(headerLeaseToken), r.Header.Get(headerSessionToken)
+	if token == "" && sessionToken == "" {
+		return missingHeader(headerLeaseToken, " (or "+headerSessionToken+" for a lease bound to a session)")
+	}
+	reason, err := s.reason(w, r)
+	if err != nil {
+		return err
+	}
+	lease, err := s.n.Release(r.Context(), node.ReleaseRequest{
+		LeaseID:      ps.ByName("id"),
+		Token:        token,
+		SessionToken: sessionToken,
+		Reason:       reason,
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, lease)
+	return nil
+}
+
+// revoke handles POST /v1/leases/:id/revoke (admin): optional reason.
+func (s *server) revoke(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	reason, err := s.reason(w, r)
+	if err != nil {
+		return err
+	}
+	lease, err := s.n.Revoke(r.Context(), ps.ByName("id"), reason)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, lease)
+	return nil
+}
+
+// heartbeatBody is the body of POST /v1/heartbeat.
+type heartbeatBody struct {
+	Leases []heartbeatItem `json:"leases"`
+}
+
+type heartbeatItem struct {
+	LeaseID string `json:"lease_id"`
+	Token   string `json:"token"`
+}
+
+// heartbeatAnswer is the answer of POST /v1/heartbeat: one result per item,
+// in request order.
+type heartbeatAnswer struct {
+	Results []node.HeartbeatResult `json:"results"`
+}
+
+// heartbeat handles POST /v1/heartbeat: 200 with per-item results even when
+// some items failed.
+func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	var b heartbeatBody
+	if err := s.decodeBody(w, r, &b, false); err != nil {
+		return err
+	}
+	items := make([]node.HeartbeatItem, len(b.Leases))
+	for i, it := range b.Leases {
+		items[i] = node.HeartbeatItem{LeaseID: it.LeaseID, Token: it.Token}
+	}
+	results, err := s.n.Heartbeat(r.Context(), items)
+	if err != nil {
+		return err
+	}
+	if results == nil {
+		results = []node.HeartbeatResult{}
+	}
+	writeJSON(w, http.StatusOK, heartbeatAnswer{Results: results})
+	return nil
+}
+
+// validateBody is the body of POST /v1/validate.
+type validateBody struct {
+	Key          string `json:"key"`
+	FencingToken uint64 `json:"fencing_token"`
+	LeaseID      string `json:"lease_id"`
+	Token        string `json:"token"`
+}
+
+// validate handles POST /v1/validate: {"key", "fencing_token"} or
+// {"lease_id", "token"} -> {"valid", "reason", "current"}.
+func (s *server) validate(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	var b validateBody
+	if err := s.decodeBody(w, r, &b, false); err != nil {
+		return err
+	}
+	res, err := s.n.Validate(r.Context(), node.ValidateRequest{
+		Key:          b.Key,
+		FencingToken: b.FencingToken,
+		LeaseID:      b.LeaseID,
+		Token:        b.Token,
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// missingHeader is the 400 for a required token header that is absent.
+func missingHeader(name, alt string) *node.Error {
+	return &node.Error{Code: node.CodeInvalidArgument, Field: name,
+		Message: "header " + name + alt + " is required"}
+}

@@ -1,0 +1,64 @@
+package api
+
+import (
+	"context"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+// Node is what the HTTP API needs from an embedded node. *node.Node provides
+// every method but Subscribe, whose result it returns as a concrete type; see
+// Subscription. Errors should be *node.Error values (possibly wrapped); any
+// other error is answered as 500 INTERNAL, except context errors, which are
+// answered as 504 INDETERMINATE.
+type Node interface {
+	// Acquire grants a lease (replayed reports an idempotent replay). The
+	// returned lease carries its secret Token.
+	Acquire(ctx context.Context, req node.AcquireRequest) (lease *node.Lease, replayed bool, err error)
+	GetLease(ctx context.Context, id string, stale bool) (*node.Lease, error)
+	ListLeases(ctx context.Context, req node.ListRequest, stale bool) (*node.LeaseList, error)
+	// Renew renews a standalone lease; ttlMS 0 keeps its TTL.
+	Renew(ctx context.Context, id, token string, ttlMS int64) (*node.Lease, error)
+	Release(ctx context.Context, req node.ReleaseRequest) (*node.Lease, error)
+	Revoke(ctx context.Context, id, reason string) (*node.Lease, error)
+	Heartbeat(ctx context.Context, items []node.HeartbeatItem) ([]node.HeartbeatResult, error)
+
+	CreateSession(ctx context.Context, req node.SessionRequest) (*node.Session, error)
+	GetSession(ctx context.Context, id string, stale bool) (*node.Session, error)
+	ListSessions(ctx context.Context, holder, after string, limit int, stale bool) (*node.SessionList, error)
+	SessionHeartbeat(ctx context.Context, id, token string) (*node.Session, error)
+	// EndSession ends a session; force ends it without its token (admin).
+	EndSession(ctx context.Context, id, token string, force bool) (*node.Session, error)
+	// ReleaseHolder ends every lease and session of holder and reports how
+	// many leases and sessions it ended.
+	ReleaseHolder(ctx context.Context, holder, reason string) (int, error)
+	Validate(ctx context.Context, req node.ValidateRequest) (*node.ValidateResult, error)
+
+	// Subscribe starts an event subscription. An error with code
+	// EVENTS_COMPACTED means the history no longer reaches back to the
+	// requested position.
+	Subscribe(ctx context.Context, filter node.EventFilter) (Subscription, error)
+
+	ClusterStatus(ctx context.Context) (*node.ClusterStatus, error)
+	RemoveMember(ctx context.Context, id string) error
+	// TransferLeadership hands leadership to id, or to any voter if id is "".
+	TransferLeadership(ctx context.Context, id string) error
+
+	// ReadyErr is nil when a leader is known and this node has applied up to
+	// it; otherwise it says why not.
+	ReadyErr() error
+	// AppliedIndex is the node's last applied Raft index.
+	AppliedIndex() uint64
+	// Stats are the counters behind /metrics.
+	Stats() node.Stats
+}
+
+// Subscription is an event subscription as the API consumes it. Events is
+// closed when the subscription ends; Err then says why (nil after Close or
+// when the node shut down cleanly). Close may be called more than once and
+// concurrently with Events being drained.
+type Subscription interface {
+	Events() <-chan node.Event
+	Err() error
+	Close()
+}

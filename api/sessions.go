@@ -1,0 +1,122 @@
+package api
+
+import (
+	"net/http"
+	"net/url"
+
+	"github.com/julienschmidt/httprouter"
+	"github.com/leasehold/leasehold/node"
+)
+
+// sessionBody is the body of POST /v1/sessions.
+type sessionBody struct {
+	Holder   string            `json:"holder"`
+	TTLMS    int64             `json:"ttl_ms"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+// createSession handles POST /v1/sessions: 201 with the session and its
+// token.
+func (s *server) createSession(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	var b sessionBody
+	if err := s.decodeBody(w, r, &b, false); err != nil {
+		return err
+	}
+	sess, err := s.n.CreateSession(r.Context(), node.SessionRequest{
+		Holder:   b.Holder,
+		TTLMS:    b.TTLMS,
+		Metadata: b.Metadata,
+	})
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/sessions/"+url.PathEscape(sess.SessionID))
+	writeJSON(w, http.StatusCreated, sess)
+	return nil
+}
+
+// getSession handles GET /v1/sessions/:id[?stale=true].
+func (s *server) getSession(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	q := newQuery(r)
+	stale := q.stale()
+	if err := q.check(); err != nil {
+		return err
+	}
+	sess, err := s.n.GetSession(r.Context(), ps.ByName("id"), stale)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sess)
+	return nil
+}
+
+// listSessions handles GET /v1/sessions with the filter holder, the page
+// size limit and the cursor after.
+func (s *server) listSessions(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	q := newQuery(r)
+	holder, after, limit, stale := q.str("holder"), q.str("after"), q.limit(), q.stale()
+	if err := q.check(); err != nil {
+		return err
+	}
+	list, err := s.n.ListSessions(r.Context(), holder, after, limit, stale)
+	if err != nil {
+		return err
+	}
+	out := *list
+	if out.Sessions == nil {
+		out.Sessions = []*node.Session{}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// sessionHeartbeat handles POST /v1/sessions/:id/heartbeat (header
+// X-Session-Token).
+func (s *server) sessionHeartbeat(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	token := r.Header.Get(headerSessionToken)
+	if token == "" {
+		return missingHeader(headerSessionToken, "")
+	}
+	sess, err := s.n.SessionHeartbeat(r.Context(), ps.ByName("id"), token)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sess)
+	return nil
+}
+
+// endSession handles DELETE /v1/sessions/:id. With X-Session-Token the
+// holder ends its session; without it an admin forces the end. Either way
+// every lease of the session ends with reason "session_ended".
+func (s *server) endSession(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	token := r.Header.Get(headerSessionToken)
+	sess, err := s.n.EndSession(r.Context(), ps.ByName("id"), token, token == "")
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sess)
+	return nil
+}
+
+// holderReleaseAnswer is the answer of POST /v1/holders/:holder/release.
+type holderReleaseAnswer struct {
+	Holder string `json:"holder"`
+	// Released counts the leases and sessions that were ended.
+	Released int `json:"released"`
+}
+
+// releaseHolder handles POST /v1/holders/:holder/release (admin): ends
+// every lease and session of the holder; optional reason.
+func (s *server) releaseHolder(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	reason, err := s.reason(w, r)
+	if err != nil {
+		return err
+	}
+	holder := ps.ByName("holder")
+	n, err := s.n.ReleaseHolder(r.Context(), holder, reason)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, holderReleaseAnswer{Holder: holder, Released: n})
+	return nil
+}
