@@ -1,0 +1,17 @@
+// Package client is a Go client for Leasehold's HTTP API (contract v1).
+//
+// A Client talks to one or more nodes. Reads, and writes that carry an
+// idempotency key, move on to the next address when a node cannot be
+// reached or answers 503 (no leader); any other write moves on only when the
+// request provably never left this process (the connection was refused), so
+// a write is never sent twice unless the server can tell the copies apart.
+//
+// Request and response bodies use the types of package node, so code that
+// embeds a node and code that talks to one over HTTP read the same. Every
+// error answered by a server is an *APIError wrapping the decoded
+// *node.Error: errors.As(err, &nodeErr) and
+// errors.Is(err, &node.Error{Code: node.CodeLeaseHeld}) both work, and the
+// HTTP status stays available on the *APIError.
+//
+// A Client is safe for concurrent use.
+package client

@@ -1,0 +1,199 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+// Acquire asks for a lease (POST /v1/leases). The returned lease carries its
+// secret Token. req.SessionToken is sent as X-Session-Token for a
+// session-bound lease. With req.IdempotencyKey set the request may be sent
+// to several nodes in turn; without it, only until one may have received it.
+func (c *Client) Acquire(ctx context.Context, req node.AcquireRequest) (*node.Lease, error) {
+	cl := call{
+		method: http.MethodPost,
+		path:   "/v1/leases",
+		body:   req,
+		header: headers("X-Session-Token", req.SessionToken, "Idempotency-Key", req.IdempotencyKey),
+		extra:  time.Duration(req.WaitMS) * time.Millisecond,
+	}
+	if req.IdempotencyKey != "" {
+		cl.retry = retrySafe
+	}
+	var l node.Lease
+	if err := c.do(ctx, cl, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Get reads one lease in any retained state (GET /v1/leases/:id).
+func (c *Client) Get(ctx context.Context, leaseID string) (*node.Lease, error) {
+	var l node.Lease
+	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/leases/" + escape(leaseID), retry: retrySafe, read: true}, &l)
+	if err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// List reads one page of leases (GET /v1/leases). req.Limit is the page
+// size; pass the returned Next as req.After for the next page.
+func (c *Client) List(ctx context.Context, req node.ListRequest) (*node.LeaseList, error) {
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	set("key", req.Key)
+	set("prefix", req.Prefix)
+	set("holder", req.Holder)
+	set("session_id", req.SessionID)
+	set("state", req.State)
+	set("after", req.After)
+	if req.Limit > 0 {
+		q.Set("limit", strconv.Itoa(req.Limit))
+	}
+	var out node.LeaseList
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/leases", query: q, retry: retrySafe, read: true}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Renew renews a standalone lease with its lease token (POST
+// /v1/leases/:id/renew). ttlMS > 0 changes the lease's TTL; 0 keeps it.
+func (c *Client) Renew(ctx context.Context, leaseID, token string, ttlMS int64) (*node.Lease, error) {
+	var body any
+	if ttlMS > 0 {
+		body = struct {
+			TTLMS int64 `json:"ttl_ms"`
+		}{ttlMS}
+	}
+	var l node.Lease
+	err := c.do(ctx, call{
+		method: http.MethodPost,
+		path:   "/v1/leases/" + escape(leaseID) + "/renew",
+		body:   body,
+		header: headers("X-Lease-Token", token),
+	}, &l)
+	if err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Release ends a lease (DELETE /v1/leases/:id) with its lease token or, for
+// a session-bound lease, the session token. It returns the lease as the
+// server reports it after the release (nil if the server sends no body).
+func (c *Client) Release(ctx context.Context, req node.ReleaseRequest) (*node.Lease, error) {
+	var body any
+	if req.Reason != "" {
+		body = reasonBody{req.Reason}
+	}
+	var l *node.Lease
+	err := c.do(ctx, call{
+		method: http.MethodDelete,
+		path:   "/v1/leases/" + escape(req.LeaseID),
+		body:   body,
+		header: headers("X-Lease-Token", req.Token, "X-Session-Token", req.SessionToken),
+	}, &l)
+	return l, err
+}
+
+// Revoke force-ends a lease as an operator (POST /v1/leases/:id/revoke,
+// admin scope).
+func (c *Client) Revoke(ctx context.Context, leaseID, reason string) (*node.Lease, error) {
+	var l *node.Lease
+	err := c.do(ctx, call{
+		method: http.MethodPost,
+		path:   "/v1/leases/" + escape(leaseID) + "/revoke",
+		body:   reasonBody{reason},
+		admin:  true,
+	}, &l)
+	return l, err
+}
+
+type reasonBody struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// Heartbeat renews many standalone leases at once (POST /v1/heartbeat). The
+// error is about the request as a whole; each item's outcome is in its
+// result.
+func (c *Client) Heartbeat(ctx context.Context, items []node.HeartbeatItem) ([]node.HeartbeatResult, error) {
+	if items == nil {
+		items = []node.HeartbeatItem{}
+	}
+	body := struct {
+		Leases []node.HeartbeatItem `json:"leases"`
+	}{items}
+	var raw json.RawMessage
+	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/heartbeat", body: body}, &raw); err != nil {
+		return nil, err
+	}
+	return decodeResults(raw)
+}
+
+// decodeResults accepts {"results": [...]} or a bare array.
+func decodeResults(raw json.RawMessage) ([]node.HeartbeatResult, error) {
+	var res []node.HeartbeatResult
+	if len(raw) == 0 {
+		return nil, errors.New("client: empty heartbeat response")
+	}
+	if raw[0] == '[' {
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return nil, errors.New("client: decode heartbeat response: " + err.Error())
+		}
+		return res, nil
+	}
+	var obj struct {
+		Results []node.HeartbeatResult `json:"results"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, errors.New("client: decode heartbeat response: " + err.Error())
+	}
+	return obj.Results, nil
+}
+
+// Validate asks whether a fencing token (with Key) or a lease token (with
+// LeaseID) is currently valid (POST /v1/validate). It changes nothing, so it
+// is retried on other nodes like a read.
+func (c *Client) Validate(ctx context.Context, req node.ValidateRequest) (*node.ValidateResult, error) {
+	var out node.ValidateResult
+	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/validate", body: req, retry: retrySafe}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ReleaseHolderResult is the answer of POST /v1/holders/:holder/release: the
+// leases and sessions that were ended.
+type ReleaseHolderResult struct {
+	Holder   string          `json:"holder,omitempty"`
+	Leases   []*node.Lease   `json:"leases,omitempty"`
+	Sessions []*node.Session `json:"sessions,omitempty"`
+}
+
+// ReleaseHolder ends every lease and session of a holder (admin scope).
+func (c *Client) ReleaseHolder(ctx context.Context, holder, reason string) (*ReleaseHolderResult, error) {
+	var out ReleaseHolderResult
+	err := c.do(ctx, call{
+		method: http.MethodPost,
+		path:   "/v1/holders/" + escape(holder) + "/release",
+		body:   reasonBody{reason},
+		admin:  true,
+	}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
