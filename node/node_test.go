@@ -1,0 +1,420 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// testConfig is a fast single-node configuration: in-memory unless dir is
+// set, 20ms ticks, TTLs down to 50ms.
+func testConfig(t *testing.T, dir string) Config {
+	cfg := DefaultConfig()
+	cfg.NodeID = "n1"
+	cfg.TickPeriod = 20 * time.Millisecond
+	cfg.MinTTL = 50 * time.Millisecond
+	cfg.ApplyTimeout = 5 * time.Second
+	if dir == "" {
+		cfg.InMemory = true
+		cfg.DataDir = ""
+		cfg.RaftAddr = ""
+	} else {
+		cfg.DataDir = dir
+		cfg.RaftAddr = "127.0.0.1:0"
+	}
+	return cfg
+}
+
+func openNode(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	select {
+	case <-n.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("node not ready within 10s")
+	}
+	// Wait for leadership barrier so linearizable reads work.
+	waitFor(t, 5*time.Second, func() bool { return n.isLeaderReady() })
+	return n
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", d)
+		}
+		<-time.After(2 * time.Millisecond)
+	}
+}
+
+func code(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func TestAcquireReleaseExclusive(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	l, replayed, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "a", TTLMS: 5000})
+	if err != nil || replayed {
+		t.Fatalf("acquire: %v %v", err, replayed)
+	}
+	if l.Token == "" || l.FencingToken == 0 || l.State != "active" || l.RemainingMS < 5000 {
+		t.Fatalf("bad lease %+v", l)
+	}
+	_, _, err = n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "b", TTLMS: 5000})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeLeaseHeld || len(e.Holders) != 1 || e.Holders[0].LeaseID != l.LeaseID {
+		t.Fatalf("second acquire: %v", err)
+	}
+	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: "wrong"}); code(err) != CodeLeaseTokenInvalid {
+		t.Fatalf("release with wrong token: %v", err)
+	}
+	rl, err := n.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token, Reason: "done"})
+	if err != nil || rl.State != "released" || rl.EndReason != "done" {
+		t.Fatalf("release: %v %+v", err, rl)
+	}
+	l2, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "b", TTLMS: 5000})
+	if err != nil || l2.FencingToken <= l.FencingToken {
+		t.Fatalf("reacquire: %v %+v", err, l2)
+	}
+	got, err := n.GetLease(ctx, l.LeaseID, false)
+	if err != nil || got.State != "released" || got.Token != "" {
+		t.Fatalf("get: %v %+v", err, got)
+	}
+}
+
+func TestSemaphoreUnderConcurrency(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	var mu sync.Mutex
+	granted, held := 0, 0
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, err := n.Acquire(ctx, AcquireRequest{Key: "tuner", Holder: fmt.Sprint("w", i), TTLMS: 5000, Limit: 3})
+			mu.Lock()
+			defer mu.Unlock()
+			switch code(err) {
+			case "":
+				granted++
+			case CodeLeaseHeld:
+				held++
+			default:
+				t.Errorf("acquire: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if granted != 3 || held != 37 {
+		t.Fatalf("granted %d held %d, want 3 and 37", granted, held)
+	}
+	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "tuner", Holder: "x", TTLMS: 5000, Limit: 2}); code(err) != CodeLimitMismatch {
+		t.Fatalf("limit mismatch: %v", err)
+	}
+}
+
+func TestExpiryNotEarlyAndWithinTwoTicks(t *testing.T) {
+	cfg := testConfig(t, "")
+	n := openNode(t, cfg)
+	ctx := context.Background()
+	sub, err := n.Subscribe(ctx, EventFilter{Key: "exp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ttl := 200 * time.Millisecond
+	sent := time.Now()
+	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "exp", Holder: "a", TTLMS: ttl.Milliseconds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev := range sub.Events() {
+		if ev.Type != "expired" {
+			continue
+		}
+		took := time.Since(sent)
+		if ev.Lease.LeaseID != l.LeaseID || ev.Lease.State != "expired" {
+			t.Fatalf("bad expired event %+v", ev)
+		}
+		if took < ttl {
+			t.Fatalf("expired after %v, before its TTL %v", took, ttl)
+		}
+		// Two ticks of grace plus generous scheduling slack for -race on 2 cores.
+		if limit := ttl + 2*cfg.TickPeriod + 150*time.Millisecond; took > limit {
+			t.Fatalf("expired after %v, later than %v", took, limit)
+		}
+		if _, err := n.Renew(ctx, l.LeaseID, l.Token, 0); code(err) != CodeLeaseExpired {
+			t.Fatalf("renew after expiry: %v", err)
+		}
+		return
+	}
+	t.Fatalf("subscription ended: %v", sub.Err())
+}
+
+func TestRenewKeepsAlive(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "r", Holder: "a", TTLMS: 150})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(600 * time.Millisecond)
+	count := 0
+	for time.Now().Before(deadline) {
+		rl, err := n.Renew(ctx, l.LeaseID, l.Token, 0)
+		if err != nil {
+			t.Fatalf("renew %d: %v", count, err)
+		}
+		count++
+		if rl.RenewalCount != uint32(count) {
+			t.Fatalf("renewal count %d, want %d", rl.RenewalCount, count)
+		}
+		<-time.After(40 * time.Millisecond)
+	}
+	if _, err := n.Renew(ctx, l.LeaseID, "bad", 0); code(err) != CodeLeaseTokenInvalid {
+		t.Fatalf("renew bad token: %v", err)
+	}
+}
+
+func TestIdempotentAcquire(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	req := AcquireRequest{Key: "svc", Holder: "gw", TTLMS: 5000, IdempotencyKey: "k1", Metadata: map[string]string{"a": "b"}}
+	var wg sync.WaitGroup
+	results := make([]*Lease, 8)
+	errs := make([]error, 8)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], _, errs[i] = n.Acquire(ctx, req)
+		}()
+	}
+	wg.Wait()
+	for i := range results {
+		if errs[i] != nil {
+			t.Fatalf("acquire %d: %v", i, errs[i])
+		}
+		if results[i].LeaseID != results[0].LeaseID || results[i].Token != results[0].Token || results[i].Token == "" {
+			t.Fatalf("replay %d gave %s/%q, want %s/%q", i, results[i].LeaseID, results[i].Token, results[0].LeaseID, results[0].Token)
+		}
+	}
+	req.TTLMS = 6000
+	if _, _, err := n.Acquire(ctx, req); code(err) != CodeIdempotencyConflict {
+		t.Fatalf("different request: %v", err)
+	}
+}
+
+func TestWaitFIFOAndLockDelay(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	first, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "a", TTLMS: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		holder string
+		l      *Lease
+		err    error
+	}
+	out := make(chan res, 3)
+	for _, h := range []string{"b", "c", "d"} {
+		go func() {
+			l, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: h, TTLMS: 5000, WaitMS: 5000})
+			out <- res{h, l, err}
+		}()
+		// Enqueue in a known order: wait until this waiter is registered.
+		waitFor(t, 2*time.Second, func() bool {
+			n.waitMu.Lock()
+			defer n.waitMu.Unlock()
+			return len(n.waiters) >= int(h[0]-'a')
+		})
+	}
+	prev := first
+	for _, want := range []string{"b", "c", "d"} {
+		if _, err := n.Release(ctx, ReleaseRequest{LeaseID: prev.LeaseID, Token: prev.Token}); err != nil {
+			t.Fatal(err)
+		}
+		r := <-out
+		if r.err != nil || r.holder != want || r.l.Holder != want || r.l.Token == "" {
+			t.Fatalf("got %+v, want grant to %s", r, want)
+		}
+		if r.l.FencingToken <= prev.FencingToken {
+			t.Fatalf("fence did not increase")
+		}
+		prev = r.l
+	}
+
+	// Lock-delay: an involuntary end blocks the slot.
+	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "ld", Holder: "a", TTLMS: 5000, LockDelayMS: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Revoke(ctx, l.LeaseID, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = n.Acquire(ctx, AcquireRequest{Key: "ld", Holder: "b", TTLMS: 5000})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeLockDelay || e.RemainingMS <= 0 {
+		t.Fatalf("acquire during lock-delay: %v", err)
+	}
+	waitFor(t, 3*time.Second, func() bool {
+		_, _, err := n.Acquire(ctx, AcquireRequest{Key: "ld", Holder: "b", TTLMS: 5000})
+		return err == nil
+	})
+}
+
+func TestSessionsBindLeases(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	s, err := n.CreateSession(ctx, SessionRequest{Holder: "runner-1", TTLMS: 150, Metadata: map[string]string{"v": "1"}})
+	if err != nil || s.Token == "" {
+		t.Fatalf("create session: %v", err)
+	}
+	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/9", SessionID: s.SessionID, SessionToken: s.Token})
+	if err != nil || l.Holder != "runner-1" || l.SessionID != s.SessionID {
+		t.Fatalf("bound acquire: %v %+v", err, l)
+	}
+	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/8", SessionID: s.SessionID, SessionToken: "nope"}); code(err) != CodeLeaseTokenInvalid {
+		t.Fatalf("bad session token: %v", err)
+	}
+	for range 8 {
+		if _, err := n.SessionHeartbeat(ctx, s.SessionID, s.Token); err != nil {
+			t.Fatalf("heartbeat: %v", err)
+		}
+		<-time.After(40 * time.Millisecond)
+	}
+	if got, _ := n.GetLease(ctx, l.LeaseID, false); got.State != "active" {
+		t.Fatalf("bound lease ended while heartbeating: %+v", got)
+	}
+	waitFor(t, 3*time.Second, func() bool {
+		got, _ := n.GetLease(ctx, l.LeaseID, false)
+		return got.State == "expired"
+	})
+	got, _ := n.GetLease(ctx, l.LeaseID, false)
+	if got.EndReason != "session_ended" {
+		t.Fatalf("end reason %q", got.EndReason)
+	}
+	if _, err := n.SessionHeartbeat(ctx, s.SessionID, s.Token); code(err) != CodeSessionEnded {
+		t.Fatalf("late heartbeat: %v", err)
+	}
+	if n.Stats().LateHeartbeats != 1 || n.Stats().SessionsExpired != 1 {
+		t.Fatalf("stats %+v", n.Stats())
+	}
+}
+
+func TestEventsResume(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	var ids []string
+	sub, _ := n.Subscribe(ctx, EventFilter{Prefix: "ev/"})
+	for i := range 3 {
+		l, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("ev/", i), Holder: "a", TTLMS: 5000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := <-sub.Events()
+		if ev.Type != "acquired" || ev.Lease.LeaseID != l.LeaseID || ev.Lease.Token != "" {
+			t.Fatalf("event %+v", ev)
+		}
+		ids = append(ids, ev.ID)
+	}
+	sub.Close()
+	again, err := n.Subscribe(ctx, EventFilter{Prefix: "ev/", After: ids[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	for _, want := range ids[1:] {
+		if ev := <-again.Events(); ev.ID != want {
+			t.Fatalf("resumed event %s, want %s", ev.ID, want)
+		}
+	}
+	if _, err := n.Subscribe(ctx, EventFilter{After: "x-y"}); code(err) != CodeInvalidArgument {
+		t.Fatalf("bad id: %v", err)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	before := n.AppliedIndex()
+	cases := []AcquireRequest{
+		{Key: "", Holder: "a", TTLMS: 1000},
+		{Key: "k\x01", Holder: "a", TTLMS: 1000},
+		{Key: "k", Holder: "", TTLMS: 1000},
+		{Key: "k", Holder: "a", TTLMS: 1},
+		{Key: "k", Holder: "a", TTLMS: 1000, Limit: fsm.MaxLimit + 1},
+		{Key: "k", Holder: "a", TTLMS: 1000, WaitMS: -1},
+		{Key: "k", Holder: "a", TTLMS: 1000, Metadata: map[string]string{"": "x"}},
+	}
+	for i, c := range cases {
+		if _, _, err := n.Acquire(ctx, c); code(err) != CodeInvalidArgument {
+			t.Errorf("case %d: %v", i, err)
+		}
+	}
+	if _, err := n.GetLease(ctx, "", false); code(err) != CodeLeaseNotFound {
+		t.Errorf("empty id: %v", err)
+	}
+	// Ticks may have advanced the index; no lease may exist.
+	list, err := n.ListLeases(ctx, ListRequest{}, false)
+	if err != nil || len(list.Leases) != 0 {
+		t.Fatalf("leases after bad input: %v %+v (index %d -> %d)", err, list, before, n.AppliedIndex())
+	}
+}
+
+func TestRestartKeepsLeases(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-n.Ready()
+	waitFor(t, 5*time.Second, n.isLeaderReady)
+	ctx := context.Background()
+	kept, _, err := n.Acquire(ctx, AcquireRequest{Key: "durable", Holder: "a", TTLMS: 60000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, _, _ := n.Acquire(ctx, AcquireRequest{Key: "released", Holder: "a", TTLMS: 60000})
+	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: gone.LeaseID, Token: gone.Token}); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	n2 := openNode(t, cfg)
+	got, err := n2.GetLease(ctx, kept.LeaseID, false)
+	if err != nil || got.State != "active" || got.FencingToken != kept.FencingToken {
+		t.Fatalf("after restart: %v %+v", err, got)
+	}
+	if got.RemainingMS > kept.RemainingMS {
+		t.Fatalf("remaining grew across restart: %d > %d", got.RemainingMS, kept.RemainingMS)
+	}
+	if g, _ := n2.GetLease(ctx, gone.LeaseID, false); g == nil || g.State != "released" {
+		t.Fatalf("released lease after restart: %+v", g)
+	}
+	if _, err := n2.Renew(ctx, kept.LeaseID, kept.Token, 0); err != nil {
+		t.Fatalf("renew after restart: %v", err)
+	}
+	l3, _, err := n2.Acquire(ctx, AcquireRequest{Key: "released", Holder: "b", TTLMS: 1000})
+	if err != nil || l3.FencingToken <= gone.FencingToken {
+		t.Fatalf("fence after restart: %v %+v", err, l3)
+	}
+}
