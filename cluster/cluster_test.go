@@ -1,0 +1,95 @@
+package cluster
+
+import (
+	"context"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// countFSM counts applied commands.
+type countFSM struct{ n atomic.Int64 }
+
+func (f *countFSM) Apply(l *raft.Log) any {
+	if l.Type == raft.LogCommand {
+		f.n.Add(1)
+	}
+	return nil
+}
+func (f *countFSM) Snapshot() (raft.FSMSnapshot, error) { return nopSnap{}, nil }
+func (f *countFSM) Restore(rc io.ReadCloser) error      { return rc.Close() }
+
+type nopSnap struct{}
+
+func (nopSnap) Persist(s raft.SnapshotSink) error { return s.Close() }
+func (nopSnap) Release()                          {}
+
+func waitLeader(t *testing.T, c *Cluster) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Raft.State() != raft.Leader {
+		if time.Now().After(deadline) {
+			t.Fatal("no leadership within 10s")
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+}
+
+func TestBootstrapOnceAndLeadershipContext(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{NodeID: "a", Dir: dir, BindAddr: "127.0.0.1:0", Bootstrap: true}
+	f := &countFSM{}
+	c, err := Open(cfg, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan context.Context, 1)
+	c.OnLeadership(func(ctx context.Context) { started <- ctx })
+	waitLeader(t, c)
+	var lctx context.Context
+	select {
+	case lctx = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("leadership handler not called")
+	}
+	if err := c.Raft.Apply([]byte("x"), time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("leadership context not cancelled on close")
+	}
+
+	// Reopen: existing state, so no second bootstrap; the entry is replayed.
+	f2 := &countFSM{}
+	c2, err := Open(cfg, f2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	waitLeader(t, c2)
+	if err := c2.Raft.Barrier(5 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f2.n.Load(); got != 1 {
+		t.Fatalf("replayed %d commands, want 1", got)
+	}
+	conf := c2.Raft.GetConfiguration()
+	if err := conf.Error(); err != nil || len(conf.Configuration().Servers) != 1 {
+		t.Fatalf("configuration %v %v", conf.Configuration(), err)
+	}
+}
+
+func TestUnspecifiedAdvertiseRefused(t *testing.T) {
+	_, err := Open(Config{NodeID: "a", Dir: t.TempDir(), BindAddr: "0.0.0.0:0", Bootstrap: true}, &countFSM{})
+	if err == nil {
+		t.Fatal("binding 0.0.0.0 without an advertise address must fail")
+	}
+}
