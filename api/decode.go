@@ -23,33 +23,34 @@ var errNoBody = errors.New("no body")
 // decodeBody decodes the request body into v strictly: at most s.maxBody
 // bytes, one JSON value, no unknown fields, nothing after it. An empty body
 // is errNoBody when optional and INVALID_ARGUMENT otherwise. Every failure is
-// a *node.Error (400 or 413).
+// a *node.Error (400, or 413 for a body over the limit whatever its content).
 func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
-	body := http.MaxBytesReader(w, r.Body, s.maxBody)
-	dec := json.NewDecoder(body)
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			if optional {
-				return errNoBody
-			}
-			return &node.Error{Code: node.CodeInvalidArgument, Message: "a JSON request body is required"}
+	err := dec.Decode(v)
+	if errors.Is(err, io.EOF) {
+		if optional {
+			return errNoBody
 		}
-		return decodeError(err)
+		return &node.Error{Code: node.CodeInvalidArgument, Message: "a JSON request body is required"}
 	}
-	var extra json.RawMessage
-	switch err := dec.Decode(&extra); {
-	case errors.Is(err, io.EOF):
-		return nil
-	case err == nil:
-		return &node.Error{Code: node.CodeInvalidArgument, Message: "malformed JSON: data after the request object"}
-	default:
-		if e := decodeError(err); e.Code == node.CodePayloadTooLarge {
-			return e
+	if err == nil {
+		var extra json.RawMessage
+		switch err = dec.Decode(&extra); {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err == nil:
+			err = errTrailingData
 		}
-		return &node.Error{Code: node.CodeInvalidArgument, Message: "malformed JSON: data after the request object"}
 	}
+	if r.ContentLength > s.maxBody {
+		// The decoder may have stopped at a syntax error before the limit.
+		return payloadTooLarge(s.maxBody)
+	}
+	return decodeError(err)
 }
+
+var errTrailingData = errors.New("data after the request object")
 
 // decodeError describes a json.Decoder failure as a contract error, naming
 // the offending field where the decoder knows it.
@@ -65,6 +66,8 @@ func decodeError(err error) *node.Error {
 	case errors.As(err, &syntax):
 		return &node.Error{Code: node.CodeInvalidArgument,
 			Message: fmt.Sprintf("malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())}
+	case errors.Is(err, errTrailingData):
+		return &node.Error{Code: node.CodeInvalidArgument, Message: "malformed JSON: data after the request object"}
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return &node.Error{Code: node.CodeInvalidArgument, Message: "malformed JSON: unexpected end of body"}
 	case errors.As(err, &typeError):

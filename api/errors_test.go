@@ -1,0 +1,152 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+// TestStatusFor is the contract's error table: every code to its status.
+func TestStatusFor(t *testing.T) {
+	tests := []struct {
+		code node.Code
+		want int
+	}{
+		{node.CodeInvalidArgument, 400},
+		{node.CodeUnauthenticated, 401},
+		{node.CodePermissionDenied, 403},
+		{node.CodeLeaseTokenInvalid, 403},
+		{node.CodeLeaseNotFound, 404},
+		{node.CodeSessionNotFound, 404},
+		{node.CodeLeaseHeld, 409},
+		{node.CodeLimitMismatch, 409},
+		{node.CodeLockDelay, 409},
+		{node.CodeLeaseExpired, 409},
+		{node.CodeLeaseReleased, 409},
+		{node.CodeLeaseRevoked, 409},
+		{node.CodeSessionEnded, 409},
+		{node.CodeIdempotencyConflict, 409},
+		{node.CodePayloadTooLarge, 413},
+		{node.CodeLeaseRequired, 428},
+		{node.CodeControlLocked, 409},
+		{node.CodeNoLeader, 503},
+		{node.CodeIndeterminate, 504},
+		{node.CodeEventsCompacted, 410},
+		{node.CodeNotFound, 404},
+		{codeUnavailable, 503},
+		{codeMethodNotAllowed, 405},
+		{node.CodeInternal, 500},
+		{"SOMETHING_NEW", 500},
+		{"", 500},
+	}
+	for _, tt := range tests {
+		if got := statusFor(tt.code); got != tt.want {
+			t.Errorf("statusFor(%q) = %d, want %d", tt.code, got, tt.want)
+		}
+	}
+}
+
+// TestErrorAnswers sends node errors through a route and checks status,
+// body and headers as a client sees them.
+func TestErrorAnswers(t *testing.T) {
+	held := &node.Error{Code: node.CodeLeaseHeld, Message: "key k is held", Key: "k",
+		Holders: []node.HolderInfo{{Holder: "w1", LeaseID: "ls_9", RemainingMS: 1500}}}
+	tests := []struct {
+		name       string
+		err        error
+		status     int
+		code       node.Code
+		retryAfter bool
+		message    string // exact message, when the API replaces it
+		raw        string // exact body, when it matters
+	}{
+		{name: "lease held with details", err: held, status: 409, code: node.CodeLeaseHeld,
+			raw: `{"error":{"code":"LEASE_HELD","message":"key k is held","key":"k","holders":[{"holder":"w1","lease_id":"ls_9","remaining_ms":1500}]}}`},
+		{name: "field", err: &node.Error{Code: node.CodeInvalidArgument, Message: "ttl_ms too small", Field: "ttl_ms"},
+			status: 400, code: node.CodeInvalidArgument,
+			raw: `{"error":{"code":"INVALID_ARGUMENT","message":"ttl_ms too small","field":"ttl_ms"}}`},
+		{name: "lock delay", err: &node.Error{Code: node.CodeLockDelay, Message: "slot blocked", RemainingMS: 250},
+			status: 409, code: node.CodeLockDelay,
+			raw: `{"error":{"code":"LOCK_DELAY","message":"slot blocked","remaining_ms":250}}`},
+		{name: "wrapped", err: fmt.Errorf("renew: %w", &node.Error{Code: node.CodeLeaseExpired, Message: "expired"}),
+			status: 409, code: node.CodeLeaseExpired},
+		{name: "no leader", err: &node.Error{Code: node.CodeNoLeader, Message: "no leader"},
+			status: 503, code: node.CodeNoLeader, retryAfter: true},
+		{name: "unavailable", err: &node.Error{Code: codeUnavailable, Message: "shutting down"},
+			status: 503, code: codeUnavailable, retryAfter: true},
+		{name: "indeterminate", err: &node.Error{Code: node.CodeIndeterminate, Message: "leadership lost"},
+			status: 504, code: node.CodeIndeterminate},
+		{name: "unknown error", err: errors.New("bolt: /var/lib/secret-path corrupted"),
+			status: 500, code: node.CodeInternal, message: "internal error"},
+		{name: "internal code", err: &node.Error{Code: node.CodeInternal, Message: "raft: pipeline at 10.0.0.1 broke"},
+			status: 500, code: node.CodeInternal, message: "internal error"},
+		{name: "unknown code", err: &node.Error{Code: "BOGUS", Message: "detail"},
+			status: 500, code: node.CodeInternal, message: "internal error"},
+		{name: "deadline", err: context.DeadlineExceeded, status: 504, code: node.CodeIndeterminate},
+		{name: "typed nil", err: (*node.Error)(nil), status: 500, code: node.CodeInternal, message: "internal error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake()
+			f.err = tt.err
+			var logs bytes.Buffer
+			h := New(f, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			rec := do(t, h, "GET", "/v1/leases/ls_1", "")
+			if tt.raw != "" && strings.TrimSpace(rec.Body.String()) != tt.raw {
+				t.Errorf("body = %s\nwant   %s", rec.Body, tt.raw)
+			}
+			e := wantError(t, rec, tt.status, tt.code, e0(tt.err).Field)
+			if tt.message != "" && e.Message != tt.message {
+				t.Errorf("message = %q, want %q", e.Message, tt.message)
+			}
+			if got := rec.Header().Get("Retry-After") != ""; got != tt.retryAfter {
+				t.Errorf("Retry-After present = %v, want %v", got, tt.retryAfter)
+			}
+			if rec.Header().Get(headerIndex) != "42" {
+				t.Errorf("%s = %q", headerIndex, rec.Header().Get(headerIndex))
+			}
+			if tt.status == 500 && !strings.Contains(logs.String(), "request failed") {
+				t.Errorf("a 500 was not logged: %q", logs.String())
+			}
+		})
+	}
+}
+
+// e0 returns the *node.Error in err with a known code, or an empty one.
+func e0(err error) *node.Error {
+	var ne *node.Error
+	if errors.As(err, &ne) && ne != nil && statusFor(ne.Code) != http.StatusInternalServerError {
+		return ne
+	}
+	return &node.Error{}
+}
+
+// TestErrorBodyShape checks that every error body is exactly
+// {"error": {...}} with no other top-level member.
+func TestErrorBodyShape(t *testing.T) {
+	f := newFake()
+	f.err = &node.Error{Code: node.CodeLeaseNotFound, Message: "no lease ls_1"}
+	rec := do(t, New(f, Options{}), "GET", "/v1/leases/ls_1", "")
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(rec.Body.Bytes(), &top); err != nil {
+		t.Fatal(err)
+	}
+	if len(top) != 1 || top["error"] == nil {
+		t.Fatalf("body = %s", rec.Body)
+	}
+	var inner map[string]any
+	if err := json.Unmarshal(top["error"], &inner); err != nil {
+		t.Fatal(err)
+	}
+	if len(inner) != 2 || inner["code"] != "LEASE_NOT_FOUND" || inner["message"] != "no lease ls_1" {
+		t.Fatalf("error = %v", inner)
+	}
+}

@@ -1,0 +1,337 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+// fakeNode is a Node that records every call and answers with canned values.
+type fakeNode struct {
+	mu       sync.Mutex
+	calls    []call
+	err      error // returned by every operation when set
+	replayed bool
+	readyErr error
+	stats    node.Stats
+	sub      *fakeSub
+	index    atomic.Uint64
+}
+
+// call is one recorded call: the method and its arguments.
+type call struct {
+	method string
+	args   []any
+}
+
+func newFake() *fakeNode {
+	f := &fakeNode{sub: newFakeSub()}
+	f.index.Store(42)
+	return f
+}
+
+func (f *fakeNode) record(method string, args ...any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call{method, args})
+	return f.err
+}
+
+// called returns the recorded calls.
+func (f *fakeNode) called() []call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]call(nil), f.calls...)
+}
+
+// only returns the one recorded call, failing the test unless there is
+// exactly one and it is of method.
+func (f *fakeNode) only(t *testing.T, method string) call {
+	t.Helper()
+	cs := f.called()
+	if len(cs) != 1 || cs[0].method != method {
+		t.Fatalf("calls = %v, want one %s", cs, method)
+	}
+	return cs[0]
+}
+
+func testLease(id string) *node.Lease {
+	return &node.Lease{LeaseID: id, Key: "k", Holder: "h", Limit: 1, State: "active",
+		FencingToken: 7, TTLMS: 10000, RemainingMS: 9000, ExpiresAt: time.Unix(1e9, 0).UTC()}
+}
+
+func testSession(id string) *node.Session {
+	return &node.Session{SessionID: id, Holder: "h", State: "active", TTLMS: 10000, LeaseIDs: []string{}}
+}
+
+func (f *fakeNode) Acquire(_ context.Context, req node.AcquireRequest) (*node.Lease, bool, error) {
+	if err := f.record("Acquire", req); err != nil {
+		return nil, false, err
+	}
+	l := testLease("ls_1")
+	l.Key, l.Holder, l.Token = req.Key, req.Holder, "lease-secret"
+	return l, f.replayed, nil
+}
+
+func (f *fakeNode) GetLease(_ context.Context, id string, stale bool) (*node.Lease, error) {
+	if err := f.record("GetLease", id, stale); err != nil {
+		return nil, err
+	}
+	return testLease(id), nil
+}
+
+func (f *fakeNode) ListLeases(_ context.Context, req node.ListRequest, stale bool) (*node.LeaseList, error) {
+	if err := f.record("ListLeases", req, stale); err != nil {
+		return nil, err
+	}
+	if req.Key == "none" {
+		return &node.LeaseList{}, nil
+	}
+	return &node.LeaseList{Leases: []*node.Lease{testLease("ls_1")}, Next: "ls_1"}, nil
+}
+
+func (f *fakeNode) Renew(_ context.Context, id, token string, ttlMS int64) (*node.Lease, error) {
+	if err := f.record("Renew", id, token, ttlMS); err != nil {
+		return nil, err
+	}
+	return testLease(id), nil
+}
+
+func (f *fakeNode) Release(_ context.Context, req node.ReleaseRequest) (*node.Lease, error) {
+	if err := f.record("Release", req); err != nil {
+		return nil, err
+	}
+	l := testLease(req.LeaseID)
+	l.State, l.EndReason = "released", req.Reason
+	return l, nil
+}
+
+func (f *fakeNode) Revoke(_ context.Context, id, reason string) (*node.Lease, error) {
+	if err := f.record("Revoke", id, reason); err != nil {
+		return nil, err
+	}
+	l := testLease(id)
+	l.State, l.EndReason = "revoked", reason
+	return l, nil
+}
+
+func (f *fakeNode) Heartbeat(_ context.Context, items []node.HeartbeatItem) ([]node.HeartbeatResult, error) {
+	if err := f.record("Heartbeat", items); err != nil {
+		return nil, err
+	}
+	var out []node.HeartbeatResult
+	for _, it := range items {
+		if it.Token == "bad" {
+			out = append(out, node.HeartbeatResult{LeaseID: it.LeaseID,
+				Error: &node.Error{Code: node.CodeLeaseTokenInvalid, Message: "wrong token"}})
+			continue
+		}
+		out = append(out, node.HeartbeatResult{LeaseID: it.LeaseID, OK: true, Lease: testLease(it.LeaseID)})
+	}
+	return out, nil
+}
+
+func (f *fakeNode) CreateSession(_ context.Context, req node.SessionRequest) (*node.Session, error) {
+	if err := f.record("CreateSession", req); err != nil {
+		return nil, err
+	}
+	s := testSession("ss_1")
+	s.Holder, s.TTLMS, s.Token = req.Holder, req.TTLMS, "session-secret"
+	return s, nil
+}
+
+func (f *fakeNode) GetSession(_ context.Context, id string, stale bool) (*node.Session, error) {
+	if err := f.record("GetSession", id, stale); err != nil {
+		return nil, err
+	}
+	return testSession(id), nil
+}
+
+func (f *fakeNode) ListSessions(_ context.Context, holder, after string, limit int, stale bool) (*node.SessionList, error) {
+	if err := f.record("ListSessions", holder, after, limit, stale); err != nil {
+		return nil, err
+	}
+	if holder == "none" {
+		return &node.SessionList{}, nil
+	}
+	return &node.SessionList{Sessions: []*node.Session{testSession("ss_1")}}, nil
+}
+
+func (f *fakeNode) SessionHeartbeat(_ context.Context, id, token string) (*node.Session, error) {
+	if err := f.record("SessionHeartbeat", id, token); err != nil {
+		return nil, err
+	}
+	return testSession(id), nil
+}
+
+func (f *fakeNode) EndSession(_ context.Context, id, token string, force bool) (*node.Session, error) {
+	if err := f.record("EndSession", id, token, force); err != nil {
+		return nil, err
+	}
+	s := testSession(id)
+	s.State = "ended"
+	return s, nil
+}
+
+func (f *fakeNode) ReleaseHolder(_ context.Context, holder, reason string) (int, error) {
+	if err := f.record("ReleaseHolder", holder, reason); err != nil {
+		return 0, err
+	}
+	return 3, nil
+}
+
+func (f *fakeNode) Validate(_ context.Context, req node.ValidateRequest) (*node.ValidateResult, error) {
+	if err := f.record("Validate", req); err != nil {
+		return nil, err
+	}
+	return &node.ValidateResult{Valid: true, Reason: "current", Current: testLease("ls_1")}, nil
+}
+
+func (f *fakeNode) Subscribe(_ context.Context, filter node.EventFilter) (Subscription, error) {
+	if err := f.record("Subscribe", filter); err != nil {
+		return nil, err
+	}
+	return f.sub, nil
+}
+
+func (f *fakeNode) ClusterStatus(context.Context) (*node.ClusterStatus, error) {
+	if err := f.record("ClusterStatus"); err != nil {
+		return nil, err
+	}
+	return &node.ClusterStatus{NodeID: "n1", Leader: "n1", Members: []node.Member{{ID: "n1", Voter: true, Leader: true}}}, nil
+}
+
+func (f *fakeNode) RemoveMember(_ context.Context, id string) error {
+	return f.record("RemoveMember", id)
+}
+
+func (f *fakeNode) TransferLeadership(_ context.Context, id string) error {
+	return f.record("TransferLeadership", id)
+}
+
+func (f *fakeNode) ReadyErr() error      { return f.readyErr }
+func (f *fakeNode) AppliedIndex() uint64 { return f.index.Load() }
+func (f *fakeNode) Stats() node.Stats    { return f.stats }
+
+// fakeSub is a Subscription fed by the test.
+type fakeSub struct {
+	ch        chan node.Event
+	err       atomic.Pointer[error]
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func newFakeSub() *fakeSub {
+	return &fakeSub{ch: make(chan node.Event, 16), closed: make(chan struct{})}
+}
+
+func (s *fakeSub) Events() <-chan node.Event { return s.ch }
+
+func (s *fakeSub) Err() error {
+	if p := s.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (s *fakeSub) Close() { s.closeOnce.Do(func() { close(s.closed) }) }
+
+// end ends the subscription from the node's side with err.
+func (s *fakeSub) end(err error) {
+	if err != nil {
+		s.err.Store(&err)
+	}
+	close(s.ch)
+}
+
+// do sends one request to h. hdr lists header name, value pairs.
+func do(t *testing.T, h http.Handler, method, target, body string, hdr ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, rd)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// errorOf decodes an error answer, failing the test if it is not one.
+func errorOf(t *testing.T, rec *httptest.ResponseRecorder) *node.Error {
+	t.Helper()
+	var body struct {
+		Error *node.Error `json:"error"`
+	}
+	dec := json.NewDecoder(rec.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || body.Error == nil {
+		t.Fatalf("not an error body (%v): status %d", err, rec.Code)
+	}
+	return body.Error
+}
+
+// wantError checks an error answer's status, code and field.
+func wantError(t *testing.T, rec *httptest.ResponseRecorder, status int, code node.Code, field string) *node.Error {
+	t.Helper()
+	if rec.Code != status {
+		t.Fatalf("status = %d, want %d; body %s", rec.Code, status, rec.Body)
+	}
+	e := errorOf(t, rec)
+	if e.Code != code || e.Field != field {
+		t.Fatalf("error = %+v, want code %s field %q", e, code, field)
+	}
+	if e.Message == "" {
+		t.Fatalf("error %s has no message", e.Code)
+	}
+	return e
+}
+
+// jsonOf decodes a JSON answer into v.
+func jsonOf(t *testing.T, rec *httptest.ResponseRecorder, v any) {
+	t.Helper()
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type = %q", ct)
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
+		t.Fatalf("decode %s: %v", rec.Body, err)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	poll := time.NewTicker(time.Millisecond)
+	defer poll.Stop()
+	for !cond() {
+		select {
+		case <-poll.C:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// waitClosed waits for ch to be closed or the deadline to pass.
+func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
