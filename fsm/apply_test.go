@@ -570,6 +570,32 @@ func TestApply(t *testing.T) {
 			noticesAre("W4 granted"),
 		}},
 
+		{name: "a lease id queued on one key and granted on another is granted once", retain: 2, steps: []step{
+			do(acq("A", "k1", "alice", 100), ""),
+			do(withWait(acq("X", "k1", "bob", 100), 50), ""),
+			do(acq("X", "k2", "carol", 100), ""),
+			do(release("A"), ""),
+			noticesAre("X INVALID_ARGUMENT"),
+			check(func(t *testing.T, h *harness, _ []fsm.Result) {
+				if l := h.f.Lease("X"); l.Key != "k2" || l.Holder != "carol" || l.State != fsm.StateActive {
+					t.Fatalf("lease X is %+v, want carol's on k2", l)
+				}
+				if n, _ := h.f.Counts(); n != 1 || len(h.f.ActiveOnKey("k1")) != 0 {
+					t.Fatalf("%d active, on k1: %v", n, h.f.ActiveOnKey("k1"))
+				}
+			}),
+			do(release("X"), ""),
+			ticks(3),
+			leaseGone("X"),
+			check(func(t *testing.T, h *harness, _ []fsm.Result) {
+				if n, _ := h.f.Counts(); n != 0 || len(h.f.ActiveOnKey("k2")) != 0 {
+					t.Fatalf("%d active, on k2: %v", n, h.f.ActiveOnKey("k2"))
+				}
+			}),
+			do(acq("B", "k2", "dave", 10), ""),
+			do(acq("C", "k2", "erin", 10), fsm.CodeLeaseHeld),
+		}},
+
 		{name: "CancelWait withdraws a queued acquire", steps: []step{
 			do(acq("C0", "k", "alice", 50), ""),
 			do(withWait(withIdem(acq("C1", "k", "bob", 50), "op", "fp"), 20), ""),

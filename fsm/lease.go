@@ -250,6 +250,13 @@ func (f *FSM) pump(key string, ks *keyState) {
 		w := ks.waiters[0]
 		ks.waiters = ks.waiters[1:]
 		c := w.Cmd
+		if _, dup := f.leases[c.LeaseID]; dup {
+			// acquire only sees waiters on its own key, so the id may have
+			// been granted on another key meanwhile: never grant it twice.
+			f.forgetIdem(c.IdemHash, c.LeaseID)
+			f.notices = append(f.notices, Notice{LeaseID: c.LeaseID, Err: InvalidField("lease_id", "lease id %s already exists", c.LeaseID)})
+			continue
+		}
 		var sess *Session
 		if c.SessionID != "" {
 			s, err := f.checkSession(c.SessionID, c.SessionTokenHash)
