@@ -1,0 +1,224 @@
+package fsm_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// gen draws a random but reproducible log of commands over a handful of
+// keys, holders, leases and sessions. Tokens are right most of the time and
+// wrong or missing sometimes; ids are picked with a bias towards recent ones
+// so that most commands hit live records.
+type gen struct {
+	r    *rand.Rand
+	full bool // also waits, idempotency keys, CancelWait, reused ids, stale ticks, metadata
+
+	tick       uint64
+	nLease     int
+	nSession   int
+	leases     []string // granted lease ids (told by granted)
+	proposed   []string // every lease id proposed
+	leaseKey   map[string]string
+	leaseSess  map[string]string
+	sessions   []string
+	sessHolder map[string]string
+}
+
+// genRetain is the RetainTicks of every generated tick.
+const genRetain = 8
+
+var (
+	genKeys    = []string{"k0", "k1", "k2", "k3"}
+	genLimits  = map[string]uint32{"k0": 1, "k1": 2, "k2": 1, "k3": 3}
+	genHolders = []string{"h0", "h1", "h2"}
+)
+
+func newGen(seed uint64, full bool) *gen {
+	return &gen{
+		r:          rand.New(rand.NewPCG(seed, 0x1ea5e)),
+		full:       full,
+		leaseKey:   map[string]string{},
+		leaseSess:  map[string]string{},
+		sessHolder: map[string]string{},
+	}
+}
+
+// entry returns the command of the next log entry: usually one command,
+// sometimes a batch of a few.
+func (g *gen) entry() fsm.Command {
+	if g.r.IntN(100) < 12 {
+		b := &fsm.Batch{}
+		for range 2 + g.r.IntN(3) {
+			b.Commands = append(b.Commands, g.command())
+		}
+		return b
+	}
+	return g.command()
+}
+
+func (g *gen) pick(ids []string) string {
+	if len(ids) == 0 || g.r.IntN(25) == 0 {
+		return "none"
+	}
+	if g.r.IntN(4) > 0 {
+		return ids[len(ids)-1-g.r.IntN(min(len(ids), 10))]
+	}
+	return ids[g.r.IntN(len(ids))]
+}
+
+func (g *gen) token(id string) fsm.Hash {
+	switch x := g.r.IntN(20); {
+	case x < 17:
+		return tok(id)
+	case x < 19:
+		return badTok
+	default:
+		return fsm.Hash{}
+	}
+}
+
+func (g *gen) holder() string { return genHolders[g.r.IntN(len(genHolders))] }
+
+func (g *gen) ttl() uint64 { return 1 + uint64(g.r.IntN(6)) }
+
+func (g *gen) command() fsm.Command {
+	wall := int64(g.tick)*periodMS + int64(g.r.IntN(periodMS))
+	switch x := g.r.IntN(100); {
+	case x < 30:
+		return g.acquire(wall)
+	case x < 42:
+		id := g.pick(g.leases)
+		c := &fsm.Renew{LeaseID: id, TokenHash: g.token(id), WallMS: wall}
+		if g.r.IntN(5) == 0 {
+			c.TTLTicks = g.ttl()
+			c.TTLMS = int64(c.TTLTicks) * periodMS
+		}
+		return c
+	case x < 52:
+		id := g.pick(g.leases)
+		c := &fsm.Release{LeaseID: id, WallMS: wall}
+		if sid := g.leaseSess[id]; sid != "" && g.r.IntN(3) == 0 {
+			c.SessionTokenHash = g.token(sid)
+		} else {
+			c.TokenHash = g.token(id)
+		}
+		if g.r.IntN(3) == 0 {
+			c.Reason = "done"
+		}
+		return c
+	case x < 56:
+		return &fsm.Revoke{LeaseID: g.pick(g.leases), Reason: []string{"", "op"}[g.r.IntN(2)], WallMS: wall}
+	case x < 59:
+		c := &fsm.Heartbeat{WallMS: wall}
+		for range 1 + g.r.IntN(3) {
+			id := g.pick(g.leases)
+			c.Items = append(c.Items, fsm.HeartbeatItem{LeaseID: id, TokenHash: g.token(id)})
+		}
+		return c
+	case x < 63:
+		id := fmt.Sprintf("S%d", g.nSession)
+		g.nSession++
+		ttl := 2 + uint64(g.r.IntN(7))
+		c := &fsm.SessionCreate{SessionID: id, Holder: g.holder(), TokenHash: tok(id),
+			TTLMS: int64(ttl) * periodMS, TTLTicks: ttl, WallMS: wall}
+		g.sessions = append(g.sessions, id)
+		g.sessHolder[id] = c.Holder
+		return c
+	case x < 68:
+		id := g.pick(g.sessions)
+		return &fsm.SessionHeartbeat{SessionID: id, TokenHash: g.token(id), WallMS: wall}
+	case x < 70:
+		id := g.pick(g.sessions)
+		return &fsm.SessionEnd{SessionID: id, TokenHash: g.token(id), Force: g.r.IntN(10) == 0, WallMS: wall}
+	case x < 71:
+		return &fsm.ReleaseHolder{Holder: g.holder(), Reason: []string{"", "restart"}[g.r.IntN(2)], WallMS: wall}
+	case x < 74 && g.full:
+		id := g.pick(g.proposed)
+		key := g.leaseKey[id]
+		if key == "" || g.r.IntN(10) == 0 {
+			key = genKeys[g.r.IntN(len(genKeys))]
+		}
+		return &fsm.CancelWait{LeaseID: id, Key: key}
+	default:
+		if g.full && g.r.IntN(10) == 0 {
+			// A duplicate or a jump: both are ignored.
+			return &fsm.Tick{Tick: g.tick + uint64(g.r.IntN(2))*2, WallMS: wall, PeriodMS: periodMS, RetainTicks: genRetain}
+		}
+		g.tick++
+		return &fsm.Tick{Tick: g.tick, WallMS: int64(g.tick) * periodMS, PeriodMS: periodMS, RetainTicks: genRetain}
+	}
+}
+
+func (g *gen) acquire(wall int64) *fsm.Acquire {
+	id := fmt.Sprintf("L%d", g.nLease)
+	g.nLease++
+	if g.full && len(g.proposed) > 0 && g.r.IntN(30) == 0 {
+		id = g.proposed[g.r.IntN(len(g.proposed))] // the state machine must refuse or cope
+	}
+	key := genKeys[g.r.IntN(len(genKeys))]
+	limit := genLimits[key]
+	if g.r.IntN(15) == 0 {
+		limit = 1 + uint32(g.r.IntN(3))
+	}
+	a := &fsm.Acquire{LeaseID: id, Key: key, Limit: limit, TokenHash: tok(id), WallMS: wall}
+	if len(g.sessions) > 0 && g.r.IntN(4) == 0 {
+		sid := g.pick(g.sessions)
+		a.SessionID, a.SessionTokenHash = sid, g.token(sid)
+		switch g.r.IntN(5) {
+		case 0:
+			a.Holder = g.sessHolder[sid]
+		case 1:
+			a.Holder = g.holder()
+		}
+		g.leaseSess[id] = sid
+	} else {
+		a.Holder = g.holder()
+		a.TTLTicks = g.ttl()
+		a.TTLMS = int64(a.TTLTicks) * periodMS
+	}
+	if g.r.IntN(3) == 0 {
+		a.LockDelayTicks = 1 + uint64(g.r.IntN(4))
+		a.LockDelayMS = int64(a.LockDelayTicks) * periodMS
+	}
+	if g.full {
+		if g.r.IntN(3) == 0 {
+			a.WaitTicks = 1 + uint64(g.r.IntN(8))
+		}
+		if g.r.IntN(5) == 0 {
+			a.IdemHash = fsm.HashOf(fmt.Sprintf("idem %s %d", a.Holder, g.r.IntN(4)))
+			a.Fingerprint = fsm.HashOf(fmt.Sprint("fp ", g.r.IntN(2)))
+			a.SealedToken = []byte("sealed " + id)
+		}
+		if g.r.IntN(8) == 0 {
+			a.Metadata = map[string]string{"owner": a.Holder, "id": id}
+		}
+	}
+	g.proposed = append(g.proposed, id)
+	g.leaseKey[id] = key
+	return a
+}
+
+// granted tells the generator which leases the state machine granted, so
+// that later commands mostly name leases that exist.
+func (g *gen) granted(res []fsm.Result, notices []fsm.Notice) {
+	for _, r := range res {
+		if r.Err == nil && r.Lease != nil && !r.Queued && !r.Replayed {
+			g.leases = append(g.leases, r.Lease.ID)
+		}
+	}
+	for _, n := range notices {
+		if n.Lease != nil {
+			g.leases = append(g.leases, n.Lease.ID)
+		}
+	}
+}
+
+// flatten returns the commands of an entry in apply order.
+func flatten(c fsm.Command) []fsm.Command {
+	if b, ok := c.(*fsm.Batch); ok {
+		return b.Commands
+	}
+	return []fsm.Command{c}
+}
