@@ -141,6 +141,11 @@ func (f *FSM) Restore(r io.Reader) error {
 		if err := dec.Decode(&k); err != nil {
 			return fmt.Errorf("fsm: snapshot key %d: %w", i, err)
 		}
+		for _, w := range k.Waiters {
+			if w.Cmd == nil {
+				return fmt.Errorf("fsm: snapshot key %d: waiter without a command", i)
+			}
+		}
 		n.keys[k.Key] = &keyState{limit: k.Limit, blocked: k.Blocked, waiters: k.Waiters, stolen: k.Stolen}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {

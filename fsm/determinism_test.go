@@ -1,0 +1,204 @@
+package fsm_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// replica applies encoded log entries and records, per entry, everything an
+// observer outside the state machine sees: results, events, notices.
+type replica struct {
+	t       testing.TB
+	f       *fsm.FSM
+	trace   map[uint64]string // index -> rendering of the entry's outcome
+	notices []fsm.Notice      // of the last entry
+}
+
+func newReplica(t testing.TB) *replica {
+	return &replica{t: t, f: fsm.New(), trace: map[uint64]string{}}
+}
+
+func (r *replica) apply(index uint64, entry []byte) []fsm.Result {
+	r.t.Helper()
+	c, err := fsm.Decode(entry)
+	if err != nil {
+		r.t.Fatalf("entry %d: %v", index, err)
+	}
+	res := r.f.Apply(index, c)
+	ev, no := r.f.TakeEvents(), r.f.TakeNotices()
+	r.notices = no
+	r.trace[index] = jsonOf(r.t, res) + "\n" + jsonOf(r.t, ev) + "\n" + jsonOf(r.t, no)
+	return res
+}
+
+// randomLog generates a log with every kind of command (waits, idempotency
+// keys, reused ids, stale ticks, batches), feeding the generator what a
+// replica granted so that most commands hit live records.
+func randomLog(t testing.TB, seed uint64, n int) [][]byte {
+	g := newGen(seed, true)
+	r := newReplica(t)
+	var log [][]byte
+	for i := range n {
+		b, err := fsm.Encode(g.entry())
+		if err != nil {
+			t.Fatalf("encode: %v", err)
+		}
+		log = append(log, b)
+		res := r.apply(uint64(i+1), b)
+		g.granted(res, r.notices)
+	}
+	return log
+}
+
+func TestDeterminism(t *testing.T) {
+	const seeds, entries, every = 6, 1200, 100
+	for seed := uint64(1); seed <= seeds; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			log := randomLog(t, seed, entries)
+			a, b := newReplica(t), newReplica(t)
+			snaps := map[uint64][]byte{} // index -> a's snapshot bytes
+			for i, e := range log {
+				index := uint64(i + 1)
+				a.apply(index, e)
+				b.apply(index, e)
+				if a.trace[index] != b.trace[index] {
+					t.Fatalf("entry %d: replicas disagree:\n%s\n%s", index, a.trace[index], b.trace[index])
+				}
+				if index%every == 0 || index == uint64(len(log)) {
+					sa, sb := snapshotBytes(t, a.f), snapshotBytes(t, b.f)
+					if !bytes.Equal(sa, sb) {
+						t.Fatalf("entry %d: snapshots differ:\n%s\n%s", index, sa, sb)
+					}
+					snaps[index] = sa
+				}
+			}
+			// Replicas restored from a snapshot (after holding other state)
+			// and fed the rest of the log see and hold the same.
+			for _, from := range []uint64{every * 3, entries / 2, every * 9} {
+				c := newReplica(t)
+				c.apply(1, mustEncode(t, &fsm.Tick{Tick: 1, PeriodMS: 77}))
+				c.apply(2, mustEncode(t, acq("stale", "stale-key", "x", 1000)))
+				if err := c.f.Restore(bytes.NewReader(snaps[from])); err != nil {
+					t.Fatalf("restore at %d: %v", from, err)
+				}
+				if c.f.Lease("stale") != nil || c.f.ActiveOnKey("stale-key") != nil || c.f.Index() != from || c.f.PeriodMS() != periodMS {
+					t.Fatalf("restore kept earlier state: index %d period %d", c.f.Index(), c.f.PeriodMS())
+				}
+				if got := snapshotBytes(t, c.f); !bytes.Equal(got, snaps[from]) {
+					t.Fatalf("snapshot of the restored replica differs from the one it restored:\n%s\n%s", got, snaps[from])
+				}
+				if ev := c.f.TakeEvents(); len(ev) != 0 {
+					t.Fatalf("events survived the restore: %v", ev)
+				}
+				for i := from; i < uint64(len(log)); i++ {
+					index := i + 1
+					c.apply(index, log[i])
+					if c.trace[index] != a.trace[index] {
+						t.Fatalf("restored at %d, entry %d differs:\n%s\n%s", from, index, c.trace[index], a.trace[index])
+					}
+					if want, ok := snaps[index]; ok {
+						if got := snapshotBytes(t, c.f); !bytes.Equal(got, want) {
+							t.Fatalf("restored at %d, snapshot at %d differs:\n%s\n%s", from, index, got, want)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func mustEncode(t testing.TB, c fsm.Command) []byte {
+	t.Helper()
+	b, err := fsm.Encode(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestSnapshotWhileApplying encodes a snapshot while the state machine goes
+// on applying (the race detector checks the copy-on-write promise).
+func TestSnapshotWhileApplying(t *testing.T) {
+	log := randomLog(t, 42, 800)
+	r := newReplica(t)
+	for i, e := range log[:400] {
+		r.apply(uint64(i+1), e)
+	}
+	s1, s2 := r.f.Snapshot(), r.f.Snapshot()
+	var want bytes.Buffer
+	if _, err := s1.WriteTo(&want); err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := s2.WriteTo(&got); err != nil {
+			t.Error(err)
+		}
+	})
+	for i, e := range log[400:] {
+		r.apply(uint64(400+i+1), e)
+	}
+	wg.Wait()
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("snapshot changed while the state machine applied entries")
+	}
+	if s2.Index() != 400 {
+		t.Fatalf("snapshot index %d, want 400", s2.Index())
+	}
+}
+
+func TestRestoreRejects(t *testing.T) {
+	r := newReplica(t)
+	for i, e := range randomLog(t, 7, 300) {
+		r.apply(uint64(i+1), e)
+	}
+	good := snapshotBytes(t, r.f)
+	lines := strings.SplitAfter(string(good), "\n")
+	header := lines[0]
+	tests := []struct{ name, data string }{
+		{"empty", ""},
+		{"not json", "hello\n"},
+		{"unknown format", strings.Replace(header, `"leasehold_snapshot":1`, `"leasehold_snapshot":2`, 1)},
+		{"unknown header field", strings.Replace(header, `{`, `{"extra":1,`, 1)},
+		{"truncated", strings.Join(lines[:len(lines)/2], "")},
+		{"trailing data", string(good) + "{}\n"},
+		{"more leases than records", strings.Replace(header, `"leases":`, `"leases":1`, 1) + strings.Join(lines[1:], "")},
+		{"active lease without key state", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":1,"sessions":0,"keys":0}
+{"id":"L","key":"k","holder":"h","limit":1,"state":"active","fence":2,"token_hash":"` + strings.Repeat("ab", 32) + `","acquired_tick":1,"acquired_wall_ms":0}
+`},
+		{"waiter without a command", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":0,"sessions":0,"keys":1}
+{"key":"k","limit":1,"waiters":[{"deadline":5}]}
+`},
+		{"waiter with a null command", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":0,"sessions":0,"keys":1}
+{"key":"k","limit":1,"waiters":[{"cmd":null,"deadline":5}]}
+`},
+		{"bad hash", strings.Replace(string(good), `"token_hash":"`, `"token_hash":"zz`, 1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.data == string(good) {
+				t.Fatal("the corruption did not change the snapshot")
+			}
+			if err := r.f.Restore(strings.NewReader(tt.data)); err == nil {
+				t.Fatal("Restore accepted a bad snapshot")
+			}
+			if got := snapshotBytes(t, r.f); !bytes.Equal(got, good) {
+				t.Fatal("a failed Restore changed the state")
+			}
+		})
+	}
+	// The good snapshot still restores, into a fresh machine too.
+	f := fsm.New()
+	if err := f.Restore(bytes.NewReader(good)); err != nil {
+		t.Fatal(err)
+	}
+	if got := snapshotBytes(t, f); !bytes.Equal(got, good) {
+		t.Fatal("restored state differs")
+	}
+}
