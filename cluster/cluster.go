@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 )
 
 // Config configures the Raft side of a server.
@@ -121,7 +122,12 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 			return nil, fmt.Errorf("cluster: data dir: %w", err)
 		}
-		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+		// fsync stays on (NoSync false). The freelist is not synced on every
+		// commit (bbolt rebuilds it on open) and a large initial mmap avoids
+		// remapping stalls as the log grows.
+		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db"),
+			BoltOptions: &bbolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true,
+				FreelistType: bbolt.FreelistMapType, InitialMmapSize: 64 << 20}})
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open raft.db: %w", err)
 		}

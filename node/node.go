@@ -51,7 +51,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: logger, hub: newHub(cfg.EventHistory), stats: newCounters(),
-		propCh: make(chan *proposal, 4096), inflight: make(chan struct{}, 4),
+		propCh: make(chan *proposal, 4096), inflight: make(chan struct{}, 2),
 		waiters: make(map[string][]chan fsm.Notice), ready: make(chan struct{}), closing: make(chan struct{}),
 	}
 	n.rep = newReplica(n.hub, n.stats, n.deliverNotices)

@@ -13,7 +13,7 @@ import (
 
 // testConfig is a fast single-node configuration: in-memory unless dir is
 // set, 20ms ticks, TTLs down to 50ms.
-func testConfig(t *testing.T, dir string) Config {
+func testConfig(_ testing.TB, dir string) Config {
 	cfg := DefaultConfig()
 	cfg.NodeID = "n1"
 	cfg.TickPeriod = 20 * time.Millisecond
