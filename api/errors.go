@@ -95,11 +95,16 @@ func internalError() *node.Error {
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e, status, unexpected := toAPIError(err)
 	if unexpected {
-		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
-			slog.String("method", r.Method), slog.String("route", routeOf(w)),
-			slog.Any("error", err))
+		s.logFailure(r, w, err)
 	}
 	writeErrorBody(w, status, e)
+}
+
+// logFailure logs an unexpected error of a request.
+func (s *server) logFailure(r *http.Request, w http.ResponseWriter, err error) {
+	s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
+		slog.String("method", r.Method), slog.String("route", routeOf(w)),
+		slog.Any("error", err))
 }
 
 // writeErrorBody writes e with status; 503 answers carry Retry-After.

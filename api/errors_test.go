@@ -150,3 +150,43 @@ func TestErrorBodyShape(t *testing.T) {
 		t.Fatalf("error = %v", inner)
 	}
 }
+
+// panicNode panics in GetLease.
+type panicNode struct{ *fakeNode }
+
+func (panicNode) GetLease(context.Context, string, bool) (*node.Lease, error) {
+	panic("boom at 0xdeadbeef")
+}
+
+func TestPanicIs500(t *testing.T) {
+	var logs bytes.Buffer
+	h := New(panicNode{newFake()}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	rec := do(t, h, "GET", "/v1/leases/ls_1", "")
+	e := wantError(t, rec, 500, node.CodeInternal, "")
+	if strings.Contains(e.Message, "boom") {
+		t.Errorf("panic value leaked: %q", e.Message)
+	}
+	if !strings.Contains(logs.String(), "handler panic") {
+		t.Errorf("panic not logged: %q", logs.String())
+	}
+	if rec := do(t, h, "GET", "/healthz", ""); rec.Code != 200 {
+		t.Errorf("after a panic: healthz %d", rec.Code)
+	}
+}
+
+// TestHeartbeatItemInternalError: a per-item INTERNAL error is answered
+// generically like any other.
+func TestHeartbeatItemInternalError(t *testing.T) {
+	h := New(internalItemNode{newFake()}, Options{})
+	rec := do(t, h, "POST", "/v1/heartbeat", `{"leases":[{"lease_id":"ls_1","token":"t"}]}`)
+	if strings.Contains(rec.Body.String(), "bolt") || !strings.Contains(rec.Body.String(), `"INTERNAL"`) {
+		t.Errorf("body = %s", rec.Body)
+	}
+}
+
+type internalItemNode struct{ *fakeNode }
+
+func (internalItemNode) Heartbeat(_ context.Context, items []node.HeartbeatItem) ([]node.HeartbeatResult, error) {
+	return []node.HeartbeatResult{{LeaseID: items[0].LeaseID,
+		Error: &node.Error{Code: node.CodeInternal, Message: "bolt: page 7 corrupt"}}}, nil
+}

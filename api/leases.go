@@ -211,6 +211,12 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, _ httprouter.
 	if results == nil {
 		results = []node.HeartbeatResult{}
 	}
+	for i := range results {
+		if e := results[i].Error; e != nil && statusFor(e.Code) == http.StatusInternalServerError {
+			s.logFailure(r, w, e)
+			results[i].Error = internalError()
+		}
+	}
 	writeJSON(w, http.StatusOK, heartbeatAnswer{Results: results})
 	return nil
 }
