@@ -62,7 +62,7 @@ type errorBody struct {
 // toAPIError turns any error into the *node.Error to send and its status.
 // Only *node.Error values with a known code pass through; everything else is
 // a generic INTERNAL (or INDETERMINATE for a context error, since a write cut
-// short that way may or may not have been applied). The second result
+// short that way may or may not have been applied). The last result
 // reports whether err was unexpected and worth logging.
 func toAPIError(err error) (*node.Error, int, bool) {
 	var ne *node.Error
