@@ -10,13 +10,6 @@ import (
 	"github.com/leasehold/leasehold/node"
 )
 
-// codeMethodNotAllowed answers a known path with a method it does not serve.
-// It is the API's own code: no layer below produces it.
-const codeMethodNotAllowed node.Code = "METHOD_NOT_ALLOWED"
-
-// codeUnavailable is fsm.CodeUnavailable, which node does not re-export.
-const codeUnavailable node.Code = "UNAVAILABLE"
-
 // retryAfterSeconds is the Retry-After sent with 503 answers: leader
 // elections on a healthy network settle well within it.
 const retryAfterSeconds = "1"
@@ -33,7 +26,7 @@ func statusFor(code node.Code) int {
 		return http.StatusForbidden
 	case node.CodeLeaseNotFound, node.CodeSessionNotFound, node.CodeNotFound:
 		return http.StatusNotFound
-	case codeMethodNotAllowed:
+	case node.CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
 	case node.CodeLeaseHeld, node.CodeLimitMismatch, node.CodeLockDelay,
 		node.CodeLeaseExpired, node.CodeLeaseReleased, node.CodeLeaseRevoked,
@@ -45,7 +38,7 @@ func statusFor(code node.Code) int {
 		return http.StatusRequestEntityTooLarge
 	case node.CodeLeaseRequired:
 		return http.StatusPreconditionRequired
-	case node.CodeNoLeader, codeUnavailable:
+	case node.CodeNoLeader, node.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	case node.CodeIndeterminate:
 		return http.StatusGatewayTimeout

@@ -241,7 +241,7 @@ func TestReadyzNotReady(t *testing.T) {
 
 	f.readyErr = errors.New("catching up")
 	rec = do(t, New(f, Options{}), "GET", "/readyz", "")
-	wantError(t, rec, 503, codeUnavailable, "")
+	wantError(t, rec, 503, node.CodeUnavailable, "")
 }
 
 func TestUnknownRouteAndMethod(t *testing.T) {
@@ -253,7 +253,7 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 		t.Errorf("404 without %s", headerIndex)
 	}
 	rec = do(t, h, "PUT", "/v1/leases/ls_1", "")
-	wantError(t, rec, 405, codeMethodNotAllowed, "")
+	wantError(t, rec, 405, node.CodeMethodNotAllowed, "")
 	if allow := rec.Header().Get("Allow"); !strings.Contains(allow, "GET") || !strings.Contains(allow, "DELETE") {
 		t.Errorf("Allow = %q", allow)
 	}

@@ -84,7 +84,7 @@ func New(n Node, opts Options) http.Handler {
 			Message: "no route " + r.Method + " " + r.URL.Path})
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeErrorBody(w, http.StatusMethodNotAllowed, &node.Error{Code: codeMethodNotAllowed,
+		writeErrorBody(w, http.StatusMethodNotAllowed, &node.Error{Code: node.CodeMethodNotAllowed,
 			Message: r.Method + " is not allowed here; allowed: " + w.Header().Get("Allow")})
 	})
 	r.PanicHandler = s.recoverPanic
@@ -307,7 +307,7 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		return nil
 	}
 	var ne *node.Error
-	e := &node.Error{Code: codeUnavailable, Message: "not ready: " + err.Error()}
+	e := &node.Error{Code: node.CodeUnavailable, Message: "not ready: " + err.Error()}
 	if errors.As(err, &ne) && ne != nil && ne.Code != node.CodeInternal {
 		e = ne
 	}

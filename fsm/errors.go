@@ -32,6 +32,7 @@ const (
 	CodeEventsCompacted     Code = "EVENTS_COMPACTED"
 	CodeUnavailable         Code = "UNAVAILABLE"
 	CodeNotFound            Code = "NOT_FOUND"
+	CodeMethodNotAllowed    Code = "METHOD_NOT_ALLOWED"
 	CodeInternal            Code = "INTERNAL"
 )
 

@@ -40,6 +40,8 @@ const (
 	CodeIndeterminate       = fsm.CodeIndeterminate
 	CodeEventsCompacted     = fsm.CodeEventsCompacted
 	CodeNotFound            = fsm.CodeNotFound
+	CodeMethodNotAllowed    = fsm.CodeMethodNotAllowed
+	CodeUnavailable         = fsm.CodeUnavailable
 	CodeInternal            = fsm.CodeInternal
 )
 
