@@ -135,7 +135,7 @@ func (f *fakeNode) Heartbeat(_ context.Context, items []node.HeartbeatItem) ([]n
 				Error: &node.Error{Code: node.CodeLeaseTokenInvalid, Message: "wrong token"}})
 			continue
 		}
-		out = append(out, node.HeartbeatResult{LeaseID: it.LeaseID, OK: true, Lease: testLease(it.LeaseID)})
+		out = append(out, node.HeartbeatResult{LeaseID: it.LeaseID, OK: true, FencingToken: testLease(it.LeaseID).FencingToken, RemainingMS: 1000})
 	}
 	return out, nil
 }

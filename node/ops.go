@@ -299,14 +299,17 @@ func (n *Node) Heartbeat(ctx context.Context, items []HeartbeatItem) ([]Heartbea
 	}
 	now := time.Now()
 	n.rep.mu.RLock()
-	defer n.rep.mu.RUnlock()
+	tick, period := n.rep.f.Tick(), n.rep.period()
+	n.rep.mu.RUnlock()
 	for i, ir := range res.Items {
 		if ir.Err != nil {
 			out[i].Error = ir.Err
 			continue
 		}
-		out[i].OK = true
-		out[i].Lease = n.rep.view(ir.Lease, now)
+		rem := remaining(ir.Lease.ExpiresTick, tick, period)
+		at := now.Add(time.Duration(rem) * time.Millisecond).UTC().Truncate(time.Millisecond)
+		out[i] = HeartbeatResult{LeaseID: ir.LeaseID, OK: true, FencingToken: ir.Lease.Fence,
+			RemainingMS: rem, ExpiresAt: &at, RenewalCount: ir.Lease.RenewalCount}
 	}
 	return out, nil
 }

@@ -120,13 +120,17 @@ type HeartbeatItem struct {
 	Token   string `json:"token"`
 }
 
-// HeartbeatResult is the outcome for one lease of a bulk heartbeat: Lease on
-// success, Error otherwise.
+// HeartbeatResult is the outcome for one lease of a bulk heartbeat: on
+// success the lease's new countdown, otherwise Error. It is deliberately
+// smaller than a Lease: a heartbeat may carry thousands of leases.
 type HeartbeatResult struct {
-	LeaseID string `json:"lease_id"`
-	OK      bool   `json:"ok"`
-	Lease   *Lease `json:"lease,omitempty"`
-	Error   *Error `json:"error,omitempty"`
+	LeaseID      string     `json:"lease_id"`
+	OK           bool       `json:"ok"`
+	FencingToken uint64     `json:"fencing_token,omitempty"`
+	RemainingMS  int64      `json:"remaining_ms,omitempty"`
+	ExpiresAt    *time.Time `json:"expires_at,omitempty"`
+	RenewalCount uint32     `json:"renewal_count,omitempty"`
+	Error        *Error     `json:"error,omitempty"`
 }
 
 // SessionRequest creates a session.
