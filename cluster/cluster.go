@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+	bberrors "go.etcd.io/bbolt/errors"
 )
 
 // Config configures the Raft side of a server.
@@ -128,6 +129,9 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db"),
 			BoltOptions: &bbolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true,
 				FreelistType: bbolt.FreelistMapType, InitialMmapSize: 64 << 20}})
+		if errors.Is(err, bberrors.ErrTimeout) {
+			return nil, fmt.Errorf("cluster: %s is locked: is another leasehold server using data dir %s?", filepath.Join(cfg.Dir, "raft.db"), cfg.Dir)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open raft.db: %w", err)
 		}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,5 +92,18 @@ func TestUnspecifiedAdvertiseRefused(t *testing.T) {
 	_, err := Open(Config{NodeID: "a", Dir: t.TempDir(), BindAddr: "0.0.0.0:0", Bootstrap: true}, &countFSM{})
 	if err == nil {
 		t.Fatal("binding 0.0.0.0 without an advertise address must fail")
+	}
+}
+
+func TestSecondOpenOfDataDirFailsClearly(t *testing.T) {
+	dir := t.TempDir()
+	c, err := Open(Config{NodeID: "a", Dir: dir, BindAddr: "127.0.0.1:0", Bootstrap: true}, &countFSM{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = Open(Config{NodeID: "a", Dir: dir, BindAddr: "127.0.0.1:0", Bootstrap: true}, &countFSM{})
+	if err == nil || !strings.Contains(err.Error(), "another leasehold server") {
+		t.Fatalf("second open: %v", err)
 	}
 }
