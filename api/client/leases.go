@@ -175,12 +175,11 @@ func (c *Client) Validate(ctx context.Context, req node.ValidateRequest) (*node.
 	return &out, nil
 }
 
-// ReleaseHolderResult is the answer of POST /v1/holders/:holder/release: the
-// leases and sessions that were ended.
+// ReleaseHolderResult is the answer of POST /v1/holders/:holder/release.
 type ReleaseHolderResult struct {
-	Holder   string          `json:"holder,omitempty"`
-	Leases   []*node.Lease   `json:"leases,omitempty"`
-	Sessions []*node.Session `json:"sessions,omitempty"`
+	Holder string `json:"holder"`
+	// Released counts the leases and sessions that were ended.
+	Released int `json:"released"`
 }
 
 // ReleaseHolder ends every lease and session of a holder (admin scope).

@@ -24,8 +24,12 @@ type WatchOptions struct {
 	// Last-Event-ID).
 	LastEventID string
 	// AfterIndex resumes after every event of this Raft index; used only
-	// when LastEventID is empty. Neither set: only new events.
+	// when LastEventID is empty.
 	AfterIndex uint64
+	// FromStart replays the history the node keeps (?from=start); used
+	// only when neither LastEventID nor AfterIndex is set. None of the
+	// three: only new events.
+	FromStart bool
 	// OnReconnect, if set, is called before each reconnection with the
 	// reason and the delay before it.
 	OnReconnect func(err error, delay time.Duration)
@@ -41,8 +45,9 @@ const (
 // is), or a node refuses the stream with a 4xx answer such as 410
 // EVENTS_COMPACTED (an *APIError). If the stream cannot be opened on any
 // address at first, that error is returned. After that, a broken stream, a
-// transport failure or a 5xx answer makes Watch reconnect with backoff,
-// resuming after the last event delivered, so fn sees each event once.
+// transport failure, a 5xx answer or a stream_error event (other than
+// EVENTS_COMPACTED) makes Watch reconnect with backoff, resuming after the
+// last event delivered, so fn sees each event once.
 // fn runs on Watch's goroutine; a slow fn slows the stream.
 func (c *Client) Watch(ctx context.Context, opts WatchOptions, fn func(node.Event) error) error {
 	last := opts.LastEventID
@@ -106,6 +111,8 @@ func (c *Client) watchOnce(ctx context.Context, opts WatchOptions, last *string,
 		h.Set("Last-Event-ID", *last)
 	} else if opts.AfterIndex > 0 {
 		q.Set("after_index", strconv.FormatUint(opts.AfterIndex, 10))
+	} else if opts.FromStart {
+		q.Set("from", "start")
 	}
 	resp, cancel, err := c.send(ctx, call{method: http.MethodGet, path: "/v1/events", query: q, header: h, retry: retrySafe, stream: true})
 	if err != nil {
@@ -114,7 +121,7 @@ func (c *Client) watchOnce(ctx context.Context, opts WatchOptions, last *string,
 	defer cancel()
 	defer resp.Body.Close()
 	return true, readSSE(resp.Body, func(id, event string, data []byte) error {
-		if event == "error" {
+		if event == "stream_error" || event == "error" {
 			return decodeStreamError(data)
 		}
 		var ev node.Event

@@ -46,6 +46,12 @@ func sse(w http.ResponseWriter, ev node.Event) {
 }
 
 func TestWatchResumesAfterLastEvent(t *testing.T) {
+	for _, ending := range []string{"broken stream", "stream_error event"} {
+		t.Run(ending, func(t *testing.T) { testWatchResumes(t, ending == "stream_error event") })
+	}
+}
+
+func testWatchResumes(t *testing.T, streamError bool) {
 	var conns atomic.Int64
 	lastIDs := make(chan string, 4)
 	s, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
@@ -58,7 +64,10 @@ func TestWatchResumesAfterLastEvent(t *testing.T) {
 		case 1:
 			sse(w, node.Event{ID: "5-0", Index: 5, Type: "acquired"})
 			sse(w, node.Event{ID: "5-1", Index: 5, Type: "released"})
-			// then the stream breaks
+			if streamError {
+				fmt.Fprintf(w, "event: stream_error\ndata: {\"error\":{\"code\":\"UNAVAILABLE\",\"message\":\"too slow\"}}\n\n")
+			}
+			// then the stream ends
 		default:
 			sse(w, node.Event{ID: "7-0", Index: 7, Type: "expired"})
 			<-r.Context().Done()
@@ -106,6 +115,21 @@ func TestWatchStopsOnCompacted(t *testing.T) {
 	}
 	if cnt.n.Load() != 1 {
 		t.Errorf("requests = %d, want 1", cnt.n.Load())
+	}
+}
+
+func TestWatchStopsOnCompactedStreamError(t *testing.T) {
+	s, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("from") != "start" {
+			t.Errorf("from = %q", r.URL.Query().Get("from"))
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "event: stream_error\ndata: {\"error\":{\"code\":\"EVENTS_COMPACTED\",\"message\":\"gone\"}}\n\n")
+	})
+	c := newClient(t, s.URL)
+	err := c.Watch(context.Background(), WatchOptions{FromStart: true}, func(node.Event) error { return nil })
+	if ErrorCode(err) != node.CodeEventsCompacted {
+		t.Fatalf("err = %v, want EVENTS_COMPACTED", err)
 	}
 }
 
