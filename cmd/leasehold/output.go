@@ -1,0 +1,196 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasehold/leasehold/api/client"
+	"github.com/leasehold/leasehold/node"
+)
+
+// clientFlags are the flags every client subcommand takes.
+type clientFlags struct {
+	addr    string
+	token   string
+	json    bool
+	timeout time.Duration
+}
+
+// clientEnv lists the client flags that read the environment.
+var clientEnv = []string{"addr", "token"}
+
+func (cf *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&cf.addr, "addr", "127.0.0.1:7700", "comma-separated node addresses (env LEASEHOLD_ADDR)")
+	fs.StringVar(&cf.token, "token", "", "bearer token (env LEASEHOLD_TOKEN)")
+	fs.BoolVar(&cf.json, "json", false, "print JSON")
+	fs.DurationVar(&cf.timeout, "timeout", 30*time.Second, "bound on each request attempt")
+}
+
+func (cf *clientFlags) client() (*client.Client, error) { return cf.staleClient(false) }
+
+// staleClient is client, with reads answered by the contacted node if
+// stale is set.
+func (cf *clientFlags) staleClient(stale bool) (*client.Client, error) {
+	c, err := client.New(splitList(cf.addr), client.Options{Token: cf.token, Timeout: cf.timeout, StaleReads: stale})
+	if err != nil {
+		return nil, usageErrorf("--addr: %v", err)
+	}
+	return c, nil
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// metadataFlag collects repeated --metadata k=v.
+type metadataFlag map[string]string
+
+func (m metadataFlag) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func (m metadataFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", s)
+	}
+	m[k] = v
+	return nil
+}
+
+// millis converts a duration flag to whole milliseconds, rounding up so that
+// a positive duration never becomes 0.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func msString(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case d >= time.Minute:
+		return d.Round(time.Second).String()
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	}
+	return d.String()
+}
+
+// randomID returns n random bytes in hex.
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// kv prints aligned "name  value" lines, skipping empty values.
+type kv struct {
+	tw *tabwriter.Writer
+}
+
+func newKV(w io.Writer) *kv { return &kv{tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)} }
+
+func (p *kv) add(name string, value any) {
+	s := fmt.Sprint(value)
+	if s == "" || s == "<nil>" {
+		return
+	}
+	fmt.Fprintf(p.tw, "%s\t%s\n", name, s)
+}
+
+func (p *kv) flush() error { return p.tw.Flush() }
+
+func timeString(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return ""
+	}
+	return t.Local().Format(time.RFC3339)
+}
+
+// printLease prints a lease readably; the token only where the server
+// returned one (the acquire answer).
+func printLease(w io.Writer, l *node.Lease) error {
+	p := newKV(w)
+	p.add("lease_id", l.LeaseID)
+	p.add("key", l.Key)
+	p.add("holder", l.Holder)
+	p.add("state", l.State)
+	p.add("fencing_token", l.FencingToken)
+	if l.Limit > 1 {
+		p.add("limit", l.Limit)
+	}
+	p.add("session_id", l.SessionID)
+	p.add("ttl", msString(l.TTLMS))
+	if l.State == "active" {
+		p.add("remaining", msString(l.RemainingMS))
+		p.add("expires_at", timeString(&l.ExpiresAt))
+		p.add("heartbeat_interval", msString(l.HeartbeatIntervalMS))
+	}
+	p.add("acquired_at", timeString(&l.AcquiredAt))
+	p.add("last_renewed_at", timeString(l.LastRenewedAt))
+	p.add("renewals", l.RenewalCount)
+	p.add("ended_at", timeString(l.EndedAt))
+	p.add("end_reason", l.EndReason)
+	if len(l.Metadata) > 0 {
+		p.add("metadata", metadataFlag(l.Metadata).String())
+	}
+	p.add("token", l.Token)
+	return p.flush()
+}
+
+func printSession(w io.Writer, s *node.Session) error {
+	p := newKV(w)
+	p.add("session_id", s.SessionID)
+	p.add("holder", s.Holder)
+	p.add("state", s.State)
+	p.add("ttl", msString(s.TTLMS))
+	if s.State == "active" {
+		p.add("remaining", msString(s.RemainingMS))
+		p.add("expires_at", timeString(&s.ExpiresAt))
+		p.add("heartbeat_interval", msString(s.HeartbeatIntervalMS))
+	}
+	p.add("created_at", timeString(&s.CreatedAt))
+	p.add("last_heartbeat", timeString(s.LastHeartbeat))
+	p.add("heartbeats", s.HeartbeatCount)
+	p.add("ended_at", timeString(s.EndedAt))
+	p.add("end_reason", s.EndReason)
+	if len(s.Metadata) > 0 {
+		p.add("metadata", metadataFlag(s.Metadata).String())
+	}
+	p.add("leases", strings.Join(s.LeaseIDs, " "))
+	p.add("token", s.Token)
+	return p.flush()
+}
+
+// output prints v as JSON with --json, else with the readable printer.
+func output[T any](w io.Writer, asJSON bool, v T, readable func(io.Writer, T) error) error {
+	if asJSON {
+		return writeJSON(w, v)
+	}
+	return readable(w, v)
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/node"
+)
+
+// serverConfig is what the server subcommand runs with.
+type serverConfig struct {
+	node          node.Config // Logger and HTTPAddr are filled in at start
+	httpAddr      string      // where HTTP listens
+	httpAdvertise string      // what peers are told; empty: the bound address
+	tokensFile    string
+	logLevel      slog.Level
+	logFormat     string // text or json
+}
+
+// Graceful shutdown: first let requests finish while event streams stay
+// open, then end streams and waiting acquires, then force.
+const (
+	shutdownGrace = 2 * time.Second
+	shutdownForce = 5 * time.Second
+)
+
+// parseServerFlags reads the server's flags, each flag falling back to
+// LEASEHOLD_<FLAG> from lookupEnv; flags win over the environment.
+func (a *app) parseServerFlags(args []string) (serverConfig, error) {
+	def := node.DefaultConfig()
+	fs := a.newFlagSet("server", "", "Run a Leasehold node: Raft, the lease state machine and the HTTP API.\n"+
+		"Every flag also reads LEASEHOLD_<FLAG> (--http-addr: LEASEHOLD_HTTP_ADDR); flags win.\n"+
+		"With no flags: a single-node cluster on 127.0.0.1:7700 (HTTP), 7701 (Raft), 7702 (gossip), data in ./leasehold-data.")
+	cfg := serverConfig{node: def}
+	fs.StringVar(&cfg.node.NodeID, "node-id", def.NodeID, "this server's id in the cluster")
+	fs.StringVar(&cfg.node.DataDir, "data-dir", def.DataDir, "directory of the Raft log, stable store and snapshots")
+	fs.StringVar(&cfg.httpAddr, "http-addr", def.HTTPAddr, "HTTP API listen address")
+	fs.StringVar(&cfg.httpAdvertise, "http-advertise", "", "HTTP address peers and cluster status show (default: the bound --http-addr)")
+	fs.StringVar(&cfg.node.RaftAddr, "raft-addr", def.RaftAddr, "Raft bind address")
+	fs.StringVar(&cfg.node.RaftAdvertise, "raft-advertise", "", "Raft address other servers reach this one at (default: --raft-addr)")
+	fs.StringVar(&cfg.node.GossipAddr, "gossip-addr", def.GossipAddr, "gossip (membership) bind address")
+	join := fs.String("join", "", "comma-separated gossip addresses of existing members")
+	fs.IntVar(&cfg.node.BootstrapExpect, "bootstrap-expect", def.BootstrapExpect, "servers to wait for before forming a new cluster (0 or 1: bootstrap alone)")
+	fs.DurationVar(&cfg.node.TickPeriod, "tick-period", def.TickPeriod, "cluster clock resolution (10ms-10s)")
+	fs.DurationVar(&cfg.node.Retention, "retention", def.Retention, "how long ended leases and sessions stay readable")
+	fs.StringVar(&cfg.tokensFile, "tokens-file", "", "bearer tokens file (JSON; see 'leasehold token create'); none: auth is off")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
+	pos, err := a.parse(fs, args, allFlags(fs), 0)
+	if err != nil {
+		return cfg, err
+	}
+	if len(pos) != 0 {
+		return cfg, usageErrorf("server takes no arguments, got %q", pos)
+	}
+	cfg.node.Join = splitList(*join)
+	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return cfg, usageErrorf("--log-level %q: want debug, info, warn or error", *level)
+	}
+	switch cfg.logFormat {
+	case "text", "json":
+	default:
+		return cfg, usageErrorf("--log-format %q: want text or json", cfg.logFormat)
+	}
+	if cfg.httpAddr == "" {
+		return cfg, usageErrorf("--http-addr is required")
+	}
+	// Check what node.Open would refuse now, as a usage error. HTTPAddr is
+	// settled once the listener is bound.
+	if err := cfg.node.Validate(); err != nil {
+		return cfg, usageErrorf("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return cfg, nil
+}
+
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func (a *app) serverCmd(ctx context.Context, args []string) error {
+	cfg, err := a.parseServerFlags(args)
+	if err != nil {
+		return err
+	}
+	log := newLogger(a.stderr, cfg.logLevel, cfg.logFormat)
+
+	var tokens *api.Tokens
+	if cfg.tokensFile != "" {
+		if tokens, err = api.LoadTokens(cfg.tokensFile); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("no --tokens-file: authentication is OFF; anyone who can reach the HTTP address has admin access",
+			"http_addr", cfg.httpAddr)
+	}
+
+	ln, err := net.Listen("tcp", cfg.httpAddr)
+	if err != nil {
+		return fmt.Errorf("http listen: %w", err)
+	}
+	defer ln.Close()
+	cfg.node.HTTPAddr = cfg.httpAdvertise
+	if cfg.node.HTTPAddr == "" {
+		cfg.node.HTTPAddr = ln.Addr().String()
+	}
+	cfg.node.Logger = log
+
+	n, err := node.Open(cfg.node)
+	if err != nil {
+		return fmt.Errorf("open node: %w", err)
+	}
+	handler := api.New(apiNode{n}, api.Options{Logger: log.With("component", "http"), Tokens: tokens})
+
+	// Request contexts derive from streams, which is cancelled once the
+	// grace period of a shutdown is over: event streams and waiting acquires
+	// end then instead of holding Shutdown up.
+	streams, endStreams := context.WithCancel(context.WithoutCancel(ctx))
+	defer endStreams()
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return streams },
+		ErrorLog:          slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	fmt.Fprintf(a.stdout, "leasehold %s: node %s serving HTTP on %s (raft %s, gossip %s, data %s)\n",
+		versionString(), cfg.node.NodeID, ln.Addr(), cfg.node.RaftAddr, cfg.node.GossipAddr, cfg.node.DataDir)
+	log.Info("server started", "node_id", cfg.node.NodeID, "http_addr", ln.Addr().String(),
+		"raft_addr", cfg.node.RaftAddr, "gossip_addr", cfg.node.GossipAddr, "data_dir", cfg.node.DataDir,
+		"join", cfg.node.Join, "bootstrap_expect", cfg.node.BootstrapExpect, "auth", tokens != nil)
+	go func() {
+		select {
+		case <-n.Ready():
+			log.Info("ready: leader known and log applied")
+		case <-streams.Done():
+		}
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "cause", context.Cause(ctx))
+	case err := <-serveErr:
+		runErr = fmt.Errorf("http server: %w", err)
+		log.Error("http server failed; shutting down", "err", err)
+	}
+	if err := shutdownHTTP(srv, endStreams); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	if err := n.Close(); err != nil {
+		log.Error("node close", "err", err)
+		runErr = errors.Join(runErr, fmt.Errorf("close node: %w", err))
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+// shutdownHTTP stops accepting requests and waits for those in flight: up
+// to shutdownGrace with event streams open, then, after endStreams, up to
+// shutdownForce more before closing what is left.
+func shutdownHTTP(srv *http.Server, endStreams context.CancelFunc) error {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	err := srv.Shutdown(ctx)
+	cancel()
+	if err == nil {
+		return nil
+	}
+	endStreams()
+	ctx, cancel = context.WithTimeout(context.Background(), shutdownForce)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		return errors.Join(err, srv.Close())
+	}
+	return nil
+}
+
+// apiNode adapts *node.Node to api.Node, whose Subscribe returns an
+// interface.
+type apiNode struct{ *node.Node }
+
+func (a apiNode) Subscribe(ctx context.Context, f node.EventFilter) (api.Subscription, error) {
+	s, err := a.Node.Subscribe(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+var _ api.Node = apiNode{}
