@@ -1,0 +1,507 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasehold/leasehold/api/client"
+	"github.com/leasehold/leasehold/node"
+)
+
+var benchWorkloads = []string{"cycle", "contended", "renew", "heartbeat"}
+
+type benchConfig struct {
+	clients  int
+	duration time.Duration
+	batch    int
+	ttl      time.Duration
+	maxOps   int64
+	rate     float64 // operations per second over all clients; 0: as fast as possible
+	prefix   string
+	runID    string
+}
+
+// benchSetupTimeout bounds a workload's setup (acquiring the leases that
+// renew and heartbeat then keep alive) and its cleanup.
+const benchSetupTimeout = 2 * time.Minute
+
+// maxBodyBytes is the contract's request body limit; bulk heartbeats are
+// split to stay under it.
+const maxBodyBytes = 64 << 10
+
+func (a *app) benchCmd(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("bench", "", "Drive a running node over HTTP with concurrent clients and report throughput and latency.\n"+
+		"Workloads: cycle (acquire + release on distinct keys), contended (every client acquires one key,\n"+
+		"waiting, then releases), renew (single-lease renewals), heartbeat (bulk heartbeats; counts leases\n"+
+		"kept alive), all (each in turn). Each workload runs for --duration or --max-ops, whichever ends first.")
+	var cf clientFlags
+	cf.register(fs)
+	cfg := benchConfig{runID: randomID(4)}
+	workload := fs.String("workload", "all", "cycle, contended, renew, heartbeat or all")
+	fs.IntVar(&cfg.clients, "clients", 64, "concurrent clients")
+	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured time per workload")
+	fs.IntVar(&cfg.batch, "batch", 1000, "leases each client keeps alive per heartbeat round (split into requests under 64 KiB)")
+	fs.DurationVar(&cfg.ttl, "ttl", 30*time.Second, "TTL of the leases the bench acquires")
+	fs.Int64Var(&cfg.maxOps, "max-ops", 10_000_000, "stop a workload after this many operations")
+	fs.Float64Var(&cfg.rate, "rate", 0, "target operations per second over all clients (0: unlimited)")
+	fs.StringVar(&cfg.prefix, "prefix", "", "key prefix (default bench/<random>/)")
+	pos, err := a.parse(fs, args, clientEnv, 0)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErrorf("bench takes no arguments")
+	}
+	workloads := []string{*workload}
+	if *workload == "all" {
+		workloads = benchWorkloads
+	} else if !slices.Contains(benchWorkloads, *workload) {
+		return usageErrorf("--workload %q: want cycle, contended, renew, heartbeat or all", *workload)
+	}
+	switch {
+	case cfg.clients < 1 || cfg.clients > 10000:
+		return usageErrorf("--clients must be 1-10000")
+	case cfg.duration <= 0 || cfg.duration > time.Hour:
+		return usageErrorf("--duration must be positive and at most 1h")
+	case cfg.batch < 1 || cfg.batch > 100000:
+		return usageErrorf("--batch must be 1-100000")
+	case cfg.maxOps < 1:
+		return usageErrorf("--max-ops must be positive")
+	case cfg.rate < 0:
+		return usageErrorf("--rate must not be negative")
+	}
+	if cfg.prefix == "" {
+		cfg.prefix = "bench/" + cfg.runID + "/"
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 2 * cfg.clients
+	t.MaxIdleConnsPerHost = cfg.clients
+	t.DisableCompression = true
+	t.ForceAttemptHTTP2 = false
+	defer t.CloseIdleConnections()
+	c, err := client.New(splitList(cf.addr), client.Options{Token: cf.token, Timeout: cf.timeout, HTTPClient: &http.Client{Transport: t}})
+	if err != nil {
+		return usageErrorf("--addr: %v", err)
+	}
+	var results []*benchResult
+	for _, w := range workloads {
+		if !cf.json {
+			fmt.Fprintf(a.stderr, "bench: %s, %d clients, %s...\n", w, cfg.clients, cfg.duration)
+		}
+		r, err := runWorkload(ctx, c, w, cfg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", w, err)
+		}
+		results = append(results, r)
+	}
+	if cf.json {
+		return writeJSON(a.stdout, results)
+	}
+	return printBench(a.stdout, results)
+}
+
+// benchResult is the outcome of one workload.
+type benchResult struct {
+	Workload  string  `json:"workload"`
+	Clients   int     `json:"clients"`
+	Seconds   float64 `json:"seconds"`
+	Unit      string  `json:"unit"`        // what Ops counts
+	Ops       int64   `json:"ops"`         // units done
+	OpsPerSec float64 `json:"ops_per_sec"` // Ops / Seconds
+	Requests  int64   `json:"requests"`    // HTTP requests measured
+	Errors    int64   `json:"errors"`
+	// ErrorCodes counts errors by contract code ("transport" for no answer).
+	ErrorCodes map[string]int64 `json:"error_codes,omitempty"`
+	// Latency is of one operation: a cycle, a grant (with its wait), a
+	// renewal, a heartbeat request.
+	Latency latencySummary `json:"latency"`
+	// AcquireLatency is of the acquire alone (cycle only).
+	AcquireLatency *latencySummary `json:"acquire_latency,omitempty"`
+}
+
+// latencySummary holds percentiles in milliseconds.
+type latencySummary struct {
+	Count int     `json:"count"`
+	Mean  float64 `json:"mean_ms"`
+	P50   float64 `json:"p50_ms"`
+	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p999_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+// percentile returns the nearest-rank p-th percentile (0 < p <= 100) of
+// sorted: the smallest sample such that at least p% of the samples are less
+// than or equal to it. It returns 0 for no samples.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(n)))
+	return sorted[min(max(rank, 1), n)-1]
+}
+
+// summarize sorts samples in place and summarizes them.
+func summarize(samples []time.Duration) latencySummary {
+	if len(samples) == 0 {
+		return latencySummary{}
+	}
+	slices.Sort(samples)
+	var sum time.Duration
+	for _, d := range samples {
+		sum += d
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return latencySummary{
+		Count: len(samples),
+		Mean:  ms(sum / time.Duration(len(samples))),
+		P50:   ms(percentile(samples, 50)),
+		P99:   ms(percentile(samples, 99)),
+		P999:  ms(percentile(samples, 99.9)),
+		Max:   ms(samples[len(samples)-1]),
+	}
+}
+
+// benchWorker is one client's share of a workload.
+type benchWorker struct {
+	id       int
+	ops      int64
+	requests int64
+	lat      []time.Duration
+	acqLat   []time.Duration
+	errs     map[string]int64
+	// leases held across the measured phase (renew, heartbeat).
+	leases []node.HeartbeatItem
+}
+
+func (w *benchWorker) fail(err error) {
+	code := string(client.ErrorCode(err))
+	if code == "" {
+		code = "transport"
+	}
+	w.errs[code]++
+}
+
+// benchRun is the shared state of one workload's measured phase.
+type benchRun struct {
+	cfg   benchConfig
+	c     *client.Client
+	end   time.Time    // no operation counts after this
+	total atomic.Int64 // operations started, against maxOps
+}
+
+// next reports whether a worker may start another operation, pacing it when
+// a rate is set. k is the worker's count of operations so far.
+func (r *benchRun) next(ctx context.Context, start time.Time, k int64) bool {
+	if ctx.Err() != nil || !time.Now().Before(r.end) || r.total.Add(1) > r.cfg.maxOps {
+		return false
+	}
+	if r.cfg.rate > 0 {
+		per := time.Duration(float64(r.cfg.clients) / r.cfg.rate * float64(time.Second))
+		if d := time.Until(start.Add(time.Duration(k) * per)); d > 0 {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return false
+			case <-t.C:
+			}
+		}
+	}
+	return time.Now().Before(r.end)
+}
+
+// counts reports whether an operation that finished at done is measured.
+func (r *benchRun) counts(done time.Time) bool { return done.Before(r.end) }
+
+func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchConfig) (*benchResult, error) {
+	workers := make([]*benchWorker, cfg.clients)
+	for i := range workers {
+		workers[i] = &benchWorker{id: i, errs: map[string]int64{}}
+	}
+	run := &benchRun{cfg: cfg, c: c}
+	holder := func(w *benchWorker) string { return fmt.Sprintf("bench-%s-%d", cfg.runID, w.id) }
+	key := func(parts ...any) string {
+		k := cfg.prefix + name
+		for _, p := range parts {
+			k += "/" + fmt.Sprint(p)
+		}
+		return k
+	}
+
+	// Setup: the leases that renew and heartbeat keep alive.
+	setupTTL := cfg.ttl
+	var perWorker int
+	switch name {
+	case "renew":
+		perWorker = 1
+	case "heartbeat":
+		perWorker = cfg.batch
+		// The first leases must outlive the setup of all the others.
+		setupTTL = max(cfg.ttl, benchSetupTimeout)
+	}
+	if perWorker > 0 {
+		sctx, cancel := context.WithTimeout(ctx, benchSetupTimeout)
+		err := forEachWorker(workers, func(w *benchWorker) error {
+			for j := range perWorker {
+				l, err := c.Acquire(sctx, node.AcquireRequest{Key: key(w.id, j), Holder: holder(w), TTLMS: millis(setupTTL)})
+				if err != nil {
+					return fmt.Errorf("setup: %w", err)
+				}
+				w.leases = append(w.leases, node.HeartbeatItem{LeaseID: l.LeaseID, Token: l.Token})
+			}
+			return nil
+		})
+		cancel()
+		defer cleanupLeases(ctx, c, workers)
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	start := time.Now()
+	run.end = start.Add(cfg.duration)
+	_ = forEachWorker(workers, func(w *benchWorker) error {
+		switch name {
+		case "cycle":
+			benchCycle(ctx, run, w, holder(w), func(n int64) string { return key(w.id, n) })
+		case "contended":
+			benchContended(ctx, run, w, holder(w), key("one"))
+		case "renew":
+			benchRenew(ctx, run, w)
+		case "heartbeat":
+			benchHeartbeat(ctx, run, w)
+		}
+		return nil
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	elapsed := min(time.Since(start), cfg.duration)
+
+	res := &benchResult{Workload: name, Clients: cfg.clients, Seconds: elapsed.Seconds(), ErrorCodes: map[string]int64{}}
+	res.Unit = map[string]string{"cycle": "cycles", "contended": "grants", "renew": "renewals", "heartbeat": "leases kept alive"}[name]
+	var lat, acq []time.Duration
+	for _, w := range workers {
+		res.Ops += w.ops
+		res.Requests += w.requests
+		lat = append(lat, w.lat...)
+		acq = append(acq, w.acqLat...)
+		for code, n := range w.errs {
+			res.ErrorCodes[code] += n
+			res.Errors += n
+		}
+	}
+	if elapsed > 0 {
+		res.OpsPerSec = float64(res.Ops) / elapsed.Seconds()
+	}
+	res.Latency = summarize(lat)
+	if name == "cycle" {
+		s := summarize(acq)
+		res.AcquireLatency = &s
+	}
+	if len(res.ErrorCodes) == 0 {
+		res.ErrorCodes = nil
+	}
+	return res, nil
+}
+
+// forEachWorker runs f for every worker concurrently and returns the first
+// error.
+func forEachWorker(workers []*benchWorker, f func(*benchWorker) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(workers))
+	for i, w := range workers {
+		wg.Go(func() { errs[i] = f(w) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pause backs a worker off briefly after a failure, so that a node that is
+// down is not hammered in a tight loop.
+func pause(ctx context.Context) {
+	t := time.NewTimer(10 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func benchCycle(ctx context.Context, r *benchRun, w *benchWorker, holder string, key func(int64) string) {
+	start := time.Now()
+	for n := int64(0); r.next(ctx, start, n); n++ {
+		t0 := time.Now()
+		l, err := r.c.Acquire(ctx, node.AcquireRequest{Key: key(n), Holder: holder, TTLMS: millis(r.cfg.ttl)})
+		t1 := time.Now()
+		if err != nil {
+			if r.counts(t1) {
+				w.requests++
+				w.fail(err)
+			}
+			pause(ctx)
+			continue
+		}
+		_, err = r.c.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
+		t2 := time.Now()
+		if !r.counts(t2) {
+			continue
+		}
+		w.requests += 2
+		w.acqLat = append(w.acqLat, t1.Sub(t0))
+		if err != nil {
+			w.fail(err)
+			continue
+		}
+		w.ops++
+		w.lat = append(w.lat, t2.Sub(t0))
+	}
+}
+
+func benchContended(ctx context.Context, r *benchRun, w *benchWorker, holder, key string) {
+	start := time.Now()
+	for n := int64(0); r.next(ctx, start, n); n++ {
+		t0 := time.Now()
+		l, err := r.c.Acquire(ctx, node.AcquireRequest{Key: key, Holder: holder, TTLMS: millis(r.cfg.ttl), WaitMS: 30_000})
+		t1 := time.Now()
+		if err == nil {
+			// Release even after the end, so that the others' waits end.
+			if _, rerr := r.c.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); rerr != nil && r.counts(t1) {
+				w.fail(rerr)
+			}
+		}
+		if !r.counts(t1) {
+			continue
+		}
+		w.requests++
+		if err != nil {
+			w.fail(err)
+			pause(ctx)
+			continue
+		}
+		w.ops++
+		w.lat = append(w.lat, t1.Sub(t0))
+	}
+}
+
+func benchRenew(ctx context.Context, r *benchRun, w *benchWorker) {
+	l := w.leases[0]
+	start := time.Now()
+	for n := int64(0); r.next(ctx, start, n); n++ {
+		t0 := time.Now()
+		_, err := r.c.Renew(ctx, l.LeaseID, l.Token, 0)
+		t1 := time.Now()
+		if !r.counts(t1) {
+			continue
+		}
+		w.requests++
+		if err != nil {
+			w.fail(err)
+			pause(ctx)
+			continue
+		}
+		w.ops++
+		w.lat = append(w.lat, t1.Sub(t0))
+	}
+}
+
+// heartbeatChunks splits items into requests whose JSON bodies stay under
+// the body limit.
+func heartbeatChunks(items []node.HeartbeatItem) [][]node.HeartbeatItem {
+	if len(items) == 0 {
+		return nil
+	}
+	// {"lease_id":"…","token":"…"}, plus the envelope {"leases":[…]}.
+	per := len(items[0].LeaseID) + len(items[0].Token) + len(`{"lease_id":"","token":""},`) + 8 // slack for longer ids
+	n := max((maxBodyBytes-64)/per, 1)
+	var out [][]node.HeartbeatItem
+	for len(items) > n {
+		out = append(out, items[:n:n])
+		items = items[n:]
+	}
+	return append(out, items)
+}
+
+func benchHeartbeat(ctx context.Context, r *benchRun, w *benchWorker) {
+	chunks := heartbeatChunks(w.leases)
+	start := time.Now()
+	for n := int64(0); r.next(ctx, start, n); n++ {
+		chunk := chunks[int(n)%len(chunks)]
+		t0 := time.Now()
+		res, err := r.c.Heartbeat(ctx, chunk)
+		t1 := time.Now()
+		if !r.counts(t1) {
+			continue
+		}
+		w.requests++
+		if err != nil {
+			w.fail(err)
+			pause(ctx)
+			continue
+		}
+		w.lat = append(w.lat, t1.Sub(t0))
+		for _, x := range res {
+			if x.OK {
+				w.ops++
+			} else if x.Error != nil {
+				w.errs[string(x.Error.Code)]++
+			}
+		}
+	}
+}
+
+// cleanupLeases releases the leases the setup acquired; what it cannot
+// release in time expires by itself.
+func cleanupLeases(ctx context.Context, c *client.Client, workers []*benchWorker) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchSetupTimeout)
+	defer cancel()
+	_ = forEachWorker(workers, func(w *benchWorker) error {
+		for _, l := range w.leases {
+			if cctx.Err() != nil {
+				return nil
+			}
+			_, _ = c.Release(cctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token, Reason: "bench done"})
+		}
+		return nil
+	})
+}
+
+func printBench(out io.Writer, results []*benchResult) error {
+	tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tclients\tops/s\tunit\tops\trequests\terrors\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\t")
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", r.Workload, r.Clients,
+			strconv.FormatFloat(r.OpsPerSec, 'f', 0, 64), r.Unit, r.Ops, r.Requests, r.Errors,
+			f(r.Latency.P50), f(r.Latency.P99), f(r.Latency.P999), f(r.Latency.Max))
+		if a := r.AcquireLatency; a != nil {
+			fmt.Fprintf(tw, "  (acquire)\t\t\t\t\t\t\t%s\t%s\t%s\t%s\t\n", f(a.P50), f(a.P99), f(a.P999), f(a.Max))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range results {
+		if len(r.ErrorCodes) > 0 {
+			codes := slices.Sorted(maps.Keys(r.ErrorCodes))
+			fmt.Fprintf(out, "%s errors:", r.Workload)
+			for _, k := range codes {
+				fmt.Fprintf(out, " %s=%d", k, r.ErrorCodes[k])
+			}
+			fmt.Fprintln(out)
+		}
+	}
+	return nil
+}

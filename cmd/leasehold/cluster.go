@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+func (a *app) clusterCmd(ctx context.Context, args []string) error {
+	const usage = "usage: leasehold cluster status|members|remove ID|transfer-leadership [ID] [flags]"
+	if len(args) == 0 {
+		return usageErrorf("%s", usage)
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "-h", "--help", "help":
+		fmt.Fprintln(a.stdout, usage)
+		return nil
+	case "status", "members":
+		fs := a.newFlagSet("cluster "+sub, "", "Show the cluster as the contacted node sees it.")
+		var cf clientFlags
+		cf.register(fs)
+		pos, err := a.parse(fs, args, clientEnv, 0)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 0 {
+			return usageErrorf("cluster %s takes no arguments", sub)
+		}
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		st, err := c.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case cf.json && sub == "members":
+			return writeJSON(a.stdout, st.Members)
+		case cf.json:
+			return writeJSON(a.stdout, st)
+		case sub == "members":
+			return printMembers(a.stdout, st.Members)
+		}
+		return printCluster(a.stdout, st)
+	case "remove":
+		fs := a.newFlagSet("cluster remove", "ID", "Remove a server from the cluster (admin scope).")
+		var cf clientFlags
+		cf.register(fs)
+		id, err := a.parseOne(fs, args)
+		if err != nil {
+			return err
+		}
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		if err := c.RemoveMember(ctx, id); err != nil {
+			return err
+		}
+		return a.done(cf.json, map[string]any{"id": id, "removed": true}, "removed "+id)
+	case "transfer-leadership":
+		fs := a.newFlagSet("cluster transfer-leadership", "[ID]", "Hand leadership to the voter ID, or to any voter (admin scope).")
+		var cf clientFlags
+		cf.register(fs)
+		pos, err := a.parse(fs, args, clientEnv, 0)
+		if err != nil {
+			return err
+		}
+		if len(pos) > 1 {
+			return usageErrorf("cluster transfer-leadership takes at most one ID")
+		}
+		id := ""
+		if len(pos) == 1 {
+			id = pos[0]
+		}
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		if err := c.TransferLeadership(ctx, id); err != nil {
+			return err
+		}
+		msg := "leadership transfer started"
+		if id != "" {
+			msg += " towards " + id
+		}
+		return a.done(cf.json, map[string]any{"id": id, "transferred": true}, msg)
+	}
+	return usageErrorf("unknown cluster command %q; %s", sub, usage)
+}
+
+// done prints the outcome of an action that has no object to show.
+func (a *app) done(asJSON bool, v any, msg string) error {
+	if asJSON {
+		return writeJSON(a.stdout, v)
+	}
+	_, err := fmt.Fprintln(a.stdout, msg)
+	return err
+}
+
+func printCluster(w io.Writer, st *node.ClusterStatus) error {
+	p := newKV(w)
+	p.add("node", st.NodeID)
+	p.add("state", st.State)
+	leader := st.Leader
+	if leader == "" {
+		leader = "(none known)"
+	}
+	if st.LeaderAddr != "" {
+		leader += " at " + st.LeaderAddr
+	}
+	p.add("leader", leader)
+	p.add("term", st.Term)
+	p.add("commit_index", st.CommitIndex)
+	p.add("applied_index", st.AppliedIndex)
+	p.add("tick", st.Tick)
+	p.add("tick_period", msString(st.TickPeriodMS))
+	p.add("active_leases", st.ActiveLeases)
+	p.add("active_sessions", st.ActiveSession)
+	if err := p.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	return printMembers(w, st.Members)
+}
+
+func printMembers(w io.Writer, ms []node.Member) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tRAFT\tHTTP\tROLE\tHEALTH\tLAST_CONTACT")
+	for _, m := range ms {
+		role := "nonvoter"
+		switch {
+		case m.Leader:
+			role = "leader"
+		case m.Voter:
+			role = "voter"
+		}
+		httpAddr := m.HTTPAddr
+		if httpAddr == "" {
+			httpAddr = "-"
+		}
+		last := timeString(m.LastContact)
+		if last == "" {
+			last = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.RaftAddr, httpAddr, role, m.Health, last)
+	}
+	return tw.Flush()
+}

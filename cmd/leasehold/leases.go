@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+func defaultHolder() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "leasehold-cli"
+	}
+	return h
+}
+
+func (a *app) acquireCmd(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("acquire", "KEY", "Acquire a lease on KEY and print it with its secret token (shown only here).")
+	var cf clientFlags
+	cf.register(fs)
+	holder := fs.String("holder", defaultHolder(), "holder name")
+	ttl := fs.Duration("ttl", 30*time.Second, "TTL of a standalone lease")
+	session := fs.String("session", "", "bind the lease to this session instead of a TTL")
+	sessionToken := fs.String("session-token", "", "the session's token (env LEASEHOLD_SESSION_TOKEN)")
+	limit := fs.Uint("limit", 0, "slots of the key (default 1: exclusive)")
+	wait := fs.Duration("wait", 0, "wait up to this long for a free slot")
+	lockDelay := fs.Duration("lock-delay", 0, "keep the slot blocked this long after an involuntary end")
+	idem := fs.String("idempotency-key", "", "idempotency key (default: a random one, so retries on other nodes are safe)")
+	md := metadataFlag{}
+	fs.Var(md, "metadata", "metadata key=value (repeatable)")
+	pos, err := a.parse(fs, args, append(slices.Clone(clientEnv), "session-token"), 0)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("acquire takes one KEY")
+	}
+	if *limit > 1<<32-1 {
+		return usageErrorf("--limit too large")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	req := node.AcquireRequest{
+		Key:            pos[0],
+		Holder:         *holder,
+		SessionID:      *session,
+		SessionToken:   *sessionToken,
+		Limit:          uint32(*limit),
+		WaitMS:         millis(*wait),
+		LockDelayMS:    millis(*lockDelay),
+		IdempotencyKey: *idem,
+	}
+	if len(md) > 0 {
+		req.Metadata = md
+	}
+	if req.SessionID == "" {
+		req.TTLMS = millis(*ttl)
+	}
+	if req.IdempotencyKey == "" {
+		req.IdempotencyKey = "cli-" + randomID(16)
+	}
+	l, err := c.Acquire(ctx, req)
+	if err != nil {
+		return err
+	}
+	return output(a.stdout, cf.json, l, printLease)
+}
+
+func (a *app) renewCmd(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("renew", "LEASE_ID", "Renew a standalone lease.")
+	var cf clientFlags
+	cf.register(fs)
+	token := fs.String("lease-token", "", "the lease's token (env LEASEHOLD_LEASE_TOKEN)")
+	ttl := fs.Duration("ttl", 0, "new TTL (default: keep the lease's)")
+	id, err := a.parseOne(fs, args, "lease-token")
+	if err != nil {
+		return err
+	}
+	if *token == "" {
+		return usageErrorf("renew needs --lease-token or LEASEHOLD_LEASE_TOKEN")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	l, err := c.Renew(ctx, id, *token, millis(*ttl))
+	if err != nil {
+		return err
+	}
+	return output(a.stdout, cf.json, l, printLease)
+}
+
+func (a *app) releaseCmd(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("release", "LEASE_ID", "Release a lease with its lease token (or, if bound to a session, the session token).")
+	var cf clientFlags
+	cf.register(fs)
+	token := fs.String("lease-token", "", "the lease's token (env LEASEHOLD_LEASE_TOKEN)")
+	sessionToken := fs.String("session-token", "", "the session's token, for a bound lease (env LEASEHOLD_SESSION_TOKEN)")
+	reason := fs.String("reason", "", "why (kept as the lease's end_reason)")
+	id, err := a.parseOne(fs, args, "lease-token", "session-token")
+	if err != nil {
+		return err
+	}
+	if *token == "" && *sessionToken == "" {
+		return usageErrorf("release needs --lease-token or --session-token")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	l, err := c.Release(ctx, node.ReleaseRequest{LeaseID: id, Token: *token, SessionToken: *sessionToken, Reason: *reason})
+	if err != nil {
+		return err
+	}
+	return a.printMaybeLease(cf.json, l, "released "+id)
+}
+
+func (a *app) revokeCmd(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("revoke", "LEASE_ID", "Force-release a lease as an operator (admin scope).")
+	var cf clientFlags
+	cf.register(fs)
+	reason := fs.String("reason", "", "why (kept as the lease's end_reason)")
+	id, err := a.parseOne(fs, args)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	l, err := c.Revoke(ctx, id, *reason)
+	if err != nil {
+		return err
+	}
+	return a.printMaybeLease(cf.json, l, "revoked "+id)
+}
+
+func (a *app) printMaybeLease(asJSON bool, l *node.Lease, fallback string) error {
+	if l == nil {
+		if asJSON {
+			return writeJSON(a.stdout, struct{}{})
+		}
+		_, err := fmt.Fprintln(a.stdout, fallback)
+		return err
+	}
+	return output(a.stdout, asJSON, l, printLease)
+}
+
+func (a *app) getCmd(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("get", "LEASE_ID", "Show one lease, in any state still retained.")
+	var cf clientFlags
+	cf.register(fs)
+	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
+	id, err := a.parseOne(fs, args)
+	if err != nil {
+		return err
+	}
+	c, err := cf.staleClient(*stale)
+	if err != nil {
+		return err
+	}
+	l, err := c.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return output(a.stdout, cf.json, l, printLease)
+}
+
+func (a *app) listCmd(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("list", "", "List leases. Filters combine; --all follows the pages to the end.")
+	var cf clientFlags
+	cf.register(fs)
+	var req node.ListRequest
+	fs.StringVar(&req.Key, "key", "", "only this key")
+	fs.StringVar(&req.Prefix, "prefix", "", "only keys with this prefix")
+	fs.StringVar(&req.Holder, "holder", "", "only this holder")
+	fs.StringVar(&req.SessionID, "session", "", "only leases bound to this session")
+	fs.StringVar(&req.State, "state", "", "only this state (active, released, expired, revoked)")
+	fs.StringVar(&req.After, "after", "", "start after this cursor")
+	fs.IntVar(&req.Limit, "limit", 0, "page size (server default 100, at most 1000)")
+	all := fs.Bool("all", false, "follow the pages to the end")
+	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
+	pos, err := a.parse(fs, args, clientEnv, 0)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErrorf("list takes no arguments (use --key or --prefix)")
+	}
+	c, err := cf.staleClient(*stale)
+	if err != nil {
+		return err
+	}
+	out := &node.LeaseList{Leases: []*node.Lease{}}
+	for {
+		page, err := c.List(ctx, req)
+		if err != nil {
+			return err
+		}
+		out.Leases = append(out.Leases, page.Leases...)
+		out.Next = page.Next
+		if !*all || page.Next == "" {
+			break
+		}
+		req.After = page.Next
+	}
+	return output(a.stdout, cf.json, out, printLeaseList)
+}
+
+func printLeaseList(w io.Writer, l *node.LeaseList) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "LEASE_ID\tKEY\tHOLDER\tSTATE\tFENCING\tREMAINING\tSESSION")
+	for _, x := range l.Leases {
+		rem := "-"
+		if x.State == "active" {
+			rem = msString(x.RemainingMS)
+		}
+		sess := x.SessionID
+		if sess == "" {
+			sess = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", x.LeaseID, x.Key, x.Holder, x.State, x.FencingToken, rem, sess)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if l.Next != "" {
+		fmt.Fprintf(w, "more: --after %s (or --all)\n", l.Next)
+	}
+	return nil
+}
+
+func (a *app) validateCmd(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("validate", "", "Check a fencing token (--key, --fencing-token) or a lease token (--lease-id, --lease-token).\nExit status 0 when valid, 1 when not.")
+	var cf clientFlags
+	cf.register(fs)
+	var req node.ValidateRequest
+	fs.StringVar(&req.Key, "key", "", "the key the fencing token is for")
+	fs.Uint64Var(&req.FencingToken, "fencing-token", 0, "the fencing token to check")
+	fs.StringVar(&req.LeaseID, "lease-id", "", "the lease the token is for")
+	fs.StringVar(&req.Token, "lease-token", "", "the lease token to check (env LEASEHOLD_LEASE_TOKEN)")
+	pos, err := a.parse(fs, args, append(slices.Clone(clientEnv), "lease-token"), 0)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErrorf("validate takes no arguments")
+	}
+	switch {
+	case req.Key != "" && req.FencingToken != 0 && req.LeaseID == "":
+		req.Token = "" // from the environment, maybe; not part of this question
+	case req.LeaseID != "" && req.Token != "" && req.Key == "":
+	default:
+		return usageErrorf("validate needs --key with --fencing-token, or --lease-id with --lease-token")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	res, err := c.Validate(ctx, req)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		err = writeJSON(a.stdout, res)
+	} else if res.Valid {
+		_, err = fmt.Fprintln(a.stdout, "valid")
+	} else {
+		_, err = fmt.Fprintf(a.stdout, "invalid: %s\n", res.Reason)
+	}
+	if err != nil {
+		return err
+	}
+	if !res.Valid {
+		return &exitError{code: 1}
+	}
+	return nil
+}
+
+func (a *app) holderReleaseCmd(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("holder-release", "HOLDER", "End every lease and session of HOLDER (admin scope): crash recovery of a restarted worker.")
+	var cf clientFlags
+	cf.register(fs)
+	reason := fs.String("reason", "", "why (kept as each lease's end_reason)")
+	holder, err := a.parseOne(fs, args)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	res, err := c.ReleaseHolder(ctx, holder, *reason)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return writeJSON(a.stdout, res)
+	}
+	_, err = fmt.Fprintf(a.stdout, "released %d leases and sessions of %s\n", res.Released, res.Holder)
+	return err
+}
+
+// parseOne parses a client command that takes exactly one argument. extraEnv
+// names flags besides --addr and --token that read the environment.
+func (a *app) parseOne(fs *flag.FlagSet, args []string, extraEnv ...string) (string, error) {
+	pos, err := a.parse(fs, args, append(slices.Clone(clientEnv), extraEnv...), 0)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", usageErrorf("%s takes exactly one argument (run 'leasehold %s -h')", fs.Name(), fs.Name())
+	}
+	return pos[0], nil
+}

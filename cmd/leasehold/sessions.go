@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+func (a *app) sessionCmd(ctx context.Context, args []string) error {
+	subs := map[string]func(context.Context, []string) error{
+		"create":    a.sessionCreate,
+		"get":       a.sessionGet,
+		"list":      a.sessionList,
+		"heartbeat": a.sessionHeartbeat,
+		"end":       a.sessionEnd,
+	}
+	if len(args) == 0 || subs[args[0]] == nil {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprintln(a.stdout, "usage: leasehold session create|get|list|heartbeat|end [flags] [args]")
+			return nil
+		}
+		return usageErrorf("usage: leasehold session create|get|list|heartbeat|end [flags] [args]")
+	}
+	return subs[args[0]](ctx, args[1:])
+}
+
+func (a *app) sessionCreate(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("session create", "", "Create a session and print it with its secret token (shown only here).")
+	var cf clientFlags
+	cf.register(fs)
+	holder := fs.String("holder", defaultHolder(), "holder name")
+	ttl := fs.Duration("ttl", 30*time.Second, "session TTL")
+	md := metadataFlag{}
+	fs.Var(md, "metadata", "metadata key=value (repeatable)")
+	pos, err := a.parse(fs, args, clientEnv, 0)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErrorf("session create takes no arguments")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	req := node.SessionRequest{Holder: *holder, TTLMS: millis(*ttl)}
+	if len(md) > 0 {
+		req.Metadata = md
+	}
+	s, err := c.CreateSession(ctx, req)
+	if err != nil {
+		return err
+	}
+	return output(a.stdout, cf.json, s, printSession)
+}
+
+func (a *app) sessionGet(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("session get", "SESSION_ID", "Show one session.")
+	var cf clientFlags
+	cf.register(fs)
+	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
+	id, err := a.parseOne(fs, args)
+	if err != nil {
+		return err
+	}
+	c, err := cf.staleClient(*stale)
+	if err != nil {
+		return err
+	}
+	s, err := c.GetSession(ctx, id)
+	if err != nil {
+		return err
+	}
+	return output(a.stdout, cf.json, s, printSession)
+}
+
+func (a *app) sessionList(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("session list", "", "List sessions; --all follows the pages to the end.")
+	var cf clientFlags
+	cf.register(fs)
+	holder := fs.String("holder", "", "only this holder")
+	after := fs.String("after", "", "start after this cursor")
+	all := fs.Bool("all", false, "follow the pages to the end")
+	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
+	pos, err := a.parse(fs, args, clientEnv, 0)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErrorf("session list takes no arguments")
+	}
+	c, err := cf.staleClient(*stale)
+	if err != nil {
+		return err
+	}
+	out := &node.SessionList{Sessions: []*node.Session{}}
+	cursor := *after
+	for {
+		page, err := c.ListSessions(ctx, *holder, cursor)
+		if err != nil {
+			return err
+		}
+		out.Sessions = append(out.Sessions, page.Sessions...)
+		out.Next = page.Next
+		if !*all || page.Next == "" {
+			break
+		}
+		cursor = page.Next
+	}
+	return output(a.stdout, cf.json, out, printSessionList)
+}
+
+func printSessionList(w io.Writer, l *node.SessionList) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION_ID\tHOLDER\tSTATE\tREMAINING\tLEASES")
+	for _, s := range l.Sessions {
+		rem := "-"
+		if s.State == "active" {
+			rem = msString(s.RemainingMS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", s.SessionID, s.Holder, s.State, rem, len(s.LeaseIDs))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if l.Next != "" {
+		fmt.Fprintf(w, "more: --after %s (or --all)\n", l.Next)
+	}
+	return nil
+}
+
+func (a *app) sessionHeartbeat(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("session heartbeat", "SESSION_ID", "Renew a session and every lease bound to it.")
+	var cf clientFlags
+	cf.register(fs)
+	token := fs.String("session-token", "", "the session's token (env LEASEHOLD_SESSION_TOKEN)")
+	id, err := a.parseOne(fs, args, "session-token")
+	if err != nil {
+		return err
+	}
+	if *token == "" {
+		return usageErrorf("session heartbeat needs --session-token or LEASEHOLD_SESSION_TOKEN")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	s, err := c.SessionHeartbeat(ctx, id, *token)
+	if err != nil {
+		return err
+	}
+	return output(a.stdout, cf.json, s, printSession)
+}
+
+func (a *app) sessionEnd(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("session end", "SESSION_ID", "End a session; its leases end with reason session_ended.\nWithout --session-token an operator forces the end (admin scope).")
+	var cf clientFlags
+	cf.register(fs)
+	token := fs.String("session-token", "", "the session's token (env LEASEHOLD_SESSION_TOKEN); none: forced end")
+	id, err := a.parseOne(fs, args, "session-token")
+	if err != nil {
+		return err
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	s, err := c.EndSession(ctx, id, *token)
+	if err != nil {
+		return err
+	}
+	if s == nil {
+		if cf.json {
+			return writeJSON(a.stdout, struct{}{})
+		}
+		_, err = fmt.Fprintln(a.stdout, "ended "+id)
+		return err
+	}
+	return output(a.stdout, cf.json, s, printSession)
+}
