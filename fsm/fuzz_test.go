@@ -1,0 +1,231 @@
+package fsm_test
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// sampleCommands returns one valid command of every type, and a batch.
+func sampleCommands() []fsm.Command {
+	a := withIdem(withWait(withDelay(acq("L1", "k", "alice", 5), 2), 3), "op", "fp")
+	a.Metadata = map[string]string{"owner": "alice", "ünï": "cödé"}
+	a.SealedToken = []byte{0, 1, 2, 250}
+	cmds := []fsm.Command{
+		&fsm.Tick{Tick: 1, WallMS: 1700000000000, PeriodMS: periodMS, RetainTicks: 3600},
+		a,
+		bound("L2", "k2", "S1"),
+		&fsm.Renew{LeaseID: "L1", TokenHash: tok("L1"), TTLMS: 9000, TTLTicks: 9, WallMS: 5},
+		&fsm.Release{LeaseID: "L2", SessionTokenHash: tok("S1"), Reason: "done", WallMS: 6},
+		&fsm.Revoke{LeaseID: "L1", Reason: "op", WallMS: 7},
+		&fsm.Heartbeat{Items: []fsm.HeartbeatItem{{LeaseID: "L1", TokenHash: tok("L1")}}, WallMS: 8},
+		session("S1", "alice", 10),
+		&fsm.SessionHeartbeat{SessionID: "S1", TokenHash: tok("S1"), WallMS: 9},
+		&fsm.SessionEnd{SessionID: "S1", Force: true, WallMS: 10},
+		&fsm.ReleaseHolder{Holder: "alice", Reason: "restart", WallMS: 11},
+		&fsm.CancelWait{LeaseID: "L1", Key: "k"},
+	}
+	batch := &fsm.Batch{Commands: append([]fsm.Command(nil), cmds...)}
+	return append(cmds, batch)
+}
+
+// normalize makes the empty maps and byte slices of a decoded command nil,
+// as they are after a round trip (the encoding omits them).
+func normalize(c fsm.Command) {
+	switch c := c.(type) {
+	case *fsm.Acquire:
+		if len(c.Metadata) == 0 {
+			c.Metadata = nil
+		}
+		if len(c.SealedToken) == 0 {
+			c.SealedToken = nil
+		}
+	case *fsm.SessionCreate:
+		if len(c.Metadata) == 0 {
+			c.Metadata = nil
+		}
+	case *fsm.Batch:
+		for _, sub := range c.Commands {
+			normalize(sub)
+		}
+	}
+}
+
+func TestEncodeDecode(t *testing.T) {
+	for _, c := range sampleCommands() {
+		b, err := fsm.Encode(c)
+		if err != nil {
+			t.Fatalf("encode %T: %v", c, err)
+		}
+		if b[0] != fsm.Version || fsm.Type(b[1]) != c.Type() {
+			t.Fatalf("%T: header % x", c, b[:2])
+		}
+		d, err := fsm.Decode(b)
+		if err != nil {
+			t.Fatalf("decode %T: %v", c, err)
+		}
+		if !reflect.DeepEqual(d, c) {
+			t.Fatalf("round trip of %T:\n got %#v\nwant %#v", c, d, c)
+		}
+	}
+	bad := map[string][]byte{
+		"empty":          {},
+		"header only":    {fsm.Version},
+		"version 0":      {0, byte(fsm.TypeTick), '{', '}'},
+		"version 2":      {2, byte(fsm.TypeTick), '{', '}'},
+		"type 0":         {fsm.Version, 0, '{', '}'},
+		"type 13":        {fsm.Version, 13, '{', '}'},
+		"no body":        {fsm.Version, byte(fsm.TypeTick)},
+		"unknown field":  append([]byte{fsm.Version, byte(fsm.TypeTick)}, `{"tick":1,"extra":2}`...),
+		"trailing data":  append([]byte{fsm.Version, byte(fsm.TypeTick)}, `{"tick":1}{}`...),
+		"wrong type":     append([]byte{fsm.Version, byte(fsm.TypeTick)}, `{"tick":"1"}`...),
+		"short hash":     append([]byte{fsm.Version, byte(fsm.TypeRenew)}, `{"lease_id":"x","token_hash":"abcd"}`...),
+		"empty batch":    {fsm.Version, byte(fsm.TypeBatch)},
+		"batch framing":  {fsm.Version, byte(fsm.TypeBatch), 10, fsm.Version},
+		"nested batch":   {fsm.Version, byte(fsm.TypeBatch), 4, fsm.Version, byte(fsm.TypeBatch), 1, 0},
+		"bad sub entry":  {fsm.Version, byte(fsm.TypeBatch), 2, fsm.Version, 99},
+		"overlong count": {fsm.Version, byte(fsm.TypeBatch), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+	}
+	for name, b := range bad {
+		if c, err := fsm.Decode(b); err == nil {
+			t.Errorf("%s: Decode accepted % x as %#v", name, b, c)
+		}
+	}
+	if _, err := fsm.Encode(&fsm.Batch{}); err == nil {
+		t.Error("Encode accepted an empty batch")
+	}
+	if _, err := fsm.Encode(&fsm.Batch{Commands: []fsm.Command{&fsm.Batch{Commands: []fsm.Command{&fsm.Tick{}}}}}); err == nil {
+		t.Error("Encode accepted a nested batch")
+	}
+	big := &fsm.Batch{}
+	for range fsm.MaxBatch + 1 {
+		big.Commands = append(big.Commands, &fsm.CancelWait{LeaseID: "x", Key: "k"})
+	}
+	if _, err := fsm.Encode(big); err == nil {
+		t.Error("Encode accepted an oversized batch")
+	}
+	// Decode refuses what Encode refuses, framed by hand.
+	one := mustEncode(t, &fsm.CancelWait{LeaseID: "x", Key: "k"})
+	raw := []byte{fsm.Version, byte(fsm.TypeBatch)}
+	for range fsm.MaxBatch + 1 {
+		raw = append(raw, byte(len(one)))
+		raw = append(raw, one...)
+	}
+	if _, err := fsm.Decode(raw); err == nil {
+		t.Error("Decode accepted an oversized batch")
+	}
+}
+
+// fuzzState is a small populated state machine for the fuzz targets.
+var fuzzState = sync.OnceValue(func() []byte {
+	f := fsm.New()
+	for i, c := range []fsm.Command{
+		&fsm.Tick{Tick: 1, PeriodMS: periodMS, RetainTicks: 100},
+		session("S1", "alice", 10),
+		acq("A", "k", "bob", 10),
+		withWait(acq("W", "k", "carol", 10), 5),
+		withDelay(acq("D", "k2", "dave", 10), 3),
+		&fsm.Revoke{LeaseID: "D"},
+		bound("B", "k3", "S1"),
+		release("B"),
+	} {
+		if r := f.Apply(uint64(i+1), c); r[0].Err != nil {
+			panic(r[0].Err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := f.Snapshot().WriteTo(&buf); err != nil {
+		panic(err)
+	}
+	return buf.Bytes()
+})
+
+func restored(t *testing.T, snap []byte) *fsm.FSM {
+	t.Helper()
+	f := fsm.New()
+	if err := f.Restore(bytes.NewReader(snap)); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	return f
+}
+
+// FuzzDecode: Decode never panics; whatever it accepts re-encodes to a
+// command that decodes the same, and applying it never panics either.
+func FuzzDecode(f *testing.F) {
+	for _, c := range sampleCommands() {
+		b, err := fsm.Encode(c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{})
+	f.Add([]byte{fsm.Version, byte(fsm.TypeBatch), 0})
+	f.Add(append([]byte{fsm.Version, byte(fsm.TypeAcquire)}, `{"metadata":{},"sealed_token":"","token_hash":null}`...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := fsm.Decode(b)
+		if err != nil {
+			if c != nil {
+				t.Fatalf("Decode returned %#v with error %v", c, err)
+			}
+			return
+		}
+		e1, err := fsm.Encode(c)
+		if err != nil {
+			t.Fatalf("Encode refused what Decode accepted (%#v): %v", c, err)
+		}
+		c2, err := fsm.Decode(e1)
+		if err != nil {
+			t.Fatalf("Decode refused its own encoding %q: %v", e1, err)
+		}
+		normalize(c)
+		if !reflect.DeepEqual(c, c2) {
+			t.Fatalf("round trip changed the command:\n got %#v\nwant %#v", c2, c)
+		}
+		if e2 := mustEncode(t, c2); !bytes.Equal(e1, e2) {
+			t.Fatalf("encoding is not stable:\n%q\n%q", e1, e2)
+		}
+
+		// A decoded command is a business request: applying it returns
+		// results and never panics, and the state still snapshots and
+		// restores to the same bytes.
+		m := restored(t, fuzzState())
+		res := m.Apply(m.Index()+1, c2)
+		if want := len(flatten(c2)); len(res) != want {
+			t.Fatalf("%d results for %d commands", len(res), want)
+		}
+		snap := snapshotBytes(t, m)
+		if got := snapshotBytes(t, restored(t, snap)); !bytes.Equal(got, snap) {
+			t.Fatalf("snapshot after applying %q does not restore to itself", b)
+		}
+	})
+}
+
+// FuzzRestore: Restore never panics; on error it changes nothing, and what
+// it accepts snapshots and restores to the same bytes.
+func FuzzRestore(f *testing.F) {
+	good := fuzzState()
+	f.Add(good)
+	f.Add(snapshotBytes(f, fsm.New()))
+	f.Add([]byte(strings.Replace(string(good), `"cmd":{`, `"cmd":null,"x":{`, 1)))
+	f.Add(good[:len(good)/2])
+	f.Add([]byte("{}"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m := restored(t, good)
+		before := snapshotBytes(t, m)
+		if err := m.Restore(bytes.NewReader(b)); err != nil {
+			if after := snapshotBytes(t, m); !bytes.Equal(after, before) {
+				t.Fatalf("failed Restore (%v) changed the state", err)
+			}
+			return
+		}
+		snap := snapshotBytes(t, m)
+		if got := snapshotBytes(t, restored(t, snap)); !bytes.Equal(got, snap) {
+			t.Fatalf("accepted snapshot does not round trip:\n%s\n%s", snap, got)
+		}
+	})
+}
