@@ -570,6 +570,25 @@ func TestApply(t *testing.T) {
 			noticesAre("W4 granted"),
 		}},
 
+		{name: "a waiter whose session ended is skipped", steps: []step{
+			do(acq("A", "k", "alice", 50), ""),
+			do(session("S", "bob", 50), ""),
+			do(withWait(bound("WB", "k", "S"), 20), ""),
+			do(withWait(acq("WC", "k", "carol", 50), 20), ""),
+			do(&fsm.SessionEnd{SessionID: "S", TokenHash: tok("S")}, ""),
+			do(release("A"), ""),
+			noticesAre("WB SESSION_ENDED", "WC granted"),
+			leaseGone("WB"),
+			// A wait that times out during a lock-delay says so.
+			do(withDelay(acq("D", "k2", "dave", 50), 10), ""),
+			do(&fsm.Revoke{LeaseID: "D"}, ""),
+			do(withWait(acq("WD", "k2", "erin", 50), 3), ""),
+			ticks(2),
+			noticesAre(),
+			ticks(1),
+			noticesAre("WD LOCK_DELAY"),
+		}},
+
 		{name: "a lease id queued on one key and granted on another is granted once", retain: 2, steps: []step{
 			do(acq("A", "k1", "alice", 100), ""),
 			do(withWait(acq("X", "k1", "bob", 100), 50), ""),
