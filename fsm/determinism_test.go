@@ -16,7 +16,8 @@ type replica struct {
 	t       testing.TB
 	f       *fsm.FSM
 	trace   map[uint64]string // index -> rendering of the entry's outcome
-	notices []fsm.Notice      // of the last entry
+	events  []fsm.Event       // of the last entry
+	notices []fsm.Notice
 }
 
 func newReplica(t testing.TB) *replica {
@@ -31,7 +32,7 @@ func (r *replica) apply(index uint64, entry []byte) []fsm.Result {
 	}
 	res := r.f.Apply(index, c)
 	ev, no := r.f.TakeEvents(), r.f.TakeNotices()
-	r.notices = no
+	r.events, r.notices = ev, no
 	r.trace[index] = jsonOf(r.t, res) + "\n" + jsonOf(r.t, ev) + "\n" + jsonOf(r.t, no)
 	return res
 }
@@ -61,11 +62,17 @@ func TestDeterminism(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			log := randomLog(t, seed, entries)
 			a, b := newReplica(t), newReplica(t)
+			obs := newObserver()
+			obs.reuse = true
 			snaps := map[uint64][]byte{} // index -> a's snapshot bytes
 			for i, e := range log {
 				index := uint64(i + 1)
 				a.apply(index, e)
 				b.apply(index, e)
+				c, _ := fsm.Decode(e)
+				if err := obs.check(a.f, index, flatten(c), a.events, genRetain); err != nil {
+					t.Fatalf("entry %d: invariant: %v", index, err)
+				}
 				if a.trace[index] != b.trace[index] {
 					t.Fatalf("entry %d: replicas disagree:\n%s\n%s", index, a.trace[index], b.trace[index])
 				}

@@ -3,6 +3,7 @@ package fsm_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/leasehold/leasehold/fsm"
 )
@@ -19,6 +20,7 @@ type gen struct {
 	nLease     int
 	nSession   int
 	leases     []string // granted lease ids (told by granted)
+	queued     []string // lease ids queued for a slot (told by granted)
 	proposed   []string // every lease id proposed
 	leaseKey   map[string]string
 	leaseSess  map[string]string
@@ -154,10 +156,19 @@ func (g *gen) command() fsm.Command {
 func (g *gen) acquire(wall int64) *fsm.Acquire {
 	id := fmt.Sprintf("L%d", g.nLease)
 	g.nLease++
-	if g.full && len(g.proposed) > 0 && g.r.IntN(30) == 0 {
-		id = g.proposed[g.r.IntN(len(g.proposed))] // the state machine must refuse or cope
+	if g.full && len(g.proposed) > 0 && g.r.IntN(20) == 0 {
+		// The state machine must refuse or cope. Recent ids are likely
+		// still queued on some key.
+		id = g.pick(g.proposed)
 	}
 	key := genKeys[g.r.IntN(len(genKeys))]
+	if g.full && len(g.queued) > 0 && g.r.IntN(25) == 0 {
+		// The id of a queued acquire, on another key.
+		id = g.queued[len(g.queued)-1]
+		if key == g.leaseKey[id] {
+			key = genKeys[(slices.Index(genKeys, key)+1)%len(genKeys)]
+		}
+	}
 	limit := genLimits[key]
 	if g.r.IntN(15) == 0 {
 		limit = 1 + uint32(g.r.IntN(3))
@@ -204,7 +215,11 @@ func (g *gen) acquire(wall int64) *fsm.Acquire {
 // that later commands mostly name leases that exist.
 func (g *gen) granted(res []fsm.Result, notices []fsm.Notice) {
 	for _, r := range res {
-		if r.Err == nil && r.Lease != nil && !r.Queued && !r.Replayed {
+		switch {
+		case r.Err != nil || r.Lease == nil || r.Replayed:
+		case r.Queued:
+			g.queued = append(g.queued, r.Lease.ID)
+		default:
 			g.leases = append(g.leases, r.Lease.ID)
 		}
 	}
