@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -73,6 +74,9 @@ func TestDeterminism(t *testing.T) {
 				if err := obs.check(a.f, index, flatten(c), a.events, genRetain); err != nil {
 					t.Fatalf("entry %d: invariant: %v", index, err)
 				}
+				if err := checkKeys(a.f, snapshotBytes(t, a.f)); err != nil {
+					t.Fatalf("entry %d: %v", index, err)
+				}
 				if a.trace[index] != b.trace[index] {
 					t.Fatalf("entry %d: replicas disagree:\n%s\n%s", index, a.trace[index], b.trace[index])
 				}
@@ -117,6 +121,52 @@ func TestDeterminism(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkKeys reads the per-key state out of a snapshot and checks what the
+// API does not show: no waiter is left queued while its key has a free slot,
+// nothing is overdue, and no key state outlives every reason to keep it.
+func checkKeys(f *fsm.FSM, snap []byte) error {
+	lines := bytes.Split(bytes.TrimSpace(snap), []byte("\n"))
+	var hdr struct{ Leases, Sessions, Keys int }
+	if err := json.Unmarshal(lines[0], &hdr); err != nil {
+		return err
+	}
+	for _, line := range lines[1+hdr.Leases+hdr.Sessions:] {
+		var k struct {
+			Key     string
+			Limit   int
+			Blocked []struct{ Until uint64 }
+			Waiters []struct{ Deadline uint64 }
+			Stolen  []string
+		}
+		if err := json.Unmarshal(line, &k); err != nil {
+			return err
+		}
+		active := len(f.ActiveOnKey(k.Key))
+		if len(k.Waiters) > 0 && active+len(k.Blocked) < k.Limit {
+			return fmt.Errorf("key %s: %d waiters queued with %d active, %d blocked of %d", k.Key, len(k.Waiters), active, len(k.Blocked), k.Limit)
+		}
+		for _, b := range k.Blocked {
+			if b.Until <= f.Tick() {
+				return fmt.Errorf("key %s: lock-delay until %d still on at tick %d", k.Key, b.Until, f.Tick())
+			}
+		}
+		for _, w := range k.Waiters {
+			if w.Deadline <= f.Tick() {
+				return fmt.Errorf("key %s: waiter past its deadline %d at tick %d", k.Key, w.Deadline, f.Tick())
+			}
+		}
+		for _, id := range k.Stolen {
+			if l := f.Lease(id); l == nil || l.Key != k.Key || !l.Terminal() {
+				return fmt.Errorf("key %s: stolen lease %s is %+v", k.Key, id, l)
+			}
+		}
+		if active == 0 && len(k.Blocked) == 0 && len(k.Waiters) == 0 && len(k.Stolen) == 0 {
+			return fmt.Errorf("key %s: state kept for nothing", k.Key)
+		}
+	}
+	return nil
 }
 
 func mustEncode(t testing.TB, c fsm.Command) []byte {
