@@ -152,12 +152,6 @@ func wantCode(t testing.TB, what string, err *fsm.Error, want fsm.Code) {
 	}
 }
 
-func wantOK(t testing.TB, what string, r fsm.Result) *fsm.Lease {
-	t.Helper()
-	wantCode(t, what, r.Err, "")
-	return r.Lease
-}
-
 // snapshotBytes encodes the current state of f.
 func snapshotBytes(t testing.TB, f *fsm.FSM) []byte {
 	t.Helper()
