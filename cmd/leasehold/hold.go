@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -152,6 +153,9 @@ type renewResult struct {
 // to the command. A cancelled ctx whose cause is not a signal (those arrive
 // on sigs) is forwarded as SIGTERM.
 func holdRun(ctx context.Context, c *client.Client, o holdOptions, sigs <-chan os.Signal) error {
+	// The command's output may be copied by exec's goroutines while hold
+	// writes its own messages.
+	o.stdout, o.stderr = syncWriter(o.stdout), syncWriter(o.stderr)
 	logf := func(format string, args ...any) {
 		if o.verbose {
 			fmt.Fprintf(o.stderr, "hold: "+format+"\n", args...)
@@ -298,6 +302,27 @@ func holdRun(ctx context.Context, c *client.Client, o holdOptions, sigs <-chan o
 			_ = signalGroup(cmd.Process, syscall.SIGKILL)
 		}
 	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// syncWriter makes w safe for concurrent writes. Files are (each write is
+// one system call), and exec hands them to the command directly.
+func syncWriter(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok || w == nil {
+		return w
+	}
+	return &lockedWriter{w: w}
 }
 
 // exitStatus turns the command's Wait error into hold's result: nil for

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/api/client"
+	"github.com/leasehold/leasehold/node"
+)
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func TestPercentile(t *testing.T) {
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = ms(i + 1) // 1..100 ms
+	}
+	thousand := make([]time.Duration, 1000)
+	for i := range thousand {
+		thousand[i] = ms(i + 1)
+	}
+	tests := []struct {
+		name   string
+		sorted []time.Duration
+		p      float64
+		want   time.Duration
+	}{
+		{"empty", nil, 50, 0},
+		{"one sample", []time.Duration{ms(7)}, 99.9, ms(7)},
+		{"median of 100", hundred, 50, ms(50)},
+		{"p99 of 100", hundred, 99, ms(99)},
+		{"p99.9 of 100 is the max", hundred, 99.9, ms(100)},
+		{"p100", hundred, 100, ms(100)},
+		{"tiny p is the min", hundred, 0.001, ms(1)},
+		{"p99.9 of 1000", thousand, 99.9, ms(999)},
+		{"p50 of two", []time.Duration{ms(1), ms(2)}, 50, ms(1)},
+		{"p51 of two", []time.Duration{ms(1), ms(2)}, 51, ms(2)},
+	}
+	for _, tt := range tests {
+		if got := percentile(tt.sorted, tt.p); got != tt.want {
+			t.Errorf("%s: percentile(p=%v) = %v, want %v", tt.name, tt.p, got, tt.want)
+		}
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	if s := summarize(nil); s != (latencySummary{}) {
+		t.Errorf("empty: %+v", s)
+	}
+	samples := []time.Duration{ms(4), ms(1), ms(3), ms(2)} // unsorted
+	s := summarize(samples)
+	want := latencySummary{Count: 4, Mean: 2.5, P50: 2, P99: 4, P999: 4, Max: 4}
+	if s != want {
+		t.Errorf("got %+v, want %+v", s, want)
+	}
+}
+
+func TestHeartbeatChunksFitTheBodyLimit(t *testing.T) {
+	items := make([]node.HeartbeatItem, 2500)
+	for i := range items {
+		items[i] = node.HeartbeatItem{LeaseID: fmt.Sprintf("ls_%016x", i), Token: strings.Repeat("t", 32)}
+	}
+	chunks := heartbeatChunks(items)
+	total := 0
+	for _, c := range chunks {
+		body, _ := json.Marshal(map[string]any{"leases": c})
+		if len(body) > maxBodyBytes {
+			t.Errorf("chunk of %d items is %d bytes", len(c), len(body))
+		}
+		total += len(c)
+	}
+	if total != len(items) || len(chunks) < 3 {
+		t.Errorf("%d chunks holding %d items", len(chunks), total)
+	}
+	if heartbeatChunks(nil) != nil {
+		t.Error("chunks of nothing")
+	}
+}
+
+// fakeBenchServer grants every acquire (one holder at a time per key for
+// waits is not modelled), renews and heartbeats everything.
+func fakeBenchServer(t *testing.T) (*client.Client, *atomic.Int64) {
+	var n, active atomic.Int64
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		switch {
+		case r.Method == "POST" && r.URL.Path == "/v1/leases":
+			id := n.Add(1)
+			active.Add(1)
+			writeJSONTest(w, 201, node.Lease{LeaseID: fmt.Sprintf("ls_%d", id), State: "active", Token: "tok"})
+		case r.Method == "DELETE":
+			active.Add(-1)
+			writeJSONTest(w, 200, node.Lease{State: "released"})
+		case strings.HasSuffix(r.URL.Path, "/renew"):
+			writeJSONTest(w, 200, node.Lease{State: "active"})
+		case r.URL.Path == "/v1/heartbeat":
+			var body struct{ Leases []node.HeartbeatItem }
+			mu.Lock()
+			_ = json.Unmarshal(data, &body)
+			mu.Unlock()
+			res := make([]node.HeartbeatResult, len(body.Leases))
+			for i, it := range body.Leases {
+				res[i] = node.HeartbeatResult{LeaseID: it.LeaseID, OK: true}
+			}
+			writeJSONTest(w, 200, map[string]any{"results": res})
+		default:
+			w.WriteHeader(404)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c, err := client.New([]string{srv.URL}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, &active
+}
+
+func TestBenchWorkloads(t *testing.T) {
+	for _, w := range benchWorkloads {
+		t.Run(w, func(t *testing.T) {
+			c, active := fakeBenchServer(t)
+			cfg := benchConfig{clients: 4, duration: 200 * time.Millisecond, batch: 10, ttl: 10 * time.Second,
+				maxOps: 1_000_000, prefix: "b/", runID: "t"}
+			start := time.Now()
+			r, err := runWorkload(context.Background(), c, w, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 10*time.Second {
+				t.Errorf("took %v", took)
+			}
+			if r.Ops == 0 || r.Errors != 0 || r.OpsPerSec <= 0 || r.Latency.Count == 0 || r.Seconds > 0.2+1e-9 {
+				t.Errorf("result %+v", r)
+			}
+			if r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.P999 || r.Latency.P999 > r.Latency.Max {
+				t.Errorf("percentiles out of order: %+v", r.Latency)
+			}
+			if w == "heartbeat" && r.Ops < r.Requests*int64(cfg.batch) {
+				t.Errorf("heartbeat: %d leases kept alive in %d requests of %d", r.Ops, r.Requests, cfg.batch)
+			}
+			if got := active.Load(); got != 0 {
+				t.Errorf("%d leases left behind", got)
+			}
+		})
+	}
+}
+
+func TestBenchMaxOps(t *testing.T) {
+	c, _ := fakeBenchServer(t)
+	cfg := benchConfig{clients: 3, duration: time.Hour, batch: 1, ttl: 10 * time.Second, maxOps: 50, prefix: "b/", runID: "t"}
+	r, err := runWorkload(context.Background(), c, "renew", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ops != 50 {
+		t.Errorf("ops %d, want 50", r.Ops)
+	}
+}
+
+func TestBenchRate(t *testing.T) {
+	c, _ := fakeBenchServer(t)
+	// 100 ops/s for 300ms: about 30 operations, certainly not thousands.
+	cfg := benchConfig{clients: 2, duration: 300 * time.Millisecond, batch: 1, ttl: 10 * time.Second, maxOps: 1_000_000, rate: 100, prefix: "b/", runID: "t"}
+	r, err := runWorkload(context.Background(), c, "renew", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ops < 5 || r.Ops > 40 {
+		t.Errorf("ops %d at 100/s for 300ms", r.Ops)
+	}
+}

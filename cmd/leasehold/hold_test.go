@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/api/client"
+	"github.com/leasehold/leasehold/node"
+)
+
+// helperEnv makes the test binary act as the command hold runs; see
+// TestMain.
+const helperEnv = "LEASEHOLD_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(helperEnv) {
+	case "":
+		os.Exit(m.Run())
+	case "exit3":
+		for _, k := range []string{"LEASEHOLD_FENCING_TOKEN", "LEASEHOLD_LEASE_ID", "LEASEHOLD_KEY"} {
+			fmt.Printf("%s=%s\n", k, os.Getenv(k))
+		}
+		os.Exit(3)
+	case "block":
+		// Runs until a signal's default action ends it.
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGUSR1)
+		<-c
+		os.Exit(0)
+	case "ignore-term":
+		signal.Ignore(syscall.SIGTERM)
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGUSR1)
+		<-c
+		os.Exit(0)
+	}
+	os.Exit(99)
+}
+
+func TestHoldDeadlineMargins(t *testing.T) {
+	for _, tt := range []struct {
+		ttl, margin, grace time.Duration
+	}{
+		{10 * time.Second, time.Second, 500 * time.Millisecond},
+		{time.Second, 100 * time.Millisecond, 50 * time.Millisecond},
+		{300 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond},
+		{time.Minute, 6 * time.Second, 3 * time.Second},
+	} {
+		d := newHoldDeadline(tt.ttl)
+		if d.margin != tt.margin || d.grace != tt.grace {
+			t.Errorf("ttl %v: margin %v grace %v, want %v %v", tt.ttl, d.margin, d.grace, tt.margin, tt.grace)
+		}
+	}
+}
+
+func TestHoldDeadline(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return base.Add(d) }
+	d := newHoldDeadline(10 * time.Second)
+	d.renewed(at(0), 10*time.Second)
+	if !d.stopAt().Equal(at(9*time.Second)) || !d.killAt().Equal(at(9500*time.Millisecond)) {
+		t.Fatalf("stop %v kill %v", d.stopAt().Sub(base), d.killAt().Sub(base))
+	}
+	if d.expired(at(9*time.Second-time.Nanosecond)) || !d.expired(at(9*time.Second)) {
+		t.Error("expired() disagrees with stopAt")
+	}
+	// A renewal sent at 3s extends from its send time, not its answer time.
+	d.renewed(at(3*time.Second), 10*time.Second)
+	if !d.stopAt().Equal(at(12 * time.Second)) {
+		t.Errorf("stop %v, want 12s", d.stopAt().Sub(base))
+	}
+	// A late answer to an earlier request never moves the deadline back.
+	d.renewed(at(2*time.Second), 10*time.Second)
+	if !d.stopAt().Equal(at(12 * time.Second)) {
+		t.Errorf("stop %v after a stale answer, want 12s", d.stopAt().Sub(base))
+	}
+	// The server reporting less remaining than asked shortens the grant.
+	d.renewed(at(4*time.Second), grantedTTL(10*time.Second, &node.Lease{RemainingMS: 5000}))
+	if !d.stopAt().Equal(at(12 * time.Second)) {
+		t.Errorf("stop %v, want 12s (4s + 5s is earlier)", d.stopAt().Sub(base))
+	}
+	if g := grantedTTL(10*time.Second, &node.Lease{RemainingMS: 20000}); g != 10*time.Second {
+		t.Errorf("grantedTTL trusts more than asked: %v", g)
+	}
+}
+
+// TestHoldDeadlineNeverOutlivesTheLease drives the deadline with a simulated
+// clock: renewals with random request and answer delays, some lost. The
+// server's expiry is counted from when it applied the renewal. Whatever
+// happens, the holder kills its command before the server can expire the
+// lease.
+func TestHoldDeadlineNeverOutlivesTheLease(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for run := range 200 {
+		ttl := time.Duration(1+rng.IntN(30)) * time.Second
+		d := newHoldDeadline(ttl)
+		now := time.Unix(0, 0)
+		serverExpiry := now.Add(ttl) // the acquire, applied at once
+		d.renewed(now, ttl)
+		interval := renewInterval(ttl, nil)
+		for step := 0; step < 50 && !d.expired(now); step++ {
+			sent := now
+			applied := sent.Add(time.Duration(rng.Int64N(int64(ttl / 2))))
+			answered := applied.Add(time.Duration(rng.Int64N(int64(ttl / 2))))
+			lost := rng.IntN(4) == 0
+			if !lost {
+				serverExpiry = applied.Add(ttl)
+			}
+			if !lost && !answered.After(d.stopAt()) {
+				d.renewed(sent, ttl)
+			}
+			if !d.killAt().Before(serverExpiry) {
+				t.Fatalf("run %d step %d: kill at %v, server expiry %v", run, step, d.killAt(), serverExpiry)
+			}
+			now = answered.Add(interval)
+		}
+	}
+}
+
+// fakeLeaseServer answers acquire, renew and release for lease ls_1.
+type fakeLeaseServer struct {
+	ttl      time.Duration
+	renew    func() (int, string) // status and body of a renewal
+	renewals chan struct{}
+	released chan http.Header // headers of each release, stamped with X-Test-Received
+	mu       sync.Mutex
+	acquired time.Time
+}
+
+func (f *fakeLeaseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	switch {
+	case r.Method == "POST" && r.URL.Path == "/v1/leases":
+		f.mu.Lock()
+		f.acquired = time.Now()
+		f.mu.Unlock()
+		writeJSONTest(w, 201, node.Lease{LeaseID: "ls_1", Key: "k", State: "active", FencingToken: 99, Token: "tok",
+			TTLMS: f.ttl.Milliseconds(), RemainingMS: f.ttl.Milliseconds(), HeartbeatIntervalMS: f.ttl.Milliseconds() / 3})
+	case r.Method == "POST" && r.URL.Path == "/v1/leases/ls_1/renew":
+		select {
+		case f.renewals <- struct{}{}:
+		default:
+		}
+		status, body := f.renew()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	case r.Method == "DELETE" && r.URL.Path == "/v1/leases/ls_1":
+		h := r.Header.Clone()
+		h.Set("X-Test-Received", time.Now().Format(time.RFC3339Nano))
+		f.released <- h
+		writeJSONTest(w, 200, node.Lease{LeaseID: "ls_1", State: "released"})
+	default:
+		w.WriteHeader(404)
+	}
+}
+
+func renewOK(ttl time.Duration) func() (int, string) {
+	return func() (int, string) {
+		return 200, fmt.Sprintf(`{"lease_id":"ls_1","state":"active","remaining_ms":%d}`, ttl.Milliseconds())
+	}
+}
+
+func renewFails(status int, code string) func() (int, string) {
+	return func() (int, string) {
+		return status, fmt.Sprintf(`{"error":{"code":%q,"message":"test"}}`, code)
+	}
+}
+
+func startHold(t *testing.T, helper string, ttl time.Duration, renew func() (int, string)) (*fakeLeaseServer, *bytes.Buffer, chan os.Signal, <-chan error) {
+	t.Helper()
+	t.Setenv(helperEnv, helper)
+	f := &fakeLeaseServer{ttl: ttl, renew: renew, renewals: make(chan struct{}, 100), released: make(chan http.Header, 10)}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	c, err := client.New([]string{srv.URL}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	sigs := make(chan os.Signal, 1)
+	done := make(chan error, 1)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		done <- holdRun(context.Background(), c, holdOptions{
+			key: "k", holder: "h", ttl: ttl, command: []string{exe},
+			stdout: &out, stderr: &errb,
+		}, sigs)
+	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("hold stderr:\n%s", errb.String())
+		}
+	})
+	return f, &out, sigs, done
+}
+
+func waitDone(t *testing.T, done <-chan error, limit time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("hold did not finish within %v", limit)
+		return nil
+	}
+}
+
+func exitCode(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if err == nil {
+		return 0
+	}
+	return -1
+}
+
+func TestHoldRunsCommandAndReleases(t *testing.T) {
+	ttl := 3 * time.Second
+	f, out, _, done := startHold(t, "exit3", ttl, renewOK(ttl))
+	err := waitDone(t, done, 10*time.Second)
+	if exitCode(err) != 3 {
+		t.Fatalf("err = %v, want exit status 3", err)
+	}
+	for _, want := range []string{"LEASEHOLD_FENCING_TOKEN=99", "LEASEHOLD_LEASE_ID=ls_1", "LEASEHOLD_KEY=k"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("command output %q lacks %s", out, want)
+		}
+	}
+	select {
+	case h := <-f.released:
+		if h.Get("X-Lease-Token") != "tok" {
+			t.Errorf("release sent token %q", h.Get("X-Lease-Token"))
+		}
+	default:
+		t.Error("the lease was not released")
+	}
+}
+
+func TestHoldRenewsAndForwardsSignals(t *testing.T) {
+	ttl := 900 * time.Millisecond
+	f, _, sigs, done := startHold(t, "block", ttl, renewOK(ttl))
+	// Several renewals, each every TTL/3: the command runs past its first
+	// TTL without being stopped.
+	for range 4 {
+		select {
+		case <-f.renewals:
+		case err := <-done:
+			t.Fatalf("hold ended early: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no renewal")
+		}
+	}
+	sigs <- syscall.SIGTERM
+	err := waitDone(t, done, 10*time.Second)
+	if exitCode(err) != 128+int(syscall.SIGTERM) {
+		t.Fatalf("err = %v, want exit status %d", err, 128+int(syscall.SIGTERM))
+	}
+	select {
+	case <-f.released:
+	default:
+		t.Error("the lease was not released")
+	}
+}
+
+// holdStopsBeforeExpiry checks that when renewals fail the command is gone
+// before the lease could expire: before (acquire sent + TTL), and the
+// acquire was sent after start. Hold releases the lease only once the
+// command has exited, so the release's arrival bounds the command's end.
+func holdStopsBeforeExpiry(t *testing.T, helper string, renew func() (int, string), within time.Duration) {
+	start := time.Now()
+	f, _, _, done := startHold(t, helper, holdTestTTL, renew)
+	err := waitDone(t, done, 10*time.Second)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "lost") {
+		t.Fatalf("err = %v, want exit 1 for a lost lease", err)
+	}
+	var h http.Header
+	select {
+	case h = <-f.released:
+	default:
+		t.Fatal("no release after the command ended")
+	}
+	gone, _ := time.Parse(time.RFC3339Nano, h.Get("X-Test-Received"))
+	if took := gone.Sub(start); took >= within {
+		t.Fatalf("command ended %v after start; must be before %v", took, within)
+	}
+}
+
+// holdTestTTL: stop at 1.8s, SIGKILL at 1.9s, expiry no earlier than 2s.
+const holdTestTTL = 2 * time.Second
+
+func TestHoldStopsCommandWhenRenewalsFail(t *testing.T) {
+	holdStopsBeforeExpiry(t, "block", renewFails(503, "NO_LEADER"), holdTestTTL)
+}
+
+func TestHoldKillsCommandThatIgnoresSIGTERM(t *testing.T) {
+	holdStopsBeforeExpiry(t, "ignore-term", renewFails(503, "NO_LEADER"), holdTestTTL)
+}
+
+func TestHoldStopsAtOnceWhenLeaseRevoked(t *testing.T) {
+	// The first renewal, at TTL/3, learns the lease is gone: no waiting for
+	// the deadline.
+	holdStopsBeforeExpiry(t, "block", renewFails(409, "LEASE_REVOKED"), holdTestTTL*3/4)
+}
