@@ -589,30 +589,38 @@ func TestApply(t *testing.T) {
 			noticesAre("WD LOCK_DELAY"),
 		}},
 
-		{name: "a lease id queued on one key and granted on another is granted once", retain: 2, steps: []step{
+		{name: "a lease id queued on one key is refused on another", retain: 2, steps: []step{
 			do(acq("A", "k1", "alice", 100), ""),
 			do(withWait(acq("X", "k1", "bob", 100), 50), ""),
-			do(acq("X", "k2", "carol", 100), ""),
+			do(acq("X", "k2", "carol", 100), fsm.CodeInvalidArgument),
 			do(release("A"), ""),
-			noticesAre("X INVALID_ARGUMENT"),
+			noticesAre("X granted"),
 			check(func(t *testing.T, h *harness, _ []fsm.Result) {
-				if l := h.f.Lease("X"); l.Key != "k2" || l.Holder != "carol" || l.State != fsm.StateActive {
-					t.Fatalf("lease X is %+v, want carol's on k2", l)
+				if l := h.f.Lease("X"); l == nil || l.Key != "k1" || l.Holder != "bob" || l.State != fsm.StateActive {
+					t.Fatalf("lease X is %+v, want bob's on k1", l)
 				}
-				if n, _ := h.f.Counts(); n != 1 || len(h.f.ActiveOnKey("k1")) != 0 {
-					t.Fatalf("%d active, on k1: %v", n, h.f.ActiveOnKey("k1"))
-				}
-			}),
-			do(release("X"), ""),
-			ticks(3),
-			leaseGone("X"),
-			check(func(t *testing.T, h *harness, _ []fsm.Result) {
-				if n, _ := h.f.Counts(); n != 0 || len(h.f.ActiveOnKey("k2")) != 0 {
+				if n, _ := h.f.Counts(); n != 1 || len(h.f.ActiveOnKey("k2")) != 0 {
 					t.Fatalf("%d active, on k2: %v", n, h.f.ActiveOnKey("k2"))
 				}
 			}),
 			do(acq("B", "k2", "dave", 10), ""),
 			do(acq("C", "k2", "erin", 10), fsm.CodeLeaseHeld),
+		}},
+
+		{name: "release-holder also withdraws the holder's queued acquires", steps: []step{
+			do(acq("H1", "k", "alice", 50), ""),
+			do(withWait(acq("H2", "k", "alice", 50), 20), ""),
+			do(withWait(acq("H3", "k", "bob", 50), 20), ""),
+			doCheck(&fsm.ReleaseHolder{Holder: "alice"}, "", func(t *testing.T, h *harness, res []fsm.Result) {
+				if res[0].Count != 2 {
+					t.Fatalf("count %d, want 2 (one lease, one queued acquire)", res[0].Count)
+				}
+				active := h.f.ActiveOnKey("k")
+				if len(active) != 1 || active[0].Holder != "bob" {
+					t.Fatalf("active on k: %+v, want bob's", active)
+				}
+			}),
+			noticesAre("H2 LEASE_REVOKED", "H3 granted"),
 		}},
 
 		{name: "CancelWait withdraws a queued acquire", steps: []step{

@@ -18,6 +18,9 @@ const (
 	MaxReasonBytes   = 256
 	MaxIDBytes       = 64
 	MaxHeartbeatSize = 10000
+	// MaxTicks bounds any duration in ticks, so tick arithmetic never
+	// overflows (about 3.5 years at a 10 ms tick period).
+	MaxTicks = 1 << 33
 )
 
 const (
@@ -83,7 +86,10 @@ type FSM struct {
 	leases   map[string]*Lease
 	sessions map[string]*Session
 	keys     map[string]*keyState
-	idem     map[Hash]string // idempotency hash -> lease id (granted or queued)
+	idem     map[Hash]string   // idempotency hash -> lease id (granted or queued)
+	waiting  map[string]string // queued lease id -> its key
+	order    idIndex           // lease ids, for ordered listing
+	sessIDs  idIndex           // session ids, for ordered listing
 	holders  map[string]*holderIndex
 	buckets  map[uint64][]timer
 	prune    []pruneItem
@@ -102,6 +108,7 @@ func New() *FSM {
 		sessions: make(map[string]*Session),
 		keys:     make(map[string]*keyState),
 		idem:     make(map[Hash]string),
+		waiting:  make(map[string]string),
 		holders:  make(map[string]*holderIndex),
 		buckets:  make(map[uint64][]timer),
 	}

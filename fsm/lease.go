@@ -26,6 +26,9 @@ func validateAcquire(c *Acquire) *Error {
 	if c.TokenHash.IsZero() {
 		return InvalidField("token", "missing token hash")
 	}
+	if c.TTLTicks > MaxTicks || c.WaitTicks > MaxTicks || c.LockDelayTicks > MaxTicks {
+		return InvalidField("ttl_ms", "durations are limited to %d ticks", uint64(MaxTicks))
+	}
 	return ValidMetadata(c.Metadata)
 }
 
@@ -38,7 +41,7 @@ func (f *FSM) acquire(c *Acquire) Result {
 			return f.replay(id, c)
 		}
 	}
-	if _, dup := f.leases[c.LeaseID]; dup || f.findWaiter(c.Key, c.LeaseID) >= 0 {
+	if _, dup := f.leases[c.LeaseID]; dup || f.waiting[c.LeaseID] != "" {
 		return Result{Err: InvalidField("lease_id", "lease id %s already exists", c.LeaseID)}
 	}
 	var sess *Session
@@ -71,6 +74,7 @@ func (f *FSM) acquire(c *Acquire) Result {
 	if c.WaitTicks > 0 {
 		w := waiter{Cmd: c, Deadline: f.tick + c.WaitTicks}
 		ks.waiters = append(ks.waiters, w)
+		f.waiting[c.LeaseID] = c.Key
 		f.schedule(w.Deadline, kindWait, c.Key+"\x00"+c.LeaseID)
 		if !c.IdemHash.IsZero() {
 			f.idem[c.IdemHash] = c.LeaseID
@@ -176,6 +180,7 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
 		f.schedule(l.ExpiresTick+GraceTicks, kindLease, l.ID)
 	}
 	f.leases[l.ID] = l
+	f.order.insert(l.ID)
 	f.active++
 	ks.active = append(ks.active, l.ID)
 	f.holder(l.Holder).leases[l.ID] = struct{}{}
@@ -250,6 +255,7 @@ func (f *FSM) pump(key string, ks *keyState) {
 		w := ks.waiters[0]
 		ks.waiters = ks.waiters[1:]
 		c := w.Cmd
+		delete(f.waiting, c.LeaseID)
 		if _, dup := f.leases[c.LeaseID]; dup {
 			// acquire only sees waiters on its own key, so the id may have
 			// been granted on another key meanwhile: never grant it twice.
@@ -336,7 +342,7 @@ func (f *FSM) renewOne(id string, tok Hash, ttlMS int64, ttlTicks uint64, wallMS
 }
 
 func (f *FSM) renew(c *Renew) Result {
-	if c.TTLTicks > 0 && c.TTLMS <= 0 {
+	if c.TTLTicks > 0 && c.TTLMS <= 0 || c.TTLTicks > MaxTicks {
 		return Result{Err: InvalidField("ttl_ms", "ttl_ms must be positive")}
 	}
 	l, err := f.renewOne(c.LeaseID, c.TokenHash, c.TTLMS, c.TTLTicks, c.WallMS)
@@ -402,11 +408,11 @@ func (f *FSM) releaseHolder(c *ReleaseHolder) Result {
 	if reason == "" {
 		reason = ReasonHolderReleased
 	}
+	n := f.dropWaitersOf(c.Holder)
 	hi := f.holders[c.Holder]
 	if hi == nil {
-		return Result{}
+		return Result{Count: n}
 	}
-	n := 0
 	for _, id := range sortedKeys(hi.leases) {
 		f.end(f.leases[id], endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS})
 		n++
@@ -418,6 +424,40 @@ func (f *FSM) releaseHolder(c *ReleaseHolder) Result {
 	return Result{Count: n}
 }
 
+// dropWaitersOf withdraws every queued acquire of holder (directly or
+// through one of its sessions), so that ending its leases cannot hand it a
+// new one; each waiter is told with a notice. It returns how many it
+// withdrew.
+func (f *FSM) dropWaitersOf(holder string) int {
+	ids := sortedKeys(f.waiting)
+	n := 0
+	for _, id := range ids {
+		key := f.waiting[id]
+		ks := f.keys[key]
+		i := f.findWaiter(key, id)
+		if ks == nil || i < 0 {
+			continue
+		}
+		c := ks.waiters[i].Cmd
+		owner := c.Holder
+		if c.SessionID != "" {
+			if s := f.sessions[c.SessionID]; s != nil {
+				owner = s.Holder
+			}
+		}
+		if owner != holder {
+			continue
+		}
+		ks.waiters = slices.Delete(slices.Clone(ks.waiters), i, i+1)
+		delete(f.waiting, id)
+		f.forgetIdem(c.IdemHash, id)
+		f.notices = append(f.notices, Notice{LeaseID: id, Err: Errorf(CodeLeaseRevoked, "all leases of holder %s were released while this acquire waited", holder)})
+		f.dropKey(key, ks)
+		n++
+	}
+	return n
+}
+
 func (f *FSM) cancelWait(c *CancelWait) {
 	ks := f.keys[c.Key]
 	if ks == nil {
@@ -425,7 +465,8 @@ func (f *FSM) cancelWait(c *CancelWait) {
 	}
 	if i := f.findWaiter(c.Key, c.LeaseID); i >= 0 {
 		f.forgetIdem(ks.waiters[i].Cmd.IdemHash, c.LeaseID)
-		ks.waiters = slices.Delete(ks.waiters, i, i+1)
+		ks.waiters = slices.Delete(slices.Clone(ks.waiters), i, i+1)
+		delete(f.waiting, c.LeaseID)
 		f.pump(c.Key, ks)
 	}
 }

@@ -72,37 +72,42 @@ type LeaseFilter struct {
 }
 
 // Leases returns the matching leases ordered by id, and the id to continue
-// after when the limit cut the list (empty when it did not).
+// after when the limit cut the list (empty when it did not). Filters by
+// active leases of a key or holder use their indexes; other listings walk
+// the id index from the cursor.
 func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
-	var out []*Lease
-	add := func(l *Lease) {
-		if l == nil || l.ID <= q.After && q.After != "" {
-			return
-		}
-		if q.Key != "" && l.Key != q.Key || q.Prefix != "" && !strings.HasPrefix(l.Key, q.Prefix) ||
-			q.Holder != "" && l.Holder != q.Holder || q.SessionID != "" && l.SessionID != q.SessionID ||
-			q.State != "" && l.State != q.State {
-			return
-		}
-		out = append(out, l)
+	match := func(l *Lease) bool {
+		return l != nil && (q.After == "" || l.ID > q.After) &&
+			(q.Key == "" || l.Key == q.Key) && (q.Prefix == "" || strings.HasPrefix(l.Key, q.Prefix)) &&
+			(q.Holder == "" || l.Holder == q.Holder) && (q.SessionID == "" || l.SessionID == q.SessionID) &&
+			(q.State == "" || l.State == q.State)
 	}
+	var out []*Lease
 	switch {
 	case q.State == StateActive && q.Key != "":
 		for _, l := range f.ActiveOnKey(q.Key) {
-			add(l)
+			if match(l) {
+				out = append(out, l)
+			}
 		}
+		slices.SortFunc(out, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
 	case q.State == StateActive && q.Holder != "":
 		if hi := f.holders[q.Holder]; hi != nil {
 			for id := range hi.leases {
-				add(f.leases[id])
+				if l := f.leases[id]; match(l) {
+					out = append(out, l)
+				}
 			}
 		}
+		slices.SortFunc(out, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
 	default:
-		for _, l := range f.leases {
-			add(l)
-		}
+		f.order.ascend(q.After, func(id string) bool {
+			if l := f.leases[id]; match(l) {
+				out = append(out, l)
+			}
+			return q.Limit == 0 || len(out) <= q.Limit
+		})
 	}
-	slices.SortFunc(out, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
 	if q.Limit > 0 && len(out) > q.Limit {
 		return out[:q.Limit], out[q.Limit-1].ID
 	}
@@ -113,12 +118,12 @@ func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
 // the cursor, at most limit (0: all), and the next cursor.
 func (f *FSM) Sessions(holder, after string, limit int) ([]*Session, string) {
 	var out []*Session
-	for _, s := range f.sessions {
-		if (holder == "" || s.Holder == holder) && (after == "" || s.ID > after) {
+	f.sessIDs.ascend(after, func(id string) bool {
+		if s := f.sessions[id]; s != nil && (holder == "" || s.Holder == holder) {
 			out = append(out, s)
 		}
-	}
-	slices.SortFunc(out, func(a, b *Session) int { return strings.Compare(a.ID, b.ID) })
+		return limit == 0 || len(out) <= limit
+	})
 	if limit > 0 && len(out) > limit {
 		return out[:limit], out[limit-1].ID
 	}

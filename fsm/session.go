@@ -9,7 +9,7 @@ func (f *FSM) sessionCreate(c *SessionCreate) Result {
 	if err := ValidHolder(c.Holder); err != nil {
 		return Result{Err: err}
 	}
-	if c.TTLTicks == 0 || c.TTLMS <= 0 {
+	if c.TTLTicks == 0 || c.TTLMS <= 0 || c.TTLTicks > MaxTicks {
 		return Result{Err: InvalidField("ttl_ms", "a session needs a positive ttl")}
 	}
 	if c.TokenHash.IsZero() {
@@ -27,6 +27,7 @@ func (f *FSM) sessionCreate(c *SessionCreate) Result {
 		CreatedWallMS: c.WallMS, LastHeartbeat: c.WallMS, Metadata: c.Metadata,
 	}
 	f.sessions[s.ID] = s
+	f.sessIDs.insert(s.ID)
 	f.sessOpen++
 	f.holder(s.Holder).sessions[s.ID] = struct{}{}
 	f.schedule(s.ExpiresTick+GraceTicks, kindSession, s.ID)

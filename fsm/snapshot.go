@@ -163,6 +163,7 @@ func (n *FSM) rebuild() error {
 	var active []*Lease
 	var ended []pruneItem
 	for _, l := range n.leases {
+		n.order.insert(l.ID)
 		if !l.IdemHash.IsZero() {
 			n.idem[l.IdemHash] = l.ID
 		}
@@ -186,6 +187,7 @@ func (n *FSM) rebuild() error {
 		}
 	}
 	for _, s := range n.sessions {
+		n.sessIDs.insert(s.ID)
 		if s.State != SessionActive {
 			ended = append(ended, pruneItem{tick: s.EndedTick, kind: kindSession, id: s.ID})
 			continue
@@ -196,6 +198,7 @@ func (n *FSM) rebuild() error {
 	}
 	for key, ks := range n.keys {
 		for _, w := range ks.waiters {
+			n.waiting[w.Cmd.LeaseID] = key
 			n.schedule(w.Deadline, kindWait, key+"\x00"+w.Cmd.LeaseID)
 			if !w.Cmd.IdemHash.IsZero() {
 				n.idem[w.Cmd.IdemHash] = w.Cmd.LeaseID

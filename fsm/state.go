@@ -82,8 +82,8 @@ type Session struct {
 	LastHeartbeat  int64             `json:"last_heartbeat_wall_ms,omitempty"`
 	HeartbeatCount uint64            `json:"heartbeat_count,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
-	// LeaseIDs are the ids of the leases bound to the session (active ones
-	// while the session is active; all that were bound once it ended).
+	// LeaseIDs are the ids of the active leases bound to the session; once
+	// the session has ended, the ones that were active when it ended.
 	LeaseIDs    []string `json:"lease_ids,omitempty"`
 	EndedTick   uint64   `json:"ended_tick,omitempty"`
 	EndedWallMS int64    `json:"ended_wall_ms,omitempty"`

@@ -59,6 +59,7 @@ func (f *FSM) waitTimeout(key, id string) {
 	}
 	w := ks.waiters[i]
 	ks.waiters = slices.Delete(slices.Clone(ks.waiters), i, i+1)
+	delete(f.waiting, id)
 	f.forgetIdem(w.Cmd.IdemHash, id)
 	err := f.busyError(key, ks)
 	f.notices = append(f.notices, Notice{LeaseID: id, Err: err})
@@ -100,6 +101,7 @@ func (f *FSM) pruneBefore(retain uint64) {
 				continue
 			}
 			delete(f.leases, p.id)
+			f.order.remove(p.id)
 			f.forgetIdem(l.IdemHash, l.ID)
 			if ks := f.keys[l.Key]; ks != nil {
 				ks.stolen = slices.DeleteFunc(ks.stolen, func(id string) bool { return id == l.ID })
@@ -108,6 +110,7 @@ func (f *FSM) pruneBefore(retain uint64) {
 		case kindSession:
 			if s := f.sessions[p.id]; s != nil && s.State != SessionActive {
 				delete(f.sessions, p.id)
+				f.sessIDs.remove(p.id)
 			}
 		}
 	}
