@@ -159,11 +159,28 @@ func (c *Client) send(ctx context.Context, cl call) (*http.Response, context.Can
 			return resp, cancel, nil
 		}
 		lastErr = err
-		if ctx.Err() != nil || !c.mayRetry(cl, err) {
+		if ctx.Err() != nil {
+			return nil, nil, err
+		}
+		if !c.mayRetry(cl, err) {
+			if unavailable(err) {
+				// Not retried, but the next request starts elsewhere.
+				c.next.CompareAndSwap(int64(start), int64((idx+1)%len(c.addrs)))
+			}
 			return nil, nil, err
 		}
 	}
 	return nil, nil, lastErr
+}
+
+// unavailable reports whether err says the node could not serve at all: no
+// answer, or 503.
+func unavailable(err error) bool {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.StatusCode == http.StatusServiceUnavailable
+	}
+	return true
 }
 
 // mayRetry reports whether err, from one attempt of cl, allows trying the

@@ -248,6 +248,26 @@ func TestFailoverRemembersWorkingAddress(t *testing.T) {
 	}
 }
 
+func TestUnretriedWriteMovesTheNextRequest(t *testing.T) {
+	s1, c1 := server(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+	})
+	s2, c2 := server(t, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, node.Lease{LeaseID: "ls_1"}) })
+	c := newClient(t, s1.URL, s2.URL)
+	if _, err := c.Renew(context.Background(), "ls_1", "tok", 0); err == nil {
+		t.Fatal("renew after a hang-up succeeded")
+	}
+	if _, err := c.Renew(context.Background(), "ls_1", "tok", 0); err != nil {
+		t.Fatalf("second renew: %v", err)
+	}
+	if c1.n.Load() != 1 || c2.n.Load() != 1 {
+		t.Errorf("requests: first %d, second %d; want 1 and 1", c1.n.Load(), c2.n.Load())
+	}
+}
+
 func TestAllAddressesFail(t *testing.T) {
 	s1, _ := server(t, func(w http.ResponseWriter, r *http.Request) { writeErr(w, 503, node.CodeNoLeader, "one") })
 	s2, _ := server(t, func(w http.ResponseWriter, r *http.Request) { writeErr(w, 503, node.CodeNoLeader, "two") })

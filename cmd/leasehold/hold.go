@@ -266,12 +266,19 @@ func holdRun(ctx context.Context, c *client.Client, o holdOptions, sigs <-chan o
 				continue
 			}
 			renewing = true
-			go func(sent time.Time) {
-				rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl.stopAt())
+			// Give up on an attempt after one interval, so that a node that
+			// hangs leaves time to retry (on the next address).
+			sent := time.Now()
+			deadline := sent.Add(interval)
+			if stop := dl.stopAt(); stop.Before(deadline) {
+				deadline = stop
+			}
+			go func() {
+				rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 				defer cancel()
 				l, err := c.Renew(rctx, lease.LeaseID, lease.Token, 0)
 				renewed <- renewResult{sent, l, err}
-			}(time.Now())
+			}()
 
 		case r := <-renewed:
 			renewing = false

@@ -1,0 +1,517 @@
+package main
+
+// Process-level tests: they build the leasehold binary, run real servers on
+// loopback, and talk to them over HTTP through the Go client.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/api/client"
+	"github.com/leasehold/leasehold/node"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// buildBinary builds the leasehold binary once per test process.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("process-level test skipped in -short mode")
+	}
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "leasehold-e2e-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "leasehold")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// server is one running `leasehold server` process.
+type server struct {
+	t       *testing.T
+	bin     string
+	dataDir string
+	http    string
+	raft    string
+	gossip  string
+	logPath string
+	extra   []string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+}
+
+func newServer(t *testing.T, extra ...string) *server {
+	dir := t.TempDir()
+	return &server{t: t, bin: buildBinary(t), dataDir: filepath.Join(dir, "data"),
+		http: freePort(t), raft: freePort(t), gossip: freePort(t),
+		logPath: filepath.Join(dir, "server.log"), extra: extra}
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	args := append([]string{"server", "--node-id", "e2e", "--data-dir", s.dataDir,
+		"--http-addr", s.http, "--raft-addr", s.raft, "--gossip-addr", s.gossip,
+		"--tick-period", "20ms", "--log-level", "debug"}, s.extra...)
+	s.cmd = exec.Command(s.bin, args...)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.exited = make(chan struct{})
+	go func() { s.cmd.Wait(); logf.Close(); close(s.exited) }()
+	s.t.Cleanup(s.kill)
+	s.waitReady()
+}
+
+func (s *server) waitReady() {
+	s.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + s.http + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-s.exited:
+			s.t.Fatalf("server exited before ready; log:\n%s", s.log())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	s.t.Fatalf("server not ready within 20s; log:\n%s", s.log())
+}
+
+// kill sends SIGKILL: no shutdown code runs.
+func (s *server) kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Signal(syscall.SIGKILL)
+		<-s.exited
+	}
+}
+
+func (s *server) stop() error {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+		return nil
+	case <-time.After(15 * time.Second):
+		s.kill()
+		return errors.New("server did not stop within 15s of SIGTERM")
+	}
+}
+
+func (s *server) log() string {
+	b, _ := os.ReadFile(s.logPath)
+	return string(b)
+}
+
+func (s *server) client(t *testing.T) *client.Client {
+	c, err := client.New([]string{s.http}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", timeout)
+		}
+		<-time.After(10 * time.Millisecond)
+	}
+}
+
+func TestProcessLeaseLifecycle(t *testing.T) {
+	s := newServer(t)
+	s.start()
+	c := s.client(t)
+	ctx := context.Background()
+
+	// Exclusivity and a semaphore under concurrent acquires.
+	var mu sync.Mutex
+	wins := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range 30 {
+		for _, key := range []string{"excl", "sem"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				limit := uint32(1)
+				if key == "sem" {
+					limit = 4
+				}
+				_, err := c.Acquire(ctx, node.AcquireRequest{Key: key, Holder: fmt.Sprint("w", i), TTLMS: 10000, Limit: limit})
+				mu.Lock()
+				defer mu.Unlock()
+				if err == nil {
+					wins[key]++
+				} else if client.ErrorCode(err) != node.CodeLeaseHeld {
+					t.Errorf("acquire %s: %v", key, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if wins["excl"] != 1 || wins["sem"] != 4 {
+		t.Fatalf("grants %v, want excl=1 sem=4", wins)
+	}
+
+	// Token checks and renewals.
+	l, err := c.Acquire(ctx, node.AcquireRequest{Key: "renew-me", Holder: "a", TTLMS: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Renew(ctx, l.LeaseID, "not-the-token", 0); client.StatusCode(err) != 403 || client.ErrorCode(err) != node.CodeLeaseTokenInvalid {
+		t.Fatalf("renew with a wrong token: %v", err)
+	}
+	r, err := c.Renew(ctx, l.LeaseID, l.Token, 3000)
+	if err != nil || r.RenewalCount != 1 || r.TTLMS != 3000 {
+		t.Fatalf("renew: %v %+v", err, r)
+	}
+	if _, err := c.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Renew(ctx, l.LeaseID, l.Token, 0); client.ErrorCode(err) != node.CodeLeaseReleased {
+		t.Fatalf("renew after release: %v", err)
+	}
+
+	// Idempotent acquire: concurrent identical requests give one lease.
+	req := node.AcquireRequest{Key: "svc/a", Holder: "gw", TTLMS: 5000, IdempotencyKey: "start-svc-a"}
+	ids := make(chan string, 6)
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := c.Acquire(ctx, req)
+			if err != nil {
+				t.Errorf("idempotent acquire: %v", err)
+				return
+			}
+			ids <- got.LeaseID + "/" + got.Token
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[string]bool{}
+	for id := range ids {
+		seen[id] = true
+	}
+	if len(seen) != 1 {
+		t.Fatalf("idempotent acquires gave %d distinct leases/tokens: %v", len(seen), seen)
+	}
+	req.TTLMS = 9000
+	if _, err := c.Acquire(ctx, req); client.ErrorCode(err) != node.CodeIdempotencyConflict {
+		t.Fatalf("conflicting idempotent acquire: %v", err)
+	}
+}
+
+func TestProcessExpiryOnEventStream(t *testing.T) {
+	s := newServer(t)
+	s.start()
+	c := s.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	expired := make(chan node.Event, 1)
+	go c.Watch(ctx, client.WatchOptions{Key: "ttl", FromStart: true}, func(e node.Event) error {
+		if e.Type == "expired" {
+			expired <- e
+			return io.EOF
+		}
+		return nil
+	})
+	ttl := 300 * time.Millisecond
+	sent := time.Now()
+	l, err := c.Acquire(ctx, node.AcquireRequest{Key: "ttl", Holder: "a", TTLMS: ttl.Milliseconds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-expired:
+		took := time.Since(sent)
+		if e.Lease == nil || e.Lease.LeaseID != l.LeaseID {
+			t.Fatalf("expired event for %+v", e.Lease)
+		}
+		if took < ttl {
+			t.Fatalf("expired %v after the acquire was sent, before its TTL %v", took, ttl)
+		}
+		// Two ticks (40ms) of grace, plus slack for a loaded 2-core machine.
+		if took > ttl+40*time.Millisecond+250*time.Millisecond {
+			t.Fatalf("expired %v after send, too late for TTL %v", took, ttl)
+		}
+	case <-ctx.Done():
+		t.Fatal("no expired event")
+	}
+}
+
+func TestProcessWaitAndLockDelay(t *testing.T) {
+	s := newServer(t)
+	s.start()
+	c := s.client(t)
+	ctx := context.Background()
+	first, err := c.Acquire(ctx, node.AcquireRequest{Key: "fifo", Holder: "a", TTLMS: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *node.Lease, 1)
+	go func() {
+		l, err := c.Acquire(ctx, node.AcquireRequest{Key: "fifo", Holder: "b", TTLMS: 10000, WaitMS: 5000})
+		if err != nil {
+			t.Errorf("waiting acquire: %v", err)
+		}
+		got <- l
+	}()
+	// The waiter is queued once a plain acquire is told waiters are ahead.
+	eventually(t, 5*time.Second, func() bool {
+		_, err := c.Acquire(ctx, node.AcquireRequest{Key: "fifo", Holder: "probe", TTLMS: 1000})
+		return client.ErrorCode(err) == node.CodeLeaseHeld && strings.Contains(err.Error(), "queued")
+	})
+	if _, err := c.Release(ctx, node.ReleaseRequest{LeaseID: first.LeaseID, Token: first.Token}); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil || l.Holder != "b" || l.FencingToken <= first.FencingToken {
+		t.Fatalf("waiter got %+v", l)
+	}
+
+	ld, err := c.Acquire(ctx, node.AcquireRequest{Key: "delay", Holder: "a", TTLMS: 10000, LockDelayMS: 400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Revoke(ctx, ld.LeaseID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = c.Acquire(ctx, node.AcquireRequest{Key: "delay", Holder: "b", TTLMS: 1000})
+	if client.ErrorCode(err) != node.CodeLockDelay || client.StatusCode(err) != 409 {
+		t.Fatalf("acquire in lock-delay: %v", err)
+	}
+	eventually(t, 5*time.Second, func() bool {
+		_, err := c.Acquire(ctx, node.AcquireRequest{Key: "delay", Holder: "b", TTLMS: 1000})
+		return err == nil
+	})
+	if since := time.Since(start); since < 400*time.Millisecond {
+		t.Fatalf("lock-delay of 400ms ended after %v", since)
+	}
+}
+
+// TestProcessKill9LosesNoAcknowledgedWrite kills the server with SIGKILL
+// while writes are in flight and checks every acknowledged write after a
+// restart.
+func TestProcessKill9LosesNoAcknowledgedWrite(t *testing.T) {
+	s := newServer(t)
+	s.start()
+	c := s.client(t)
+	ctx := context.Background()
+
+	type acked struct {
+		lease    *node.Lease
+		released bool
+	}
+	var mu sync.Mutex
+	var log []*acked
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := c.Acquire(ctx, node.AcquireRequest{Key: fmt.Sprintf("k/%d/%d", w, i), Holder: "w", TTLMS: 600000})
+				if err != nil {
+					return
+				}
+				a := &acked{lease: l}
+				mu.Lock()
+				log = append(log, a)
+				mu.Unlock()
+				if i%2 == 0 {
+					if _, err := c.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
+						return
+					}
+					mu.Lock()
+					a.released = true
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	// Let some writes through, then kill -9 mid-flight.
+	eventually(t, 20*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(log) >= 200
+	})
+	s.kill()
+	close(stop)
+	wg.Wait()
+	if len(log) < 50 {
+		t.Fatalf("only %d acquires acknowledged before the kill", len(log))
+	}
+	s.start()
+	for _, a := range log {
+		got, err := c.Get(ctx, a.lease.LeaseID)
+		if err != nil {
+			t.Fatalf("acknowledged lease %s lost: %v", a.lease.LeaseID, err)
+		}
+		if got.FencingToken != a.lease.FencingToken || got.Key != a.lease.Key {
+			t.Fatalf("lease %s changed: %+v vs %+v", a.lease.LeaseID, got, a.lease)
+		}
+		if a.released && got.State != "released" {
+			t.Fatalf("acknowledged release of %s lost: state %s", a.lease.LeaseID, got.State)
+		}
+		if !a.released && got.State != "active" && got.State != "released" {
+			t.Fatalf("lease %s in state %s", a.lease.LeaseID, got.State)
+		}
+	}
+	// Fencing tokens keep rising after the restart.
+	var maxFence uint64
+	for _, a := range log {
+		maxFence = max(maxFence, a.lease.FencingToken)
+	}
+	l, err := c.Acquire(ctx, node.AcquireRequest{Key: "after-restart", Holder: "w", TTLMS: 1000})
+	if err != nil || l.FencingToken <= maxFence {
+		t.Fatalf("fence after restart %v (max before %d): %v", l, maxFence, err)
+	}
+}
+
+// TestProcessSecretsNeverLeak checks that no lease or session token shows up
+// in the server's logs, the event stream, status, metrics or the data dir.
+func TestProcessSecretsNeverLeak(t *testing.T) {
+	s := newServer(t)
+	s.start()
+	c := s.client(t)
+	ctx := context.Background()
+	var secrets []string
+	var events bytes.Buffer
+	wctx, wcancel := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		resp, err := http.Get("http://" + s.http + "/v1/events?after_index=0")
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		go func() { <-wctx.Done(); resp.Body.Close() }()
+		io.Copy(&events, bufio.NewReader(resp.Body))
+	}()
+	sess, err := c.CreateSession(ctx, node.SessionRequest{Holder: "runner", TTLMS: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets = append(secrets, sess.Token)
+	for i := range 20 {
+		req := node.AcquireRequest{Key: fmt.Sprint("cam/", i), Holder: "runner", TTLMS: 5000, IdempotencyKey: fmt.Sprint("idem-", i)}
+		if i%2 == 1 {
+			req = node.AcquireRequest{Key: fmt.Sprint("cam/", i), SessionID: sess.SessionID, SessionToken: sess.Token}
+		}
+		l, err := c.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets = append(secrets, l.Token)
+		if i%2 == 0 {
+			if _, err := c.Renew(ctx, l.LeaseID, l.Token, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := c.SessionHeartbeat(ctx, sess.SessionID, sess.Token); err != nil {
+		t.Fatal(err)
+	}
+	// Force a snapshot to disk by restarting gracefully (logs stay on disk too).
+	var views []string
+	for _, p := range []string{"/v1/cluster", "/metrics", "/v1/leases?limit=1000", "/v1/sessions", "/readyz"} {
+		resp, err := http.Get("http://" + s.http + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		views = append(views, string(b))
+	}
+	wcancel()
+	<-watchDone
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var disk []string
+	filepath.Walk(s.dataDir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			b, _ := os.ReadFile(p)
+			disk = append(disk, string(b))
+		}
+		return nil
+	})
+	if len(disk) == 0 {
+		t.Fatal("nothing in the data directory")
+	}
+	if !strings.Contains(events.String(), "acquired") {
+		t.Fatalf("event stream captured nothing: %q", events.String())
+	}
+	for _, sec := range secrets {
+		if len(sec) < 22 {
+			t.Fatalf("token %q shorter than 16 bytes of base64url", sec)
+		}
+		for name, hay := range map[string]string{"log": s.log(), "events": events.String(),
+			"views": strings.Join(views, "\n"), "data dir": strings.Join(disk, "\n")} {
+			if strings.Contains(hay, sec) {
+				t.Fatalf("secret token found in %s", name)
+			}
+		}
+	}
+}
