@@ -103,8 +103,8 @@ func (f *FSM) busyError(key string, ks *keyState) *Error {
 		holders = append(holders, HolderInfo{Holder: l.Holder, LeaseID: l.ID, RemainingMS: f.remainingMS(f.leaseEnd(l))})
 	}
 	msg := "key " + quote(key) + " is held"
-	if len(ks.waiters) > 0 && ks.free() > 0 {
-		msg += " (waiters are queued ahead)"
+	if len(ks.waiters) > 0 {
+		msg += " and " + itoa(uint64(len(ks.waiters))) + " acquires are queued for it"
 	}
 	return &Error{Code: CodeLeaseHeld, Key: key, Holders: holders, Message: msg}
 }

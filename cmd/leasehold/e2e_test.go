@@ -268,7 +268,7 @@ func TestProcessExpiryOnEventStream(t *testing.T) {
 		}
 		return nil
 	})
-	ttl := 300 * time.Millisecond
+	ttl := time.Second // the server's smallest TTL
 	sent := time.Now()
 	l, err := c.Acquire(ctx, node.AcquireRequest{Key: "ttl", Holder: "a", TTLMS: ttl.Milliseconds()})
 	if err != nil {
