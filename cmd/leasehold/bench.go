@@ -56,7 +56,7 @@ func (a *app) benchCmd(ctx context.Context, args []string) error {
 	fs.Int64Var(&cfg.maxOps, "max-ops", 10_000_000, "stop a workload after this many operations")
 	fs.Float64Var(&cfg.rate, "rate", 0, "target operations per second over all clients (0: unlimited)")
 	fs.StringVar(&cfg.prefix, "prefix", "", "key prefix (default bench/<random>/)")
-	pos, err := a.parse(fs, args, clientEnv, 0)
+	pos, err := a.parse(fs, args, clientEnv(), 0)
 	if err != nil {
 		return err
 	}

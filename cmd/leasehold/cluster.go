@@ -23,7 +23,7 @@ func (a *app) clusterCmd(ctx context.Context, args []string) error {
 		fs := a.newFlagSet("cluster "+sub, "", "Show the cluster as the contacted node sees it.")
 		var cf clientFlags
 		cf.register(fs)
-		pos, err := a.parse(fs, args, clientEnv, 0)
+		pos, err := a.parse(fs, args, clientEnv(), 0)
 		if err != nil {
 			return err
 		}
@@ -67,7 +67,7 @@ func (a *app) clusterCmd(ctx context.Context, args []string) error {
 		fs := a.newFlagSet("cluster transfer-leadership", "[ID]", "Hand leadership to the voter ID, or to any voter (admin scope).")
 		var cf clientFlags
 		cf.register(fs)
-		pos, err := a.parse(fs, args, clientEnv, 0)
+		pos, err := a.parse(fs, args, clientEnv(), 0)
 		if err != nil {
 			return err
 		}

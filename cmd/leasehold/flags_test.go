@@ -171,7 +171,7 @@ func TestClientFlagsEnv(t *testing.T) {
 			var cf clientFlags
 			cf.register(fs)
 			lt := fs.String("lease-token", "", "")
-			pos, err := a.parse(fs, tt.args, append(clientEnv[:len(clientEnv):len(clientEnv)], "lease-token"), 0)
+			pos, err := a.parse(fs, tt.args, clientEnv("lease-token"), 0)
 			if err != nil {
 				t.Fatal(err)
 			}

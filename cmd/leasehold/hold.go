@@ -117,7 +117,7 @@ func (a *app) holdCmd(ctx context.Context, args []string) error {
 	wait := fs.Duration("wait", 0, "wait up to this long for the lease")
 	limit := fs.Uint("limit", 0, "slots of the key (default 1: exclusive)")
 	verbose := fs.Bool("verbose", false, "report acquisition, renewal failures and release on stderr")
-	pos, err := a.parse(fs, args, clientEnv, 2)
+	pos, err := a.parse(fs, args, clientEnv(), 2)
 	if err != nil {
 		return err
 	}

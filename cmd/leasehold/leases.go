@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -35,7 +34,7 @@ func (a *app) acquireCmd(ctx context.Context, args []string) error {
 	idem := fs.String("idempotency-key", "", "idempotency key (default: a random one, so retries on other nodes are safe)")
 	md := metadataFlag{}
 	fs.Var(md, "metadata", "metadata key=value (repeatable)")
-	pos, err := a.parse(fs, args, append(slices.Clone(clientEnv), "session-token"), 0)
+	pos, err := a.parse(fs, args, clientEnv("session-token"), 0)
 	if err != nil {
 		return err
 	}
@@ -189,7 +188,7 @@ func (a *app) listCmd(ctx context.Context, args []string) error {
 	fs.IntVar(&req.Limit, "limit", 0, "page size (server default 100, at most 1000)")
 	all := fs.Bool("all", false, "follow the pages to the end")
 	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
-	pos, err := a.parse(fs, args, clientEnv, 0)
+	pos, err := a.parse(fs, args, clientEnv(), 0)
 	if err != nil {
 		return err
 	}
@@ -248,7 +247,7 @@ func (a *app) validateCmd(ctx context.Context, args []string) error {
 	fs.Uint64Var(&req.FencingToken, "fencing-token", 0, "the fencing token to check")
 	fs.StringVar(&req.LeaseID, "lease-id", "", "the lease the token is for")
 	fs.StringVar(&req.Token, "lease-token", "", "the lease token to check (env LEASEHOLD_LEASE_TOKEN)")
-	pos, err := a.parse(fs, args, append(slices.Clone(clientEnv), "lease-token"), 0)
+	pos, err := a.parse(fs, args, clientEnv("lease-token"), 0)
 	if err != nil {
 		return err
 	}
@@ -313,7 +312,7 @@ func (a *app) holderReleaseCmd(ctx context.Context, args []string) error {
 // parseOne parses a client command that takes exactly one argument. extraEnv
 // names flags besides --addr and --token that read the environment.
 func (a *app) parseOne(fs *flag.FlagSet, args []string, extraEnv ...string) (string, error) {
-	pos, err := a.parse(fs, args, append(slices.Clone(clientEnv), extraEnv...), 0)
+	pos, err := a.parse(fs, args, clientEnv(extraEnv...), 0)
 	if err != nil {
 		return "", err
 	}

@@ -25,8 +25,11 @@ type clientFlags struct {
 	timeout time.Duration
 }
 
-// clientEnv lists the client flags that read the environment.
-var clientEnv = []string{"addr", "token"}
+// clientEnv lists the client flags that read the environment: --addr,
+// --token and the extra ones named.
+func clientEnv(extra ...string) []string {
+	return append([]string{"addr", "token"}, extra...)
+}
 
 func (cf *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cf.addr, "addr", "127.0.0.1:7700", "comma-separated node addresses (env LEASEHOLD_ADDR)")

@@ -36,7 +36,7 @@ func (a *app) sessionCreate(ctx context.Context, args []string) error {
 	ttl := fs.Duration("ttl", 30*time.Second, "session TTL")
 	md := metadataFlag{}
 	fs.Var(md, "metadata", "metadata key=value (repeatable)")
-	pos, err := a.parse(fs, args, clientEnv, 0)
+	pos, err := a.parse(fs, args, clientEnv(), 0)
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (a *app) sessionList(ctx context.Context, args []string) error {
 	after := fs.String("after", "", "start after this cursor")
 	all := fs.Bool("all", false, "follow the pages to the end")
 	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
-	pos, err := a.parse(fs, args, clientEnv, 0)
+	pos, err := a.parse(fs, args, clientEnv(), 0)
 	if err != nil {
 		return err
 	}
