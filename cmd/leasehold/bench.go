@@ -1,8 +1,8 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -106,9 +106,19 @@ func (a *app) benchCmd(ctx context.Context, args []string) error {
 		results = append(results, r)
 	}
 	if cf.json {
-		return writeJSON(a.stdout, results)
+		err = writeJSON(a.stdout, results)
+	} else {
+		err = printBench(a.stdout, results)
 	}
-	return printBench(a.stdout, results)
+	if err != nil {
+		return err
+	}
+	for _, r := range results {
+		if r.Ops == 0 && r.Errors > 0 {
+			return fmt.Errorf("%s: every operation failed", r.Workload)
+		}
+	}
+	return nil
 }
 
 // benchResult is the outcome of one workload.
@@ -320,7 +330,7 @@ func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchCo
 }
 
 // forEachWorker runs f for every worker concurrently and returns the first
-// error.
+// worker's error, if any, and how many failed.
 func forEachWorker(workers []*benchWorker, f func(*benchWorker) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(workers))
@@ -328,7 +338,18 @@ func forEachWorker(workers []*benchWorker, f func(*benchWorker) error) error {
 		wg.Go(func() { errs[i] = f(w) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	failed := 0
+	var first error
+	for _, err := range errs {
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
+	if failed > 1 {
+		return fmt.Errorf("%w (and %d more clients failed)", first, failed-1)
+	}
+	return first
 }
 
 // pause backs a worker off briefly after a failure, so that a node that is

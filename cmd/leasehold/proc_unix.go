@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
@@ -18,6 +19,10 @@ func setProcessGroup(cmd *exec.Cmd) {
 // signalGroup sends sig to p's process group. A group that is already gone
 // is not an error.
 func signalGroup(p *os.Process, sig os.Signal) error {
+	if p == nil || p.Pid <= 1 {
+		// kill(0) would signal hold's own group and kill(-1) everything.
+		return fmt.Errorf("refusing to signal process group of pid %v", p)
+	}
 	s, ok := sig.(syscall.Signal)
 	if !ok {
 		return p.Signal(sig)
