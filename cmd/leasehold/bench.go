@@ -41,6 +41,7 @@ const benchSetupTimeout = 2 * time.Minute
 const maxBodyBytes = 64 << 10
 
 func (a *app) benchCmd(ctx context.Context, args []string) error {
+	relaxGC()
 	fs := a.newFlagSet("bench", "", "Drive a running node over HTTP with concurrent clients and report throughput and latency.\n"+
 		"Workloads: cycle (acquire + release on distinct keys), contended (every client acquires one key,\n"+
 		"waiting, then releases), renew (single-lease renewals), heartbeat (bulk heartbeats; counts leases\n"+

@@ -95,6 +95,7 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	log := newLogger(a.stderr, cfg.logLevel, cfg.logFormat)
+	relaxGC()
 
 	var tokens *api.Tokens
 	if cfg.tokensFile != "" {
