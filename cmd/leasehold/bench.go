@@ -30,6 +30,10 @@ type benchConfig struct {
 	rate     float64 // operations per second over all clients; 0: as fast as possible
 	prefix   string
 	runID    string
+	// addrs, token and timeout configure the bench's own connections.
+	addrs   []string
+	token   string
+	timeout time.Duration
 }
 
 // benchSetupTimeout bounds a workload's setup (acquiring the leases that
@@ -85,6 +89,7 @@ func (a *app) benchCmd(ctx context.Context, args []string) error {
 	if cfg.prefix == "" {
 		cfg.prefix = "bench/" + cfg.runID + "/"
 	}
+	cfg.addrs, cfg.token, cfg.timeout = splitList(cf.addr), cf.token, cf.timeout
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 2 * cfg.clients
 	t.MaxIdleConnsPerHost = cfg.clients
@@ -196,6 +201,8 @@ type benchWorker struct {
 	errs     map[string]int64
 	// leases held across the measured phase (renew, heartbeat).
 	leases []node.HeartbeatItem
+	// conn is the worker's own connection (cycle, contended, renew).
+	conn *benchConn
 }
 
 func (w *benchWorker) fail(err error) {
@@ -241,7 +248,9 @@ func (r *benchRun) counts(done time.Time) bool { return done.Before(r.end) }
 func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchConfig) (*benchResult, error) {
 	workers := make([]*benchWorker, cfg.clients)
 	for i := range workers {
-		workers[i] = &benchWorker{id: i, errs: map[string]int64{}}
+		workers[i] = &benchWorker{id: i, errs: map[string]int64{},
+			conn: newBenchConn(cfg.addrs[i%len(cfg.addrs)], cfg.token, cfg.timeout)}
+		defer workers[i].conn.close()
 	}
 	run := &benchRun{cfg: cfg, c: c}
 	holder := func(w *benchWorker) string { return fmt.Sprintf("bench-%s-%d", cfg.runID, w.id) }
@@ -368,7 +377,7 @@ func benchCycle(ctx context.Context, r *benchRun, w *benchWorker, holder string,
 	start := time.Now()
 	for n := int64(0); r.next(ctx, start, n); n++ {
 		t0 := time.Now()
-		l, err := r.c.Acquire(ctx, node.AcquireRequest{Key: key(n), Holder: holder, TTLMS: millis(r.cfg.ttl)})
+		id, tok, err := w.conn.acquire(key(n), holder, millis(r.cfg.ttl), 0)
 		t1 := time.Now()
 		if err != nil {
 			if r.counts(t1) {
@@ -378,7 +387,7 @@ func benchCycle(ctx context.Context, r *benchRun, w *benchWorker, holder string,
 			pause(ctx)
 			continue
 		}
-		_, err = r.c.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
+		err = w.conn.release(id, tok)
 		t2 := time.Now()
 		if !r.counts(t2) {
 			continue
@@ -398,11 +407,11 @@ func benchContended(ctx context.Context, r *benchRun, w *benchWorker, holder, ke
 	start := time.Now()
 	for n := int64(0); r.next(ctx, start, n); n++ {
 		t0 := time.Now()
-		l, err := r.c.Acquire(ctx, node.AcquireRequest{Key: key, Holder: holder, TTLMS: millis(r.cfg.ttl), WaitMS: 30_000})
+		id, tok, err := w.conn.acquire(key, holder, millis(r.cfg.ttl), 30_000)
 		t1 := time.Now()
 		if err == nil {
 			// Release even after the end, so that the others' waits end.
-			if _, rerr := r.c.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); rerr != nil && r.counts(t1) {
+			if rerr := w.conn.release(id, tok); rerr != nil && r.counts(t1) {
 				w.fail(rerr)
 			}
 		}
@@ -425,7 +434,7 @@ func benchRenew(ctx context.Context, r *benchRun, w *benchWorker) {
 	start := time.Now()
 	for n := int64(0); r.next(ctx, start, n); n++ {
 		t0 := time.Now()
-		_, err := r.c.Renew(ctx, l.LeaseID, l.Token, 0)
+		err := w.conn.renew(l.LeaseID, l.Token)
 		t1 := time.Now()
 		if !r.counts(t1) {
 			continue
