@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,8 +31,7 @@ type benchConfig struct {
 	rate     float64 // operations per second over all clients; 0: as fast as possible
 	prefix   string
 	runID    string
-	// addrs, token and timeout configure the bench's own connections.
-	addrs   []string
+	// token and timeout configure the bench's own connections.
 	token   string
 	timeout time.Duration
 }
@@ -89,7 +89,7 @@ func (a *app) benchCmd(ctx context.Context, args []string) error {
 	if cfg.prefix == "" {
 		cfg.prefix = "bench/" + cfg.runID + "/"
 	}
-	cfg.addrs, cfg.token, cfg.timeout = splitList(cf.addr), cf.token, cf.timeout
+	cfg.token, cfg.timeout = cf.token, cf.timeout
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 2 * cfg.clients
 	t.MaxIdleConnsPerHost = cfg.clients
@@ -247,9 +247,17 @@ func (r *benchRun) counts(done time.Time) bool { return done.Before(r.end) }
 
 func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchConfig) (*benchResult, error) {
 	workers := make([]*benchWorker, cfg.clients)
+	var hosts []string
+	for _, base := range c.Addrs() {
+		u, err := url.Parse(base)
+		if err != nil || u.Scheme != "http" {
+			return nil, fmt.Errorf("bench needs plain http addresses, got %q", base)
+		}
+		hosts = append(hosts, u.Host)
+	}
 	for i := range workers {
 		workers[i] = &benchWorker{id: i, errs: map[string]int64{},
-			conn: newBenchConn(cfg.addrs[i%len(cfg.addrs)], cfg.token, cfg.timeout)}
+			conn: newBenchConn(hosts[i%len(hosts)], cfg.token, cmp.Or(cfg.timeout, 30*time.Second))}
 		defer workers[i].conn.close()
 	}
 	run := &benchRun{cfg: cfg, c: c}
