@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/leasehold/leasehold/node"
 )
@@ -116,11 +117,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		b = []byte(`{"error":{"code":"INTERNAL","message":"internal error"}}`)
 		status = http.StatusInternalServerError
 	}
+	b = append(b, '\n')
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
 }
 
 func payloadTooLarge(limit int64) *node.Error {

@@ -20,7 +20,7 @@ import (
 	"github.com/leasehold/leasehold/node"
 )
 
-var benchWorkloads = []string{"cycle", "contended", "renew", "heartbeat"}
+var benchWorkloads = []string{"cycle", "contended", "renew", "heartbeat", "session"}
 
 type benchConfig struct {
 	clients  int
@@ -49,11 +49,12 @@ func (a *app) benchCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("bench", "", "Drive a running node over HTTP with concurrent clients and report throughput and latency.\n"+
 		"Workloads: cycle (acquire + release on distinct keys), contended (every client acquires one key,\n"+
 		"waiting, then releases), renew (single-lease renewals), heartbeat (bulk heartbeats; counts leases\n"+
-		"kept alive), all (each in turn). Each workload runs for --duration or --max-ops, whichever ends first.")
+		"kept alive), session (heartbeats of a session with --batch bound leases; counts leases kept alive),\n"+
+		"all (each in turn). Each workload runs for --duration or --max-ops, whichever ends first.")
 	var cf clientFlags
 	cf.register(fs)
 	cfg := benchConfig{runID: randomID(4)}
-	workload := fs.String("workload", "all", "cycle, contended, renew, heartbeat or all")
+	workload := fs.String("workload", "all", "cycle, contended, renew, heartbeat, session or all")
 	fs.IntVar(&cfg.clients, "clients", 64, "concurrent clients")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured time per workload")
 	fs.IntVar(&cfg.batch, "batch", 1000, "leases each client keeps alive per heartbeat round (split into requests under 64 KiB)")
@@ -72,7 +73,7 @@ func (a *app) benchCmd(ctx context.Context, args []string) error {
 	if *workload == "all" {
 		workloads = benchWorkloads
 	} else if !slices.Contains(benchWorkloads, *workload) {
-		return usageErrorf("--workload %q: want cycle, contended, renew, heartbeat or all", *workload)
+		return usageErrorf("--workload %q: want cycle, contended, renew, heartbeat, session or all", *workload)
 	}
 	switch {
 	case cfg.clients < 1 || cfg.clients > 10000:
@@ -201,8 +202,10 @@ type benchWorker struct {
 	errs     map[string]int64
 	// leases held across the measured phase (renew, heartbeat).
 	leases []node.HeartbeatItem
-	// conn is the worker's own connection (cycle, contended, renew).
+	// conn is the worker's own connection (cycle, contended, renew, session).
 	conn *benchConn
+	// session is the worker's session (id and token) in the session workload.
+	session node.HeartbeatItem
 }
 
 func (w *benchWorker) fail(err error) {
@@ -276,7 +279,7 @@ func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchCo
 	switch name {
 	case "renew":
 		perWorker = 1
-	case "heartbeat":
+	case "heartbeat", "session":
 		perWorker = cfg.batch
 		// The first leases must outlive the setup of all the others.
 		setupTTL = max(cfg.ttl, benchSetupTimeout)
@@ -284,8 +287,18 @@ func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchCo
 	if perWorker > 0 {
 		sctx, cancel := context.WithTimeout(ctx, benchSetupTimeout)
 		err := forEachWorker(workers, func(w *benchWorker) error {
+			req := node.AcquireRequest{Holder: holder(w), TTLMS: millis(setupTTL)}
+			if name == "session" {
+				s, err := c.CreateSession(sctx, node.SessionRequest{Holder: holder(w), TTLMS: millis(setupTTL)})
+				if err != nil {
+					return fmt.Errorf("setup: %w", err)
+				}
+				w.session = node.HeartbeatItem{LeaseID: s.SessionID, Token: s.Token}
+				req = node.AcquireRequest{SessionID: s.SessionID, SessionToken: s.Token}
+			}
 			for j := range perWorker {
-				l, err := c.Acquire(sctx, node.AcquireRequest{Key: key(w.id, j), Holder: holder(w), TTLMS: millis(setupTTL)})
+				req.Key = key(w.id, j)
+				l, err := c.Acquire(sctx, req)
 				if err != nil {
 					return fmt.Errorf("setup: %w", err)
 				}
@@ -312,6 +325,8 @@ func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchCo
 			benchRenew(ctx, run, w)
 		case "heartbeat":
 			benchHeartbeat(ctx, run, w)
+		case "session":
+			benchSession(ctx, run, w)
 		}
 		return nil
 	})
@@ -321,7 +336,7 @@ func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchCo
 	elapsed := min(time.Since(start), cfg.duration)
 
 	res := &benchResult{Workload: name, Clients: cfg.clients, Seconds: elapsed.Seconds(), ErrorCodes: map[string]int64{}}
-	res.Unit = map[string]string{"cycle": "cycles", "contended": "grants", "renew": "renewals", "heartbeat": "leases kept alive"}[name]
+	res.Unit = map[string]string{"cycle": "cycles", "contended": "grants", "renew": "renewals", "heartbeat": "leases kept alive", "session": "leases kept alive"}[name]
 	var lat, acq []time.Duration
 	for _, w := range workers {
 		res.Ops += w.ops
@@ -509,6 +524,11 @@ func cleanupLeases(ctx context.Context, c *client.Client, workers []*benchWorker
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchSetupTimeout)
 	defer cancel()
 	_ = forEachWorker(workers, func(w *benchWorker) error {
+		if w.session.LeaseID != "" {
+			// Ending the session releases every lease bound to it.
+			_, _ = c.EndSession(cctx, w.session.LeaseID, w.session.Token)
+			return nil
+		}
 		for _, l := range w.leases {
 			if cctx.Err() != nil {
 				return nil
@@ -545,4 +565,26 @@ func printBench(out io.Writer, results []*benchResult) error {
 		}
 	}
 	return nil
+}
+
+// benchSession heartbeats one session with --batch leases bound to it: each
+// heartbeat keeps all of them alive with one log write.
+func benchSession(ctx context.Context, r *benchRun, w *benchWorker) {
+	start := time.Now()
+	for n := int64(0); r.next(ctx, start, n); n++ {
+		t0 := time.Now()
+		err := w.conn.sessionHeartbeat(w.session.LeaseID, w.session.Token)
+		t1 := time.Now()
+		if !r.counts(t1) {
+			continue
+		}
+		w.requests++
+		if err != nil {
+			w.fail(err)
+			pause(ctx)
+			continue
+		}
+		w.ops += int64(len(w.leases))
+		w.lat = append(w.lat, t1.Sub(t0))
+	}
 }

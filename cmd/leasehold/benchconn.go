@@ -198,3 +198,14 @@ func (c *benchConn) renew(id, token string) error {
 	}
 	return nil
 }
+
+func (c *benchConn) sessionHeartbeat(id, token string) error {
+	status, resp, err := c.do("POST", "/v1/sessions/"+url.PathEscape(id)+"/heartbeat", "X-Session-Token: "+token+"\r\n", nil)
+	if err != nil {
+		return err
+	}
+	if status != 200 {
+		return apiError(status, resp)
+	}
+	return nil
+}
