@@ -91,12 +91,30 @@ func TestHeartbeatChunksFitTheBodyLimit(t *testing.T) {
 func fakeBenchServer(t *testing.T) (*client.Client, *atomic.Int64) {
 	var n, active atomic.Int64
 	var mu sync.Mutex
+	bound := map[string]int64{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		data, _ := io.ReadAll(r.Body)
 		switch {
+		case r.Method == "POST" && r.URL.Path == "/v1/sessions":
+			writeJSONTest(w, 201, node.Session{SessionID: fmt.Sprintf("ss_%d", n.Add(1)), State: "active", Token: "stok"})
+		case r.Method == "POST" && strings.HasPrefix(r.URL.Path, "/v1/sessions/") && strings.HasSuffix(r.URL.Path, "/heartbeat"):
+			writeJSONTest(w, 200, node.Session{State: "active"})
+		case r.Method == "DELETE" && strings.HasPrefix(r.URL.Path, "/v1/sessions/"):
+			// Ending the session releases its bound leases.
+			mu.Lock()
+			active.Add(-bound[r.URL.Path[len("/v1/sessions/"):]])
+			mu.Unlock()
+			writeJSONTest(w, 200, node.Session{State: "ended"})
 		case r.Method == "POST" && r.URL.Path == "/v1/leases":
 			id := n.Add(1)
 			active.Add(1)
+			var req node.AcquireRequest
+			_ = json.Unmarshal(data, &req)
+			if req.SessionID != "" {
+				mu.Lock()
+				bound[req.SessionID]++
+				mu.Unlock()
+			}
 			writeJSONTest(w, 201, node.Lease{LeaseID: fmt.Sprintf("ls_%d", id), State: "active", Token: "tok"})
 		case r.Method == "DELETE":
 			active.Add(-1)
