@@ -124,5 +124,10 @@ func (c Config) Validate() error {
 	if c.BootstrapExpect < 0 {
 		errs = append(errs, errors.New("bootstrap expect must not be negative"))
 	}
+	// Multi-node clusters (gossip discovery, joining) are not built yet:
+	// refuse rather than silently run a single node.
+	if len(c.Join) > 0 || c.BootstrapExpect > 1 {
+		errs = append(errs, errors.New("multi-node clusters (join, bootstrap expect > 1) are not supported by this release; run a single node"))
+	}
 	return errors.Join(errs...)
 }

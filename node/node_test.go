@@ -418,3 +418,29 @@ func TestRestartKeepsLeases(t *testing.T) {
 		t.Fatalf("fence after restart: %v %+v", err, l3)
 	}
 }
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	bad := []func(*Config){
+		func(c *Config) { c.NodeID = "" },
+		func(c *Config) { c.DataDir = "" },
+		func(c *Config) { c.TickPeriod = time.Millisecond },
+		func(c *Config) { c.MinTTL = 0 },
+		func(c *Config) { c.MaxTTL = c.MinTTL - 1 },
+		func(c *Config) { c.MaxBatch = 0 },
+		func(c *Config) { c.Join = []string{"10.0.0.1:7702"} },
+		func(c *Config) { c.BootstrapExpect = 3 },
+	}
+	for i, mutate := range bad {
+		c := DefaultConfig()
+		mutate(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("case %d: invalid config accepted", i)
+		}
+		if _, err := Open(c); err == nil {
+			t.Errorf("case %d: Open accepted an invalid config", i)
+		}
+	}
+}
