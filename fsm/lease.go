@@ -157,6 +157,11 @@ func (f *FSM) checkSession(id string, tok Hash) (*Session, *Error) {
 	if s.State != SessionActive {
 		return nil, Errorf(CodeSessionEnded, "session %s has %s", id, s.State)
 	}
+	if s.ExpiresTick+GraceTicks <= f.tick {
+		// Due to expire at this very tick (its timer has not run yet):
+		// nothing may be granted to it any more.
+		return nil, Errorf(CodeSessionEnded, "session %s has expired", id)
+	}
 	return s, nil
 }
 

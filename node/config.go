@@ -52,8 +52,9 @@ type Config struct {
 	SnapshotThreshold uint64
 	// SnapshotInterval is how often the threshold is checked. Default 30s.
 	SnapshotInterval time.Duration
-	// ApplyTimeout bounds how long a write may wait for commit before it is
-	// reported INDETERMINATE. Default 10s.
+	// ApplyTimeout bounds how long a write may wait to be handed to Raft;
+	// a write that has not committed within twice this is reported
+	// INDETERMINATE. Default 10s.
 	ApplyTimeout time.Duration
 	// MaxBatch bounds how many operations share one log entry. Default 1024.
 	MaxBatch int

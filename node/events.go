@@ -71,6 +71,10 @@ func (h *hub) publish(evs []hubEvent) {
 		return
 	}
 	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
 	n := uint64(len(h.ring))
 	for _, e := range evs {
 		if h.end-h.start == n {
@@ -91,6 +95,9 @@ func (h *hub) publish(evs []hubEvent) {
 func (h *hub) reset(index uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
 	for i := range h.ring {
 		h.ring[i] = hubEvent{}
 	}
@@ -183,11 +190,10 @@ func (n *Node) Subscribe(ctx context.Context, f EventFilter) (*Subscription, err
 		}
 		pos = p
 	case f.FromStart:
-		p, err := h.position(eventID{})
-		if err != nil {
-			return nil, err
-		}
-		pos = p
+		// Whatever history is kept, from its oldest event.
+		h.mu.Lock()
+		pos = h.start
+		h.mu.Unlock()
 	default:
 		h.mu.Lock()
 		pos = h.end
@@ -213,7 +219,7 @@ func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, f EventFilte
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
-			s.fail(&Error{Code: CodeNoLeader, Message: "node is shutting down"})
+			s.fail(errShuttingDown())
 			return
 		}
 		if pos < h.start {

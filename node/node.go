@@ -182,8 +182,8 @@ func (n *Node) period() time.Duration {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closing)
-		n.hub.close()
 		n.closeErr = n.cl.Close()
+		n.hub.close()
 		n.wg.Wait()
 	})
 	return n.closeErr
@@ -211,7 +211,8 @@ func (n *Node) addWaiter(id string) chan fsm.Notice {
 	return ch
 }
 
-func (n *Node) dropWaiter(id string, ch chan fsm.Notice) {
+// dropWaiter removes one listener for id and returns how many remain.
+func (n *Node) dropWaiter(id string, ch chan fsm.Notice) int {
 	n.waitMu.Lock()
 	defer n.waitMu.Unlock()
 	list := n.waiters[id]
@@ -226,6 +227,7 @@ func (n *Node) dropWaiter(id string, ch chan fsm.Notice) {
 	} else {
 		n.waiters[id] = list
 	}
+	return len(list)
 }
 
 var errClosed = errors.New("node closed")

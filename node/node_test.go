@@ -58,14 +58,6 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	}
 }
 
-func code(err error) Code {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
-}
-
 func TestAcquireReleaseExclusive(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
@@ -81,7 +73,7 @@ func TestAcquireReleaseExclusive(t *testing.T) {
 	if !errors.As(err, &e) || e.Code != CodeLeaseHeld || len(e.Holders) != 1 || e.Holders[0].LeaseID != l.LeaseID {
 		t.Fatalf("second acquire: %v", err)
 	}
-	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: "wrong"}); code(err) != CodeLeaseTokenInvalid {
+	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: "wrong"}); ErrorCode(err) != CodeLeaseTokenInvalid {
 		t.Fatalf("release with wrong token: %v", err)
 	}
 	rl, err := n.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token, Reason: "done"})
@@ -111,7 +103,7 @@ func TestSemaphoreUnderConcurrency(t *testing.T) {
 			_, _, err := n.Acquire(ctx, AcquireRequest{Key: "tuner", Holder: fmt.Sprint("w", i), TTLMS: 5000, Limit: 3})
 			mu.Lock()
 			defer mu.Unlock()
-			switch code(err) {
+			switch ErrorCode(err) {
 			case "":
 				granted++
 			case CodeLeaseHeld:
@@ -125,7 +117,7 @@ func TestSemaphoreUnderConcurrency(t *testing.T) {
 	if granted != 3 || held != 37 {
 		t.Fatalf("granted %d held %d, want 3 and 37", granted, held)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "tuner", Holder: "x", TTLMS: 5000, Limit: 2}); code(err) != CodeLimitMismatch {
+	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "tuner", Holder: "x", TTLMS: 5000, Limit: 2}); ErrorCode(err) != CodeLimitMismatch {
 		t.Fatalf("limit mismatch: %v", err)
 	}
 }
@@ -160,7 +152,7 @@ func TestExpiryNotEarlyAndWithinTwoTicks(t *testing.T) {
 		if limit := ttl + 2*cfg.TickPeriod + 150*time.Millisecond; took > limit {
 			t.Fatalf("expired after %v, later than %v", took, limit)
 		}
-		if _, err := n.Renew(ctx, l.LeaseID, l.Token, 0); code(err) != CodeLeaseExpired {
+		if _, err := n.Renew(ctx, l.LeaseID, l.Token, 0); ErrorCode(err) != CodeLeaseExpired {
 			t.Fatalf("renew after expiry: %v", err)
 		}
 		return
@@ -188,7 +180,7 @@ func TestRenewKeepsAlive(t *testing.T) {
 		}
 		<-time.After(40 * time.Millisecond)
 	}
-	if _, err := n.Renew(ctx, l.LeaseID, "bad", 0); code(err) != CodeLeaseTokenInvalid {
+	if _, err := n.Renew(ctx, l.LeaseID, "bad", 0); ErrorCode(err) != CodeLeaseTokenInvalid {
 		t.Fatalf("renew bad token: %v", err)
 	}
 }
@@ -217,7 +209,7 @@ func TestIdempotentAcquire(t *testing.T) {
 		}
 	}
 	req.TTLMS = 6000
-	if _, _, err := n.Acquire(ctx, req); code(err) != CodeIdempotencyConflict {
+	if _, _, err := n.Acquire(ctx, req); ErrorCode(err) != CodeIdempotencyConflict {
 		t.Fatalf("different request: %v", err)
 	}
 }
@@ -292,7 +284,7 @@ func TestSessionsBindLeases(t *testing.T) {
 	if err != nil || l.Holder != "runner-1" || l.SessionID != s.SessionID {
 		t.Fatalf("bound acquire: %v %+v", err, l)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/8", SessionID: s.SessionID, SessionToken: "nope"}); code(err) != CodeLeaseTokenInvalid {
+	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/8", SessionID: s.SessionID, SessionToken: "nope"}); ErrorCode(err) != CodeLeaseTokenInvalid {
 		t.Fatalf("bad session token: %v", err)
 	}
 	for range 8 {
@@ -312,7 +304,7 @@ func TestSessionsBindLeases(t *testing.T) {
 	if got.EndReason != "session_ended" {
 		t.Fatalf("end reason %q", got.EndReason)
 	}
-	if _, err := n.SessionHeartbeat(ctx, s.SessionID, s.Token); code(err) != CodeSessionEnded {
+	if _, err := n.SessionHeartbeat(ctx, s.SessionID, s.Token); ErrorCode(err) != CodeSessionEnded {
 		t.Fatalf("late heartbeat: %v", err)
 	}
 	if n.Stats().LateHeartbeats != 1 || n.Stats().SessionsExpired != 1 {
@@ -347,7 +339,7 @@ func TestEventsResume(t *testing.T) {
 			t.Fatalf("resumed event %s, want %s", ev.ID, want)
 		}
 	}
-	if _, err := n.Subscribe(ctx, EventFilter{After: "x-y"}); code(err) != CodeInvalidArgument {
+	if _, err := n.Subscribe(ctx, EventFilter{After: "x-y"}); ErrorCode(err) != CodeInvalidArgument {
 		t.Fatalf("bad id: %v", err)
 	}
 }
@@ -366,11 +358,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{Key: "k", Holder: "a", TTLMS: 1000, Metadata: map[string]string{"": "x"}},
 	}
 	for i, c := range cases {
-		if _, _, err := n.Acquire(ctx, c); code(err) != CodeInvalidArgument {
+		if _, _, err := n.Acquire(ctx, c); ErrorCode(err) != CodeInvalidArgument {
 			t.Errorf("case %d: %v", i, err)
 		}
 	}
-	if _, err := n.GetLease(ctx, "", false); code(err) != CodeLeaseNotFound {
+	if _, err := n.GetLease(ctx, "", false); ErrorCode(err) != CodeLeaseNotFound {
 		t.Errorf("empty id: %v", err)
 	}
 	// Ticks may have advanced the index; no lease may exist.

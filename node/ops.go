@@ -60,7 +60,7 @@ func (n *Node) validateAcquire(r *AcquireRequest) *Error {
 			return fsm.Errorf(CodeSessionNotFound, "session %q not found", r.SessionID)
 		}
 		if r.SessionToken == "" {
-			return fsm.Errorf(CodeLeaseTokenInvalid, "a session-bound acquire needs the session token (X-Session-Token)")
+			return fsm.InvalidField("session_token", "a session-bound acquire needs the session token (X-Session-Token)")
 		}
 	}
 	if err := fsm.ValidMetadata(r.Metadata); err != nil {
@@ -117,6 +117,11 @@ func (n *Node) Acquire(ctx context.Context, r AcquireRequest) (*Lease, bool, err
 	}
 	res, _, err := n.propose(ctx, cmd)
 	if err != nil {
+		if r.WaitMS > 0 && ErrorCode(err) == CodeIndeterminate {
+			// The acquire may be queued with nobody left to take the
+			// grant: withdraw it, best effort.
+			go n.cancelWait(cmd.LeaseID, r.Key)
+		}
 		return nil, false, err
 	}
 	if res.Err != nil {
@@ -140,13 +145,21 @@ func (n *Node) Acquire(ctx context.Context, r AcquireRequest) (*Lease, bool, err
 }
 
 // awaitGrant waits for a queued acquire to be granted or to time out in the
-// state machine. If the caller gives up first, the wait is withdrawn.
+// state machine. If the caller gives up first and no other request (an
+// idempotent replay) waits for the same lease, the wait is withdrawn; if the
+// withdrawal cannot be confirmed the answer is INDETERMINATE, never a plain
+// refusal, because the acquire might still be granted.
 func (n *Node) awaitGrant(ctx context.Context, id, key string, wait chan fsm.Notice, d time.Duration) (*fsm.Lease, error) {
-	if wait == nil || id != "" && !n.isOwnWaiter(id, wait) {
-		// A replay of a queued request: watch the original's lease id.
+	if wait == nil || !n.isOwnWaiter(id, wait) {
+		// A replay of a queued request: listen for the original's lease id.
 		wait = n.addWaiter(id)
-		defer n.dropWaiter(id, wait)
 	}
+	listening := true
+	defer func() {
+		if listening {
+			n.dropWaiter(id, wait)
+		}
+	}()
 	// The grant may have happened before we started listening.
 	if l := n.lookupActive(id); l != nil {
 		return l, nil
@@ -163,16 +176,31 @@ func (n *Node) awaitGrant(ctx context.Context, id, key string, wait chan fsm.Not
 	case <-ctx.Done():
 	case <-n.closing:
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout)
-	defer cancel()
-	n.propose(cctx, &fsm.CancelWait{LeaseID: id, Key: key})
+	listening = false
+	if n.dropWaiter(id, wait) > 0 {
+		// Another request with the same idempotency key still waits for
+		// this lease; leave it queued for that one.
+		return nil, &Error{Code: CodeIndeterminate, Message: "gave up waiting; the acquire stays queued for a retry with the same idempotency key"}
+	}
+	err := n.cancelWait(id, key)
 	if l := n.lookupActive(id); l != nil {
 		return l, nil
+	}
+	if err != nil {
+		return nil, &Error{Code: CodeIndeterminate, Message: "gave up waiting but could not withdraw the queued acquire; it may still be granted"}
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	return nil, &Error{Code: CodeLeaseHeld, Key: key, Message: "no slot became free within wait_ms"}
+}
+
+// cancelWait withdraws a queued acquire and reports whether that committed.
+func (n *Node) cancelWait(id, key string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout)
+	defer cancel()
+	_, _, err := n.propose(ctx, &fsm.CancelWait{LeaseID: id, Key: key})
+	return err
 }
 
 func (n *Node) isOwnWaiter(id string, ch chan fsm.Notice) bool {
@@ -214,7 +242,7 @@ func (n *Node) Renew(ctx context.Context, id, token string, ttlMS int64) (*Lease
 		return nil, err
 	}
 	if token == "" {
-		return nil, fsm.Errorf(CodeLeaseTokenInvalid, "the lease token (X-Lease-Token) is required")
+		return nil, fsm.InvalidField("token", "the lease token (X-Lease-Token) is required")
 	}
 	cmd := &fsm.Renew{LeaseID: id, TokenHash: hashToken(token), WallMS: time.Now().UnixMilli()}
 	if ttlMS != 0 {
@@ -240,7 +268,7 @@ func (n *Node) Release(ctx context.Context, r ReleaseRequest) (*Lease, error) {
 		return nil, err
 	}
 	if r.Token == "" && r.SessionToken == "" {
-		return nil, fsm.Errorf(CodeLeaseTokenInvalid, "the lease token (X-Lease-Token) or, for a bound lease, the session token is required")
+		return nil, fsm.InvalidField("token", "the lease token (X-Lease-Token) or, for a bound lease, the session token is required")
 	}
 	if err := fsm.ValidReason(r.Reason); err != nil {
 		return nil, err
@@ -347,7 +375,7 @@ func (n *Node) SessionHeartbeat(ctx context.Context, id, token string) (*Session
 		return nil, err
 	}
 	if token == "" {
-		return nil, fsm.Errorf(CodeLeaseTokenInvalid, "the session token (X-Session-Token) is required")
+		return nil, fsm.InvalidField("session_token", "the session token (X-Session-Token) is required")
 	}
 	res, _, err := n.propose(ctx, &fsm.SessionHeartbeat{SessionID: id, TokenHash: hashToken(token), WallMS: time.Now().UnixMilli()})
 	if err != nil {
@@ -370,7 +398,7 @@ func (n *Node) EndSession(ctx context.Context, id, token string, force bool) (*S
 		return nil, err
 	}
 	if token == "" && !force {
-		return nil, fsm.Errorf(CodeLeaseTokenInvalid, "the session token (X-Session-Token) is required")
+		return nil, fsm.InvalidField("session_token", "the session token (X-Session-Token) is required")
 	}
 	res, _, err := n.propose(ctx, &fsm.SessionEnd{SessionID: id, TokenHash: hashToken(token), Force: force, WallMS: time.Now().UnixMilli()})
 	if err != nil {

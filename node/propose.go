@@ -27,17 +27,53 @@ type propResult struct {
 func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64, error) {
 	p := &proposal{cmd: cmd, start: time.Now(), done: make(chan propResult, 1)}
 	select {
+	case <-n.closing:
+		return fsm.Result{}, 0, errShuttingDown()
+	default:
+	}
+	select {
 	case n.propCh <- p:
 	case <-ctx.Done():
 		return fsm.Result{}, 0, ctx.Err()
 	case <-n.closing:
-		return fsm.Result{}, 0, &Error{Code: CodeNoLeader, Message: "node is shutting down"}
+		return fsm.Result{}, 0, errShuttingDown()
 	}
+	// Commit normally takes milliseconds; a stalled disk or a lost quorum
+	// must not hold the caller forever.
+	timer := time.NewTimer(2 * n.cfg.ApplyTimeout)
+	defer timer.Stop()
 	select {
 	case r := <-p.done:
 		return r.res, r.index, r.err
 	case <-ctx.Done():
 		return fsm.Result{}, 0, &Error{Code: CodeIndeterminate, Message: "the request was abandoned after it was proposed; it may or may not have been applied"}
+	case <-timer.C:
+		return fsm.Result{}, 0, &Error{Code: CodeIndeterminate, Message: "the write was not committed in time; it may or may not be applied later"}
+	case <-n.closing:
+		// The batcher answers what it never sent; this one may be in Raft.
+		select {
+		case r := <-p.done:
+			return r.res, r.index, r.err
+		case <-time.After(n.cfg.ApplyTimeout):
+			return fsm.Result{}, 0, &Error{Code: CodeIndeterminate, Message: "node shut down while the write was in flight; it may or may not have been applied"}
+		}
+	}
+}
+
+func errShuttingDown() *Error {
+	return &Error{Code: CodeUnavailable, Message: "node is shutting down"}
+}
+
+// drain answers every proposal still queued at shutdown: none was sent to
+// Raft, so "not applied" is certain.
+func (n *Node) drain() {
+	for {
+		select {
+		case p := <-n.propCh:
+			p.done <- propResult{err: errShuttingDown()}
+		default:
+			return
+		}
 	}
 }
 
@@ -46,6 +82,7 @@ func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64
 // while they are, new proposals queue and the next entry gets them all.
 func (n *Node) batcher() {
 	defer n.wg.Done()
+	defer n.drain()
 	batch := make([]*proposal, 0, n.cfg.MaxBatch)
 	for {
 		select {

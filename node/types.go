@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"time"
 
 	"github.com/leasehold/leasehold/fsm"
@@ -258,4 +259,13 @@ type Stats struct {
 	ApplySum     float64
 	ApplyCount   uint64
 	EventStreams int
+}
+
+// ErrorCode returns the contract code of err, or "" when it carries none.
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
 }

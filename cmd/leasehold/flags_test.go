@@ -64,13 +64,13 @@ func TestServerFlags(t *testing.T) {
 			name: "every flag",
 			args: []string{"--node-id", "n2", "--data-dir", "/d", "--http-addr", "0.0.0.0:8000", "--http-advertise", "h:8000",
 				"--raft-addr", "10.0.0.1:8001", "--raft-advertise", "r:8001", "--gossip-addr", "10.0.0.1:8002",
-				"--join", "a:1, b:2,,", "--bootstrap-expect", "3", "--tick-period", "50ms", "--retention", "2h",
+				"--bootstrap-expect", "1", "--tick-period", "50ms", "--retention", "2h",
 				"--tokens-file", "/t.json", "--log-level", "debug", "--log-format", "json"},
 			check: func(t *testing.T, c serverConfig) {
 				n := c.node
 				if n.NodeID != "n2" || n.DataDir != "/d" || c.httpAddr != "0.0.0.0:8000" || c.httpAdvertise != "h:8000" ||
 					n.RaftAddr != "10.0.0.1:8001" || n.RaftAdvertise != "r:8001" || n.GossipAddr != "10.0.0.1:8002" ||
-					!reflect.DeepEqual(n.Join, []string{"a:1", "b:2"}) || n.BootstrapExpect != 3 ||
+					len(n.Join) != 0 || n.BootstrapExpect != 1 ||
 					n.TickPeriod != 50*time.Millisecond || n.Retention != 2*time.Hour || c.tokensFile != "/t.json" ||
 					c.logLevel != slog.LevelDebug || c.logFormat != "json" {
 					t.Errorf("got %+v", c)
@@ -80,11 +80,11 @@ func TestServerFlags(t *testing.T) {
 		{
 			name: "environment fills in",
 			env: map[string]string{"LEASEHOLD_NODE_ID": "envnode", "LEASEHOLD_HTTP_ADDR": "127.0.0.1:9000",
-				"LEASEHOLD_JOIN": "x:1,y:2", "LEASEHOLD_BOOTSTRAP_EXPECT": "3", "LEASEHOLD_TICK_PERIOD": "20ms",
+				"LEASEHOLD_BOOTSTRAP_EXPECT": "0", "LEASEHOLD_TICK_PERIOD": "20ms",
 				"LEASEHOLD_LOG_FORMAT": "json", "LEASEHOLD_TOKENS_FILE": "/env.json"},
 			check: func(t *testing.T, c serverConfig) {
-				if c.node.NodeID != "envnode" || c.httpAddr != "127.0.0.1:9000" || !reflect.DeepEqual(c.node.Join, []string{"x:1", "y:2"}) ||
-					c.node.BootstrapExpect != 3 || c.node.TickPeriod != 20*time.Millisecond || c.logFormat != "json" ||
+				if c.node.NodeID != "envnode" || c.httpAddr != "127.0.0.1:9000" ||
+					c.node.BootstrapExpect != 0 || c.node.TickPeriod != 20*time.Millisecond || c.logFormat != "json" ||
 					c.tokensFile != "/env.json" {
 					t.Errorf("got %+v", c)
 				}
@@ -112,6 +112,8 @@ func TestServerFlags(t *testing.T) {
 				}
 			},
 		},
+		{name: "join is refused until multi-node exists", env: map[string]string{"LEASEHOLD_JOIN": "x:1,y:2"}, usage: "multi-node"},
+		{name: "bootstrap-expect above 1 is refused", args: []string{"--bootstrap-expect", "3"}, usage: "multi-node"},
 		{name: "bad env duration", env: map[string]string{"LEASEHOLD_TICK_PERIOD": "soon"}, usage: "LEASEHOLD_TICK_PERIOD"},
 		{name: "bad env number", env: map[string]string{"LEASEHOLD_BOOTSTRAP_EXPECT": "three"}, usage: "LEASEHOLD_BOOTSTRAP_EXPECT"},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, usage: "--log-level"},
@@ -243,5 +245,14 @@ func TestRunUsageAndExitCodes(t *testing.T) {
 				t.Errorf("stdout %q does not contain %q", out.String(), tt.inStdout)
 			}
 		})
+	}
+}
+
+func TestSplitList(t *testing.T) {
+	if got := splitList("a:1, b:2,,"); !reflect.DeepEqual(got, []string{"a:1", "b:2"}) {
+		t.Fatalf("splitList: %q", got)
+	}
+	if got := splitList(""); len(got) != 0 {
+		t.Fatalf("splitList of nothing: %q", got)
 	}
 }
