@@ -145,6 +145,10 @@ func (n *Node) lead(ctx context.Context) {
 // its predecessor quickly after a stall (fsm.GraceTicks covers it).
 func (n *Node) tickLoop(ctx context.Context) {
 	period := n.period()
+	if period != n.cfg.TickPeriod {
+		n.log.Warn("the cluster's tick period was fixed by its first tick; ignoring the configured one",
+			"tick_period", period, "configured", n.cfg.TickPeriod)
+	}
 	retain := uint64((n.cfg.Retention + period - 1) / period)
 	timer := time.NewTimer(period)
 	defer timer.Stop()
