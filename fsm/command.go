@@ -12,8 +12,12 @@ import (
 )
 
 // Version is the encoding version of commands in the log. It is the first
-// byte of every entry.
-const Version byte = 1
+// byte of every entry. Encode writes version 2 (binary bodies, codec.go);
+// Decode also reads version 1 (JSON bodies) so that older logs replay.
+const Version byte = 2
+
+// versionJSON is the version of entries with JSON bodies.
+const versionJSON byte = 1
 
 // Type says which command an entry carries. It is the second byte of every
 // entry.
@@ -39,7 +43,7 @@ const (
 const MaxBatch = 4096
 
 // Hash is a SHA-256 digest: of a secret token, or of an idempotency key. It
-// encodes as lowercase hex.
+// is 32 raw bytes in the log and lowercase hex in JSON.
 type Hash [32]byte
 
 // HashOf returns the SHA-256 of s.
@@ -205,46 +209,31 @@ func (*ReleaseHolder) Type() Type    { return TypeReleaseHolder }
 func (*CancelWait) Type() Type       { return TypeCancelWait }
 func (*Batch) Type() Type            { return TypeBatch }
 
-// Encode returns the log bytes of c: version, type, body. A Batch body is a
-// sequence of uvarint-length-prefixed encoded commands; other bodies are JSON.
-func Encode(c Command) ([]byte, error) {
-	if b, ok := c.(*Batch); ok {
-		if len(b.Commands) == 0 || len(b.Commands) > MaxBatch {
-			return nil, fmt.Errorf("fsm: batch of %d commands", len(b.Commands))
-		}
-		out := []byte{Version, byte(TypeBatch)}
-		for _, sub := range b.Commands {
-			if sub.Type() == TypeBatch {
-				return nil, errors.New("fsm: nested batch")
-			}
-			enc, err := Encode(sub)
-			if err != nil {
-				return nil, err
-			}
-			out = binary.AppendUvarint(out, uint64(len(enc)))
-			out = append(out, enc...)
-		}
-		return out, nil
-	}
-	body, err := json.Marshal(c)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, 0, 2+len(body))
-	out = append(out, Version, byte(c.Type()))
-	return append(out, body...), nil
-}
+// Encode returns the log bytes of c: version (always Version), type, body.
+// The body is the compact binary encoding described in codec.go.
+func Encode(c Command) ([]byte, error) { return encodeBinary(c) }
 
-// Decode parses log bytes strictly: a known version and type, a body with no
-// unknown fields and nothing after it.
+// Decode parses log bytes strictly: a known version and type, and a body
+// that is exactly one valid encoding with nothing after it. Version 2 bodies
+// are binary (codec.go); version 1 bodies are JSON, still read so that logs
+// written before version 2 replay.
 func Decode(b []byte) (Command, error) {
 	if len(b) < 2 {
 		return nil, errors.New("fsm: entry shorter than its header")
 	}
-	if b[0] != Version {
-		return nil, fmt.Errorf("fsm: unknown command version %d", b[0])
+	switch b[0] {
+	case Version:
+		return decodeBinary(Type(b[1]), b[2:])
+	case versionJSON:
+		return decodeJSON(Type(b[1]), b[2:])
 	}
-	t, body := Type(b[1]), b[2:]
+	return nil, fmt.Errorf("fsm: unknown command version %d", b[0])
+}
+
+// decodeJSON parses the body of a version-1 entry: JSON with no unknown
+// fields, or for a Batch a sequence of uvarint-length-prefixed version-1
+// entries. Empty maps and slices come back nil, as version 2 has them.
+func decodeJSON(t Type, body []byte) (Command, error) {
 	if t == TypeBatch {
 		var batch Batch
 		for len(body) > 0 {
@@ -254,15 +243,21 @@ func Decode(b []byte) (Command, error) {
 			}
 			sub := body[w : w+int(n)]
 			body = body[w+int(n):]
-			if len(sub) >= 2 && Type(sub[1]) == TypeBatch {
-				return nil, errors.New("fsm: nested batch")
+			if len(sub) < 2 {
+				return nil, errors.New("fsm: entry shorter than its header")
 			}
-			c, err := Decode(sub)
-			if err != nil {
-				return nil, err
+			if sub[0] != versionJSON {
+				return nil, fmt.Errorf("fsm: version %d entry in a version %d batch", sub[0], versionJSON)
+			}
+			if Type(sub[1]) == TypeBatch {
+				return nil, errors.New("fsm: nested batch")
 			}
 			if len(batch.Commands) == MaxBatch {
 				return nil, errors.New("fsm: batch too large")
+			}
+			c, err := decodeJSON(Type(sub[1]), sub[2:])
+			if err != nil {
+				return nil, err
 			}
 			batch.Commands = append(batch.Commands, c)
 		}
@@ -271,31 +266,8 @@ func Decode(b []byte) (Command, error) {
 		}
 		return &batch, nil
 	}
-	var c Command
-	switch t {
-	case TypeTick:
-		c = new(Tick)
-	case TypeAcquire:
-		c = new(Acquire)
-	case TypeRenew:
-		c = new(Renew)
-	case TypeRelease:
-		c = new(Release)
-	case TypeRevoke:
-		c = new(Revoke)
-	case TypeHeartbeat:
-		c = new(Heartbeat)
-	case TypeSessionCreate:
-		c = new(SessionCreate)
-	case TypeSessionHeartbeat:
-		c = new(SessionHeartbeat)
-	case TypeSessionEnd:
-		c = new(SessionEnd)
-	case TypeReleaseHolder:
-		c = new(ReleaseHolder)
-	case TypeCancelWait:
-		c = new(CancelWait)
-	default:
+	c := newBody(t)
+	if c == nil {
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -306,5 +278,25 @@ func Decode(b []byte) (Command, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("fsm: trailing data after %T", c)
 	}
+	switch c := c.(type) {
+	case *Acquire:
+		c.Metadata = nilIfEmpty(c.Metadata)
+		if len(c.SealedToken) == 0 {
+			c.SealedToken = nil
+		}
+	case *Heartbeat:
+		if len(c.Items) == 0 {
+			c.Items = nil
+		}
+	case *SessionCreate:
+		c.Metadata = nilIfEmpty(c.Metadata)
+	}
 	return c, nil
+}
+
+func nilIfEmpty(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }

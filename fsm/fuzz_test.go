@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"reflect"
 	"strings"
 	"sync"
@@ -33,8 +34,9 @@ func sampleCommands() []fsm.Command {
 	return append(cmds, batch)
 }
 
-// normalize makes the empty maps and byte slices of a decoded command nil,
-// as they are after a round trip (the encoding omits them).
+// normalize makes the empty maps and slices of a decoded command nil, as
+// they are after a round trip (Decode returns nil for empty). Decode already
+// does this; normalize checks nothing else is needed.
 func normalize(c fsm.Command) {
 	switch c := c.(type) {
 	case *fsm.Acquire:
@@ -72,23 +74,35 @@ func TestEncodeDecode(t *testing.T) {
 			t.Fatalf("round trip of %T:\n got %#v\nwant %#v", c, d, c)
 		}
 	}
+	v1 := byte(versionJSON)
 	bad := map[string][]byte{
 		"empty":          {},
 		"header only":    {fsm.Version},
-		"version 0":      {0, byte(fsm.TypeTick), '{', '}'},
-		"version 2":      {2, byte(fsm.TypeTick), '{', '}'},
-		"type 0":         {fsm.Version, 0, '{', '}'},
-		"type 13":        {fsm.Version, 13, '{', '}'},
+		"version 0":      {0, byte(fsm.TypeTick), 1, 0, 0, 0},
+		"version 3":      {3, byte(fsm.TypeTick), 1, 0, 0, 0},
+		"type 0":         {fsm.Version, 0, 1, 0, 0, 0},
+		"type 13":        {fsm.Version, 13, 1, 0, 0, 0},
 		"no body":        {fsm.Version, byte(fsm.TypeTick)},
-		"unknown field":  append([]byte{fsm.Version, byte(fsm.TypeTick)}, `{"tick":1,"extra":2}`...),
-		"trailing data":  append([]byte{fsm.Version, byte(fsm.TypeTick)}, `{"tick":1}{}`...),
-		"wrong type":     append([]byte{fsm.Version, byte(fsm.TypeTick)}, `{"tick":"1"}`...),
-		"short hash":     append([]byte{fsm.Version, byte(fsm.TypeRenew)}, `{"lease_id":"x","token_hash":"abcd"}`...),
+		"short body":     {fsm.Version, byte(fsm.TypeTick), 1, 0, 0},
+		"trailing byte":  {fsm.Version, byte(fsm.TypeTick), 1, 0, 0, 0, 0},
 		"empty batch":    {fsm.Version, byte(fsm.TypeBatch)},
-		"batch framing":  {fsm.Version, byte(fsm.TypeBatch), 10, fsm.Version},
-		"nested batch":   {fsm.Version, byte(fsm.TypeBatch), 4, fsm.Version, byte(fsm.TypeBatch), 1, 0},
-		"bad sub entry":  {fsm.Version, byte(fsm.TypeBatch), 2, fsm.Version, 99},
+		"batch framing":  {fsm.Version, byte(fsm.TypeBatch), 10, byte(fsm.TypeTick)},
+		"nested batch":   {fsm.Version, byte(fsm.TypeBatch), 1, byte(fsm.TypeBatch), 1, byte(fsm.TypeTick), 1, 0, 0, 0},
+		"bad sub entry":  {fsm.Version, byte(fsm.TypeBatch), 1, 99},
 		"overlong count": {fsm.Version, byte(fsm.TypeBatch), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+
+		// Version 1: JSON bodies.
+		"v1 type 13":        {v1, 13, '{', '}'},
+		"v1 no body":        {v1, byte(fsm.TypeTick)},
+		"v1 unknown field":  append([]byte{v1, byte(fsm.TypeTick)}, `{"tick":1,"extra":2}`...),
+		"v1 trailing data":  append([]byte{v1, byte(fsm.TypeTick)}, `{"tick":1}{}`...),
+		"v1 wrong type":     append([]byte{v1, byte(fsm.TypeTick)}, `{"tick":"1"}`...),
+		"v1 short hash":     append([]byte{v1, byte(fsm.TypeRenew)}, `{"lease_id":"x","token_hash":"abcd"}`...),
+		"v1 empty batch":    {v1, byte(fsm.TypeBatch)},
+		"v1 batch framing":  {v1, byte(fsm.TypeBatch), 10, v1},
+		"v1 nested batch":   {v1, byte(fsm.TypeBatch), 4, v1, byte(fsm.TypeBatch), 1, 0},
+		"v1 bad sub entry":  {v1, byte(fsm.TypeBatch), 2, v1, 99},
+		"v1 overlong count": {v1, byte(fsm.TypeBatch), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
 	}
 	for name, b := range bad {
 		if c, err := fsm.Decode(b); err == nil {
@@ -108,15 +122,31 @@ func TestEncodeDecode(t *testing.T) {
 	if _, err := fsm.Encode(big); err == nil {
 		t.Error("Encode accepted an oversized batch")
 	}
-	// Decode refuses what Encode refuses, framed by hand.
+	// Decode refuses what Encode refuses, framed by hand: a count, then
+	// (type, body) pairs; in version 1, length-prefixed entries.
 	one := mustEncode(t, &fsm.CancelWait{LeaseID: "x", Key: "k"})
-	raw := []byte{fsm.Version, byte(fsm.TypeBatch)}
+	raw := binary.AppendUvarint([]byte{fsm.Version, byte(fsm.TypeBatch)}, fsm.MaxBatch+1)
 	for range fsm.MaxBatch + 1 {
-		raw = append(raw, byte(len(one)))
-		raw = append(raw, one...)
+		raw = append(raw, one[1:]...)
 	}
 	if _, err := fsm.Decode(raw); err == nil {
 		t.Error("Decode accepted an oversized batch")
+	}
+	raw = binary.AppendUvarint([]byte{fsm.Version, byte(fsm.TypeBatch)}, fsm.MaxBatch)
+	for range fsm.MaxBatch {
+		raw = append(raw, one[1:]...)
+	}
+	if c, err := fsm.Decode(raw); err != nil || len(c.(*fsm.Batch).Commands) != fsm.MaxBatch {
+		t.Errorf("Decode refused a batch of MaxBatch: %v", err)
+	}
+	oneV1 := encodeV1(t, &fsm.CancelWait{LeaseID: "x", Key: "k"})
+	raw = []byte{versionJSON, byte(fsm.TypeBatch)}
+	for range fsm.MaxBatch + 1 {
+		raw = append(raw, byte(len(oneV1)))
+		raw = append(raw, oneV1...)
+	}
+	if _, err := fsm.Decode(raw); err == nil {
+		t.Error("Decode accepted an oversized version-1 batch")
 	}
 }
 
@@ -154,7 +184,8 @@ func restored(t *testing.T, snap []byte) *fsm.FSM {
 }
 
 // FuzzDecode: Decode never panics; whatever it accepts re-encodes to a
-// command that decodes the same, and applying it never panics either.
+// command that decodes the same (a version-2 input re-encodes to exactly
+// itself), and applying it never panics either.
 func FuzzDecode(f *testing.F) {
 	for _, c := range sampleCommands() {
 		b, err := fsm.Encode(c)
@@ -162,10 +193,12 @@ func FuzzDecode(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(b)
+		f.Add(encodeV1(f, c))
 	}
 	f.Add([]byte{})
 	f.Add([]byte{fsm.Version, byte(fsm.TypeBatch), 0})
-	f.Add(append([]byte{fsm.Version, byte(fsm.TypeAcquire)}, `{"metadata":{},"sealed_token":"","token_hash":null}`...))
+	f.Add(append([]byte{versionJSON, byte(fsm.TypeAcquire)}, `{"metadata":{},"sealed_token":"","token_hash":null}`...))
+	f.Add(append([]byte{versionJSON, byte(fsm.TypeHeartbeat)}, `{"items":[],"wall_ms":1}`...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := fsm.Decode(b)
 		if err != nil {
@@ -188,6 +221,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		if e2 := mustEncode(t, c2); !bytes.Equal(e1, e2) {
 			t.Fatalf("encoding is not stable:\n%q\n%q", e1, e2)
+		}
+		if b[0] == fsm.Version && !bytes.Equal(b, e1) {
+			t.Fatalf("a second encoding of %#v:\n%q\n%q", c, b, e1)
 		}
 
 		// A decoded command is a business request: applying it returns

@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -661,7 +662,8 @@ func dumpHistory(t *testing.T, name string, history []string) string {
 	return f.Name()
 }
 
-// describe renders a command for a failure history: its type and log body.
+// describe renders a command for a failure history: its type and fields as
+// JSON (the log encoding is binary).
 func describe(c fsm.Command) string {
 	if b, ok := c.(*fsm.Batch); ok {
 		var parts []string
@@ -670,11 +672,11 @@ func describe(c fsm.Command) string {
 		}
 		return "batch[" + strings.Join(parts, "; ") + "]"
 	}
-	b, err := fsm.Encode(c)
+	b, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Sprintf("%T (unencodable: %v)", c, err)
 	}
-	return fmt.Sprintf("%T%s", c, b[2:])
+	return fmt.Sprintf("%T%s", c, b)
 }
 
 func TestModel(t *testing.T) {

@@ -1,0 +1,629 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"unicode/utf8"
+)
+
+// The version-2 log encoding: after the version and type bytes, the fields of
+// the command in a fixed order per type, with nothing optional and nothing
+// after them. Unsigned integers are uvarints and signed ones zigzag varints,
+// both in their shortest form; strings (valid UTF-8) and byte slices are a
+// uvarint length and the bytes; a Hash is its 32 bytes; a bool is one byte, 0
+// or 1; a map is a uvarint count and its entries in strictly increasing key
+// order; a list is a uvarint count and its items. A Batch body is a uvarint
+// count (1..MaxBatch) and that many (type byte, body) pairs, none a Batch.
+// Every command has exactly one encoding, and Decode accepts nothing else.
+// Empty maps and slices decode as nil. Lengths and counts are checked
+// against what is left of the input before anything is allocated for them.
+
+// newBody returns a zero command of type t, or nil for an unknown type.
+func newBody(t Type) Command {
+	switch t {
+	case TypeBatch:
+		return new(Batch)
+	case TypeTick:
+		return new(Tick)
+	case TypeAcquire:
+		return new(Acquire)
+	case TypeRenew:
+		return new(Renew)
+	case TypeRelease:
+		return new(Release)
+	case TypeRevoke:
+		return new(Revoke)
+	case TypeHeartbeat:
+		return new(Heartbeat)
+	case TypeSessionCreate:
+		return new(SessionCreate)
+	case TypeSessionHeartbeat:
+		return new(SessionHeartbeat)
+	case TypeSessionEnd:
+		return new(SessionEnd)
+	case TypeReleaseHolder:
+		return new(ReleaseHolder)
+	case TypeCancelWait:
+		return new(CancelWait)
+	}
+	return nil
+}
+
+// encodeBinary returns the version-2 entry of c.
+func encodeBinary(c Command) ([]byte, error) {
+	if c == nil {
+		return nil, errors.New("fsm: cannot encode a nil command")
+	}
+	size := 256
+	if b, ok := c.(*Batch); ok && b != nil {
+		size = 16 + 128*min(len(b.Commands), MaxBatch)
+	}
+	e := enc{b: make([]byte, 0, size)}
+	e.b = append(e.b, Version, byte(c.Type()))
+	encodeFields(&e, c)
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.b, nil
+}
+
+// decodeBinary parses the body of a version-2 entry of type t.
+func decodeBinary(t Type, in []byte) (Command, error) {
+	c := newBody(t)
+	if c == nil {
+		return nil, fmt.Errorf("fsm: unknown command type %d", t)
+	}
+	d := dec{b: in, size: len(in)}
+	decodeFields(&d, c)
+	if d.err == nil && len(d.b) > 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("fsm: decode %T: %w", c, d.err)
+	}
+	return c, nil
+}
+
+// encodeFields writes the body of c (what follows its type byte). It and
+// decodeFields dispatch with a type switch rather than through an interface
+// so that the enc and dec stay on the stack.
+func encodeFields(e *enc, c Command) {
+	ok := false
+	switch c := c.(type) {
+	case *Batch:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *Tick:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *Acquire:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *Renew:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *Release:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *Revoke:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *Heartbeat:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *SessionCreate:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *SessionHeartbeat:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *SessionEnd:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *ReleaseHolder:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *CancelWait:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	}
+	if !ok {
+		e.fail(fmt.Errorf("fsm: cannot encode %T", c))
+	}
+}
+
+// decodeFields reads the body of c, a command from newBody.
+func decodeFields(d *dec, c Command) {
+	switch c := c.(type) {
+	case *Batch:
+		c.decode(d)
+	case *Tick:
+		c.decode(d)
+	case *Acquire:
+		c.decode(d)
+	case *Renew:
+		c.decode(d)
+	case *Release:
+		c.decode(d)
+	case *Revoke:
+		c.decode(d)
+	case *Heartbeat:
+		c.decode(d)
+	case *SessionCreate:
+		c.decode(d)
+	case *SessionHeartbeat:
+		c.decode(d)
+	case *SessionEnd:
+		c.decode(d)
+	case *ReleaseHolder:
+		c.decode(d)
+	case *CancelWait:
+		c.decode(d)
+	default:
+		d.fail(fmt.Sprintf("no decoder for %T", c)) // newBody returns none such
+	}
+}
+
+// enc appends a version-2 encoding to b. The first error is kept in err.
+type enc struct {
+	b   []byte
+	err error
+}
+
+func (e *enc) fail(err error) {
+	if e.err == nil {
+		e.err = err
+	}
+}
+
+func (e *enc) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+
+// varint writes v zigzag-encoded.
+func (e *enc) varint(v int64) { e.b = binary.AppendVarint(e.b, v) }
+
+// str writes s, with any byte that is not valid UTF-8 replaced by U+FFFD as
+// the JSON encoding of version 1 did: a string decodes only if it is valid.
+func (e *enc) str(s string) {
+	if !utf8.ValidString(s) {
+		s = toValidUTF8(s)
+	}
+	e.uvarint(uint64(len(s)))
+	e.b = append(e.b, s...)
+}
+
+func (e *enc) bytes(p []byte) {
+	e.uvarint(uint64(len(p)))
+	e.b = append(e.b, p...)
+}
+
+func (e *enc) hash(h Hash) { e.b = append(e.b, h[:]...) }
+
+func (e *enc) bool(v bool) {
+	if v {
+		e.b = append(e.b, 1)
+	} else {
+		e.b = append(e.b, 0)
+	}
+}
+
+// strmap writes the count of m and its entries sorted by key.
+func (e *enc) strmap(m map[string]string) {
+	var arr [MaxMetaEntries]string
+	keys, valid := arr[:0], true
+	for k := range m {
+		keys = append(keys, k)
+		valid = valid && utf8.ValidString(k)
+	}
+	if !valid {
+		// Keys are made valid UTF-8 (as str does) before sorting, so they
+		// must still be distinct afterwards.
+		fixed := make(map[string]string, len(m))
+		for k, v := range m {
+			fixed[toValidUTF8(k)] = v
+		}
+		if len(fixed) != len(m) {
+			e.fail(errors.New("fsm: map keys collide once made valid UTF-8"))
+			return
+		}
+		e.strmap(fixed)
+		return
+	}
+	slices.Sort(keys)
+	e.uvarint(uint64(len(keys)))
+	for _, k := range keys {
+		e.str(k)
+		e.str(m[k])
+	}
+}
+
+// dec reads a version-2 encoding from b. The first error is kept in err;
+// after it every read returns a zero value.
+type dec struct {
+	b    []byte // what is left to read
+	size int    // length of the whole input, for error offsets
+	err  error
+}
+
+func (d *dec) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%s at byte %d", what, d.size-len(d.b))
+	}
+	d.b = nil
+}
+
+// take returns the next n bytes (n <= len(d.b) is checked).
+func (d *dec) take(n int) []byte {
+	if n > len(d.b) {
+		d.fail("truncated")
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+// uvarint reads a uvarint in its shortest form.
+func (d *dec) uvarint() uint64 {
+	v, w := binary.Uvarint(d.b)
+	switch {
+	case w == 0:
+		d.fail("truncated")
+		return 0
+	case w < 0:
+		d.fail("varint overflows 64 bits")
+		return 0
+	case w > 1 && d.b[w-1] == 0:
+		d.fail("varint not in its shortest form")
+		return 0
+	}
+	d.b = d.b[w:]
+	return v
+}
+
+// varint reads a zigzag-encoded varint.
+func (d *dec) varint() int64 {
+	u := d.uvarint()
+	v := int64(u >> 1)
+	if u&1 != 0 {
+		v = ^v
+	}
+	return v
+}
+
+func (d *dec) uint32() uint32 {
+	v := d.uvarint()
+	if v > math.MaxUint32 {
+		d.fail("value overflows 32 bits")
+		return 0
+	}
+	return uint32(v)
+}
+
+// count reads a number of items of at least minSize bytes each, which must
+// fit in what is left.
+func (d *dec) count(minSize int) int {
+	n := d.uvarint()
+	if n > uint64(len(d.b)/minSize) {
+		d.fail(fmt.Sprintf("count %d is more than the rest of the input holds", n))
+		return 0
+	}
+	return int(n)
+}
+
+func (d *dec) str() string {
+	n := d.count(1)
+	p := d.take(n)
+	if !utf8.Valid(p) {
+		d.fail("string is not valid UTF-8")
+		return ""
+	}
+	return string(p)
+}
+
+// bytes reads a byte slice; empty is nil.
+func (d *dec) bytes() []byte {
+	n := d.count(1)
+	if n == 0 {
+		return nil
+	}
+	return slices.Clone(d.take(n))
+}
+
+func (d *dec) hash() (h Hash) {
+	copy(h[:], d.take(len(h)))
+	return h
+}
+
+func (d *dec) bool() bool {
+	switch p := d.take(1); {
+	case p == nil:
+		return false
+	case p[0] > 1:
+		d.fail(fmt.Sprintf("bool byte %d", p[0]))
+		return false
+	default:
+		return p[0] == 1
+	}
+}
+
+// strmap reads a map written by enc.strmap; empty is nil.
+func (d *dec) strmap() map[string]string {
+	n := d.count(2) // an entry is at least two empty strings
+	if n == 0 {
+		return nil
+	}
+	m := make(map[string]string, n)
+	prev := ""
+	for i := range n {
+		k, v := d.str(), d.str()
+		if d.err != nil {
+			return nil
+		}
+		if i > 0 && k <= prev {
+			d.fail("map keys not in strictly increasing order")
+			return nil
+		}
+		m[k], prev = v, k
+	}
+	return m
+}
+
+// Per-type codecs: encode and decode list the fields in the same order.
+
+func (c *Batch) encode(e *enc) {
+	if len(c.Commands) == 0 || len(c.Commands) > MaxBatch {
+		e.fail(fmt.Errorf("fsm: batch of %d commands", len(c.Commands)))
+		return
+	}
+	e.uvarint(uint64(len(c.Commands)))
+	for _, sub := range c.Commands {
+		switch {
+		case sub == nil:
+			e.fail(errors.New("fsm: cannot encode a nil command"))
+			return
+		case sub.Type() == TypeBatch:
+			e.fail(errors.New("fsm: nested batch"))
+			return
+		}
+		e.b = append(e.b, byte(sub.Type()))
+		encodeFields(e, sub)
+	}
+}
+
+func (c *Batch) decode(d *dec) {
+	n := d.count(1) // a command is at least its type byte
+	switch {
+	case d.err != nil:
+		return
+	case n == 0:
+		d.fail("empty batch")
+		return
+	case n > MaxBatch:
+		d.fail("batch too large")
+		return
+	}
+	c.Commands = make([]Command, 0, n)
+	for range n {
+		p := d.take(1)
+		if p == nil {
+			return
+		}
+		t := Type(p[0])
+		if t == TypeBatch {
+			d.fail("nested batch")
+			return
+		}
+		sub := newBody(t)
+		if sub == nil {
+			d.fail(fmt.Sprintf("unknown command type %d", t))
+			return
+		}
+		decodeFields(d, sub)
+		c.Commands = append(c.Commands, sub)
+	}
+}
+
+func (c *Tick) encode(e *enc) {
+	e.uvarint(c.Tick)
+	e.varint(c.WallMS)
+	e.varint(c.PeriodMS)
+	e.uvarint(c.RetainTicks)
+}
+
+func (c *Tick) decode(d *dec) {
+	c.Tick = d.uvarint()
+	c.WallMS = d.varint()
+	c.PeriodMS = d.varint()
+	c.RetainTicks = d.uvarint()
+}
+
+func (c *Acquire) encode(e *enc) {
+	e.str(c.LeaseID)
+	e.str(c.Key)
+	e.str(c.Holder)
+	e.uvarint(uint64(c.Limit))
+	e.str(c.SessionID)
+	e.hash(c.SessionTokenHash)
+	e.hash(c.TokenHash)
+	e.varint(c.TTLMS)
+	e.uvarint(c.TTLTicks)
+	e.strmap(c.Metadata)
+	e.hash(c.IdemHash)
+	e.hash(c.Fingerprint)
+	e.bytes(c.SealedToken)
+	e.uvarint(c.WaitTicks)
+	e.varint(c.LockDelayMS)
+	e.uvarint(c.LockDelayTicks)
+	e.varint(c.WallMS)
+}
+
+func (c *Acquire) decode(d *dec) {
+	c.LeaseID = d.str()
+	c.Key = d.str()
+	c.Holder = d.str()
+	c.Limit = d.uint32()
+	c.SessionID = d.str()
+	c.SessionTokenHash = d.hash()
+	c.TokenHash = d.hash()
+	c.TTLMS = d.varint()
+	c.TTLTicks = d.uvarint()
+	c.Metadata = d.strmap()
+	c.IdemHash = d.hash()
+	c.Fingerprint = d.hash()
+	c.SealedToken = d.bytes()
+	c.WaitTicks = d.uvarint()
+	c.LockDelayMS = d.varint()
+	c.LockDelayTicks = d.uvarint()
+	c.WallMS = d.varint()
+}
+
+func (c *Renew) encode(e *enc) {
+	e.str(c.LeaseID)
+	e.hash(c.TokenHash)
+	e.varint(c.TTLMS)
+	e.uvarint(c.TTLTicks)
+	e.varint(c.WallMS)
+}
+
+func (c *Renew) decode(d *dec) {
+	c.LeaseID = d.str()
+	c.TokenHash = d.hash()
+	c.TTLMS = d.varint()
+	c.TTLTicks = d.uvarint()
+	c.WallMS = d.varint()
+}
+
+func (c *Release) encode(e *enc) {
+	e.str(c.LeaseID)
+	e.hash(c.TokenHash)
+	e.hash(c.SessionTokenHash)
+	e.str(c.Reason)
+	e.varint(c.WallMS)
+}
+
+func (c *Release) decode(d *dec) {
+	c.LeaseID = d.str()
+	c.TokenHash = d.hash()
+	c.SessionTokenHash = d.hash()
+	c.Reason = d.str()
+	c.WallMS = d.varint()
+}
+
+func (c *Revoke) encode(e *enc) {
+	e.str(c.LeaseID)
+	e.str(c.Reason)
+	e.varint(c.WallMS)
+}
+
+func (c *Revoke) decode(d *dec) {
+	c.LeaseID = d.str()
+	c.Reason = d.str()
+	c.WallMS = d.varint()
+}
+
+// heartbeatItemBytes is the least an encoded HeartbeatItem takes: an empty
+// lease id and a hash.
+const heartbeatItemBytes = 1 + len(Hash{})
+
+func (c *Heartbeat) encode(e *enc) {
+	e.uvarint(uint64(len(c.Items)))
+	for _, it := range c.Items {
+		e.str(it.LeaseID)
+		e.hash(it.TokenHash)
+	}
+	e.varint(c.WallMS)
+}
+
+func (c *Heartbeat) decode(d *dec) {
+	if n := d.count(heartbeatItemBytes); n > 0 {
+		c.Items = make([]HeartbeatItem, n)
+		for i := range c.Items {
+			c.Items[i].LeaseID = d.str()
+			c.Items[i].TokenHash = d.hash()
+		}
+	}
+	c.WallMS = d.varint()
+}
+
+func (c *SessionCreate) encode(e *enc) {
+	e.str(c.SessionID)
+	e.str(c.Holder)
+	e.hash(c.TokenHash)
+	e.varint(c.TTLMS)
+	e.uvarint(c.TTLTicks)
+	e.strmap(c.Metadata)
+	e.varint(c.WallMS)
+}
+
+func (c *SessionCreate) decode(d *dec) {
+	c.SessionID = d.str()
+	c.Holder = d.str()
+	c.TokenHash = d.hash()
+	c.TTLMS = d.varint()
+	c.TTLTicks = d.uvarint()
+	c.Metadata = d.strmap()
+	c.WallMS = d.varint()
+}
+
+func (c *SessionHeartbeat) encode(e *enc) {
+	e.str(c.SessionID)
+	e.hash(c.TokenHash)
+	e.varint(c.WallMS)
+}
+
+func (c *SessionHeartbeat) decode(d *dec) {
+	c.SessionID = d.str()
+	c.TokenHash = d.hash()
+	c.WallMS = d.varint()
+}
+
+func (c *SessionEnd) encode(e *enc) {
+	e.str(c.SessionID)
+	e.hash(c.TokenHash)
+	e.bool(c.Force)
+	e.varint(c.WallMS)
+}
+
+func (c *SessionEnd) decode(d *dec) {
+	c.SessionID = d.str()
+	c.TokenHash = d.hash()
+	c.Force = d.bool()
+	c.WallMS = d.varint()
+}
+
+func (c *ReleaseHolder) encode(e *enc) {
+	e.str(c.Holder)
+	e.str(c.Reason)
+	e.varint(c.WallMS)
+}
+
+func (c *ReleaseHolder) decode(d *dec) {
+	c.Holder = d.str()
+	c.Reason = d.str()
+	c.WallMS = d.varint()
+}
+
+func (c *CancelWait) encode(e *enc) {
+	e.str(c.LeaseID)
+	e.str(c.Key)
+}
+
+func (c *CancelWait) decode(d *dec) {
+	c.LeaseID = d.str()
+	c.Key = d.str()
+}
