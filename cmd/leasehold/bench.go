@@ -245,6 +245,18 @@ func (r *benchRun) next(ctx context.Context, start time.Time, k int64) bool {
 	return time.Now().Before(r.end)
 }
 
+// startOf is when a worker's paced schedule begins: with a rate set, the
+// workers' schedules are spread evenly over one period, so that the load
+// arrives steadily instead of in bursts of every client at once.
+func (r *benchRun) startOf(w *benchWorker) time.Time {
+	now := time.Now()
+	if r.cfg.rate <= 0 {
+		return now
+	}
+	per := time.Duration(float64(r.cfg.clients) / r.cfg.rate * float64(time.Second))
+	return now.Add(per * time.Duration(w.id) / time.Duration(r.cfg.clients))
+}
+
 // counts reports whether an operation that finished at done is measured.
 func (r *benchRun) counts(done time.Time) bool { return done.Before(r.end) }
 
@@ -397,7 +409,7 @@ func pause(ctx context.Context) {
 }
 
 func benchCycle(ctx context.Context, r *benchRun, w *benchWorker, holder string, key func(int64) string) {
-	start := time.Now()
+	start := r.startOf(w)
 	for n := int64(0); r.next(ctx, start, n); n++ {
 		t0 := time.Now()
 		id, tok, err := w.conn.acquire(key(n), holder, millis(r.cfg.ttl), 0)
@@ -427,7 +439,7 @@ func benchCycle(ctx context.Context, r *benchRun, w *benchWorker, holder string,
 }
 
 func benchContended(ctx context.Context, r *benchRun, w *benchWorker, holder, key string) {
-	start := time.Now()
+	start := r.startOf(w)
 	for n := int64(0); r.next(ctx, start, n); n++ {
 		t0 := time.Now()
 		id, tok, err := w.conn.acquire(key, holder, millis(r.cfg.ttl), 30_000)
@@ -454,7 +466,7 @@ func benchContended(ctx context.Context, r *benchRun, w *benchWorker, holder, ke
 
 func benchRenew(ctx context.Context, r *benchRun, w *benchWorker) {
 	l := w.leases[0]
-	start := time.Now()
+	start := r.startOf(w)
 	for n := int64(0); r.next(ctx, start, n); n++ {
 		t0 := time.Now()
 		err := w.conn.renew(l.LeaseID, l.Token)
@@ -492,7 +504,7 @@ func heartbeatChunks(items []node.HeartbeatItem) [][]node.HeartbeatItem {
 
 func benchHeartbeat(ctx context.Context, r *benchRun, w *benchWorker) {
 	chunks := heartbeatChunks(w.leases)
-	start := time.Now()
+	start := r.startOf(w)
 	for n := int64(0); r.next(ctx, start, n); n++ {
 		chunk := chunks[int(n)%len(chunks)]
 		t0 := time.Now()
@@ -570,7 +582,7 @@ func printBench(out io.Writer, results []*benchResult) error {
 // benchSession heartbeats one session with --batch leases bound to it: each
 // heartbeat keeps all of them alive with one log write.
 func benchSession(ctx context.Context, r *benchRun, w *benchWorker) {
-	start := time.Now()
+	start := r.startOf(w)
 	for n := int64(0); r.next(ctx, start, n); n++ {
 		t0 := time.Now()
 		err := w.conn.sessionHeartbeat(w.session.LeaseID, w.session.Token)
