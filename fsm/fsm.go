@@ -140,6 +140,17 @@ func (f *FSM) TakeEvents() []Event {
 	return ev
 }
 
+// DrainEvents calls fn for each event produced since the last drain, in
+// order, and forgets them, keeping the buffer for the next Apply. fn must not
+// retain the pointer it is given.
+func (f *FSM) DrainEvents(fn func(*Event)) {
+	for i := range f.events {
+		fn(&f.events[i])
+		f.events[i] = Event{}
+	}
+	f.events = f.events[:0]
+}
+
 // TakeNotices returns the wait notices produced since the last call.
 func (f *FSM) TakeNotices() []Notice {
 	n := f.notices

@@ -22,6 +22,7 @@ type replica struct {
 	appliedCond chan struct{} // closed and replaced on every apply
 
 	hub           *hub
+	evbuf         []hubEvent // reused by ApplyBatch, which Raft never runs concurrently
 	defaultPeriod int64
 	notices       func([]fsm.Notice)
 	stats         *counters
@@ -43,7 +44,7 @@ func (r *replica) Apply(l *raft.Log) any { return r.ApplyBatch([]*raft.Log{l})[0
 // decode means replicas are about to diverge: it panics rather than skip.
 func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
-	var events []hubEvent
+	events := r.evbuf[:0]
 	var notices []fsm.Notice
 	r.mu.Lock()
 	last := uint64(0)
@@ -57,9 +58,7 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 			panic(fmt.Sprintf("leasehold: undecodable committed entry at index %d: %v", l.Index, err))
 		}
 		out[i] = r.f.Apply(l.Index, cmd)
-		for _, e := range r.f.TakeEvents() {
-			events = append(events, r.annotate(e))
-		}
+		r.f.DrainEvents(func(e *fsm.Event) { events = append(events, r.annotate(e)) })
 		notices = append(notices, r.f.TakeNotices()...)
 	}
 	r.mu.Unlock()
@@ -68,6 +67,8 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 	}
 	r.stats.countEvents(events)
 	r.hub.publish(events)
+	clear(events)
+	r.evbuf = events[:0]
 	if len(notices) > 0 && r.notices != nil {
 		r.notices(notices)
 	}
@@ -80,8 +81,8 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 
 // annotate captures, under the apply lock, what rendering the event later
 // needs from the state (a bound lease's end comes from its session).
-func (r *replica) annotate(e fsm.Event) hubEvent {
-	he := hubEvent{Event: e, period: r.period()}
+func (r *replica) annotate(e *fsm.Event) hubEvent {
+	he := hubEvent{Event: *e, period: r.period()}
 	if e.Lease != nil {
 		he.endTick = e.Lease.ExpiresTick
 		he.ttlMS = e.Lease.TTLMS
