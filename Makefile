@@ -4,7 +4,7 @@ BIN       := bin/leasehold
 BENCH_DIR ?= $(shell mktemp -d /tmp/leasehold-bench.XXXXXX)
 BENCH_ARGS ?= --workload all --clients 64 --duration 10s
 
-.PHONY: run build test test-short bench lint fuzz clean
+.PHONY: run build test test-short bench bench-scale lint fuzz clean
 
 # A single node on 127.0.0.1:7700 (HTTP), :7701 (Raft), :7702 (gossip),
 # data in ./leasehold-data. Ctrl-C stops it gracefully.
@@ -29,7 +29,13 @@ bench: build
 	pid=$$!; trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; rm -rf $(BENCH_DIR)' EXIT; \
 	for i in $$(seq 1 100); do curl -sf http://127.0.0.1:7710/readyz >/dev/null && break; sleep 0.1; done; \
 	./$(BIN) bench --addr 127.0.0.1:7710 $(BENCH_ARGS)
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./fsm/
+
+# State-machine scale figures: a million leases (heap, snapshot, restore), a
+# 100k expiry storm, command encoding, and the embedded API on disk.
+bench-scale:
+	$(GO) test -run '^$$' -bench 'MillionLeases|ExpiryStorm' -benchtime 1x ./fsm/
+	$(GO) test -run '^$$' -bench 'EncodeDecode' ./fsm/
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./node/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
