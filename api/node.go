@@ -62,3 +62,17 @@ type Subscription interface {
 	Err() error
 	Close()
 }
+
+// FromNode adapts an embedded *node.Node to Node, so an application serves
+// it with api.New(api.FromNode(n), opts).
+func FromNode(n *node.Node) Node { return nodeAdapter{n} }
+
+type nodeAdapter struct{ *node.Node }
+
+func (a nodeAdapter) Subscribe(ctx context.Context, f node.EventFilter) (Subscription, error) {
+	s, err := a.Node.Subscribe(ctx, f)
+	if err != nil {
+		return nil, err // not a nil *node.Subscription inside a non-nil interface
+	}
+	return s, nil
+}

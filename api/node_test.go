@@ -2,7 +2,6 @@ package api
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
@@ -11,16 +10,6 @@ import (
 
 	"github.com/leasehold/leasehold/node"
 )
-
-// nodeAdapter is how an application serves a *node.Node: Subscribe returns
-// the concrete *node.Subscription, which satisfies Subscription.
-type nodeAdapter struct{ *node.Node }
-
-func (a nodeAdapter) Subscribe(ctx context.Context, f node.EventFilter) (Subscription, error) {
-	return a.Node.Subscribe(ctx, f)
-}
-
-var _ Node = nodeAdapter{}
 
 // TestRealNode runs a few requests against an in-memory single node: real
 // errors must come out with the contract's statuses and details.
@@ -36,7 +25,7 @@ func TestRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	h := New(nodeAdapter{n}, Options{})
+	h := New(FromNode(n), Options{})
 	waitFor(t, "the node to be ready", func() bool { return do(t, h, "GET", "/readyz", "").Code == 200 })
 
 	rec := do(t, h, "POST", "/v1/leases", `{"key":"jobs/1","holder":"w1","ttl_ms":30000}`)

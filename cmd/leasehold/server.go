@@ -122,7 +122,7 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("open node: %w", err)
 	}
-	handler := api.New(apiNode{n}, api.Options{Logger: log.With("component", "http"), Tokens: tokens})
+	handler := api.New(api.FromNode(n), api.Options{Logger: log.With("component", "http"), Tokens: tokens})
 
 	// Request contexts derive from streams, which is cancelled once the
 	// grace period of a shutdown is over: event streams and waiting acquires
@@ -190,17 +190,3 @@ func shutdownHTTP(srv *http.Server, endStreams context.CancelFunc) error {
 	}
 	return nil
 }
-
-// apiNode adapts *node.Node to api.Node, whose Subscribe returns an
-// interface.
-type apiNode struct{ *node.Node }
-
-func (a apiNode) Subscribe(ctx context.Context, f node.EventFilter) (api.Subscription, error) {
-	s, err := a.Node.Subscribe(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-var _ api.Node = apiNode{}
