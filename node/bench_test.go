@@ -5,23 +5,13 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // BenchmarkAcquireRelease measures acquire+release cycles on distinct keys
 // through the embedded API of a disk-backed single node (fsync on).
 func BenchmarkAcquireRelease(b *testing.B) {
-	cfg := testConfig(nil, b.TempDir())
-	cfg.TickPeriod = DefaultConfig().TickPeriod
-	cfg.MinTTL = DefaultConfig().MinTTL
-	n, err := Open(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
-	<-n.Ready()
-	for !n.isLeaderReady() {
-		<-n.Ready()
-	}
+	n := benchNode(b)
 	ctx := context.Background()
 	var seq atomic.Int64
 	b.SetParallelism(32) // 64 goroutines on 2 cores
@@ -44,17 +34,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 
 // BenchmarkRenew measures single-lease renewals from many goroutines.
 func BenchmarkRenew(b *testing.B) {
-	cfg := testConfig(nil, b.TempDir())
-	cfg.TickPeriod = DefaultConfig().TickPeriod
-	n, err := Open(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
-	<-n.Ready()
-	for !n.isLeaderReady() {
-		<-n.Ready()
-	}
+	n := benchNode(b)
 	ctx := context.Background()
 	var seq atomic.Int64
 	b.SetParallelism(32)
@@ -71,4 +51,18 @@ func BenchmarkRenew(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchNode opens a disk-backed single node with the default tick period.
+func benchNode(b *testing.B) *Node {
+	cfg := testConfig(b, b.TempDir())
+	cfg.TickPeriod = DefaultConfig().TickPeriod
+	n, err := Open(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { n.Close() })
+	<-n.Ready()
+	waitFor(b, 5*time.Second, n.isLeaderReady)
+	return n
 }

@@ -47,7 +47,7 @@ func openNode(t *testing.T, cfg Config) *Node {
 	return n
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+func waitFor(t testing.TB, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
