@@ -2,8 +2,9 @@ package fsm_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -127,24 +128,13 @@ func TestDeterminism(t *testing.T) {
 // API does not show: no waiter is left queued while its key has a free slot,
 // nothing is overdue, and no key state outlives every reason to keep it.
 func checkKeys(f *fsm.FSM, snap []byte) error {
-	lines := bytes.Split(bytes.TrimSpace(snap), []byte("\n"))
-	var hdr struct{ Leases, Sessions, Keys int }
-	if err := json.Unmarshal(lines[0], &hdr); err != nil {
+	keys, err := fsm.SnapshotKeys(snap)
+	if err != nil {
 		return err
 	}
-	for _, line := range lines[1+hdr.Leases+hdr.Sessions:] {
-		var k struct {
-			Key     string
-			Limit   int
-			Blocked []struct{ Until uint64 }
-			Waiters []struct{ Deadline uint64 }
-			Stolen  []string
-		}
-		if err := json.Unmarshal(line, &k); err != nil {
-			return err
-		}
+	for _, k := range keys {
 		active := len(f.ActiveOnKey(k.Key))
-		if len(k.Waiters) > 0 && active+len(k.Blocked) < k.Limit {
+		if len(k.Waiters) > 0 && active+len(k.Blocked) < int(k.Limit) {
 			return fmt.Errorf("key %s: %d waiters queued with %d active, %d blocked of %d", k.Key, len(k.Waiters), active, len(k.Blocked), k.Limit)
 		}
 		for _, b := range k.Blocked {
@@ -216,46 +206,138 @@ func TestRestoreRejects(t *testing.T) {
 		r.apply(uint64(i+1), e)
 	}
 	good := snapshotBytes(t, r.f)
-	lines := strings.SplitAfter(string(good), "\n")
-	header := lines[0]
+	recs, err := fsm.SplitSnapshot(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := fsm.SnapshotKeys(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) < 2 || len(recs) < len(keys)+3 {
+		t.Fatalf("the log left %d keys and %d records: too few to corrupt", len(keys), len(recs))
+	}
+	allLeases, _ := r.f.Leases(fsm.LeaseFilter{})
+	allSessions, _ := r.f.Sessions("", "", 0)
+	nLeases, nSessions := len(allLeases), len(allSessions)
+	if len(recs) != 1+len(keys)+nSessions+nLeases || nLeases < 2 {
+		t.Fatalf("%d records for %d keys, %d sessions, %d leases", len(recs), len(keys), nSessions, nLeases)
+	}
+	header := func(format uint64, k, s, l int) []byte {
+		return fsm.EncodeHeaderRecord(format, r.f.Index(), r.f.Tick(), k, s, l)
+	}
+	with := func(i int, rec []byte) string {
+		c := slices.Clone(recs)
+		c[i] = rec
+		return string(fsm.JoinSnapshot(c))
+	}
+	swapped := func(i, j int) string {
+		c := slices.Clone(recs)
+		c[i], c[j] = c[j], c[i]
+		return string(fsm.JoinSnapshot(c))
+	}
+	lastLease := len(recs) - 1
+	active := &fsm.Lease{ID: "L", Key: "k", Holder: "h", Limit: 1, State: fsm.StateActive, Fence: 2,
+		TokenHash: tok("L"), TTLMS: 1000, TTLTicks: 1, ExpiresTick: 2, AcquiredTick: 1}
+	badState := fsm.EncodeLeaseRecord(active)
+	badState[2+2+2+1+1] = 9 // after the id, key, holder, limit and session
+	idem := fsm.EncodeLeaseRecord(active)
+	idem = append(idem[:len(idem)-2], 1)                                // the flag, set
+	idem = append(idem, make([]byte, 64)...)                            // two zero hashes
+	idem = append(idem, 0)                                              // no sealed token
+	longLength := append([]byte(fsm.SnapMagic), 0x80, 0x80, 0x80, 0x02) // a record of 4 MiB, not there
+	shortest := append([]byte(fsm.SnapMagic), byte(len(recs[0])|0x80), 0)
+	shortest = append(shortest, good[len(fsm.SnapMagic)+1:]...)
+
+	good1 := snapshotV1(t, r.f)
+	lines := strings.SplitAfter(string(good1), "\n")
+	header1 := lines[0]
 	tests := []struct{ name, data string }{
 		{"empty", ""},
-		{"not json", "hello\n"},
-		{"unknown format", strings.Replace(header, `"leasehold_snapshot":1`, `"leasehold_snapshot":2`, 1)},
-		{"unknown header field", strings.Replace(header, `{`, `{"extra":1,`, 1)},
-		{"truncated", strings.Join(lines[:len(lines)/2], "")},
-		{"trailing data", string(good) + "{}\n"},
-		{"more leases than records", strings.Replace(header, `"leases":`, `"leases":1`, 1) + strings.Join(lines[1:], "")},
-		{"active lease without key state", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":1,"sessions":0,"keys":0}
+		{"magic only", fsm.SnapMagic},
+		{"bad magic", "LHSNAQ" + string(good[len(fsm.SnapMagic):])},
+		{"unknown format", with(0, header(3, len(keys), nSessions, nLeases))},
+		{"truncated", string(good[:len(good)/2])},
+		{"truncated record", string(good[:len(good)-1])},
+		{"trailing data", string(good) + "\x00"},
+		{"trailing record", string(fsm.JoinSnapshot(append(slices.Clone(recs), recs[lastLease])))},
+		{"more leases than records", with(0, header(fsm.SnapshotFormat, len(keys), nSessions, nLeases+1))},
+		{"fewer leases than records", with(0, header(fsm.SnapshotFormat, len(keys), nSessions, nLeases-1))},
+		{"trailing bytes in a record", with(lastLease, append(slices.Clone(recs[lastLease]), 0))},
+		{"leases out of order", swapped(lastLease, lastLease-1)},
+		{"keys out of order", swapped(1, 2)},
+		{"length not in shortest form", string(shortest)},
+		{"record longer than the input", string(longLength)},
+		{"unknown lease state", string(fsm.JoinSnapshot([][]byte{header(fsm.SnapshotFormat, 1, 0, 1),
+			fsm.EncodeKeyRecord(fsm.SnapKey{Key: "k", Limit: 1}), badState}))},
+		{"idempotency flag without hashes", string(fsm.JoinSnapshot([][]byte{header(fsm.SnapshotFormat, 1, 0, 1),
+			fsm.EncodeKeyRecord(fsm.SnapKey{Key: "k", Limit: 1}), idem}))},
+		{"active lease without key state", string(fsm.JoinSnapshot([][]byte{header(fsm.SnapshotFormat, 0, 0, 1),
+			fsm.EncodeLeaseRecord(active)}))},
+
+		// Format 1.
+		{"v1 not json", "{hello\n"},
+		{"v1 unknown format", strings.Replace(header1, `"leasehold_snapshot":1`, `"leasehold_snapshot":3`, 1)},
+		{"v1 unknown header field", strings.Replace(header1, `{`, `{"extra":1,`, 1)},
+		{"v1 truncated", strings.Join(lines[:len(lines)/2], "")},
+		{"v1 trailing data", string(good1) + "{}\n"},
+		{"v1 more leases than records", strings.Replace(header1, `"leases":`, `"leases":1`, 1) + strings.Join(lines[1:], "")},
+		{"v1 active lease without key state", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":1,"sessions":0,"keys":0}
 {"id":"L","key":"k","holder":"h","limit":1,"state":"active","fence":2,"token_hash":"` + strings.Repeat("ab", 32) + `","acquired_tick":1,"acquired_wall_ms":0}
 `},
-		{"waiter without a command", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":0,"sessions":0,"keys":1}
+		{"v1 unknown state", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":1,"sessions":0,"keys":0}
+{"id":"L","key":"k","holder":"h","limit":1,"state":"bogus","fence":2,"token_hash":"` + strings.Repeat("ab", 32) + `","acquired_tick":1,"acquired_wall_ms":0}
+`},
+		{"v1 duplicate lease", strings.Replace(header1, fmt.Sprintf(`"leases":%d`, nLeases), fmt.Sprintf(`"leases":%d`, nLeases+1), 1) +
+			lines[1] + strings.Join(lines[1:], "")},
+		{"v1 waiter without a command", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":0,"sessions":0,"keys":1}
 {"key":"k","limit":1,"waiters":[{"deadline":5}]}
 `},
-		{"waiter with a null command", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":0,"sessions":0,"keys":1}
+		{"v1 waiter with a null command", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":0,"sessions":0,"keys":1}
 {"key":"k","limit":1,"waiters":[{"cmd":null,"deadline":5}]}
 `},
-		{"bad hash", strings.Replace(string(good), `"token_hash":"`, `"token_hash":"zz`, 1)},
+		{"v1 bad hash", strings.Replace(string(good1), `"token_hash":"`, `"token_hash":"zz`, 1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.data == string(good) {
+			if tt.data == string(good) || tt.data == string(good1) {
 				t.Fatal("the corruption did not change the snapshot")
 			}
-			if err := r.f.Restore(strings.NewReader(tt.data)); err == nil {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			err := r.f.Restore(strings.NewReader(tt.data))
+			if err == nil {
 				t.Fatal("Restore accepted a bad snapshot")
+			}
+			t.Log(err)
+			runtime.ReadMemStats(&after)
+			if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+				t.Errorf("a failed Restore of %d bytes allocated %d bytes", len(tt.data), n)
 			}
 			if got := snapshotBytes(t, r.f); !bytes.Equal(got, good) {
 				t.Fatal("a failed Restore changed the state")
 			}
 		})
 	}
-	// The good snapshot still restores, into a fresh machine too.
-	f := fsm.New()
-	if err := f.Restore(bytes.NewReader(good)); err != nil {
+	// The good snapshots still restore, into a fresh machine too, and the
+	// format 1 one to the same state.
+	for _, snap := range [][]byte{good, good1} {
+		f := fsm.New()
+		if err := f.Restore(bytes.NewReader(snap)); err != nil {
+			t.Fatal(err)
+		}
+		if got := snapshotBytes(t, f); !bytes.Equal(got, good) {
+			t.Fatal("restored state differs")
+		}
+	}
+}
+
+// snapshotV1 encodes the state of f in format 1.
+func snapshotV1(t testing.TB, f *fsm.FSM) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := fsm.WriteSnapshotV1(f.Snapshot(), &buf); err != nil {
 		t.Fatal(err)
 	}
-	if got := snapshotBytes(t, f); !bytes.Equal(got, good) {
-		t.Fatal("restored state differs")
-	}
+	return buf.Bytes()
 }

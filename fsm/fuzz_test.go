@@ -174,7 +174,7 @@ var fuzzState = sync.OnceValue(func() []byte {
 	return buf.Bytes()
 })
 
-func restored(t *testing.T, snap []byte) *fsm.FSM {
+func restored(t testing.TB, snap []byte) *fsm.FSM {
 	t.Helper()
 	f := fsm.New()
 	if err := f.Restore(bytes.NewReader(snap)); err != nil {
@@ -247,8 +247,10 @@ func FuzzRestore(f *testing.F) {
 	good := fuzzState()
 	f.Add(good)
 	f.Add(snapshotBytes(f, fsm.New()))
-	f.Add([]byte(strings.Replace(string(good), `"cmd":{`, `"cmd":null,"x":{`, 1)))
 	f.Add(good[:len(good)/2])
+	good1 := snapshotV1(f, restored(f, good))
+	f.Add(good1)
+	f.Add([]byte(strings.Replace(string(good1), `"cmd":{`, `"cmd":null,"x":{`, 1)))
 	f.Add([]byte("{}"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m := restored(t, good)

@@ -119,3 +119,28 @@ func (x *idIndex) ascend(after string, fn func(id string) bool) {
 		}
 	}
 }
+
+// fromSorted replaces the contents with the n ids id(0) < id(1) < ... in
+// O(n): the treap of distinct priorities is unique, so building it along its
+// right spine gives the same tree as n inserts.
+func (x *idIndex) fromSorted(n int, id func(int) string) {
+	var spine []*treapNode
+	for i := range n {
+		s := id(i)
+		t := &treapNode{id: s, prio: treapPrio(s)}
+		var last *treapNode
+		for len(spine) > 0 && spine[len(spine)-1].prio < t.prio {
+			last = spine[len(spine)-1]
+			spine = spine[:len(spine)-1]
+		}
+		t.left = last
+		if len(spine) > 0 {
+			spine[len(spine)-1].right = t
+		}
+		spine = append(spine, t)
+	}
+	x.root, x.n = nil, n
+	if len(spine) > 0 {
+		x.root = spine[0]
+	}
+}

@@ -3,7 +3,6 @@ package fsm
 import (
 	"bufio"
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,8 +10,19 @@ import (
 	"strings"
 )
 
-// SnapshotFormat is the version of the snapshot encoding.
-const SnapshotFormat = 1
+// SnapshotFormat is the version of the snapshot encoding WriteTo produces.
+// Restore also reads format 1 (JSON lines, snapshot_v1.go).
+const SnapshotFormat = 2
+
+// snapMagic starts a snapshot of format 2 or later; the format number is
+// the first field of the header record after it. (A format 1 snapshot starts
+// with '{'.)
+const snapMagic = "LHSNAP"
+
+// maxSnapRecord bounds the length of one record. Record bodies are read as
+// they arrive, so a length larger than the input only costs what the input
+// holds.
+const maxSnapRecord = 1 << 30
 
 type snapHeader struct {
 	Format   int    `json:"leasehold_snapshot"`
@@ -56,6 +66,7 @@ func (f *FSM) Snapshot() *Snapshot {
 	for _, x := range f.sessions {
 		s.sessions = append(s.sessions, x)
 	}
+	s.keys = make([]snapKey, 0, len(f.keys))
 	for k, ks := range f.keys {
 		s.keys = append(s.keys, snapKey{Key: k, Limit: ks.limit, Blocked: slices.Clone(ks.blocked),
 			Waiters: slices.Clone(ks.waiters), Stolen: slices.Clone(ks.stolen)})
@@ -67,34 +78,60 @@ func (f *FSM) Snapshot() *Snapshot {
 // Index is the log index the snapshot reflects.
 func (s *Snapshot) Index() uint64 { return s.hdr.Index }
 
-// WriteTo encodes the snapshot: a header line, then leases, sessions and
-// keys as JSON lines, each group sorted, so equal states give equal bytes.
-func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+func (s *Snapshot) sort() {
 	slices.SortFunc(s.leases, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.sessions, func(a, b *Session) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.keys, func(a, b snapKey) int { return strings.Compare(a.Key, b.Key) })
-	cw := &countWriter{w: bufio.NewWriterSize(w, 1<<16)}
-	enc := json.NewEncoder(cw)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(s.hdr); err != nil {
+}
+
+// WriteTo encodes the snapshot (format 2): the magic, then length-prefixed
+// records: the header, the keys, the sessions and the leases, each group
+// sorted, so equal states give equal bytes. Records use the binary encoding
+// of the log (codec.go).
+func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	s.sort()
+	cw := &countWriter{w: w}
+	bw := bufio.NewWriterSize(cw, 1<<16)
+	bw.WriteString(snapMagic)
+	e := enc{b: make([]byte, 0, 1024)}
+	var lenBuf [10]byte
+	record := func() error {
+		if e.err != nil {
+			return e.err
+		}
+		if len(e.b) > maxSnapRecord {
+			return fmt.Errorf("fsm: snapshot record of %d bytes", len(e.b))
+		}
+		n := putUvarint(lenBuf[:], uint64(len(e.b)))
+		bw.Write(lenBuf[:n])
+		_, err := bw.Write(e.b)
+		e.b = e.b[:0]
+		return err
+	}
+	s.hdr.encode(&e)
+	if err := record(); err != nil {
 		return cw.n, err
 	}
-	for _, l := range s.leases {
-		if err := enc.Encode(l); err != nil {
+	for i := range s.keys {
+		s.keys[i].encode(&e)
+		if err := record(); err != nil {
 			return cw.n, err
 		}
 	}
 	for _, x := range s.sessions {
-		if err := enc.Encode(x); err != nil {
+		encodeSession(&e, x)
+		if err := record(); err != nil {
 			return cw.n, err
 		}
 	}
-	for _, k := range s.keys {
-		if err := enc.Encode(k); err != nil {
+	for _, l := range s.leases {
+		encodeLease(&e, l)
+		if err := record(); err != nil {
 			return cw.n, err
 		}
 	}
-	return cw.n, cw.w.(*bufio.Writer).Flush()
+	err := bw.Flush()
+	return cw.n, err
 }
 
 type countWriter struct {
@@ -108,62 +145,224 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Restore replaces the whole state with the snapshot read from r. On error
-// the FSM is left unchanged.
+// Restore replaces the whole state with the snapshot read from r (format 2,
+// or format 1). On error the FSM is left unchanged.
 func (f *FSM) Restore(r io.Reader) error {
-	dec := json.NewDecoder(bufio.NewReaderSize(r, 1<<16))
-	dec.DisallowUnknownFields()
-	var hdr snapHeader
-	if err := dec.Decode(&hdr); err != nil {
-		return fmt.Errorf("fsm: snapshot header: %w", err)
+	br := bufio.NewReaderSize(r, 1<<16)
+	first, err := br.Peek(1)
+	if err != nil {
+		return fmt.Errorf("fsm: snapshot header: %w", noEOF(err))
 	}
-	if hdr.Format != SnapshotFormat {
-		return fmt.Errorf("fsm: unknown snapshot format %d", hdr.Format)
+	var n *FSM
+	switch first[0] {
+	case '{', ' ', '\t', '\r', '\n':
+		n, err = restoreJSON(br)
+	default:
+		n, err = restoreBinary(br)
 	}
-	n := New()
-	n.index, n.tick, n.periodMS, n.wallMS, n.fence = hdr.Index, hdr.Tick, hdr.PeriodMS, hdr.WallMS, hdr.Fence
-	for i := 0; i < hdr.Leases; i++ {
-		l := new(Lease)
-		if err := dec.Decode(l); err != nil {
-			return fmt.Errorf("fsm: snapshot lease %d: %w", i, err)
-		}
-		n.leases[l.ID] = l
-	}
-	for i := 0; i < hdr.Sessions; i++ {
-		s := new(Session)
-		if err := dec.Decode(s); err != nil {
-			return fmt.Errorf("fsm: snapshot session %d: %w", i, err)
-		}
-		n.sessions[s.ID] = s
-	}
-	for i := 0; i < hdr.Keys; i++ {
-		var k snapKey
-		if err := dec.Decode(&k); err != nil {
-			return fmt.Errorf("fsm: snapshot key %d: %w", i, err)
-		}
-		for _, w := range k.Waiters {
-			if w.Cmd == nil {
-				return fmt.Errorf("fsm: snapshot key %d: waiter without a command", i)
-			}
-		}
-		n.keys[k.Key] = &keyState{limit: k.Limit, blocked: k.Blocked, waiters: k.Waiters, stolen: k.Stolen}
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("fsm: trailing data in snapshot")
-	}
-	if err := n.rebuild(); err != nil {
+	if err != nil {
 		return err
 	}
 	*f = *n
 	return nil
 }
 
-// rebuild derives every index from the records.
-func (n *FSM) rebuild() error {
-	var active []*Lease
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// recordReader reads the length-prefixed records of a format 2 snapshot.
+type recordReader struct {
+	r   *bufio.Reader
+	buf []byte
+	n   int // records read, for errors
+}
+
+// next returns the body of the next record, valid until the next call.
+func (rr *recordReader) next() ([]byte, error) {
+	size, err := readUvarint(rr.r)
+	if err != nil {
+		return nil, err
+	}
+	if size > maxSnapRecord {
+		return nil, fmt.Errorf("record of %d bytes", size)
+	}
+	rr.n++
+	n := int(size)
+	if n <= rr.r.Size() {
+		// The common case: the record fits in the reader's buffer.
+		p, err := rr.r.Peek(n)
+		if err != nil {
+			return nil, noEOF(err)
+		}
+		rr.buf = append(rr.buf[:0], p...)
+		rr.r.Discard(n)
+		return rr.buf, nil
+	}
+	// A long record is read in pieces, so that a length the input does not
+	// back costs no more than the input.
+	rr.buf = rr.buf[:0]
+	for len(rr.buf) < n {
+		chunk := min(n-len(rr.buf), max(len(rr.buf), 1<<16))
+		rr.buf = slices.Grow(rr.buf, chunk)
+		m, err := io.ReadFull(rr.r, rr.buf[len(rr.buf):len(rr.buf)+chunk])
+		rr.buf = rr.buf[:len(rr.buf)+m]
+		if err != nil {
+			return nil, noEOF(err)
+		}
+	}
+	return rr.buf, nil
+}
+
+// readUvarint reads a uvarint in its shortest form.
+func readUvarint(r io.ByteReader) (uint64, error) {
+	var v uint64
+	for i := 0; i < 10; i++ {
+		b, err := r.ReadByte()
+		if err != nil {
+			return 0, noEOF(err)
+		}
+		if i == 9 && b > 1 {
+			return 0, errors.New("varint overflows 64 bits")
+		}
+		v |= uint64(b&0x7f) << (7 * i)
+		if b < 0x80 {
+			if i > 0 && b == 0 {
+				return 0, errors.New("varint not in its shortest form")
+			}
+			return v, nil
+		}
+	}
+	return 0, errors.New("varint overflows 64 bits")
+}
+
+func putUvarint(p []byte, v uint64) int {
+	i := 0
+	for v >= 0x80 {
+		p[i] = byte(v) | 0x80
+		v >>= 7
+		i++
+	}
+	p[i] = byte(v)
+	return i + 1
+}
+
+// decodeRecord decodes one record body with fn, which must consume all of it.
+func decodeRecord(body []byte, what string, i int, fn func(*dec)) error {
+	d := dec{b: body, size: len(body)}
+	fn(&d)
+	if d.err == nil && len(d.b) > 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	if d.err != nil {
+		return fmt.Errorf("fsm: snapshot %s %d: %w", what, i, d.err)
+	}
+	return nil
+}
+
+// restoreBinary reads a format 2 snapshot into a new state machine.
+func restoreBinary(br *bufio.Reader) (*FSM, error) {
+	d, err := readBinary(br)
+	if err != nil {
+		return nil, err
+	}
+	return build(d.hdr, d.leases, d.sessions, d.keys)
+}
+
+// snapData is the records of a snapshot as read.
+type snapData struct {
+	hdr      snapHeader
+	keys     []snapKey
+	sessions []*Session
+	leases   []*Lease
+}
+
+// readBinary reads the records of a format 2 snapshot, checking their
+// encoding and order but not how they fit together (build does).
+func readBinary(br *bufio.Reader) (*snapData, error) {
+	magic := make([]byte, len(snapMagic))
+	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != snapMagic {
+		return nil, errors.New("fsm: not a snapshot (bad magic)")
+	}
+	rr := &recordReader{r: br}
+	body, err := rr.next()
+	if err != nil {
+		return nil, fmt.Errorf("fsm: snapshot header: %w", err)
+	}
+	s := &snapData{}
+	hdr := &s.hdr
+	if err := decodeRecord(body, "header", 0, hdr.decode); err != nil {
+		return nil, err
+	}
+	// Records are collected in slices that grow with what was actually
+	// read; the counts of the header only say when to stop.
+	for i := 0; i < hdr.Keys; i++ {
+		body, err := rr.next()
+		if err != nil {
+			return nil, fmt.Errorf("fsm: snapshot key %d: %w", i, err)
+		}
+		var k snapKey
+		if err := decodeRecord(body, "key", i, k.decode); err != nil {
+			return nil, err
+		}
+		if i > 0 && k.Key <= s.keys[i-1].Key {
+			return nil, fmt.Errorf("fsm: snapshot key %d: keys not in strictly increasing order", i)
+		}
+		s.keys = append(s.keys, k)
+	}
+	for i := 0; i < hdr.Sessions; i++ {
+		body, err := rr.next()
+		if err != nil {
+			return nil, fmt.Errorf("fsm: snapshot session %d: %w", i, err)
+		}
+		x := new(Session)
+		if err := decodeRecord(body, "session", i, func(d *dec) { decodeSession(d, x) }); err != nil {
+			return nil, err
+		}
+		if i > 0 && x.ID <= s.sessions[i-1].ID || x.ID == "" {
+			return nil, fmt.Errorf("fsm: snapshot session %d: ids not in strictly increasing order", i)
+		}
+		s.sessions = append(s.sessions, x)
+	}
+	for i := 0; i < hdr.Leases; i++ {
+		body, err := rr.next()
+		if err != nil {
+			return nil, fmt.Errorf("fsm: snapshot lease %d: %w", i, err)
+		}
+		l := new(Lease)
+		if err := decodeRecord(body, "lease", i, func(d *dec) { decodeLease(d, l) }); err != nil {
+			return nil, err
+		}
+		if i > 0 && l.ID <= s.leases[i-1].ID || l.ID == "" {
+			return nil, fmt.Errorf("fsm: snapshot lease %d: ids not in strictly increasing order", i)
+		}
+		s.leases = append(s.leases, l)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		return nil, errors.New("fsm: trailing data in snapshot")
+	}
+	return s, nil
+}
+
+// build makes a state machine of the records of a snapshot, each group
+// sorted by id (key) without duplicates, and derives every index from them.
+func build(hdr snapHeader, leases []*Lease, sessions []*Session, keys []snapKey) (*FSM, error) {
+	n := New()
+	n.index, n.tick, n.periodMS, n.wallMS, n.fence = hdr.Index, hdr.Tick, hdr.PeriodMS, hdr.WallMS, hdr.Fence
+	for i, k := range keys {
+		for _, w := range k.Waiters {
+			if w.Cmd == nil {
+				return nil, fmt.Errorf("fsm: snapshot key %d: waiter without a command", i)
+			}
+		}
+		n.keys[k.Key] = &keyState{limit: k.Limit, blocked: k.Blocked, waiters: k.Waiters, stolen: k.Stolen}
+	}
 	var ended []pruneItem
-	for _, l := range n.leases {
-		n.order.insert(l.ID)
+	for _, l := range leases {
+		n.leases[l.ID] = l
 		if !l.IdemHash.IsZero() {
 			n.idem[l.IdemHash] = l.ID
 		}
@@ -171,13 +370,9 @@ func (n *FSM) rebuild() error {
 			ended = append(ended, pruneItem{tick: l.EndedTick, kind: kindLease, id: l.ID})
 			continue
 		}
-		active = append(active, l)
-	}
-	slices.SortFunc(active, func(a, b *Lease) int { return cmp.Compare(a.Fence, b.Fence) })
-	for _, l := range active {
 		ks := n.keys[l.Key]
 		if ks == nil {
-			return fmt.Errorf("fsm: snapshot: active lease %s on key without state", l.ID)
+			return nil, fmt.Errorf("fsm: snapshot: active lease %s on key without state", l.ID)
 		}
 		ks.active = append(ks.active, l.ID)
 		n.active++
@@ -186,8 +381,9 @@ func (n *FSM) rebuild() error {
 			n.schedule(l.ExpiresTick+GraceTicks, kindLease, l.ID)
 		}
 	}
-	for _, s := range n.sessions {
-		n.sessIDs.insert(s.ID)
+	n.order.fromSorted(len(leases), func(i int) string { return leases[i].ID })
+	for _, s := range sessions {
+		n.sessions[s.ID] = s
 		if s.State != SessionActive {
 			ended = append(ended, pruneItem{tick: s.EndedTick, kind: kindSession, id: s.ID})
 			continue
@@ -196,21 +392,258 @@ func (n *FSM) rebuild() error {
 		n.holder(s.Holder).sessions[s.ID] = struct{}{}
 		n.schedule(s.ExpiresTick+GraceTicks, kindSession, s.ID)
 	}
-	for key, ks := range n.keys {
+	n.sessIDs.fromSorted(len(sessions), func(i int) string { return sessions[i].ID })
+	for _, k := range keys {
+		ks := n.keys[k.Key]
+		if len(ks.active) > 1 {
+			// Grant order; ids break ties (only a damaged snapshot has them).
+			slices.SortStableFunc(ks.active, func(a, b string) int {
+				return cmp.Compare(n.leases[a].Fence, n.leases[b].Fence)
+			})
+		}
 		for _, w := range ks.waiters {
-			n.waiting[w.Cmd.LeaseID] = key
-			n.schedule(w.Deadline, kindWait, key+"\x00"+w.Cmd.LeaseID)
+			n.waiting[w.Cmd.LeaseID] = k.Key
+			n.schedule(w.Deadline, kindWait, k.Key+"\x00"+w.Cmd.LeaseID)
 			if !w.Cmd.IdemHash.IsZero() {
 				n.idem[w.Cmd.IdemHash] = w.Cmd.LeaseID
 			}
 		}
 		for _, b := range ks.blocked {
-			n.schedule(b.Until, kindDelay, key)
+			n.schedule(b.Until, kindDelay, k.Key)
 		}
 	}
 	slices.SortFunc(ended, func(a, b pruneItem) int {
 		return cmp.Or(cmp.Compare(a.tick, b.tick), cmp.Compare(a.kind, b.kind), strings.Compare(a.id, b.id))
 	})
 	n.prune = ended
-	return nil
+	return n, nil
+}
+
+// Record codecs of format 2, in the style of the log's (codec.go): fields in
+// a fixed order, nothing optional, exactly one encoding. A lease or session
+// state is one byte (its index in leaseStates or sessionStates).
+
+var (
+	leaseStates   = []State{StateActive, StateReleased, StateExpired, StateRevoked}
+	sessionStates = []State{SessionActive, SessionEnded, SessionExpired}
+)
+
+func (e *enc) state(s State, states []State) {
+	i := slices.Index(states, s)
+	if i < 0 {
+		e.fail(fmt.Errorf("fsm: cannot encode state %q", s))
+		return
+	}
+	e.b = append(e.b, byte(i))
+}
+
+func (d *dec) state(states []State) State {
+	p := d.take(1)
+	switch {
+	case p == nil:
+		return ""
+	case int(p[0]) >= len(states):
+		d.fail(fmt.Sprintf("unknown state %d", p[0]))
+		return ""
+	}
+	return states[p[0]]
+}
+
+func (h *snapHeader) encode(e *enc) {
+	e.uvarint(SnapshotFormat)
+	e.uvarint(h.Index)
+	e.uvarint(h.Tick)
+	e.varint(h.PeriodMS)
+	e.varint(h.WallMS)
+	e.uvarint(h.Fence)
+	e.uvarint(uint64(h.Keys))
+	e.uvarint(uint64(h.Sessions))
+	e.uvarint(uint64(h.Leases))
+}
+
+func (h *snapHeader) decode(d *dec) {
+	if f := d.uvarint(); f != SnapshotFormat && d.err == nil {
+		d.fail(fmt.Sprintf("unknown snapshot format %d", f))
+	}
+	h.Format = SnapshotFormat
+	h.Index = d.uvarint()
+	h.Tick = d.uvarint()
+	h.PeriodMS = d.varint()
+	h.WallMS = d.varint()
+	h.Fence = d.uvarint()
+	h.Keys = d.records()
+	h.Sessions = d.records()
+	h.Leases = d.records()
+}
+
+// records reads a count of records (not checked against the input: records
+// are read one by one).
+func (d *dec) records() int {
+	v := d.uvarint()
+	if v > 1<<62 {
+		d.fail("count out of range")
+		return 0
+	}
+	return int(v)
+}
+
+// waiterBytes is the least an encoded waiter takes: a deadline and an
+// Acquire of empty strings and zero numbers (14 one-byte fields, 4 hashes).
+const waiterBytes = 14 + 4*len(Hash{})
+
+func (k *snapKey) encode(e *enc) {
+	e.str(k.Key)
+	e.uvarint(uint64(k.Limit))
+	e.uvarint(uint64(len(k.Blocked)))
+	for _, b := range k.Blocked {
+		e.uvarint(b.Until)
+		e.str(b.LeaseID)
+	}
+	e.uvarint(uint64(len(k.Waiters)))
+	for _, w := range k.Waiters {
+		if w.Cmd == nil {
+			e.fail(errors.New("fsm: waiter without a command"))
+			return
+		}
+		e.uvarint(w.Deadline)
+		w.Cmd.encode(e)
+	}
+	e.uvarint(uint64(len(k.Stolen)))
+	for _, id := range k.Stolen {
+		e.str(id)
+	}
+}
+
+func (k *snapKey) decode(d *dec) {
+	k.Key = d.str()
+	k.Limit = d.uint32()
+	if n := d.count(2); n > 0 {
+		k.Blocked = make([]blocked, n)
+		for i := range k.Blocked {
+			k.Blocked[i].Until = d.uvarint()
+			k.Blocked[i].LeaseID = d.str()
+		}
+	}
+	if n := d.count(waiterBytes); n > 0 {
+		k.Waiters = make([]waiter, n)
+		for i := range k.Waiters {
+			k.Waiters[i].Deadline = d.uvarint()
+			c := new(Acquire)
+			c.decode(d)
+			k.Waiters[i].Cmd = c
+		}
+	}
+	if n := d.count(1); n > 0 {
+		k.Stolen = make([]string, n)
+		for i := range k.Stolen {
+			k.Stolen[i] = d.str()
+		}
+	}
+}
+
+func encodeSession(e *enc, s *Session) {
+	e.str(s.ID)
+	e.str(s.Holder)
+	e.state(s.State, sessionStates)
+	e.hash(s.TokenHash)
+	e.varint(s.TTLMS)
+	e.uvarint(s.TTLTicks)
+	e.uvarint(s.ExpiresTick)
+	e.varint(s.CreatedWallMS)
+	e.varint(s.LastHeartbeat)
+	e.uvarint(s.HeartbeatCount)
+	e.strmap(s.Metadata)
+	e.uvarint(uint64(len(s.LeaseIDs)))
+	for _, id := range s.LeaseIDs {
+		e.str(id)
+	}
+	e.uvarint(s.EndedTick)
+	e.varint(s.EndedWallMS)
+	e.str(s.EndReason)
+}
+
+func decodeSession(d *dec, s *Session) {
+	s.ID = d.str()
+	s.Holder = d.str()
+	s.State = d.state(sessionStates)
+	s.TokenHash = d.hash()
+	s.TTLMS = d.varint()
+	s.TTLTicks = d.uvarint()
+	s.ExpiresTick = d.uvarint()
+	s.CreatedWallMS = d.varint()
+	s.LastHeartbeat = d.varint()
+	s.HeartbeatCount = d.uvarint()
+	s.Metadata = d.strmap()
+	if n := d.count(1); n > 0 {
+		s.LeaseIDs = make([]string, n)
+		for i := range s.LeaseIDs {
+			s.LeaseIDs[i] = d.str()
+		}
+	}
+	s.EndedTick = d.uvarint()
+	s.EndedWallMS = d.varint()
+	s.EndReason = d.str()
+}
+
+// encodeLease writes a lease. The idempotency hashes, zero for most leases,
+// follow a bool saying whether either is set (it is 1 only if one is).
+func encodeLease(e *enc, l *Lease) {
+	e.str(l.ID)
+	e.str(l.Key)
+	e.str(l.Holder)
+	e.uvarint(uint64(l.Limit))
+	e.str(l.SessionID)
+	e.state(l.State, leaseStates)
+	e.uvarint(l.Fence)
+	e.hash(l.TokenHash)
+	e.varint(l.TTLMS)
+	e.uvarint(l.TTLTicks)
+	e.uvarint(l.ExpiresTick)
+	e.uvarint(l.AcquiredTick)
+	e.varint(l.AcquiredWallMS)
+	e.varint(l.RenewedWallMS)
+	e.uvarint(l.EndedTick)
+	e.varint(l.EndedWallMS)
+	e.uvarint(uint64(l.RenewalCount))
+	e.strmap(l.Metadata)
+	e.str(l.EndReason)
+	e.uvarint(l.LockDelayTicks)
+	idem := !l.IdemHash.IsZero() || !l.Fingerprint.IsZero()
+	e.bool(idem)
+	if idem {
+		e.hash(l.IdemHash)
+		e.hash(l.Fingerprint)
+	}
+	e.bytes(l.SealedToken)
+}
+
+func decodeLease(d *dec, l *Lease) {
+	l.ID = d.str()
+	l.Key = d.str()
+	l.Holder = d.str()
+	l.Limit = d.uint32()
+	l.SessionID = d.str()
+	l.State = d.state(leaseStates)
+	l.Fence = d.uvarint()
+	l.TokenHash = d.hash()
+	l.TTLMS = d.varint()
+	l.TTLTicks = d.uvarint()
+	l.ExpiresTick = d.uvarint()
+	l.AcquiredTick = d.uvarint()
+	l.AcquiredWallMS = d.varint()
+	l.RenewedWallMS = d.varint()
+	l.EndedTick = d.uvarint()
+	l.EndedWallMS = d.varint()
+	l.RenewalCount = d.uint32()
+	l.Metadata = d.strmap()
+	l.EndReason = d.str()
+	l.LockDelayTicks = d.uvarint()
+	if d.bool() {
+		l.IdemHash = d.hash()
+		l.Fingerprint = d.hash()
+		if l.IdemHash.IsZero() && l.Fingerprint.IsZero() && d.err == nil {
+			d.fail("idempotency hashes flagged but zero")
+		}
+	}
+	l.SealedToken = d.bytes()
 }

@@ -1,0 +1,121 @@
+package fsm
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+)
+
+// Test hooks into the snapshot format.
+
+// SnapKey is the record of one key in a snapshot.
+type SnapKey = snapKey
+
+// SnapshotKeys returns the key records of a format 2 snapshot.
+func SnapshotKeys(snap []byte) ([]SnapKey, error) {
+	br := bufio.NewReader(bytes.NewReader(snap))
+	if _, err := br.Peek(1); err != nil {
+		return nil, err
+	}
+	d, err := readBinary(br)
+	if err != nil {
+		return nil, err
+	}
+	return d.keys, nil
+}
+
+// WriteSnapshotV1 writes s in format 1 (JSON lines), as WriteTo did before
+// format 2, for the tests of reading it.
+func WriteSnapshotV1(s *Snapshot, w io.Writer) error {
+	s.sort()
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	hdr := s.hdr
+	hdr.Format = snapshotFormatJSON
+	if err := enc.Encode(hdr); err != nil {
+		return err
+	}
+	for _, l := range s.leases {
+		if err := enc.Encode(l); err != nil {
+			return err
+		}
+	}
+	for _, x := range s.sessions {
+		if err := enc.Encode(x); err != nil {
+			return err
+		}
+	}
+	for _, k := range s.keys {
+		if err := enc.Encode(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SnapMagic starts a format 2 snapshot.
+const SnapMagic = snapMagic
+
+// SplitSnapshot returns the record bodies of a format 2 snapshot (header
+// first) without decoding them.
+func SplitSnapshot(snap []byte) ([][]byte, error) {
+	if !bytes.HasPrefix(snap, []byte(snapMagic)) {
+		return nil, errors.New("no magic")
+	}
+	rest := snap[len(snapMagic):]
+	var out [][]byte
+	for len(rest) > 0 {
+		n, w := binary.Uvarint(rest)
+		if w <= 0 || n > uint64(len(rest)-w) {
+			return nil, errors.New("bad framing")
+		}
+		out = append(out, rest[w:w+int(n)])
+		rest = rest[w+int(n):]
+	}
+	return out, nil
+}
+
+// JoinSnapshot frames record bodies as a format 2 snapshot.
+func JoinSnapshot(records [][]byte) []byte {
+	out := []byte(snapMagic)
+	for _, r := range records {
+		out = binary.AppendUvarint(out, uint64(len(r)))
+		out = append(out, r...)
+	}
+	return out
+}
+
+// EncodeHeaderRecord encodes a header record with the given counts.
+func EncodeHeaderRecord(format, index, tick uint64, keys, sessions, leases int) []byte {
+	e := enc{}
+	h := snapHeader{Index: index, Tick: tick, PeriodMS: 1000, Fence: index, Keys: keys, Sessions: sessions, Leases: leases}
+	h.encode(&e)
+	if format != SnapshotFormat {
+		b := binary.AppendUvarint(nil, format)
+		return append(b, e.b[1:]...)
+	}
+	return e.b
+}
+
+// EncodeLeaseRecord encodes the record of l.
+func EncodeLeaseRecord(l *Lease) []byte {
+	e := enc{}
+	encodeLease(&e, l)
+	if e.err != nil {
+		panic(e.err)
+	}
+	return e.b
+}
+
+// EncodeKeyRecord encodes the record of a key.
+func EncodeKeyRecord(k SnapKey) []byte {
+	e := enc{}
+	k.encode(&e)
+	if e.err != nil {
+		panic(e.err)
+	}
+	return e.b
+}

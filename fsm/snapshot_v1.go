@@ -1,0 +1,85 @@
+package fsm
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// snapshotFormatJSON is format 1: JSON lines (a header, then leases,
+// sessions and keys). WriteTo no longer writes it; Restore still reads it so
+// that the snapshots of older data directories restore.
+const snapshotFormatJSON = 1
+
+// restoreJSON reads a format 1 snapshot into a new state machine.
+func restoreJSON(br *bufio.Reader) (*FSM, error) {
+	dec := json.NewDecoder(br)
+	dec.DisallowUnknownFields()
+	var hdr snapHeader
+	if err := dec.Decode(&hdr); err != nil {
+		return nil, fmt.Errorf("fsm: snapshot header: %w", err)
+	}
+	if hdr.Format != snapshotFormatJSON {
+		return nil, fmt.Errorf("fsm: unknown snapshot format %d", hdr.Format)
+	}
+	var leases []*Lease
+	for i := 0; i < hdr.Leases; i++ {
+		l := new(Lease)
+		if err := dec.Decode(l); err != nil {
+			return nil, fmt.Errorf("fsm: snapshot lease %d: %w", i, err)
+		}
+		if !slices.Contains(leaseStates, l.State) {
+			return nil, fmt.Errorf("fsm: snapshot lease %d: unknown state %q", i, l.State)
+		}
+		l.State = leaseStates[slices.Index(leaseStates, l.State)] // no copy of the string per record
+		leases = append(leases, l)
+	}
+	var sessions []*Session
+	for i := 0; i < hdr.Sessions; i++ {
+		s := new(Session)
+		if err := dec.Decode(s); err != nil {
+			return nil, fmt.Errorf("fsm: snapshot session %d: %w", i, err)
+		}
+		if !slices.Contains(sessionStates, s.State) {
+			return nil, fmt.Errorf("fsm: snapshot session %d: unknown state %q", i, s.State)
+		}
+		s.State = sessionStates[slices.Index(sessionStates, s.State)]
+		sessions = append(sessions, s)
+	}
+	var keys []snapKey
+	for i := 0; i < hdr.Keys; i++ {
+		var k snapKey
+		if err := dec.Decode(&k); err != nil {
+			return nil, fmt.Errorf("fsm: snapshot key %d: %w", i, err)
+		}
+		keys = append(keys, k)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("fsm: trailing data in snapshot")
+	}
+	// Format 1 wrote each group sorted too, but did not insist on it when
+	// reading: sort here, and refuse duplicates.
+	slices.SortStableFunc(leases, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortStableFunc(sessions, func(a, b *Session) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortStableFunc(keys, func(a, b snapKey) int { return strings.Compare(a.Key, b.Key) })
+	for i := 1; i < len(leases); i++ {
+		if leases[i].ID == leases[i-1].ID {
+			return nil, fmt.Errorf("fsm: snapshot: duplicate lease %s", leases[i].ID)
+		}
+	}
+	for i := 1; i < len(sessions); i++ {
+		if sessions[i].ID == sessions[i-1].ID {
+			return nil, fmt.Errorf("fsm: snapshot: duplicate session %s", sessions[i].ID)
+		}
+	}
+	for i := 1; i < len(keys); i++ {
+		if keys[i].Key == keys[i-1].Key {
+			return nil, fmt.Errorf("fsm: snapshot: duplicate key %q", keys[i].Key)
+		}
+	}
+	return build(hdr, leases, sessions, keys)
+}
