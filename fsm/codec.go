@@ -325,14 +325,17 @@ func (d *dec) count(minSize int) int {
 	return int(n)
 }
 
-func (d *dec) str() string {
+func (d *dec) str() string { return string(d.strBytes()) }
+
+// strBytes reads a string without copying it: the bytes are the input's.
+func (d *dec) strBytes() []byte {
 	n := d.count(1)
 	p := d.take(n)
 	if !utf8.Valid(p) {
 		d.fail("string is not valid UTF-8")
-		return ""
+		return nil
 	}
-	return string(p)
+	return p
 }
 
 // bytes reads a byte slice; empty is nil.

@@ -20,11 +20,16 @@ func SnapshotKeys(snap []byte) ([]SnapKey, error) {
 	if _, err := br.Peek(1); err != nil {
 		return nil, err
 	}
-	d, err := readBinary(br)
+	n, err := restoreBinary(br)
 	if err != nil {
 		return nil, err
 	}
-	return d.keys, nil
+	var out []SnapKey
+	for _, k := range sortedKeys(n.keys) {
+		ks := n.keys[k]
+		out = append(out, SnapKey{Key: k, Limit: ks.limit, Blocked: ks.blocked, Waiters: ks.waiters, Stolen: ks.stolen})
+	}
+	return out, nil
 }
 
 // WriteSnapshotV1 writes s in format 1 (JSON lines), as WriteTo did before

@@ -64,9 +64,26 @@ func (k *keyState) free() int {
 	return int(k.limit) - len(k.active) - len(k.blocked)
 }
 
+// holderIndex is what a holder has active. Its maps are made on first use.
 type holderIndex struct {
+	name     string // the holder; records of the holder share this string
 	leases   map[string]struct{}
 	sessions map[string]struct{}
+	pending  int // while restoring: active leases still to add
+}
+
+func (hi *holderIndex) addLease(id string) {
+	if hi.leases == nil {
+		hi.leases = make(map[string]struct{}, hi.pending)
+	}
+	hi.leases[id] = struct{}{}
+}
+
+func (hi *holderIndex) addSession(id string) {
+	if hi.sessions == nil {
+		hi.sessions = make(map[string]struct{})
+	}
+	hi.sessions[id] = struct{}{}
 }
 
 type pruneItem struct {
@@ -209,7 +226,7 @@ func (f *FSM) nextFence() uint64 {
 func (f *FSM) holder(h string) *holderIndex {
 	hi := f.holders[h]
 	if hi == nil {
-		hi = &holderIndex{leases: map[string]struct{}{}, sessions: map[string]struct{}{}}
+		hi = &holderIndex{name: h}
 		f.holders[h] = hi
 	}
 	return hi

@@ -184,11 +184,13 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
 		l.ExpiresTick = f.tick + c.TTLTicks
 		f.schedule(l.ExpiresTick+GraceTicks, kindLease, l.ID)
 	}
+	hi := f.holder(l.Holder)
+	l.Holder = hi.name // one string per holder, not one per lease
+	hi.addLease(l.ID)
 	f.leases[l.ID] = l
 	f.order.insert(l.ID)
 	f.active++
 	ks.active = append(ks.active, l.ID)
-	f.holder(l.Holder).leases[l.ID] = struct{}{}
 	if !c.IdemHash.IsZero() {
 		f.idem[c.IdemHash] = l.ID
 	}

@@ -51,17 +51,24 @@ func BenchmarkMillionLeases(b *testing.B) {
 			b.Fatal(err)
 		}
 		snap := time.Since(start)
+		runtime.GC()
+		var beforeRestore runtime.MemStats
+		runtime.ReadMemStats(&beforeRestore)
 		g := New()
 		start = time.Now()
 		if err := g.Restore(&buf); err != nil {
 			b.Fatal(err)
 		}
 		restore := time.Since(start)
+		runtime.GC()
+		var afterRestore runtime.MemStats
+		runtime.ReadMemStats(&afterRestore)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MiB")
 		b.ReportMetric(grant.Seconds(), "apply-s")
 		b.ReportMetric(snap.Seconds(), "snapshot-s")
 		b.ReportMetric(float64(buf.Cap())/(1<<20), "snapshot-MiB")
 		b.ReportMetric(restore.Seconds(), "restore-s")
+		b.ReportMetric(float64(afterRestore.HeapAlloc-beforeRestore.HeapAlloc)/(1<<20), "restored-heap-MiB")
 		runtime.KeepAlive(f)
 		runtime.KeepAlive(g)
 	}

@@ -29,7 +29,7 @@ func (f *FSM) sessionCreate(c *SessionCreate) Result {
 	f.sessions[s.ID] = s
 	f.sessIDs.insert(s.ID)
 	f.sessOpen++
-	f.holder(s.Holder).sessions[s.ID] = struct{}{}
+	f.holder(s.Holder).addSession(s.ID)
 	f.schedule(s.ExpiresTick+GraceTicks, kindSession, s.ID)
 	f.emit(Event{Type: EventSessionCreated, WallMS: c.WallMS, Session: s})
 	return Result{Session: s}

@@ -79,9 +79,58 @@ func (f *FSM) Snapshot() *Snapshot {
 func (s *Snapshot) Index() uint64 { return s.hdr.Index }
 
 func (s *Snapshot) sort() {
-	slices.SortFunc(s.leases, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
-	slices.SortFunc(s.sessions, func(a, b *Session) int { return strings.Compare(a.ID, b.ID) })
-	slices.SortFunc(s.keys, func(a, b snapKey) int { return strings.Compare(a.Key, b.Key) })
+	sortByName(s.leases, func(l **Lease) string { return (*l).ID })
+	sortByName(s.sessions, func(x **Session) string { return (*x).ID })
+	sortByName(s.keys, func(k *snapKey) string { return k.Key })
+}
+
+// sortByName sorts xs by name, which is distinct for each. Most ids share
+// a long prefix (a fixed "ls_" and then counters), where string comparison
+// spends its time, so it sorts by the 8 bytes after the prefix common to
+// all names first and compares whole names only where those are equal.
+func sortByName[T any](xs []T, name func(*T) string) {
+	if len(xs) < 2 {
+		return
+	}
+	first := name(&xs[0])
+	lcp := len(first)
+	for i := range xs {
+		n := name(&xs[i])
+		j := 0
+		for j < lcp && j < len(n) && n[j] == first[j] {
+			j++
+		}
+		lcp = j
+	}
+	type entry struct {
+		k uint64
+		i int
+	}
+	es := make([]entry, len(xs))
+	for i := range xs {
+		var k uint64
+		n := name(&xs[i])[lcp:]
+		for j := range 8 {
+			k <<= 8
+			if j < len(n) {
+				k |= uint64(n[j])
+			}
+		}
+		es[i] = entry{k, i}
+	}
+	// k orders names consistently: a name that ends within the 8 bytes
+	// counts as padded with zero bytes, and equal k fall back to the names.
+	slices.SortFunc(es, func(a, b entry) int {
+		if c := cmp.Compare(a.k, b.k); c != 0 {
+			return c
+		}
+		return strings.Compare(name(&xs[a.i]), name(&xs[b.i]))
+	})
+	out := make([]T, len(xs))
+	for j, e := range es {
+		out[j] = xs[e.i]
+	}
+	copy(xs, out)
 }
 
 // WriteTo encodes the snapshot (format 2): the magic, then length-prefixed
@@ -263,26 +312,17 @@ func decodeRecord(body []byte, what string, i int, fn func(*dec)) error {
 	return nil
 }
 
-// restoreBinary reads a format 2 snapshot into a new state machine.
+// keyRec is a key's state as read from a snapshot.
+type keyRec struct {
+	key string
+	ks  *keyState
+}
+
+// restoreBinary reads a format 2 snapshot into a new state machine. Each
+// group of records is collected in a slice that grows with what was actually
+// read (the counts of the header only say when to stop), and its map is
+// made at its final size once the group is complete.
 func restoreBinary(br *bufio.Reader) (*FSM, error) {
-	d, err := readBinary(br)
-	if err != nil {
-		return nil, err
-	}
-	return build(d.hdr, d.leases, d.sessions, d.keys)
-}
-
-// snapData is the records of a snapshot as read.
-type snapData struct {
-	hdr      snapHeader
-	keys     []snapKey
-	sessions []*Session
-	leases   []*Lease
-}
-
-// readBinary reads the records of a format 2 snapshot, checking their
-// encoding and order but not how they fit together (build does).
-func readBinary(br *bufio.Reader) (*snapData, error) {
 	magic := make([]byte, len(snapMagic))
 	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != snapMagic {
 		return nil, errors.New("fsm: not a snapshot (bad magic)")
@@ -292,75 +332,91 @@ func readBinary(br *bufio.Reader) (*snapData, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm: snapshot header: %w", err)
 	}
-	s := &snapData{}
-	hdr := &s.hdr
+	var hdr snapHeader
 	if err := decodeRecord(body, "header", 0, hdr.decode); err != nil {
 		return nil, err
 	}
-	// Records are collected in slices that grow with what was actually
-	// read; the counts of the header only say when to stop.
+	n := New()
+	var keys []keyRec
 	for i := 0; i < hdr.Keys; i++ {
 		body, err := rr.next()
 		if err != nil {
 			return nil, fmt.Errorf("fsm: snapshot key %d: %w", i, err)
 		}
-		var k snapKey
-		if err := decodeRecord(body, "key", i, k.decode); err != nil {
+		var k keyRec
+		if err := decodeRecord(body, "key", i, func(d *dec) { decodeKey(d, &k) }); err != nil {
 			return nil, err
 		}
-		if i > 0 && k.Key <= s.keys[i-1].Key {
+		if i > 0 && k.key <= keys[i-1].key {
 			return nil, fmt.Errorf("fsm: snapshot key %d: keys not in strictly increasing order", i)
 		}
-		s.keys = append(s.keys, k)
+		keys = append(keys, k)
 	}
+	n.keys = make(map[string]*keyState, len(keys))
+	for _, k := range keys {
+		n.keys[k.key] = k.ks
+	}
+	var sessions []*Session
 	for i := 0; i < hdr.Sessions; i++ {
 		body, err := rr.next()
 		if err != nil {
 			return nil, fmt.Errorf("fsm: snapshot session %d: %w", i, err)
 		}
 		x := new(Session)
-		if err := decodeRecord(body, "session", i, func(d *dec) { decodeSession(d, x) }); err != nil {
+		if err := decodeRecord(body, "session", i, func(d *dec) { n.decodeSession(d, x) }); err != nil {
 			return nil, err
 		}
-		if i > 0 && x.ID <= s.sessions[i-1].ID || x.ID == "" {
+		if i > 0 && x.ID <= sessions[i-1].ID || x.ID == "" {
 			return nil, fmt.Errorf("fsm: snapshot session %d: ids not in strictly increasing order", i)
 		}
-		s.sessions = append(s.sessions, x)
+		sessions = append(sessions, x)
 	}
+	n.sessions = make(map[string]*Session, len(sessions))
+	for _, x := range sessions {
+		n.sessions[x.ID] = x
+	}
+	var leases []*Lease
 	for i := 0; i < hdr.Leases; i++ {
 		body, err := rr.next()
 		if err != nil {
 			return nil, fmt.Errorf("fsm: snapshot lease %d: %w", i, err)
 		}
 		l := new(Lease)
-		if err := decodeRecord(body, "lease", i, func(d *dec) { decodeLease(d, l) }); err != nil {
+		if err := decodeRecord(body, "lease", i, func(d *dec) { n.decodeLease(d, l) }); err != nil {
 			return nil, err
 		}
-		if i > 0 && l.ID <= s.leases[i-1].ID || l.ID == "" {
+		if i > 0 && l.ID <= leases[i-1].ID || l.ID == "" {
 			return nil, fmt.Errorf("fsm: snapshot lease %d: ids not in strictly increasing order", i)
 		}
-		s.leases = append(s.leases, l)
+		leases = append(leases, l)
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		return nil, errors.New("fsm: trailing data in snapshot")
 	}
-	return s, nil
+	n.setHeader(hdr)
+	if err := n.rebuild(keys, sessions, leases); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
-// build makes a state machine of the records of a snapshot, each group
-// sorted by id (key) without duplicates, and derives every index from them.
-func build(hdr snapHeader, leases []*Lease, sessions []*Session, keys []snapKey) (*FSM, error) {
-	n := New()
+func (n *FSM) setHeader(hdr snapHeader) {
 	n.index, n.tick, n.periodMS, n.wallMS, n.fence = hdr.Index, hdr.Tick, hdr.PeriodMS, hdr.WallMS, hdr.Fence
+}
+
+// rebuild derives every index from the records of a snapshot, each group
+// sorted by key or id without duplicates. The keys and sessions are already
+// in their maps.
+func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error {
 	for i, k := range keys {
-		for _, w := range k.Waiters {
+		for _, w := range k.ks.waiters {
 			if w.Cmd == nil {
-				return nil, fmt.Errorf("fsm: snapshot key %d: waiter without a command", i)
+				return fmt.Errorf("fsm: snapshot key %d: waiter without a command", i)
 			}
 		}
-		n.keys[k.Key] = &keyState{limit: k.Limit, blocked: k.Blocked, waiters: k.Waiters, stolen: k.Stolen}
 	}
 	var ended []pruneItem
+	n.leases = make(map[string]*Lease, len(leases))
 	for _, l := range leases {
 		n.leases[l.ID] = l
 		if !l.IdemHash.IsZero() {
@@ -372,29 +428,34 @@ func build(hdr snapHeader, leases []*Lease, sessions []*Session, keys []snapKey)
 		}
 		ks := n.keys[l.Key]
 		if ks == nil {
-			return nil, fmt.Errorf("fsm: snapshot: active lease %s on key without state", l.ID)
+			return fmt.Errorf("fsm: snapshot: active lease %s on key without state", l.ID)
 		}
 		ks.active = append(ks.active, l.ID)
 		n.active++
-		n.holder(l.Holder).leases[l.ID] = struct{}{}
+		n.holder(l.Holder).addLease(l.ID)
 		if l.SessionID == "" {
 			n.schedule(l.ExpiresTick+GraceTicks, kindLease, l.ID)
 		}
 	}
 	n.order.fromSorted(len(leases), func(i int) string { return leases[i].ID })
 	for _, s := range sessions {
-		n.sessions[s.ID] = s
 		if s.State != SessionActive {
 			ended = append(ended, pruneItem{tick: s.EndedTick, kind: kindSession, id: s.ID})
 			continue
 		}
 		n.sessOpen++
-		n.holder(s.Holder).sessions[s.ID] = struct{}{}
+		n.holder(s.Holder).addSession(s.ID)
 		n.schedule(s.ExpiresTick+GraceTicks, kindSession, s.ID)
 	}
 	n.sessIDs.fromSorted(len(sessions), func(i int) string { return sessions[i].ID })
+	for h, hi := range n.holders {
+		hi.pending = 0
+		if len(hi.leases) == 0 && len(hi.sessions) == 0 {
+			delete(n.holders, h) // interned for a record that has ended
+		}
+	}
 	for _, k := range keys {
-		ks := n.keys[k.Key]
+		ks := k.ks
 		if len(ks.active) > 1 {
 			// Grant order; ids break ties (only a damaged snapshot has them).
 			slices.SortStableFunc(ks.active, func(a, b string) int {
@@ -402,21 +463,44 @@ func build(hdr snapHeader, leases []*Lease, sessions []*Session, keys []snapKey)
 			})
 		}
 		for _, w := range ks.waiters {
-			n.waiting[w.Cmd.LeaseID] = k.Key
-			n.schedule(w.Deadline, kindWait, k.Key+"\x00"+w.Cmd.LeaseID)
+			n.waiting[w.Cmd.LeaseID] = k.key
+			n.schedule(w.Deadline, kindWait, k.key+"\x00"+w.Cmd.LeaseID)
 			if !w.Cmd.IdemHash.IsZero() {
 				n.idem[w.Cmd.IdemHash] = w.Cmd.LeaseID
 			}
 		}
 		for _, b := range ks.blocked {
-			n.schedule(b.Until, kindDelay, k.Key)
+			n.schedule(b.Until, kindDelay, k.key)
 		}
 	}
 	slices.SortFunc(ended, func(a, b pruneItem) int {
 		return cmp.Or(cmp.Compare(a.tick, b.tick), cmp.Compare(a.kind, b.kind), strings.Compare(a.id, b.id))
 	})
 	n.prune = ended
-	return n, nil
+	return nil
+}
+
+// internHolder returns the holder named b, its string shared with every
+// record of the holder. The holder is entered in the holder index (rebuild
+// removes it again if nothing active refers to it).
+func (n *FSM) internHolder(b []byte) *holderIndex {
+	if hi := n.holders[string(b)]; hi != nil {
+		return hi
+	}
+	return n.holder(string(b))
+}
+
+// knownReasons are the end reasons the state machine sets itself; a decoded
+// reason equal to one shares its string.
+var knownReasons = [...]string{ReasonExpired, ReasonSessionEnded, ReasonHolderReleased, ReasonRevoked, ReasonReleased, "ended"}
+
+func internReason(b []byte) string {
+	for _, r := range knownReasons {
+		if string(b) == r {
+			return r
+		}
+	}
+	return string(b)
 }
 
 // Record codecs of format 2, in the style of the log's (codec.go): fields in
@@ -514,29 +598,30 @@ func (k *snapKey) encode(e *enc) {
 	}
 }
 
-func (k *snapKey) decode(d *dec) {
-	k.Key = d.str()
-	k.Limit = d.uint32()
+func decodeKey(d *dec, k *keyRec) {
+	k.key = d.str()
+	ks := &keyState{limit: d.uint32()}
+	k.ks = ks
 	if n := d.count(2); n > 0 {
-		k.Blocked = make([]blocked, n)
-		for i := range k.Blocked {
-			k.Blocked[i].Until = d.uvarint()
-			k.Blocked[i].LeaseID = d.str()
+		ks.blocked = make([]blocked, n)
+		for i := range ks.blocked {
+			ks.blocked[i].Until = d.uvarint()
+			ks.blocked[i].LeaseID = d.str()
 		}
 	}
 	if n := d.count(waiterBytes); n > 0 {
-		k.Waiters = make([]waiter, n)
-		for i := range k.Waiters {
-			k.Waiters[i].Deadline = d.uvarint()
+		ks.waiters = make([]waiter, n)
+		for i := range ks.waiters {
+			ks.waiters[i].Deadline = d.uvarint()
 			c := new(Acquire)
 			c.decode(d)
-			k.Waiters[i].Cmd = c
+			ks.waiters[i].Cmd = c
 		}
 	}
 	if n := d.count(1); n > 0 {
-		k.Stolen = make([]string, n)
-		for i := range k.Stolen {
-			k.Stolen[i] = d.str()
+		ks.stolen = make([]string, n)
+		for i := range ks.stolen {
+			ks.stolen[i] = d.str()
 		}
 	}
 }
@@ -562,9 +647,9 @@ func encodeSession(e *enc, s *Session) {
 	e.str(s.EndReason)
 }
 
-func decodeSession(d *dec, s *Session) {
+func (n *FSM) decodeSession(d *dec, s *Session) {
 	s.ID = d.str()
-	s.Holder = d.str()
+	s.Holder = n.internHolder(d.strBytes()).name
 	s.State = d.state(sessionStates)
 	s.TokenHash = d.hash()
 	s.TTLMS = d.varint()
@@ -582,7 +667,7 @@ func decodeSession(d *dec, s *Session) {
 	}
 	s.EndedTick = d.uvarint()
 	s.EndedWallMS = d.varint()
-	s.EndReason = d.str()
+	s.EndReason = internReason(d.strBytes())
 }
 
 // encodeLease writes a lease. The idempotency hashes, zero for most leases,
@@ -617,13 +702,27 @@ func encodeLease(e *enc, l *Lease) {
 	e.bytes(l.SealedToken)
 }
 
-func decodeLease(d *dec, l *Lease) {
-	l.ID = d.str()
-	l.Key = d.str()
-	l.Holder = d.str()
+// decodeLease reads a lease. Its id and key share one allocation; its
+// holder, session id and end reason share the strings of other records.
+func (n *FSM) decodeLease(d *dec, l *Lease) {
+	id, key := d.strBytes(), d.strBytes()
+	var arr [96]byte
+	idKey := string(append(append(arr[:0], id...), key...))
+	l.ID, l.Key = idKey[:len(id)], idKey[len(id):]
+	hi := n.internHolder(d.strBytes())
+	l.Holder = hi.name
 	l.Limit = d.uint32()
-	l.SessionID = d.str()
+	if sid := d.strBytes(); len(sid) > 0 {
+		if s := n.sessions[string(sid)]; s != nil {
+			l.SessionID = s.ID
+		} else {
+			l.SessionID = string(sid)
+		}
+	}
 	l.State = d.state(leaseStates)
+	if l.State == StateActive {
+		hi.pending++
+	}
 	l.Fence = d.uvarint()
 	l.TokenHash = d.hash()
 	l.TTLMS = d.varint()
@@ -636,7 +735,7 @@ func decodeLease(d *dec, l *Lease) {
 	l.EndedWallMS = d.varint()
 	l.RenewalCount = d.uint32()
 	l.Metadata = d.strmap()
-	l.EndReason = d.str()
+	l.EndReason = internReason(d.strBytes())
 	l.LockDelayTicks = d.uvarint()
 	if d.bool() {
 		l.IdemHash = d.hash()

@@ -81,5 +81,18 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 			return nil, fmt.Errorf("fsm: snapshot: duplicate key %q", keys[i].Key)
 		}
 	}
-	return build(hdr, leases, sessions, keys)
+	n := New()
+	n.setHeader(hdr)
+	recs := make([]keyRec, len(keys))
+	for i, k := range keys {
+		recs[i] = keyRec{key: k.Key, ks: &keyState{limit: k.Limit, blocked: k.Blocked, waiters: k.Waiters, stolen: k.Stolen}}
+		n.keys[k.Key] = recs[i].ks
+	}
+	for _, x := range sessions {
+		n.sessions[x.ID] = x
+	}
+	if err := n.rebuild(recs, sessions, leases); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
