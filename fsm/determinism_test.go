@@ -3,6 +3,7 @@ package fsm_test
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -340,4 +341,26 @@ func snapshotV1(t testing.TB, f *fsm.FSM) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// TestRestoreFormat1 restores a format 1 snapshot written by the code before
+// format 2 (testdata/snapshot_v1.json: the state after entry 58 of
+// randomLog(2), with waiters, lock-delays, stolen slots, sessions and
+// idempotent leases) to the state that replaying the log gives.
+func TestRestoreFormat1(t *testing.T) {
+	old, err := os.ReadFile("testdata/snapshot_v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReplica(t)
+	for i, e := range randomLog(t, 2, 58) {
+		r.apply(uint64(i+1), e)
+	}
+	want := snapshotBytes(t, r.f)
+	if got := snapshotBytes(t, restored(t, old)); !bytes.Equal(got, want) {
+		t.Fatal("the format 1 snapshot restores to another state than replaying the log gives")
+	}
+	if got := snapshotV1(t, r.f); len(got) != len(old) {
+		t.Fatalf("format 1 rendering of the state is %d bytes, the snapshot %d", len(got), len(old))
+	}
 }

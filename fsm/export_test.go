@@ -27,7 +27,7 @@ func SnapshotKeys(snap []byte) ([]SnapKey, error) {
 	var out []SnapKey
 	for _, k := range sortedKeys(n.keys) {
 		ks := n.keys[k]
-		out = append(out, SnapKey{Key: k, Limit: ks.limit, Blocked: ks.blocked, Waiters: ks.waiters, Stolen: ks.stolen})
+		out = append(out, SnapKey{Key: k, Limit: ks.limit, Blocked: ks.blocked(), Waiters: ks.waiters(), Stolen: ks.stolen()})
 	}
 	return out, nil
 }
@@ -44,7 +44,7 @@ func WriteSnapshotV1(s *Snapshot, w io.Writer) error {
 		return err
 	}
 	for _, l := range s.leases {
-		if err := enc.Encode(l); err != nil {
+		if err := enc.Encode(leaseV1{Lease: *l, IdemHash: l.idemHash(), Fingerprint: l.fingerprint()}); err != nil {
 			return err
 		}
 	}

@@ -48,20 +48,62 @@ type waiter struct {
 }
 
 // keyState is everything about one key that is not in its lease records.
+// Lock-delays, waiters and stolen slots are behind a pointer that is nil
+// while there are none (for most keys, all the time).
 type keyState struct {
-	limit   uint32
-	active  []string  // active lease ids in grant (fence) order
+	limit  uint32
+	active []string // active lease ids in grant (fence) order
+	more   *keyMore
+}
+
+type keyMore struct {
 	blocked []blocked // slots in lock-delay
 	waiters []waiter  // queued acquires, first come first served
 	stolen  []string  // leases that ended involuntarily, slot not yet re-granted
 }
 
+func (k *keyState) blocked() []blocked {
+	if k.more == nil {
+		return nil
+	}
+	return k.more.blocked
+}
+
+func (k *keyState) waiters() []waiter {
+	if k.more == nil {
+		return nil
+	}
+	return k.more.waiters
+}
+
+func (k *keyState) stolen() []string {
+	if k.more == nil {
+		return nil
+	}
+	return k.more.stolen
+}
+
+// ext returns the key's keyMore for a change, making it if need be.
+func (k *keyState) ext() *keyMore {
+	if k.more == nil {
+		k.more = new(keyMore)
+	}
+	return k.more
+}
+
+// tidy drops the keyMore once it holds nothing.
+func (k *keyState) tidy() {
+	if m := k.more; m != nil && len(m.blocked) == 0 && len(m.waiters) == 0 && len(m.stolen) == 0 {
+		k.more = nil
+	}
+}
+
 func (k *keyState) inUse() bool {
-	return len(k.active) > 0 || len(k.blocked) > 0 || len(k.waiters) > 0
+	return len(k.active) > 0 || len(k.blocked()) > 0 || len(k.waiters()) > 0
 }
 
 func (k *keyState) free() int {
-	return int(k.limit) - len(k.active) - len(k.blocked)
+	return int(k.limit) - len(k.active) - len(k.blocked())
 }
 
 // holderIndex is what a holder has active. Its maps are made on first use.

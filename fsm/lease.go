@@ -67,13 +67,13 @@ func (f *FSM) acquire(c *Acquire) Result {
 	if !ks.inUse() {
 		ks.limit = c.Limit
 	}
-	if ks.free() > 0 && len(ks.waiters) == 0 {
+	if ks.free() > 0 && len(ks.waiters()) == 0 {
 		l := f.grant(c, ks, sess)
 		return Result{Lease: l}
 	}
 	if c.WaitTicks > 0 {
 		w := waiter{Cmd: c, Deadline: f.tick + c.WaitTicks}
-		ks.waiters = append(ks.waiters, w)
+		ks.ext().waiters = append(ks.waiters(), w)
 		f.waiting[c.LeaseID] = c.Key
 		f.schedule(w.Deadline, kindWait, c.Key+"\x00"+c.LeaseID)
 		if !c.IdemHash.IsZero() {
@@ -89,9 +89,9 @@ func (f *FSM) acquire(c *Acquire) Result {
 // busyError explains why no slot is free: LOCK_DELAY when a blocked slot is
 // what stands in the way, LEASE_HELD otherwise.
 func (f *FSM) busyError(key string, ks *keyState) *Error {
-	if len(ks.blocked) > 0 && len(ks.active) < int(ks.limit) {
-		until := ks.blocked[0].Until
-		for _, b := range ks.blocked {
+	if len(ks.blocked()) > 0 && len(ks.active) < int(ks.limit) {
+		until := ks.blocked()[0].Until
+		for _, b := range ks.blocked() {
 			until = min(until, b.Until)
 		}
 		return &Error{Code: CodeLockDelay, Key: key, RemainingMS: f.remainingMS(until),
@@ -103,15 +103,15 @@ func (f *FSM) busyError(key string, ks *keyState) *Error {
 		holders = append(holders, HolderInfo{Holder: l.Holder, LeaseID: l.ID, RemainingMS: f.remainingMS(f.leaseEnd(l))})
 	}
 	msg := "key " + quote(key) + " is held"
-	if len(ks.waiters) > 0 {
-		msg += " and " + itoa(uint64(len(ks.waiters))) + " acquires are queued for it"
+	if len(ks.waiters()) > 0 {
+		msg += " and " + itoa(uint64(len(ks.waiters()))) + " acquires are queued for it"
 	}
 	return &Error{Code: CodeLeaseHeld, Key: key, Holders: holders, Message: msg}
 }
 
 func (f *FSM) replay(id string, c *Acquire) Result {
 	if l := f.leases[id]; l != nil {
-		if l.Fingerprint != c.Fingerprint {
+		if l.fingerprint() != c.Fingerprint {
 			return Result{Err: Errorf(CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
 		}
 		return Result{Lease: l, Replayed: true}
@@ -122,7 +122,7 @@ func (f *FSM) replay(id string, c *Acquire) Result {
 			continue
 		}
 		if i := f.findWaiter(key, id); i >= 0 {
-			w := ks.waiters[i].Cmd
+			w := ks.waiters()[i].Cmd
 			if w.Fingerprint != c.Fingerprint {
 				return Result{Err: Errorf(CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
 			}
@@ -138,7 +138,7 @@ func (f *FSM) findWaiter(key, id string) int {
 	if ks == nil {
 		return -1
 	}
-	for i, w := range ks.waiters {
+	for i, w := range ks.waiters() {
 		if w.Cmd.LeaseID == id {
 			return i
 		}
@@ -170,8 +170,8 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
 		ID: c.LeaseID, Key: c.Key, Holder: c.Holder, Limit: c.Limit, State: StateActive,
 		Fence: f.nextFence(), TokenHash: c.TokenHash, TTLMS: c.TTLMS, TTLTicks: c.TTLTicks,
 		AcquiredTick: f.tick, AcquiredWallMS: c.WallMS, Metadata: c.Metadata,
-		LockDelayTicks: c.LockDelayTicks, IdemHash: c.IdemHash, SealedToken: c.SealedToken,
-		Fingerprint: c.Fingerprint,
+		LockDelayTicks: c.LockDelayTicks, SealedToken: c.SealedToken,
+		idem: newLeaseIdem(c.IdemHash, c.Fingerprint),
 	}
 	if sess != nil {
 		l.SessionID = sess.ID
@@ -195,9 +195,10 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
 		f.idem[c.IdemHash] = l.ID
 	}
 	var prev string
-	if len(ks.stolen) > 0 {
-		prev = ks.stolen[0]
-		ks.stolen = ks.stolen[1:]
+	if len(ks.stolen()) > 0 {
+		prev = ks.stolen()[0]
+		ks.more.stolen = ks.more.stolen[1:]
+		ks.tidy()
 	}
 	f.emit(Event{Type: EventAcquired, WallMS: c.WallMS, Key: l.Key, Lease: l, Previous: prev})
 	return l
@@ -236,10 +237,10 @@ func (f *FSM) end(l *Lease, o endOpts) *Lease {
 	}
 	f.prune = append(f.prune, pruneItem{tick: f.tick, kind: kindLease, id: l.ID})
 	if o.delay {
-		ks.stolen = append(ks.stolen, l.ID)
+		ks.ext().stolen = append(ks.stolen(), l.ID)
 		if l.LockDelayTicks > 0 {
 			until := f.tick + l.LockDelayTicks
-			ks.blocked = append(ks.blocked, blocked{Until: until, LeaseID: l.ID})
+			ks.ext().blocked = append(ks.blocked(), blocked{Until: until, LeaseID: l.ID})
 			f.schedule(until, kindDelay, l.Key)
 		}
 	}
@@ -258,9 +259,9 @@ func (f *FSM) end(l *Lease, o endOpts) *Lease {
 // pump grants queued acquires on key while slots are free, then forgets the
 // key if nothing refers to it any more.
 func (f *FSM) pump(key string, ks *keyState) {
-	for ks.free() > 0 && len(ks.waiters) > 0 {
-		w := ks.waiters[0]
-		ks.waiters = ks.waiters[1:]
+	for ks.free() > 0 && len(ks.waiters()) > 0 {
+		w := ks.waiters()[0]
+		ks.ext().waiters = ks.waiters()[1:]
 		c := w.Cmd
 		delete(f.waiting, c.LeaseID)
 		if _, dup := f.leases[c.LeaseID]; dup {
@@ -293,7 +294,8 @@ func (f *FSM) forgetIdem(h Hash, id string) {
 }
 
 func (f *FSM) dropKey(key string, ks *keyState) {
-	if !ks.inUse() && len(ks.stolen) == 0 {
+	ks.tidy()
+	if !ks.inUse() && len(ks.stolen()) == 0 {
 		delete(f.keys, key)
 	}
 }
@@ -445,7 +447,7 @@ func (f *FSM) dropWaitersOf(holder string) int {
 		if ks == nil || i < 0 {
 			continue
 		}
-		c := ks.waiters[i].Cmd
+		c := ks.waiters()[i].Cmd
 		owner := c.Holder
 		if c.SessionID != "" {
 			if s := f.sessions[c.SessionID]; s != nil {
@@ -455,7 +457,7 @@ func (f *FSM) dropWaitersOf(holder string) int {
 		if owner != holder {
 			continue
 		}
-		ks.waiters = slices.Delete(slices.Clone(ks.waiters), i, i+1)
+		ks.ext().waiters = slices.Delete(slices.Clone(ks.waiters()), i, i+1)
 		delete(f.waiting, id)
 		f.forgetIdem(c.IdemHash, id)
 		f.notices = append(f.notices, Notice{LeaseID: id, Err: Errorf(CodeLeaseRevoked, "all leases of holder %s were released while this acquire waited", holder)})
@@ -471,8 +473,8 @@ func (f *FSM) cancelWait(c *CancelWait) {
 		return
 	}
 	if i := f.findWaiter(c.Key, c.LeaseID); i >= 0 {
-		f.forgetIdem(ks.waiters[i].Cmd.IdemHash, c.LeaseID)
-		ks.waiters = slices.Delete(slices.Clone(ks.waiters), i, i+1)
+		f.forgetIdem(ks.waiters()[i].Cmd.IdemHash, c.LeaseID)
+		ks.ext().waiters = slices.Delete(slices.Clone(ks.waiters()), i, i+1)
 		delete(f.waiting, c.LeaseID)
 		f.pump(c.Key, ks)
 	}

@@ -53,11 +53,11 @@ func (f *FSM) ActiveOnKey(key string) []*Lease {
 // KeyLockDelay returns the end tick of the earliest lock-delay on key, or 0.
 func (f *FSM) KeyLockDelay(key string) uint64 {
 	ks := f.keys[key]
-	if ks == nil || len(ks.blocked) == 0 {
+	if ks == nil || len(ks.blocked()) == 0 {
 		return 0
 	}
-	until := ks.blocked[0].Until
-	for _, b := range ks.blocked {
+	until := ks.blocked()[0].Until
+	for _, b := range ks.blocked() {
 		until = min(until, b.Until)
 	}
 	return until

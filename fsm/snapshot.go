@@ -68,8 +68,8 @@ func (f *FSM) Snapshot() *Snapshot {
 	}
 	s.keys = make([]snapKey, 0, len(f.keys))
 	for k, ks := range f.keys {
-		s.keys = append(s.keys, snapKey{Key: k, Limit: ks.limit, Blocked: slices.Clone(ks.blocked),
-			Waiters: slices.Clone(ks.waiters), Stolen: slices.Clone(ks.stolen)})
+		s.keys = append(s.keys, snapKey{Key: k, Limit: ks.limit, Blocked: slices.Clone(ks.blocked()),
+			Waiters: slices.Clone(ks.waiters()), Stolen: slices.Clone(ks.stolen())})
 	}
 	s.hdr.Leases, s.hdr.Sessions, s.hdr.Keys = len(s.leases), len(s.sessions), len(s.keys)
 	return s
@@ -409,7 +409,7 @@ func (n *FSM) setHeader(hdr snapHeader) {
 // in their maps.
 func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error {
 	for i, k := range keys {
-		for _, w := range k.ks.waiters {
+		for _, w := range k.ks.waiters() {
 			if w.Cmd == nil {
 				return fmt.Errorf("fsm: snapshot key %d: waiter without a command", i)
 			}
@@ -419,8 +419,8 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 	n.leases = make(map[string]*Lease, len(leases))
 	for _, l := range leases {
 		n.leases[l.ID] = l
-		if !l.IdemHash.IsZero() {
-			n.idem[l.IdemHash] = l.ID
+		if h := l.idemHash(); !h.IsZero() {
+			n.idem[h] = l.ID
 		}
 		if l.Terminal() {
 			ended = append(ended, pruneItem{tick: l.EndedTick, kind: kindLease, id: l.ID})
@@ -462,14 +462,14 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 				return cmp.Compare(n.leases[a].Fence, n.leases[b].Fence)
 			})
 		}
-		for _, w := range ks.waiters {
+		for _, w := range ks.waiters() {
 			n.waiting[w.Cmd.LeaseID] = k.key
 			n.schedule(w.Deadline, kindWait, k.key+"\x00"+w.Cmd.LeaseID)
 			if !w.Cmd.IdemHash.IsZero() {
 				n.idem[w.Cmd.IdemHash] = w.Cmd.LeaseID
 			}
 		}
-		for _, b := range ks.blocked {
+		for _, b := range ks.blocked() {
 			n.schedule(b.Until, kindDelay, k.key)
 		}
 	}
@@ -600,30 +600,38 @@ func (k *snapKey) encode(e *enc) {
 
 func decodeKey(d *dec, k *keyRec) {
 	k.key = d.str()
-	ks := &keyState{limit: d.uint32()}
-	k.ks = ks
+	var m keyMore
+	limit := d.uint32()
 	if n := d.count(2); n > 0 {
-		ks.blocked = make([]blocked, n)
-		for i := range ks.blocked {
-			ks.blocked[i].Until = d.uvarint()
-			ks.blocked[i].LeaseID = d.str()
+		m.blocked = make([]blocked, n)
+		for i := range m.blocked {
+			m.blocked[i].Until = d.uvarint()
+			m.blocked[i].LeaseID = d.str()
 		}
 	}
 	if n := d.count(waiterBytes); n > 0 {
-		ks.waiters = make([]waiter, n)
-		for i := range ks.waiters {
-			ks.waiters[i].Deadline = d.uvarint()
+		m.waiters = make([]waiter, n)
+		for i := range m.waiters {
+			m.waiters[i].Deadline = d.uvarint()
 			c := new(Acquire)
 			c.decode(d)
-			ks.waiters[i].Cmd = c
+			m.waiters[i].Cmd = c
 		}
 	}
 	if n := d.count(1); n > 0 {
-		ks.stolen = make([]string, n)
-		for i := range ks.stolen {
-			ks.stolen[i] = d.str()
+		m.stolen = make([]string, n)
+		for i := range m.stolen {
+			m.stolen[i] = d.str()
 		}
 	}
+	k.ks = newKeyState(limit, m)
+}
+
+// newKeyState returns the state of a key read from a snapshot.
+func newKeyState(limit uint32, m keyMore) *keyState {
+	ks := &keyState{limit: limit, more: &m}
+	ks.tidy()
+	return ks
 }
 
 func encodeSession(e *enc, s *Session) {
@@ -693,11 +701,10 @@ func encodeLease(e *enc, l *Lease) {
 	e.strmap(l.Metadata)
 	e.str(l.EndReason)
 	e.uvarint(l.LockDelayTicks)
-	idem := !l.IdemHash.IsZero() || !l.Fingerprint.IsZero()
-	e.bool(idem)
-	if idem {
-		e.hash(l.IdemHash)
-		e.hash(l.Fingerprint)
+	e.bool(l.idem != nil)
+	if l.idem != nil {
+		e.hash(l.idem.hash)
+		e.hash(l.idem.fingerprint)
 	}
 	e.bytes(l.SealedToken)
 }
@@ -738,9 +745,8 @@ func (n *FSM) decodeLease(d *dec, l *Lease) {
 	l.EndReason = internReason(d.strBytes())
 	l.LockDelayTicks = d.uvarint()
 	if d.bool() {
-		l.IdemHash = d.hash()
-		l.Fingerprint = d.hash()
-		if l.IdemHash.IsZero() && l.Fingerprint.IsZero() && d.err == nil {
+		h, fp := d.hash(), d.hash()
+		if l.idem = newLeaseIdem(h, fp); l.idem == nil && d.err == nil {
 			d.fail("idempotency hashes flagged but zero")
 		}
 	}

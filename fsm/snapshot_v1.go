@@ -15,6 +15,13 @@ import (
 // that the snapshots of older data directories restore.
 const snapshotFormatJSON = 1
 
+// leaseV1 is a lease as format 1 has it.
+type leaseV1 struct {
+	Lease
+	IdemHash    Hash `json:"idem_hash,omitzero"`
+	Fingerprint Hash `json:"fingerprint,omitzero"`
+}
+
 // restoreJSON reads a format 1 snapshot into a new state machine.
 func restoreJSON(br *bufio.Reader) (*FSM, error) {
 	dec := json.NewDecoder(br)
@@ -28,10 +35,12 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 	}
 	var leases []*Lease
 	for i := 0; i < hdr.Leases; i++ {
-		l := new(Lease)
-		if err := dec.Decode(l); err != nil {
+		var v leaseV1
+		if err := dec.Decode(&v); err != nil {
 			return nil, fmt.Errorf("fsm: snapshot lease %d: %w", i, err)
 		}
+		l := &v.Lease
+		l.idem = newLeaseIdem(v.IdemHash, v.Fingerprint)
 		if !slices.Contains(leaseStates, l.State) {
 			return nil, fmt.Errorf("fsm: snapshot lease %d: unknown state %q", i, l.State)
 		}
@@ -85,7 +94,7 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 	n.setHeader(hdr)
 	recs := make([]keyRec, len(keys))
 	for i, k := range keys {
-		recs[i] = keyRec{key: k.Key, ks: &keyState{limit: k.Limit, blocked: k.Blocked, waiters: k.Waiters, stolen: k.Stolen}}
+		recs[i] = keyRec{key: k.Key, ks: newKeyState(k.Limit, keyMore{blocked: k.Blocked, waiters: k.Waiters, stolen: k.Stolen})}
 		n.keys[k.Key] = recs[i].ks
 	}
 	for _, x := range sessions {

@@ -37,17 +37,22 @@ const (
 // Lease is one lease record. Records are copy-on-write: a *Lease handed out
 // by the state machine (in a result, an event or a query) is never modified
 // afterwards, so it may be read without locks.
+//
+// Fields are ordered to pack well (a million leases live in memory): what
+// only an idempotent acquire sets is behind one pointer.
 type Lease struct {
 	ID        string `json:"id"`
 	Key       string `json:"key"`
 	Holder    string `json:"holder"`
-	Limit     uint32 `json:"limit"`
 	SessionID string `json:"session_id,omitempty"`
 	State     State  `json:"state"`
-	Fence     uint64 `json:"fence"`
-	TokenHash Hash   `json:"token_hash"`
-	TTLMS     int64  `json:"ttl_ms,omitempty"`
-	TTLTicks  uint64 `json:"ttl_ticks,omitempty"`
+	Limit     uint32 `json:"limit"`
+	// RenewalCount counts renewals (saturating).
+	RenewalCount uint32 `json:"renewal_count,omitempty"`
+	Fence        uint64 `json:"fence"`
+	TokenHash    Hash   `json:"token_hash"`
+	TTLMS        int64  `json:"ttl_ms,omitempty"`
+	TTLTicks     uint64 `json:"ttl_ticks,omitempty"`
 	// ExpiresTick is the nominal end of a standalone lease (acquire or last
 	// renewal tick + TTLTicks); it expires when the tick reaches
 	// ExpiresTick+GraceTicks. Bound leases follow their session instead.
@@ -57,13 +62,40 @@ type Lease struct {
 	RenewedWallMS  int64             `json:"renewed_wall_ms,omitempty"`
 	EndedTick      uint64            `json:"ended_tick,omitempty"`
 	EndedWallMS    int64             `json:"ended_wall_ms,omitempty"`
-	RenewalCount   uint32            `json:"renewal_count,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	EndReason      string            `json:"end_reason,omitempty"`
 	LockDelayTicks uint64            `json:"lock_delay_ticks,omitempty"`
-	IdemHash       Hash              `json:"idem_hash,omitzero"`
 	SealedToken    []byte            `json:"sealed_token,omitempty"`
-	Fingerprint    Hash              `json:"fingerprint,omitzero"`
+	idem           *leaseIdem        // nil unless acquired with an idempotency key
+}
+
+// leaseIdem identifies the idempotent acquire that created a lease.
+type leaseIdem struct {
+	hash        Hash // of (holder, session, idempotency key)
+	fingerprint Hash // of the request
+}
+
+func newLeaseIdem(hash, fingerprint Hash) *leaseIdem {
+	if hash.IsZero() && fingerprint.IsZero() {
+		return nil
+	}
+	return &leaseIdem{hash: hash, fingerprint: fingerprint}
+}
+
+// idemHash is the lease's idempotency hash, zero for none.
+func (l *Lease) idemHash() Hash {
+	if l.idem == nil {
+		return Hash{}
+	}
+	return l.idem.hash
+}
+
+// fingerprint is the fingerprint of the request that created the lease.
+func (l *Lease) fingerprint() Hash {
+	if l.idem == nil {
+		return Hash{}
+	}
+	return l.idem.fingerprint
 }
 
 // Terminal reports whether the lease has ended.

@@ -54,11 +54,11 @@ func (f *FSM) applyTick(c *Tick) {
 func (f *FSM) waitTimeout(key, id string) {
 	ks := f.keys[key]
 	i := f.findWaiter(key, id)
-	if i < 0 || ks.waiters[i].Deadline > f.tick {
+	if i < 0 || ks.waiters()[i].Deadline > f.tick {
 		return
 	}
-	w := ks.waiters[i]
-	ks.waiters = slices.Delete(slices.Clone(ks.waiters), i, i+1)
+	w := ks.waiters()[i]
+	ks.ext().waiters = slices.Delete(slices.Clone(ks.waiters()), i, i+1)
 	delete(f.waiting, id)
 	f.forgetIdem(w.Cmd.IdemHash, id)
 	err := f.busyError(key, ks)
@@ -72,7 +72,7 @@ func (f *FSM) delayEnd(key string, wallMS int64) {
 		return
 	}
 	var ended []blocked
-	ks.blocked = slices.DeleteFunc(slices.Clone(ks.blocked), func(b blocked) bool {
+	ks.ext().blocked = slices.DeleteFunc(slices.Clone(ks.blocked()), func(b blocked) bool {
 		if b.Until <= f.tick {
 			ended = append(ended, b)
 			return true
@@ -102,9 +102,11 @@ func (f *FSM) pruneBefore(retain uint64) {
 			}
 			delete(f.leases, p.id)
 			f.order.remove(p.id)
-			f.forgetIdem(l.IdemHash, l.ID)
+			f.forgetIdem(l.idemHash(), l.ID)
 			if ks := f.keys[l.Key]; ks != nil {
-				ks.stolen = slices.DeleteFunc(ks.stolen, func(id string) bool { return id == l.ID })
+				if ks.more != nil {
+					ks.more.stolen = slices.DeleteFunc(ks.more.stolen, func(id string) bool { return id == l.ID })
+				}
 				f.dropKey(l.Key, ks)
 			}
 		case kindSession:
