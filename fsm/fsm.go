@@ -106,26 +106,11 @@ func (k *keyState) free() int {
 	return int(k.limit) - len(k.active) - len(k.blocked())
 }
 
-// holderIndex is what a holder has active. Its maps are made on first use.
+// holderIndex is what a holder has active, in id order.
 type holderIndex struct {
 	name     string // the holder; records of the holder share this string
-	leases   map[string]struct{}
-	sessions map[string]struct{}
-	pending  int // while restoring: active leases still to add
-}
-
-func (hi *holderIndex) addLease(id string) {
-	if hi.leases == nil {
-		hi.leases = make(map[string]struct{}, hi.pending)
-	}
-	hi.leases[id] = struct{}{}
-}
-
-func (hi *holderIndex) addSession(id string) {
-	if hi.sessions == nil {
-		hi.sessions = make(map[string]struct{})
-	}
-	hi.sessions[id] = struct{}{}
+	leases   idIndex
+	sessions idIndex
 }
 
 type pruneItem struct {
@@ -275,7 +260,7 @@ func (f *FSM) holder(h string) *holderIndex {
 }
 
 func (f *FSM) dropHolder(h string) {
-	if hi := f.holders[h]; hi != nil && len(hi.leases) == 0 && len(hi.sessions) == 0 {
+	if hi := f.holders[h]; hi != nil && hi.leases.n == 0 && hi.sessions.n == 0 {
 		delete(f.holders, h)
 	}
 }

@@ -1,146 +1,161 @@
 package fsm
 
-// idIndex is an ordered set of ids: a treap whose priorities are a hash of
-// the id, so its shape depends only on its contents (deterministic, no
-// randomness). It lets listings walk ids in order from a cursor without
-// sorting every record on every page.
+import (
+	"slices"
+	"sort"
+)
+
+// idChunk is the most ids one run of an idIndex holds; a longer one splits.
+const idChunk = 256
+
+// idIndex is an ordered set of ids: a list of sorted runs of at most idChunk
+// ids, each run's ids below the next run's. It lets listings walk ids in
+// order from a cursor without sorting every record on every page, and costs
+// about 20 bytes an id (a string header and some slack), a fraction of a
+// tree node per id. Inserting or removing moves at most a run's worth of
+// string headers. The zero value is an empty set.
 type idIndex struct {
-	root *treapNode
+	runs [][]string // sorted, none empty
 	n    int
 }
 
-type treapNode struct {
-	id          string
-	prio        uint64
-	left, right *treapNode
-}
-
-func treapPrio(s string) uint64 {
-	h := uint64(14695981039346656037) // FNV-1a
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
+// run returns the index of the run where id is or would go: the first whose
+// last id is >= id, or the last run.
+func (x *idIndex) run(id string) int {
+	i := sort.Search(len(x.runs), func(i int) bool {
+		r := x.runs[i]
+		return r[len(r)-1] >= id
+	})
+	return min(i, len(x.runs)-1)
 }
 
 func (x *idIndex) insert(id string) {
-	var added bool
-	x.root, added = treapInsert(x.root, id, treapPrio(id))
-	if added {
-		x.n++
+	if len(x.runs) == 0 {
+		x.runs = [][]string{{id}}
+		x.n = 1
+		return
 	}
+	i := len(x.runs) - 1
+	r := x.runs[i]
+	if last := r[len(r)-1]; id > last {
+		// Appending past the end, the common case for ids that grow: a
+		// full last run is left full.
+		x.n++
+		if len(r) < idChunk {
+			x.runs[i] = append(r, id)
+		} else {
+			x.runs = append(x.runs, append(make([]string, 0, 8), id))
+		}
+		return
+	}
+	i = x.run(id)
+	r = x.runs[i]
+	j, found := slices.BinarySearch(r, id)
+	if found {
+		return
+	}
+	x.n++
+	if len(r) < idChunk {
+		x.runs[i] = slices.Insert(r, j, id)
+		return
+	}
+	h := len(r) / 2
+	left, right := clipRun(r[:h], 1), clipRun(r[h:], 1)
+	if j <= h {
+		left = slices.Insert(left, j, id)
+	} else {
+		right = slices.Insert(right, j-h, id)
+	}
+	x.runs[i] = left
+	x.runs = slices.Insert(x.runs, i+1, right)
 }
 
-func treapInsert(t *treapNode, id string, p uint64) (*treapNode, bool) {
-	if t == nil {
-		return &treapNode{id: id, prio: p}, true
-	}
-	var added bool
-	switch {
-	case id < t.id:
-		t.left, added = treapInsert(t.left, id, p)
-		if t.left.prio > t.prio {
-			l := t.left
-			t.left, l.right = l.right, t
-			return l, added
-		}
-	case id > t.id:
-		t.right, added = treapInsert(t.right, id, p)
-		if t.right.prio > t.prio {
-			r := t.right
-			t.right, r.left = r.left, t
-			return r, added
-		}
-	}
-	return t, added
+// clipRun copies r into a new run with room for extra more ids.
+func clipRun(r []string, extra int) []string {
+	out := make([]string, len(r), len(r)+extra+len(r)/4)
+	copy(out, r)
+	return out
 }
 
 func (x *idIndex) remove(id string) {
-	var removed bool
-	x.root, removed = treapRemove(x.root, id)
-	if removed {
-		x.n--
+	if len(x.runs) == 0 {
+		return
 	}
-}
-
-func treapRemove(t *treapNode, id string) (*treapNode, bool) {
-	if t == nil {
-		return nil, false
+	i := x.run(id)
+	r := x.runs[i]
+	j, found := slices.BinarySearch(r, id)
+	if !found {
+		return
 	}
-	var removed bool
+	x.n--
+	r = slices.Delete(r, j, j+1)
 	switch {
-	case id < t.id:
-		t.left, removed = treapRemove(t.left, id)
-	case id > t.id:
-		t.right, removed = treapRemove(t.right, id)
+	case len(r) == 0:
+		x.runs = slices.Delete(x.runs, i, i+1)
+		if len(x.runs) == 0 {
+			x.runs = nil
+		}
+		return
+	case i+1 < len(x.runs) && len(r)+len(x.runs[i+1]) <= idChunk/2:
+		x.runs[i] = append(clipRun(r, len(x.runs[i+1])), x.runs[i+1]...)
+		x.runs = slices.Delete(x.runs, i+1, i+2)
+	case i > 0 && len(r)+len(x.runs[i-1]) <= idChunk/2:
+		x.runs[i-1] = append(clipRun(x.runs[i-1], len(r)), r...)
+		x.runs = slices.Delete(x.runs, i, i+1)
+	case cap(r) >= 4*len(r)+16:
+		x.runs[i] = clipRun(r, 0) // give back what a shrunken run holds
 	default:
-		return treapMerge(t.left, t.right), true
-	}
-	return t, removed
-}
-
-func treapMerge(a, b *treapNode) *treapNode {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
-	case a.prio > b.prio:
-		a.right = treapMerge(a.right, b)
-		return a
-	default:
-		b.left = treapMerge(a, b.left)
-		return b
+		x.runs[i] = r
 	}
 }
 
 // ascend calls fn for each id greater than after, in order, until fn
-// returns false.
+// returns false. fn must not change the index.
 func (x *idIndex) ascend(after string, fn func(id string) bool) {
-	var stack []*treapNode
-	t := x.root
-	for t != nil { // descend to the first id > after, remembering the path
-		if t.id > after {
-			stack = append(stack, t)
-			t = t.left
-		} else {
-			t = t.right
+	i := sort.Search(len(x.runs), func(i int) bool {
+		r := x.runs[i]
+		return r[len(r)-1] > after
+	})
+	for k := i; k < len(x.runs); k++ {
+		r := x.runs[k]
+		if k == i {
+			j, found := slices.BinarySearch(r, after)
+			if found {
+				j++
+			}
+			r = r[j:]
 		}
-	}
-	for len(stack) > 0 {
-		t = stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if !fn(t.id) {
-			return
-		}
-		for c := t.right; c != nil; c = c.left {
-			stack = append(stack, c)
+		for _, id := range r {
+			if !fn(id) {
+				return
+			}
 		}
 	}
 }
 
-// fromSorted replaces the contents with the n ids id(0) < id(1) < ... in
-// O(n): the treap of distinct priorities is unique, so building it along its
-// right spine gives the same tree as n inserts.
-func (x *idIndex) fromSorted(n int, id func(int) string) {
-	var spine []*treapNode
-	for i := range n {
-		s := id(i)
-		t := &treapNode{id: s, prio: treapPrio(s)}
-		var last *treapNode
-		for len(spine) > 0 && spine[len(spine)-1].prio < t.prio {
-			last = spine[len(spine)-1]
-			spine = spine[:len(spine)-1]
-		}
-		t.left = last
-		if len(spine) > 0 {
-			spine[len(spine)-1].right = t
-		}
-		spine = append(spine, t)
+// ids returns the ids in order.
+func (x *idIndex) ids() []string {
+	out := make([]string, 0, x.n)
+	for _, r := range x.runs {
+		out = append(out, r...)
 	}
-	x.root, x.n = nil, n
-	if len(spine) > 0 {
-		x.root = spine[0]
+	return out
+}
+
+// fromSorted replaces the contents with the n ids id(0) < id(1) < ...,
+// in runs three quarters full.
+func (x *idIndex) fromSorted(n int, id func(int) string) {
+	const size = idChunk * 3 / 4
+	x.runs, x.n = nil, n
+	if n == 0 {
+		return
+	}
+	x.runs = make([][]string, 0, (n+size-1)/size)
+	for i := 0; i < n; i += size {
+		r := make([]string, min(size, n-i))
+		for j := range r {
+			r[j] = id(i + j)
+		}
+		x.runs = append(x.runs, r)
 	}
 }

@@ -186,7 +186,7 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
 	}
 	hi := f.holder(l.Holder)
 	l.Holder = hi.name // one string per holder, not one per lease
-	hi.addLease(l.ID)
+	hi.leases.insert(l.ID)
 	f.leases[l.ID] = l
 	f.order.insert(l.ID)
 	f.active++
@@ -225,7 +225,7 @@ func (f *FSM) end(l *Lease, o endOpts) *Lease {
 	ks := f.keys[l.Key]
 	ks.active = slices.DeleteFunc(ks.active, func(id string) bool { return id == l.ID })
 	if hi := f.holders[l.Holder]; hi != nil {
-		delete(hi.leases, l.ID)
+		hi.leases.remove(l.ID)
 		f.dropHolder(l.Holder)
 	}
 	if l.SessionID != "" && !o.session {
@@ -422,11 +422,11 @@ func (f *FSM) releaseHolder(c *ReleaseHolder) Result {
 	if hi == nil {
 		return Result{Count: n}
 	}
-	for _, id := range sortedKeys(hi.leases) {
+	for _, id := range hi.leases.ids() {
 		f.end(f.leases[id], endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS})
 		n++
 	}
-	for _, id := range sortedKeys(hi.sessions) {
+	for _, id := range hi.sessions.ids() {
 		f.endSession(f.sessions[id], SessionEnded, reason, c.WallMS)
 		n++
 	}

@@ -93,13 +93,13 @@ func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
 		slices.SortFunc(out, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
 	case q.State == StateActive && q.Holder != "":
 		if hi := f.holders[q.Holder]; hi != nil {
-			for id := range hi.leases {
+			hi.leases.ascend(q.After, func(id string) bool {
 				if l := f.leases[id]; match(l) {
 					out = append(out, l)
 				}
-			}
+				return q.Limit == 0 || len(out) <= q.Limit
+			})
 		}
-		slices.SortFunc(out, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
 	default:
 		f.order.ascend(q.After, func(id string) bool {
 			if l := f.leases[id]; match(l) {

@@ -29,7 +29,7 @@ func (f *FSM) sessionCreate(c *SessionCreate) Result {
 	f.sessions[s.ID] = s
 	f.sessIDs.insert(s.ID)
 	f.sessOpen++
-	f.holder(s.Holder).addSession(s.ID)
+	f.holder(s.Holder).sessions.insert(s.ID)
 	f.schedule(s.ExpiresTick+GraceTicks, kindSession, s.ID)
 	f.emit(Event{Type: EventSessionCreated, WallMS: c.WallMS, Session: s})
 	return Result{Session: s}
@@ -86,7 +86,7 @@ func (f *FSM) endSession(s *Session, state State, reason string, wallMS int64) *
 	f.sessions[s.ID] = &ns
 	f.sessOpen--
 	if hi := f.holders[s.Holder]; hi != nil {
-		delete(hi.sessions, s.ID)
+		hi.sessions.remove(s.ID)
 	}
 	o := endOpts{state: StateReleased, reason: ReasonSessionEnded, wallMS: wallMS, session: true}
 	if state == SessionExpired {

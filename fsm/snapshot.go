@@ -432,7 +432,7 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 		}
 		ks.active = append(ks.active, l.ID)
 		n.active++
-		n.holder(l.Holder).addLease(l.ID)
+		n.holder(l.Holder).leases.insert(l.ID)
 		if l.SessionID == "" {
 			n.schedule(l.ExpiresTick+GraceTicks, kindLease, l.ID)
 		}
@@ -444,13 +444,12 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 			continue
 		}
 		n.sessOpen++
-		n.holder(s.Holder).addSession(s.ID)
+		n.holder(s.Holder).sessions.insert(s.ID)
 		n.schedule(s.ExpiresTick+GraceTicks, kindSession, s.ID)
 	}
 	n.sessIDs.fromSorted(len(sessions), func(i int) string { return sessions[i].ID })
 	for h, hi := range n.holders {
-		hi.pending = 0
-		if len(hi.leases) == 0 && len(hi.sessions) == 0 {
+		if hi.leases.n == 0 && hi.sessions.n == 0 {
 			delete(n.holders, h) // interned for a record that has ended
 		}
 	}
@@ -716,8 +715,7 @@ func (n *FSM) decodeLease(d *dec, l *Lease) {
 	var arr [96]byte
 	idKey := string(append(append(arr[:0], id...), key...))
 	l.ID, l.Key = idKey[:len(id)], idKey[len(id):]
-	hi := n.internHolder(d.strBytes())
-	l.Holder = hi.name
+	l.Holder = n.internHolder(d.strBytes()).name
 	l.Limit = d.uint32()
 	if sid := d.strBytes(); len(sid) > 0 {
 		if s := n.sessions[string(sid)]; s != nil {
@@ -727,9 +725,6 @@ func (n *FSM) decodeLease(d *dec, l *Lease) {
 		}
 	}
 	l.State = d.state(leaseStates)
-	if l.State == StateActive {
-		hi.pending++
-	}
 	l.Fence = d.uvarint()
 	l.TokenHash = d.hash()
 	l.TTLMS = d.varint()
