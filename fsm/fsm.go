@@ -181,6 +181,9 @@ func (f *FSM) Apply(index uint64, c Command) []Result {
 func (f *FSM) TakeEvents() []Event {
 	ev := f.events
 	f.events = nil
+	if len(ev) == 0 {
+		return nil // even if a tick made room for events it did not emit
+	}
 	return ev
 }
 

@@ -88,7 +88,15 @@ func (x *idIndex) remove(id string) {
 		return
 	}
 	x.n--
-	r = slices.Delete(r, j, j+1)
+	if j < len(r)/2 {
+		// Move the shorter side: ids are often removed in order (an
+		// expiry storm, pruning), so from the front of a run.
+		copy(r[1:j+1], r[:j])
+		r[0] = ""
+		r = r[1:]
+	} else {
+		r = slices.Delete(r, j, j+1)
+	}
 	switch {
 	case len(r) == 0:
 		x.runs = slices.Delete(x.runs, i, i+1)

@@ -1,6 +1,9 @@
 package fsm
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 func validateAcquire(c *Acquire) *Error {
 	if err := validID("lease_id", c.LeaseID); err != nil {
@@ -197,6 +200,7 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
 	var prev string
 	if len(ks.stolen()) > 0 {
 		prev = ks.stolen()[0]
+		ks.more.stolen[0] = ""
 		ks.more.stolen = ks.more.stolen[1:]
 		ks.tidy()
 	}
@@ -223,7 +227,7 @@ func (f *FSM) end(l *Lease, o endOpts) *Lease {
 	f.leases[l.ID] = &nl
 	f.active--
 	ks := f.keys[l.Key]
-	ks.active = slices.DeleteFunc(ks.active, func(id string) bool { return id == l.ID })
+	f.removeActive(ks, l)
 	if hi := f.holders[l.Holder]; hi != nil {
 		hi.leases.remove(l.ID)
 		f.dropHolder(l.Holder)
@@ -254,6 +258,34 @@ func (f *FSM) end(l *Lease, o endOpts) *Lease {
 	f.emit(Event{Type: typ, WallMS: o.wallMS, Key: l.Key, Lease: &nl, Reason: o.reason})
 	f.pump(l.Key, ks)
 	return &nl
+}
+
+// removeActive takes l out of the active ids of its key. They are in fence
+// order, so a long list (a semaphore's) is searched by fence rather than
+// scanned, and the shorter side of the list moves to close the gap.
+func (f *FSM) removeActive(ks *keyState, l *Lease) {
+	a := ks.active
+	i := -1
+	if len(a) > 16 {
+		j, _ := slices.BinarySearchFunc(a, l.Fence, func(id string, fence uint64) int {
+			return cmp.Compare(f.leases[id].Fence, fence)
+		})
+		if j < len(a) && a[j] == l.ID {
+			i = j
+		}
+	}
+	if i < 0 {
+		if i = slices.Index(a, l.ID); i < 0 {
+			return
+		}
+	}
+	if i < len(a)/2 {
+		copy(a[1:i+1], a[:i])
+		a[0] = ""
+		ks.active = a[1:]
+	} else {
+		ks.active = slices.Delete(a, i, i+1)
+	}
 }
 
 // pump grants queued acquires on key while slots are free, then forgets the

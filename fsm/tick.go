@@ -21,6 +21,10 @@ func (f *FSM) applyTick(c *Tick) {
 	}
 	due := f.buckets[f.tick]
 	delete(f.buckets, f.tick)
+	// Most due timers end something, with an event and a prune entry
+	// each: make room once.
+	f.events = slices.Grow(f.events, len(due))
+	f.prune = slices.Grow(f.prune, len(due))
 	slices.SortFunc(due, func(a, b timer) int {
 		return cmp.Or(cmp.Compare(a.kind, b.kind), strings.Compare(a.id, b.id))
 	})
@@ -104,8 +108,15 @@ func (f *FSM) pruneBefore(retain uint64) {
 			f.order.remove(p.id)
 			f.forgetIdem(l.idemHash(), l.ID)
 			if ks := f.keys[l.Key]; ks != nil {
-				if ks.more != nil {
-					ks.more.stolen = slices.DeleteFunc(ks.more.stolen, func(id string) bool { return id == l.ID })
+				if m := ks.more; m != nil && len(m.stolen) > 0 {
+					if m.stolen[0] == l.ID {
+						// Leases are pruned in the order they ended, which
+						// is the order they were stolen in.
+						m.stolen[0] = ""
+						m.stolen = m.stolen[1:]
+					} else {
+						m.stolen = slices.DeleteFunc(m.stolen, func(id string) bool { return id == l.ID })
+					}
 				}
 				f.dropKey(l.Key, ks)
 			}
