@@ -12,7 +12,7 @@ import (
 // Test hooks into the snapshot format.
 
 // SnapKey is the record of one key in a snapshot.
-type SnapKey = snapKey
+type SnapKey = snapKeyV1
 
 // SnapshotKeys returns the key records of a format 2 snapshot.
 func SnapshotKeys(snap []byte) ([]SnapKey, error) {
@@ -54,7 +54,11 @@ func WriteSnapshotV1(s *Snapshot, w io.Writer) error {
 		}
 	}
 	for _, k := range s.keys {
-		if err := enc.Encode(k); err != nil {
+		v := SnapKey{Key: k.key, Limit: k.limit}
+		if k.more != nil {
+			v.Blocked, v.Waiters, v.Stolen = k.more.blocked, k.more.waiters, k.more.stolen
+		}
+		if err := enc.Encode(v); err != nil {
 			return err
 		}
 	}
@@ -118,7 +122,8 @@ func EncodeLeaseRecord(l *Lease) []byte {
 // EncodeKeyRecord encodes the record of a key.
 func EncodeKeyRecord(k SnapKey) []byte {
 	e := enc{}
-	k.encode(&e)
+	sk := snapKey{key: k.Key, limit: k.Limit, more: &keyMore{blocked: k.Blocked, waiters: k.Waiters, stolen: k.Stolen}}
+	sk.encode(&e)
 	if e.err != nil {
 		panic(e.err)
 	}

@@ -36,12 +36,11 @@ type snapHeader struct {
 	Keys     int    `json:"keys"`
 }
 
+// snapKey is a key's state as captured by Snapshot.
 type snapKey struct {
-	Key     string    `json:"key"`
-	Limit   uint32    `json:"limit"`
-	Blocked []blocked `json:"blocked,omitempty"`
-	Waiters []waiter  `json:"waiters,omitempty"`
-	Stolen  []string  `json:"stolen,omitempty"`
+	key   string
+	limit uint32
+	more  *keyMore // a copy; nil when the key has none
 }
 
 // Snapshot is a point-in-time image of the state. Taking it is cheap (it
@@ -68,8 +67,12 @@ func (f *FSM) Snapshot() *Snapshot {
 	}
 	s.keys = make([]snapKey, 0, len(f.keys))
 	for k, ks := range f.keys {
-		s.keys = append(s.keys, snapKey{Key: k, Limit: ks.limit, Blocked: slices.Clone(ks.blocked()),
-			Waiters: slices.Clone(ks.waiters()), Stolen: slices.Clone(ks.stolen())})
+		sk := snapKey{key: k, limit: ks.limit}
+		if m := ks.more; m != nil {
+			// Apply changes these lists in place.
+			sk.more = &keyMore{blocked: slices.Clone(m.blocked), waiters: slices.Clone(m.waiters), stolen: slices.Clone(m.stolen)}
+		}
+		s.keys = append(s.keys, sk)
 	}
 	s.hdr.Leases, s.hdr.Sessions, s.hdr.Keys = len(s.leases), len(s.sessions), len(s.keys)
 	return s
@@ -81,7 +84,7 @@ func (s *Snapshot) Index() uint64 { return s.hdr.Index }
 func (s *Snapshot) sort() {
 	sortByName(s.leases, func(l **Lease) string { return (*l).ID })
 	sortByName(s.sessions, func(x **Session) string { return (*x).ID })
-	sortByName(s.keys, func(k *snapKey) string { return k.Key })
+	sortByName(s.keys, func(k *snapKey) string { return k.key })
 }
 
 // sortByName sorts xs by name, which is distinct for each. Most ids share
@@ -575,15 +578,19 @@ func (d *dec) records() int {
 const waiterBytes = 14 + 4*len(Hash{})
 
 func (k *snapKey) encode(e *enc) {
-	e.str(k.Key)
-	e.uvarint(uint64(k.Limit))
-	e.uvarint(uint64(len(k.Blocked)))
-	for _, b := range k.Blocked {
+	var m keyMore
+	if k.more != nil {
+		m = *k.more
+	}
+	e.str(k.key)
+	e.uvarint(uint64(k.limit))
+	e.uvarint(uint64(len(m.blocked)))
+	for _, b := range m.blocked {
 		e.uvarint(b.Until)
 		e.str(b.LeaseID)
 	}
-	e.uvarint(uint64(len(k.Waiters)))
-	for _, w := range k.Waiters {
+	e.uvarint(uint64(len(m.waiters)))
+	for _, w := range m.waiters {
 		if w.Cmd == nil {
 			e.fail(errors.New("fsm: waiter without a command"))
 			return
@@ -591,8 +598,8 @@ func (k *snapKey) encode(e *enc) {
 		e.uvarint(w.Deadline)
 		w.Cmd.encode(e)
 	}
-	e.uvarint(uint64(len(k.Stolen)))
-	for _, id := range k.Stolen {
+	e.uvarint(uint64(len(m.stolen)))
+	for _, id := range m.stolen {
 		e.str(id)
 	}
 }

@@ -15,6 +15,15 @@ import (
 // that the snapshots of older data directories restore.
 const snapshotFormatJSON = 1
 
+// snapKeyV1 is a key as format 1 has it.
+type snapKeyV1 struct {
+	Key     string    `json:"key"`
+	Limit   uint32    `json:"limit"`
+	Blocked []blocked `json:"blocked,omitempty"`
+	Waiters []waiter  `json:"waiters,omitempty"`
+	Stolen  []string  `json:"stolen,omitempty"`
+}
+
 // leaseV1 is a lease as format 1 has it.
 type leaseV1 struct {
 	Lease
@@ -59,9 +68,9 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 		s.State = sessionStates[slices.Index(sessionStates, s.State)]
 		sessions = append(sessions, s)
 	}
-	var keys []snapKey
+	var keys []snapKeyV1
 	for i := 0; i < hdr.Keys; i++ {
-		var k snapKey
+		var k snapKeyV1
 		if err := dec.Decode(&k); err != nil {
 			return nil, fmt.Errorf("fsm: snapshot key %d: %w", i, err)
 		}
@@ -74,7 +83,7 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 	// reading: sort here, and refuse duplicates.
 	slices.SortStableFunc(leases, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortStableFunc(sessions, func(a, b *Session) int { return strings.Compare(a.ID, b.ID) })
-	slices.SortStableFunc(keys, func(a, b snapKey) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortStableFunc(keys, func(a, b snapKeyV1) int { return strings.Compare(a.Key, b.Key) })
 	for i := 1; i < len(leases); i++ {
 		if leases[i].ID == leases[i-1].ID {
 			return nil, fmt.Errorf("fsm: snapshot: duplicate lease %s", leases[i].ID)
