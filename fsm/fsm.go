@@ -48,18 +48,67 @@ type waiter struct {
 }
 
 // keyState is everything about one key that is not in its lease records.
-// Lock-delays, waiters and stolen slots are behind a pointer that is nil
-// while there are none (for most keys, all the time).
+// Most keys have one active lease and nothing else, so that lease's id is
+// kept in the state itself; several active ids, lock-delays, waiters and
+// stolen slots are behind a pointer that is nil while there are none.
 type keyState struct {
-	limit  uint32
-	active []string // active lease ids in grant (fence) order
-	more   *keyMore
+	limit uint32
+	one   [1]string // the active lease id when there is exactly one
+	more  *keyMore
 }
 
 type keyMore struct {
+	active  []string  // active lease ids in grant (fence) order, when several
 	blocked []blocked // slots in lock-delay
 	waiters []waiter  // queued acquires, first come first served
 	stolen  []string  // leases that ended involuntarily, slot not yet re-granted
+}
+
+// active returns the active lease ids in grant (fence) order. The slice is
+// the key's own: it is valid until the key changes.
+func (k *keyState) active() []string {
+	switch {
+	case k.one[0] != "":
+		return k.one[:]
+	case k.more != nil:
+		return k.more.active
+	}
+	return nil
+}
+
+// addActive appends id (the newest grant) to the active ids.
+func (k *keyState) addActive(id string) {
+	switch {
+	case k.one[0] != "":
+		k.ext().active = []string{k.one[0], id}
+		k.one[0] = ""
+	case k.more != nil && len(k.more.active) > 0:
+		k.more.active = append(k.more.active, id)
+	default:
+		k.one[0] = id
+	}
+}
+
+// removeActiveAt removes the i-th active id. The shorter side of a long
+// list moves to close the gap.
+func (k *keyState) removeActiveAt(i int) {
+	if k.one[0] != "" {
+		k.one[0] = ""
+		return
+	}
+	a := k.more.active
+	if i < len(a)/2 {
+		copy(a[1:i+1], a[:i])
+		a[0] = ""
+		a = a[1:]
+	} else {
+		a = slices.Delete(a, i, i+1)
+	}
+	if len(a) == 1 {
+		k.one[0], a = a[0], nil
+	}
+	k.more.active = a
+	k.tidy()
 }
 
 func (k *keyState) blocked() []blocked {
@@ -93,17 +142,17 @@ func (k *keyState) ext() *keyMore {
 
 // tidy drops the keyMore once it holds nothing.
 func (k *keyState) tidy() {
-	if m := k.more; m != nil && len(m.blocked) == 0 && len(m.waiters) == 0 && len(m.stolen) == 0 {
+	if m := k.more; m != nil && len(m.active) == 0 && len(m.blocked) == 0 && len(m.waiters) == 0 && len(m.stolen) == 0 {
 		k.more = nil
 	}
 }
 
 func (k *keyState) inUse() bool {
-	return len(k.active) > 0 || len(k.blocked()) > 0 || len(k.waiters()) > 0
+	return len(k.active()) > 0 || len(k.blocked()) > 0 || len(k.waiters()) > 0
 }
 
 func (k *keyState) free() int {
-	return int(k.limit) - len(k.active) - len(k.blocked())
+	return int(k.limit) - len(k.active()) - len(k.blocked())
 }
 
 // holderIndex is what a holder has active, in id order.

@@ -92,7 +92,7 @@ func (f *FSM) acquire(c *Acquire) Result {
 // busyError explains why no slot is free: LOCK_DELAY when a blocked slot is
 // what stands in the way, LEASE_HELD otherwise.
 func (f *FSM) busyError(key string, ks *keyState) *Error {
-	if len(ks.blocked()) > 0 && len(ks.active) < int(ks.limit) {
+	if len(ks.blocked()) > 0 && len(ks.active()) < int(ks.limit) {
 		until := ks.blocked()[0].Until
 		for _, b := range ks.blocked() {
 			until = min(until, b.Until)
@@ -100,8 +100,8 @@ func (f *FSM) busyError(key string, ks *keyState) *Error {
 		return &Error{Code: CodeLockDelay, Key: key, RemainingMS: f.remainingMS(until),
 			Message: "key " + quote(key) + " is in lock-delay after its last holder's lease ended involuntarily"}
 	}
-	holders := make([]HolderInfo, 0, len(ks.active))
-	for _, id := range ks.active {
+	holders := make([]HolderInfo, 0, len(ks.active()))
+	for _, id := range ks.active() {
 		l := f.leases[id]
 		holders = append(holders, HolderInfo{Holder: l.Holder, LeaseID: l.ID, RemainingMS: f.remainingMS(f.leaseEnd(l))})
 	}
@@ -193,7 +193,7 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
 	f.leases[l.ID] = l
 	f.order.insert(l.ID)
 	f.active++
-	ks.active = append(ks.active, l.ID)
+	ks.addActive(l.ID)
 	if !c.IdemHash.IsZero() {
 		f.idem[c.IdemHash] = l.ID
 	}
@@ -262,9 +262,9 @@ func (f *FSM) end(l *Lease, o endOpts) *Lease {
 
 // removeActive takes l out of the active ids of its key. They are in fence
 // order, so a long list (a semaphore's) is searched by fence rather than
-// scanned, and the shorter side of the list moves to close the gap.
+// scanned.
 func (f *FSM) removeActive(ks *keyState, l *Lease) {
-	a := ks.active
+	a := ks.active()
 	i := -1
 	if len(a) > 16 {
 		j, _ := slices.BinarySearchFunc(a, l.Fence, func(id string, fence uint64) int {
@@ -279,13 +279,7 @@ func (f *FSM) removeActive(ks *keyState, l *Lease) {
 			return
 		}
 	}
-	if i < len(a)/2 {
-		copy(a[1:i+1], a[:i])
-		a[0] = ""
-		ks.active = a[1:]
-	} else {
-		ks.active = slices.Delete(a, i, i+1)
-	}
+	ks.removeActiveAt(i)
 }
 
 // pump grants queued acquires on key while slots are free, then forgets the

@@ -43,8 +43,8 @@ func (f *FSM) ActiveOnKey(key string) []*Lease {
 	if ks == nil {
 		return nil
 	}
-	out := make([]*Lease, 0, len(ks.active))
-	for _, id := range ks.active {
+	out := make([]*Lease, 0, len(ks.active()))
+	for _, id := range ks.active() {
 		out = append(out, f.leases[id])
 	}
 	return out

@@ -433,7 +433,7 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 		if ks == nil {
 			return fmt.Errorf("fsm: snapshot: active lease %s on key without state", l.ID)
 		}
-		ks.active = append(ks.active, l.ID)
+		ks.addActive(l.ID)
 		n.active++
 		n.holder(l.Holder).leases.insert(l.ID)
 		if l.SessionID == "" {
@@ -458,9 +458,9 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 	}
 	for _, k := range keys {
 		ks := k.ks
-		if len(ks.active) > 1 {
+		if a := ks.active(); len(a) > 1 {
 			// Grant order; ids break ties (only a damaged snapshot has them).
-			slices.SortStableFunc(ks.active, func(a, b string) int {
+			slices.SortStableFunc(a, func(a, b string) int {
 				return cmp.Compare(n.leases[a].Fence, n.leases[b].Fence)
 			})
 		}

@@ -40,8 +40,8 @@ func TestStolenBounded(t *testing.T) {
 			}
 			return
 		}
-		if len(ks.stolen()) > 3 || len(ks.stolen())+len(ks.active) > 3 {
-			t.Fatalf("%d stolen and %d active slots, limit at most 3", len(ks.stolen()), len(ks.active))
+		if len(ks.stolen()) > 3 || len(ks.stolen())+len(ks.active()) > 3 {
+			t.Fatalf("%d stolen and %d active slots, limit at most 3", len(ks.stolen()), len(ks.active()))
 		}
 	}
 	apply(&Tick{Tick: 1, PeriodMS: 100})
