@@ -364,8 +364,7 @@ func (f *FSM) renewOne(id string, tok Hash, ttlMS int64, ttlTicks uint64, wallMS
 		nl.TTLMS, nl.TTLTicks = ttlMS, ttlTicks
 	}
 	if end := f.tick + nl.TTLTicks; end > nl.ExpiresTick {
-		nl.ExpiresTick = end
-		f.schedule(end+GraceTicks, kindLease, l.ID)
+		nl.ExpiresTick = end // the lease's timer moves when it comes due (applyTick)
 	}
 	if nl.RenewalCount < ^uint32(0) {
 		nl.RenewalCount++

@@ -45,8 +45,7 @@ func (f *FSM) sessionHeartbeat(c *SessionHeartbeat) Result {
 	}
 	ns := *s
 	if end := f.tick + ns.TTLTicks; end > ns.ExpiresTick {
-		ns.ExpiresTick = end
-		f.schedule(end+GraceTicks, kindSession, s.ID)
+		ns.ExpiresTick = end // the session's timer moves when it comes due (applyTick)
 	}
 	ns.LastHeartbeat = c.WallMS
 	if ns.HeartbeatCount < ^uint64(0) {

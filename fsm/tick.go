@@ -35,12 +35,22 @@ func (f *FSM) applyTick(c *Tick) {
 		switch t.kind {
 		case kindLease:
 			l := f.leases[t.id]
-			if l != nil && l.State == StateActive && l.SessionID == "" && l.ExpiresTick+GraceTicks <= f.tick {
+			if l == nil || l.State != StateActive || l.SessionID != "" {
+				break
+			}
+			if at := l.ExpiresTick + GraceTicks; at > f.tick {
+				f.schedule(at, kindLease, l.ID) // renewed since the timer was set
+			} else {
 				f.end(l, endOpts{state: StateExpired, reason: ReasonExpired, wallMS: c.WallMS, delay: true})
 			}
 		case kindSession:
 			s := f.sessions[t.id]
-			if s != nil && s.State == SessionActive && s.ExpiresTick+GraceTicks <= f.tick {
+			if s == nil || s.State != SessionActive {
+				break
+			}
+			if at := s.ExpiresTick + GraceTicks; at > f.tick {
+				f.schedule(at, kindSession, s.ID) // heartbeaten since the timer was set
+			} else {
 				f.endSession(s, SessionExpired, ReasonExpired, c.WallMS)
 			}
 		case kindWait:
