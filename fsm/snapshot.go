@@ -230,7 +230,6 @@ func noEOF(err error) error {
 type recordReader struct {
 	r   *bufio.Reader
 	buf []byte
-	n   int // records read, for errors
 }
 
 // next returns the body of the next record, valid until the next call.
@@ -242,7 +241,6 @@ func (rr *recordReader) next() ([]byte, error) {
 	if size > maxSnapRecord {
 		return nil, fmt.Errorf("record of %d bytes", size)
 	}
-	rr.n++
 	n := int(size)
 	if n <= rr.r.Size() {
 		// The common case: the record fits in the reader's buffer.
