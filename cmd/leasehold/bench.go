@@ -466,10 +466,15 @@ func benchContended(ctx context.Context, r *benchRun, w *benchWorker, holder, ke
 
 func benchRenew(ctx context.Context, r *benchRun, w *benchWorker) {
 	l := w.leases[0]
+	benchLoop(ctx, r, w, 1, func() error { return w.conn.renew(l.LeaseID, l.Token) })
+}
+
+// benchLoop runs op until the workload ends, counting units per success.
+func benchLoop(ctx context.Context, r *benchRun, w *benchWorker, units int64, op func() error) {
 	start := r.startOf(w)
 	for n := int64(0); r.next(ctx, start, n); n++ {
 		t0 := time.Now()
-		err := w.conn.renew(l.LeaseID, l.Token)
+		err := op()
 		t1 := time.Now()
 		if !r.counts(t1) {
 			continue
@@ -480,7 +485,7 @@ func benchRenew(ctx context.Context, r *benchRun, w *benchWorker) {
 			pause(ctx)
 			continue
 		}
-		w.ops++
+		w.ops += units
 		w.lat = append(w.lat, t1.Sub(t0))
 	}
 }
@@ -582,21 +587,7 @@ func printBench(out io.Writer, results []*benchResult) error {
 // benchSession heartbeats one session with --batch leases bound to it: each
 // heartbeat keeps all of them alive with one log write.
 func benchSession(ctx context.Context, r *benchRun, w *benchWorker) {
-	start := r.startOf(w)
-	for n := int64(0); r.next(ctx, start, n); n++ {
-		t0 := time.Now()
-		err := w.conn.sessionHeartbeat(w.session.LeaseID, w.session.Token)
-		t1 := time.Now()
-		if !r.counts(t1) {
-			continue
-		}
-		w.requests++
-		if err != nil {
-			w.fail(err)
-			pause(ctx)
-			continue
-		}
-		w.ops += int64(len(w.leases))
-		w.lat = append(w.lat, t1.Sub(t0))
-	}
+	benchLoop(ctx, r, w, int64(len(w.leases)), func() error {
+		return w.conn.sessionHeartbeat(w.session.LeaseID, w.session.Token)
+	})
 }
