@@ -163,7 +163,7 @@ func TestExpiryNotEarlyAndWithinTwoTicks(t *testing.T) {
 func TestRenewKeepsAlive(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
-	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "r", Holder: "a", TTLMS: 150})
+	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "r", Holder: "a", TTLMS: 400})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestWaitFIFOAndLockDelay(t *testing.T) {
 func TestSessionsBindLeases(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
-	s, err := n.CreateSession(ctx, SessionRequest{Holder: "runner-1", TTLMS: 150, Metadata: map[string]string{"v": "1"}})
+	s, err := n.CreateSession(ctx, SessionRequest{Holder: "runner-1", TTLMS: 400, Metadata: map[string]string{"v": "1"}})
 	if err != nil || s.Token == "" {
 		t.Fatalf("create session: %v", err)
 	}
