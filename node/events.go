@@ -172,6 +172,7 @@ func (s *Subscription) Close() {
 func (n *Node) Subscribe(ctx context.Context, f EventFilter) (*Subscription, error) {
 	h := n.hub
 	var pos uint64
+	var after eventID // events up to this id are never delivered
 	switch {
 	case f.After != "":
 		id, ok := parseEventID(f.After)
@@ -182,9 +183,10 @@ func (n *Node) Subscribe(ctx context.Context, f EventFilter) (*Subscription, err
 		if err != nil {
 			return nil, err
 		}
-		pos = p
+		pos, after = p, id
 	case f.AfterIndex > 0:
-		p, err := h.position(eventID{index: f.AfterIndex, seq: ^uint32(0)})
+		after = eventID{index: f.AfterIndex, seq: ^uint32(0)}
+		p, err := h.position(after)
 		if err != nil {
 			return nil, err
 		}
@@ -206,14 +208,17 @@ func (n *Node) Subscribe(ctx context.Context, f EventFilter) (*Subscription, err
 		defer h.streams.Add(-1)
 		defer close(s.done)
 		defer close(s.ch)
-		s.run(ctx, h, pos, f)
+		s.run(ctx, h, pos, after, f)
 	}()
 	return s, nil
 }
 
 func (s *Subscription) fail(err error) { s.err.Store(&err) }
 
-func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, f EventFilter) {
+// run delivers events from ring position pos. Events not after the resume
+// point are skipped: a node still replaying its log at startup may not have
+// reached that point when the subscription began.
+func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, after eventID, f EventFilter) {
 	batch := make([]hubEvent, 0, 256)
 	for {
 		h.mu.Lock()
@@ -236,7 +241,7 @@ func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, f EventFilte
 		h.mu.Unlock()
 		pos += uint64(len(batch))
 		for i := range batch {
-			if !matches(&batch[i], f) {
+			if id := (eventID{batch[i].Index, batch[i].Seq}); !after.less(id) || !matches(&batch[i], f) {
 				continue
 			}
 			select {
