@@ -515,3 +515,54 @@ func TestProcessSecretsNeverLeak(t *testing.T) {
 		}
 	}
 }
+
+// TestProcessHoldStopsChildWhenServerDies runs `hold` against a real server,
+// SIGKILLs the server, and checks that hold stopped its command before the
+// lease could have expired: before the last successful renewal (as the
+// server recorded it, which is after it was sent) plus the TTL.
+func TestProcessHoldStopsChildWhenServerDies(t *testing.T) {
+	s := newServer(t)
+	s.start()
+	c := s.client(t)
+	ctx := context.Background()
+	t.Setenv(helperEnv, "block")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 3 * time.Second
+	var out, errb bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- holdRun(ctx, c, holdOptions{key: "hold-key", holder: "h", ttl: ttl, command: []string{exe},
+			stdout: &out, stderr: &errb}, make(chan os.Signal))
+	}()
+	eventually(t, 10*time.Second, func() bool {
+		l, err := c.List(ctx, node.ListRequest{Key: "hold-key", State: "active"})
+		return err == nil && len(l.Leases) == 1 && l.Leases[0].RenewalCount >= 1
+	})
+	s.kill()
+	var stopped time.Time
+	select {
+	case err := <-done:
+		stopped = time.Now()
+		if err == nil {
+			t.Fatal("hold reported success after losing its lease")
+		}
+	case <-time.After(2 * ttl):
+		t.Fatalf("hold still running %v after the server died; stderr:\n%s", 2*ttl, errb.String())
+	}
+	s.start()
+	list, err := c.List(ctx, node.ListRequest{Key: "hold-key"})
+	if err != nil || len(list.Leases) != 1 {
+		t.Fatalf("lease after restart: %v %+v", err, list)
+	}
+	l := list.Leases[0]
+	last := l.AcquiredAt
+	if l.LastRenewedAt != nil {
+		last = *l.LastRenewedAt
+	}
+	if deadline := last.Add(ttl); !stopped.Before(deadline) {
+		t.Fatalf("command stopped at %v, not before the lease's earliest expiry %v", stopped, deadline)
+	}
+}
