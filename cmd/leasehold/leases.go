@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
 )
 
@@ -155,7 +156,14 @@ func (a *app) printMaybeLease(asJSON bool, l *node.Lease, fallback string) error
 }
 
 func (a *app) getCmd(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("get", "LEASE_ID", "Show one lease, in any state still retained.")
+	return showOne(a, ctx, args, "get", "LEASE_ID", "Show one lease, in any state still retained.",
+		(*client.Client).Get, printLease)
+}
+
+// showOne is a command that reads one object by id and prints it.
+func showOne[T any](a *app, ctx context.Context, args []string, name, arg, help string,
+	get func(*client.Client, context.Context, string) (T, error), print func(io.Writer, T) error) error {
+	fs := a.newFlagSet(name, arg, help)
 	var cf clientFlags
 	cf.register(fs)
 	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
@@ -167,11 +175,11 @@ func (a *app) getCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	l, err := c.Get(ctx, id)
+	v, err := get(c, ctx, id)
 	if err != nil {
 		return err
 	}
-	return output(a.stdout, cf.json, l, printLease)
+	return output(a.stdout, cf.json, v, print)
 }
 
 func (a *app) listCmd(ctx context.Context, args []string) error {

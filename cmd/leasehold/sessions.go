@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
 )
 
@@ -59,23 +60,8 @@ func (a *app) sessionCreate(ctx context.Context, args []string) error {
 }
 
 func (a *app) sessionGet(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("session get", "SESSION_ID", "Show one session.")
-	var cf clientFlags
-	cf.register(fs)
-	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
-	id, err := a.parseOne(fs, args)
-	if err != nil {
-		return err
-	}
-	c, err := cf.staleClient(*stale)
-	if err != nil {
-		return err
-	}
-	s, err := c.GetSession(ctx, id)
-	if err != nil {
-		return err
-	}
-	return output(a.stdout, cf.json, s, printSession)
+	return showOne(a, ctx, args, "session get", "SESSION_ID", "Show one session.",
+		(*client.Client).GetSession, printSession)
 }
 
 func (a *app) sessionList(ctx context.Context, args []string) error {
