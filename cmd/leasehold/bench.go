@@ -466,15 +466,16 @@ func benchContended(ctx context.Context, r *benchRun, w *benchWorker, holder, ke
 
 func benchRenew(ctx context.Context, r *benchRun, w *benchWorker) {
 	l := w.leases[0]
-	benchLoop(ctx, r, w, 1, func() error { return w.conn.renew(l.LeaseID, l.Token) })
+	benchLoop(ctx, r, w, func(int64) (int64, error) { return 1, w.conn.renew(l.LeaseID, l.Token) })
 }
 
-// benchLoop runs op until the workload ends, counting units per success.
-func benchLoop(ctx context.Context, r *benchRun, w *benchWorker, units int64, op func() error) {
+// benchLoop runs op (given its sequence number) until the workload ends,
+// counting the units of work each successful op reports.
+func benchLoop(ctx context.Context, r *benchRun, w *benchWorker, op func(n int64) (int64, error)) {
 	start := r.startOf(w)
 	for n := int64(0); r.next(ctx, start, n); n++ {
 		t0 := time.Now()
-		err := op()
+		units, err := op(n)
 		t1 := time.Now()
 		if !r.counts(t1) {
 			continue
@@ -509,30 +510,21 @@ func heartbeatChunks(items []node.HeartbeatItem) [][]node.HeartbeatItem {
 
 func benchHeartbeat(ctx context.Context, r *benchRun, w *benchWorker) {
 	chunks := heartbeatChunks(w.leases)
-	start := r.startOf(w)
-	for n := int64(0); r.next(ctx, start, n); n++ {
-		chunk := chunks[int(n)%len(chunks)]
-		t0 := time.Now()
-		res, err := r.c.Heartbeat(ctx, chunk)
-		t1 := time.Now()
-		if !r.counts(t1) {
-			continue
-		}
-		w.requests++
+	benchLoop(ctx, r, w, func(n int64) (int64, error) {
+		res, err := r.c.Heartbeat(ctx, chunks[int(n)%len(chunks)])
 		if err != nil {
-			w.fail(err)
-			pause(ctx)
-			continue
+			return 0, err
 		}
-		w.lat = append(w.lat, t1.Sub(t0))
+		var ok int64
 		for _, x := range res {
 			if x.OK {
-				w.ops++
+				ok++
 			} else if x.Error != nil {
 				w.errs[string(x.Error.Code)]++
 			}
 		}
-	}
+		return ok, nil
+	})
 }
 
 // cleanupLeases releases the leases the setup acquired; what it cannot
@@ -587,7 +579,7 @@ func printBench(out io.Writer, results []*benchResult) error {
 // benchSession heartbeats one session with --batch leases bound to it: each
 // heartbeat keeps all of them alive with one log write.
 func benchSession(ctx context.Context, r *benchRun, w *benchWorker) {
-	benchLoop(ctx, r, w, int64(len(w.leases)), func() error {
-		return w.conn.sessionHeartbeat(w.session.LeaseID, w.session.Token)
+	benchLoop(ctx, r, w, func(int64) (int64, error) {
+		return int64(len(w.leases)), w.conn.sessionHeartbeat(w.session.LeaseID, w.session.Token)
 	})
 }
