@@ -48,6 +48,8 @@ func newBody(t Type) Command {
 		return new(ReleaseHolder)
 	case TypeCancelWait:
 		return new(CancelWait)
+	case TypeMember:
+		return new(Member)
 	}
 	return nil
 }
@@ -141,6 +143,10 @@ func encodeFields(e *enc, c Command) {
 		if ok = c != nil; ok {
 			c.encode(e)
 		}
+	case *Member:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
 	}
 	if !ok {
 		e.fail(fmt.Errorf("fsm: cannot encode %T", c))
@@ -173,6 +179,8 @@ func decodeFields(d *dec, c Command) {
 	case *ReleaseHolder:
 		c.decode(d)
 	case *CancelWait:
+		c.decode(d)
+	case *Member:
 		c.decode(d)
 	default:
 		d.fail(fmt.Sprintf("no decoder for %T", c)) // newBody returns none such
@@ -629,4 +637,16 @@ func (c *CancelWait) encode(e *enc) {
 func (c *CancelWait) decode(d *dec) {
 	c.LeaseID = d.str()
 	c.Key = d.str()
+}
+
+func (c *Member) encode(e *enc) {
+	e.str(c.ID)
+	e.str(c.Incarnation)
+	e.bool(c.Removed)
+}
+
+func (c *Member) decode(d *dec) {
+	c.ID = d.str()
+	c.Incarnation = d.str()
+	c.Removed = d.bool()
 }

@@ -51,6 +51,7 @@ var v1Entries = []string{
 	"\x01\x0a" + `{"session_id":"S1","force":true,"wall_ms":10}`,
 	"\x01\x0b" + `{"holder":"alice","reason":"restart","wall_ms":11}`,
 	"\x01\x0c" + `{"lease_id":"L1","key":"k"}`,
+	"\x01\x0d" + `{"id":"n1","incarnation":"3f2a9c","removed":true}`,
 }
 
 // TestDecodeVersion1: entries of the JSON era still decode, to the same

@@ -37,6 +37,7 @@ const (
 	TypeSessionEnd       Type = 10
 	TypeReleaseHolder    Type = 11
 	TypeCancelWait       Type = 12
+	TypeMember           Type = 13
 )
 
 // MaxBatch bounds the number of commands in one Batch entry.
@@ -192,6 +193,21 @@ type CancelWait struct {
 	Key     string `json:"key"`
 }
 
+// Member records a server of the cluster in the member registry
+// (member.go): the data directory it was added with, or a tombstone once an
+// operator removed it. A later Member for the same ID replaces the record.
+type Member struct {
+	// ID is the server id (the Raft ServerID): 1-128 bytes of UTF-8
+	// without control characters.
+	ID string `json:"id"`
+	// Incarnation is the random id of the server's data directory: 0-64
+	// bytes of printable ASCII (0x20-0x7E).
+	Incarnation string `json:"incarnation"`
+	// Removed makes the record a tombstone: the operator removed this
+	// server (this incarnation of it).
+	Removed bool `json:"removed"`
+}
+
 // Batch carries several commands in one log entry (group commit). Results
 // come back in the same order.
 type Batch struct{ Commands []Command }
@@ -207,6 +223,7 @@ func (*SessionHeartbeat) Type() Type { return TypeSessionHeartbeat }
 func (*SessionEnd) Type() Type       { return TypeSessionEnd }
 func (*ReleaseHolder) Type() Type    { return TypeReleaseHolder }
 func (*CancelWait) Type() Type       { return TypeCancelWait }
+func (*Member) Type() Type           { return TypeMember }
 func (*Batch) Type() Type            { return TypeBatch }
 
 // Encode returns the log bytes of c: version (always Version), type, body.

@@ -185,6 +185,7 @@ type FSM struct {
 	sessIDs  idIndex           // session ids, for ordered listing
 	holders  map[string]*holderIndex
 	buckets  map[uint64][]timer
+	members  map[string]MemberRecord // the member registry (member.go)
 	prune    []pruneItem
 	active   int
 	sessOpen int
@@ -204,6 +205,7 @@ func New() *FSM {
 		waiting:  make(map[string]string),
 		holders:  make(map[string]*holderIndex),
 		buckets:  make(map[uint64][]timer),
+		members:  make(map[string]MemberRecord),
 	}
 }
 
@@ -280,6 +282,8 @@ func (f *FSM) apply1(c Command) Result {
 	case *CancelWait:
 		f.cancelWait(c)
 		return Result{}
+	case *Member:
+		return f.member(c)
 	default:
 		panic(fmt.Sprintf("fsm: no handler for %T", c))
 	}

@@ -29,6 +29,7 @@ func sampleCommands() []fsm.Command {
 		&fsm.SessionEnd{SessionID: "S1", Force: true, WallMS: 10},
 		&fsm.ReleaseHolder{Holder: "alice", Reason: "restart", WallMS: 11},
 		&fsm.CancelWait{LeaseID: "L1", Key: "k"},
+		&fsm.Member{ID: "n1", Incarnation: "3f2a9c", Removed: true},
 	}
 	batch := &fsm.Batch{Commands: append([]fsm.Command(nil), cmds...)}
 	return append(cmds, batch)
@@ -81,7 +82,7 @@ func TestEncodeDecode(t *testing.T) {
 		"version 0":      {0, byte(fsm.TypeTick), 1, 0, 0, 0},
 		"version 3":      {3, byte(fsm.TypeTick), 1, 0, 0, 0},
 		"type 0":         {fsm.Version, 0, 1, 0, 0, 0},
-		"type 13":        {fsm.Version, 13, 1, 0, 0, 0},
+		"type 14":        {fsm.Version, 14, 1, 0, 0, 0},
 		"no body":        {fsm.Version, byte(fsm.TypeTick)},
 		"short body":     {fsm.Version, byte(fsm.TypeTick), 1, 0, 0},
 		"trailing byte":  {fsm.Version, byte(fsm.TypeTick), 1, 0, 0, 0, 0},
@@ -92,7 +93,7 @@ func TestEncodeDecode(t *testing.T) {
 		"overlong count": {fsm.Version, byte(fsm.TypeBatch), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
 
 		// Version 1: JSON bodies.
-		"v1 type 13":        {v1, 13, '{', '}'},
+		"v1 type 14":        {v1, 14, '{', '}'},
 		"v1 no body":        {v1, byte(fsm.TypeTick)},
 		"v1 unknown field":  append([]byte{v1, byte(fsm.TypeTick)}, `{"tick":1,"extra":2}`...),
 		"v1 trailing data":  append([]byte{v1, byte(fsm.TypeTick)}, `{"tick":1}{}`...),

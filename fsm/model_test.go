@@ -187,6 +187,12 @@ func (m *model) apply(c fsm.Command) outcome {
 			}
 		}
 		return outcome{count: n}
+	case *fsm.Member:
+		// The member registry is not modelled: only whether it is valid.
+		if fsm.ValidMember(c) != nil {
+			return fail(fsm.CodeInvalidArgument)
+		}
+		return outcome{}
 	}
 	panic(fmt.Sprintf("model: no handler for %T", c))
 }
