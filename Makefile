@@ -3,8 +3,9 @@ GO        ?= go
 BIN       := bin/leasehold
 BENCH_DIR ?= $(shell mktemp -d /tmp/leasehold-bench.XXXXXX)
 BENCH_ARGS ?= --workload all --clients 64 --duration 10s
+IMAGE     ?= leasehold:latest
 
-.PHONY: run build test test-short bench bench-scale lint fuzz clean
+.PHONY: run build test test-short bench bench-scale lint fuzz image clean
 
 # A single node on 127.0.0.1:7700 (HTTP), :7701 (Raft), :7702 (gossip),
 # data in ./leasehold-data. Ctrl-C stops it gracefully.
@@ -46,5 +47,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20s ./fsm/
 	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime 20s ./fsm/
 
+# The container image (deploy/Dockerfile, FROM scratch: nothing is pulled):
+# a static binary built here, copied into the image. deploy/README.md has the rest.
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o deploy/leasehold ./cmd/leasehold
+	mkdir -p deploy/.empty
+	docker build -t $(IMAGE) deploy
+
 clean:
-	rm -rf bin
+	rm -rf bin deploy/leasehold deploy/.empty
