@@ -126,6 +126,8 @@ func TestEncodingGolden(t *testing.T) {
 		{&fsm.Heartbeat{Items: []fsm.HeartbeatItem{{LeaseID: "a"}}, WallMS: 64}, "0207" + "01" + "0161" + zero + "8001"},
 		{&fsm.Acquire{LeaseID: "L", Key: "k", Holder: "h", Limit: 300, SealedToken: []byte{9}, WallMS: 2},
 			"0203" + "014c" + "016b" + "0168" + "ac02" + "00" + zero + zero + "00" + "00" + "00" + zero + zero + "0109" + "00" + "00" + "00" + "04"},
+		{&fsm.Member{ID: "n1", Incarnation: "ab", Removed: true}, "020d" + "026e31" + "026162" + "01"},
+		{&fsm.Member{ID: "n1"}, "020d" + "026e31" + "00" + "00"},
 		{&fsm.Batch{Commands: []fsm.Command{tick, cancel}}, "0201" + "02" + "02" + "0501d00fac02" + "0c" + "024c31016b"},
 	} {
 		got := hex.EncodeToString(mustEncode(t, tc.c))
@@ -177,6 +179,7 @@ func TestDecodeRejects(t *testing.T) {
 	cancel := mustEncode(t, &fsm.CancelWait{LeaseID: "x", Key: "k"}) // 02 0c 01 78 01 6b
 	acquire := mustEncode(t, &fsm.Acquire{LeaseID: "L", Key: "k", Holder: "h", Limit: 1})
 	end := mustEncode(t, &fsm.SessionEnd{SessionID: "s", Force: true})
+	member := mustEncode(t, &fsm.Member{ID: "n1", Incarnation: "i", Removed: true})
 	meta := mustEncode(t, &fsm.SessionCreate{SessionID: "s", Metadata: map[string]string{"a": "1", "b": "2"}})
 	sorted := []byte{2, 1, 'a', 1, '1', 1, 'b', 1, '2'}
 	replace := func(b, old, new []byte) []byte {
@@ -196,6 +199,11 @@ func TestDecodeRejects(t *testing.T) {
 		"length past end":     splice(cancel, 2, 1, 0xff, 0xff, 0xff, 0xff, 0x0f),
 		"invalid UTF-8":       splice(cancel, 3, 1, 0xff),
 		"bool 2":              splice(end, len(end)-2, 1, 2),
+		"member bool 2":       splice(member, len(member)-1, 1, 2),
+		"member bool 0x80":    splice(member, len(member)-1, 1, 0x80),
+		"member no bool":      member[:len(member)-1],
+		"member trailing":     append(bytes.Clone(member), 0),
+		"member bad UTF-8":    splice(member, 3, 1, 0xff),
 		"limit over 32 bits":  splice(acquire, 8, 1, 0x80, 0x80, 0x80, 0x80, 0x10),
 		"unsorted map keys":   replace(meta, sorted, []byte{2, 1, 'b', 1, '2', 1, 'a', 1, '1'}),
 		"duplicate map keys":  replace(meta, sorted, []byte{2, 1, 'a', 1, '1', 1, 'a', 1, '2'}),
@@ -217,6 +225,9 @@ func TestDecodeRejects(t *testing.T) {
 	// The splices above are right: undone, they decode.
 	if _, err := fsm.Decode(splice(end, len(end)-2, 1, 0)); err != nil {
 		t.Errorf("force=false: %v", err)
+	}
+	if c, err := fsm.Decode(splice(member, len(member)-1, 1, 0)); err != nil || c.(*fsm.Member).Removed {
+		t.Errorf("removed=false: %#v, %v", c, err)
 	}
 	if _, err := fsm.Decode(splice(acquire, 8, 1, 0x80, 0x80, 0x80, 0x80, 0x0f)); err != nil {
 		t.Errorf("limit 2^32-1: %v", err)

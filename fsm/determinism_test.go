@@ -44,7 +44,17 @@ func (r *replica) apply(index uint64, entry []byte) []fsm.Result {
 // keys, reused ids, stale ticks, batches), feeding the generator what a
 // replica granted so that most commands hit live records.
 func randomLog(t testing.TB, seed uint64, n int) [][]byte {
+	return genLog(t, newGen(seed, true), n)
+}
+
+// randomLogMembers is randomLog with Member commands too.
+func randomLogMembers(t testing.TB, seed uint64, n int) [][]byte {
 	g := newGen(seed, true)
+	g.members = true
+	return genLog(t, g, n)
+}
+
+func genLog(t testing.TB, g *gen, n int) [][]byte {
 	r := newReplica(t)
 	var log [][]byte
 	for i := range n {
@@ -63,7 +73,7 @@ func TestDeterminism(t *testing.T) {
 	const seeds, entries, every = 6, 1200, 100
 	for seed := uint64(1); seed <= seeds; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			log := randomLog(t, seed, entries)
+			log := randomLogMembers(t, seed, entries)
 			a, b := newReplica(t), newReplica(t)
 			obs := newObserver()
 			obs.reuse = true
@@ -89,6 +99,9 @@ func TestDeterminism(t *testing.T) {
 					}
 					snaps[index] = sa
 				}
+			}
+			if len(a.f.Members()) < 3 {
+				t.Fatalf("the log left %d members: the generator hardly made any", len(a.f.Members()))
 			}
 			// Replicas restored from a snapshot (after holding other state)
 			// and fed the rest of the log see and hold the same.
@@ -172,7 +185,7 @@ func mustEncode(t testing.TB, c fsm.Command) []byte {
 // TestSnapshotWhileApplying encodes a snapshot while the state machine goes
 // on applying (the race detector checks the copy-on-write promise).
 func TestSnapshotWhileApplying(t *testing.T) {
-	log := randomLog(t, 42, 800)
+	log := randomLogMembers(t, 42, 800)
 	r := newReplica(t)
 	for i, e := range log[:400] {
 		r.apply(uint64(i+1), e)

@@ -163,6 +163,8 @@ var fuzzState = sync.OnceValue(func() []byte {
 		&fsm.Revoke{LeaseID: "D"},
 		bound("B", "k3", "S1"),
 		release("B"),
+		&fsm.Member{ID: "n1", Incarnation: "i1"},
+		&fsm.Member{ID: "n2", Incarnation: "i2", Removed: true},
 	} {
 		if r := f.Apply(uint64(i+1), c); r[0].Err != nil {
 			panic(r[0].Err)

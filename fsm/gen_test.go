@@ -15,6 +15,10 @@ import (
 type gen struct {
 	r    *rand.Rand
 	full bool // also waits, idempotency keys, CancelWait, reused ids, stale ticks, metadata
+	// members: also Member commands (some invalid). Off, the generator
+	// draws exactly what it drew before they existed, so that pinned logs
+	// (testdata/snapshot_v1.json) stay the same.
+	members bool
 
 	tick       uint64
 	nLease     int
@@ -86,6 +90,9 @@ func (g *gen) holder() string { return genHolders[g.r.IntN(len(genHolders))] }
 func (g *gen) ttl() uint64 { return 1 + uint64(g.r.IntN(6)) }
 
 func (g *gen) command() fsm.Command {
+	if g.members && g.r.IntN(30) == 0 {
+		return g.member()
+	}
 	wall := int64(g.tick)*periodMS + int64(g.r.IntN(periodMS))
 	switch x := g.r.IntN(100); {
 	case x < 30:
@@ -151,6 +158,25 @@ func (g *gen) command() fsm.Command {
 		g.tick++
 		return &fsm.Tick{Tick: g.tick, WallMS: int64(g.tick) * periodMS, PeriodMS: periodMS, RetainTicks: genRetain}
 	}
+}
+
+// genServers are the server ids of generated Member commands.
+var genServers = []string{"n1", "n2", "n3", "n4", "n5"}
+
+// member returns a Member: usually a server joining or being removed with
+// one of a few incarnations, sometimes an invalid one.
+func (g *gen) member() *fsm.Member {
+	c := &fsm.Member{ID: genServers[g.r.IntN(len(genServers))],
+		Incarnation: fmt.Sprintf("inc-%d", g.r.IntN(3)), Removed: g.r.IntN(4) == 0}
+	switch g.r.IntN(20) {
+	case 0:
+		c.ID = ""
+	case 1:
+		c.Incarnation = "bad\x00inc"
+	case 2:
+		c.Incarnation = ""
+	}
+	return c
 }
 
 func (g *gen) acquire(wall int64) *fsm.Acquire {

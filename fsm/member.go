@@ -6,11 +6,12 @@ import (
 )
 
 // The member registry: which data directory (incarnation) each server of the
-// cluster was added with, and which servers an operator removed. Package
-// node proposes Member commands when it adds or removes a server; it reads
+// cluster was added with, and which servers an operator removed. The cluster
+// layer proposes Member commands when it adds or removes a server; it reads
 // the registry to refuse a removed server that comes back, and a server that
 // returns under an old id with a new (wiped) data directory. The registry
-// never touches leases, sessions, ticks or fences and emits no events.
+// never touches leases, sessions, ticks or fences and emits no events; its
+// records are never pruned. See DESIGN.md.
 
 // Limits of a Member command.
 const (

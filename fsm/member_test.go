@@ -1,7 +1,10 @@
 package fsm_test
 
 import (
+	"bytes"
+	"encoding/hex"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,5 +104,188 @@ func TestMember(t *testing.T) {
 
 	if tick, fence, lease := before(); tick != tick0 || fence != fence0 || lease != lease0 {
 		t.Fatalf("members changed tick %d->%d, fence %d->%d, or lease %p->%p", tick0, tick, fence0, fence, lease0, lease)
+	}
+}
+
+// memberState is a state machine with leases, a session and three members,
+// one of them a tombstone.
+func memberState(t *testing.T) *harness {
+	h := newHarness(t)
+	h.tick(1)
+	h.one(acq("L1", "k", "alice", 10))
+	h.one(session("S1", "bob", 10))
+	h.one(&fsm.Member{ID: "n2", Incarnation: "inc-b"})
+	h.one(&fsm.Member{ID: "n1", Incarnation: "inc-a"})
+	h.apply(&fsm.Batch{Commands: []fsm.Command{
+		&fsm.Member{ID: "n3", Incarnation: "inc-c", Removed: true},
+		renew("L1"),
+	}})
+	return h
+}
+
+// TestMemberSnapshot: the registry is in the snapshot, after the leases, in
+// id order, and restores; a snapshot without member records restores to an
+// empty registry.
+func TestMemberSnapshot(t *testing.T) {
+	h := memberState(t)
+	want := h.f.Members()
+	if len(want) != 3 {
+		t.Fatalf("members %+v", want)
+	}
+	snap := snapshotBytes(t, h.f)
+
+	// Into a fresh machine, and over one holding other members.
+	other := memberState(t)
+	other.one(&fsm.Member{ID: "n9", Incarnation: "zzz"})
+	other.one(&fsm.Member{ID: "n1", Incarnation: "other", Removed: true})
+	for _, f := range []*fsm.FSM{fsm.New(), other.f} {
+		if err := f.Restore(bytes.NewReader(snap)); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Members(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("restored members %+v, want %+v", got, want)
+		}
+		if m, ok := f.Member("n9"); ok {
+			t.Fatalf("restore kept an earlier member %+v", m)
+		}
+		if got := snapshotBytes(t, f); !bytes.Equal(got, snap) {
+			t.Fatal("the restored state snapshots to other bytes")
+		}
+		// It goes on recording.
+		f.Apply(f.Index()+1, &fsm.Member{ID: "n4", Incarnation: "inc-d"})
+		if m, ok := f.Member("n4"); !ok || m.Index != h.index+1 {
+			t.Fatalf("after restore: %+v %v", m, ok)
+		}
+	}
+
+	// The member records: the last three, in id order, with their indexes.
+	recs, err := fsm.SplitSnapshot(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := fsm.SnapshotKeys(snap)
+	leases, _ := h.f.Leases(fsm.LeaseFilter{})
+	sessions, _ := h.f.Sessions("", "", 0)
+	if n := 1 + len(keys) + len(sessions) + len(leases) + len(want); len(recs) != n {
+		t.Fatalf("%d records, want %d", len(recs), n)
+	}
+	tail := recs[len(recs)-3:]
+	for i, w := range []string{
+		"026e31" + "05696e632d61" + "00" + hexByte(want[0].Index),
+		"026e32" + "05696e632d62" + "00" + hexByte(want[1].Index),
+		"026e33" + "05696e632d63" + "01" + hexByte(want[2].Index),
+	} {
+		if got := hex.EncodeToString(tail[i]); got != w {
+			t.Errorf("member record %d: %s, want %s", i, got, w)
+		}
+	}
+	// The header ends with the member count.
+	if hdr := recs[0]; hdr[len(hdr)-1] != 3 {
+		t.Errorf("header % x does not end with the member count", hdr)
+	}
+
+	// A state without members snapshots as before the registry existed (the
+	// header has no member count); restoring such a snapshot, or a format 1
+	// one, empties the registry.
+	plain := fsm.New()
+	plain.Apply(1, &fsm.Tick{Tick: 1, PeriodMS: periodMS})
+	plain.Apply(2, acq("L1", "k", "alice", 10))
+	plainSnap := snapshotBytes(t, plain)
+	precs, _ := fsm.SplitSnapshot(plainSnap)
+	if want := fsm.EncodeHeaderRecord(fsm.SnapshotFormat, 2, 1, 1, 0, 1); !bytes.Equal(precs[0], want) {
+		t.Fatalf("header without members % x, want % x", precs[0], want)
+	}
+	for _, old := range [][]byte{plainSnap, snapshotV1(t, h.f)} {
+		f := restored(t, snap)
+		if err := f.Restore(bytes.NewReader(old)); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Members(); len(got) != 0 {
+			t.Fatalf("restored a snapshot without members, kept %+v", got)
+		}
+		if _, ok := f.Member("n1"); ok {
+			t.Fatal("Member(n1) after restoring a snapshot without members")
+		}
+	}
+}
+
+func hexByte(v uint64) string {
+	if v >= 0x80 {
+		panic("index too large for the test")
+	}
+	return hex.EncodeToString([]byte{byte(v)})
+}
+
+// TestMemberSnapshotRejects: corrupted member records or counts fail the
+// restore and leave the state as it was.
+func TestMemberSnapshotRejects(t *testing.T) {
+	h := memberState(t)
+	good := snapshotBytes(t, h.f)
+	recs, err := fsm.SplitSnapshot(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := len(recs) - 1
+	hdr := recs[0]
+	withHeaderCount := func(count ...byte) string {
+		c := slices.Clone(recs)
+		c[0] = append(slices.Clone(hdr[:len(hdr)-1]), count...)
+		return string(fsm.JoinSnapshot(c))
+	}
+	with := func(i int, rec []byte) string {
+		c := slices.Clone(recs)
+		c[i] = rec
+		return string(fsm.JoinSnapshot(c))
+	}
+	swapped := func(i, j int) string {
+		c := slices.Clone(recs)
+		c[i], c[j] = c[j], c[i]
+		return string(fsm.JoinSnapshot(c))
+	}
+	without := func(i int) string {
+		c := slices.Delete(slices.Clone(recs), i, i+1)
+		return string(fsm.JoinSnapshot(c))
+	}
+	boolAt := 1 + 2 + 1 + 5 // id "n3", incarnation "inc-c"
+	badBool := slices.Clone(recs[last])
+	badBool[boolAt] = 2
+	emptyID := append([]byte{0}, recs[last][3:]...)
+	for name, data := range map[string]string{
+		"more members than records":  withHeaderCount(4),
+		"fewer members than records": withHeaderCount(2),
+		"member count 0 written":     string(fsm.JoinSnapshot(append([][]byte{append(slices.Clone(hdr[:len(hdr)-1]), 0)}, recs[1:last-2]...))),
+		"member count not shortest":  withHeaderCount(0x83, 0x00),
+		"trailing byte in header":    withHeaderCount(3, 0),
+		"members out of order":       swapped(last, last-1),
+		"duplicate member":           with(last, recs[last-1]),
+		"member without an id":       with(last, emptyID),
+		"member bool 2":              with(last, badBool),
+		"trailing bytes in a member": with(last, append(slices.Clone(recs[last]), 0)),
+		"truncated member":           with(last, recs[last][:len(recs[last])-1]),
+		"missing member record":      without(last),
+		"trailing record":            string(fsm.JoinSnapshot(append(slices.Clone(recs), recs[last]))),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if data == string(good) {
+				t.Fatal("the corruption did not change the snapshot")
+			}
+			err := h.f.Restore(strings.NewReader(data))
+			if err == nil {
+				t.Fatal("Restore accepted a bad snapshot")
+			}
+			t.Log(err)
+			if got := snapshotBytes(t, h.f); !bytes.Equal(got, good) {
+				t.Fatal("a failed Restore changed the state")
+			}
+		})
+	}
+	// The manipulations above are right: undone, they restore.
+	if err := fsm.New().Restore(strings.NewReader(withHeaderCount(3))); err != nil {
+		t.Fatal(err)
+	}
+	fixed := slices.Clone(recs[last])
+	fixed[boolAt] = 1
+	if err := fsm.New().Restore(strings.NewReader(with(last, fixed))); err != nil {
+		t.Fatal(err)
 	}
 }

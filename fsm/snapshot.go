@@ -34,6 +34,10 @@ type snapHeader struct {
 	Leases   int    `json:"leases"`
 	Sessions int    `json:"sessions"`
 	Keys     int    `json:"keys"`
+	// Members counts the member records after the leases. The header has
+	// the field only when it is not zero (so a snapshot written before the
+	// registry existed reads as one with none); format 1 has no members.
+	Members int `json:"-"`
 }
 
 // snapKey is a key's state as captured by Snapshot.
@@ -51,6 +55,7 @@ type Snapshot struct {
 	leases   []*Lease
 	sessions []*Session
 	keys     []snapKey
+	members  []MemberRecord
 }
 
 // Snapshot captures the current state.
@@ -74,7 +79,11 @@ func (f *FSM) Snapshot() *Snapshot {
 		}
 		s.keys = append(s.keys, sk)
 	}
-	s.hdr.Leases, s.hdr.Sessions, s.hdr.Keys = len(s.leases), len(s.sessions), len(s.keys)
+	s.members = make([]MemberRecord, 0, len(f.members))
+	for _, m := range f.members {
+		s.members = append(s.members, m)
+	}
+	s.hdr.Leases, s.hdr.Sessions, s.hdr.Keys, s.hdr.Members = len(s.leases), len(s.sessions), len(s.keys), len(s.members)
 	return s
 }
 
@@ -85,6 +94,7 @@ func (s *Snapshot) sort() {
 	sortByName(s.leases, func(l **Lease) string { return (*l).ID })
 	sortByName(s.sessions, func(x **Session) string { return (*x).ID })
 	sortByName(s.keys, func(k *snapKey) string { return k.key })
+	sortMembers(s.members)
 }
 
 // sortByName sorts xs by name, which is distinct for each. Most ids share
@@ -137,8 +147,8 @@ func sortByName[T any](xs []T, name func(*T) string) {
 }
 
 // WriteTo encodes the snapshot (format 2): the magic, then length-prefixed
-// records: the header, the keys, the sessions and the leases, each group
-// sorted, so equal states give equal bytes. Records use the binary encoding
+// records: the header, the keys, the sessions, the leases and the members,
+// each group sorted, so equal states give equal bytes. Records use the binary encoding
 // of the log (codec.go).
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	s.sort()
@@ -178,6 +188,12 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	}
 	for _, l := range s.leases {
 		encodeLease(&e, l)
+		if err := record(); err != nil {
+			return cw.n, err
+		}
+	}
+	for i := range s.members {
+		encodeMember(&e, &s.members[i])
 		if err := record(); err != nil {
 			return cw.n, err
 		}
@@ -391,12 +407,31 @@ func restoreBinary(br *bufio.Reader) (*FSM, error) {
 		}
 		leases = append(leases, l)
 	}
+	var members []MemberRecord
+	for i := 0; i < hdr.Members; i++ {
+		body, err := rr.next()
+		if err != nil {
+			return nil, fmt.Errorf("fsm: snapshot member %d: %w", i, err)
+		}
+		var m MemberRecord
+		if err := decodeRecord(body, "member", i, func(d *dec) { decodeMember(d, &m) }); err != nil {
+			return nil, err
+		}
+		if i > 0 && m.ID <= members[i-1].ID || m.ID == "" {
+			return nil, fmt.Errorf("fsm: snapshot member %d: ids not in strictly increasing order", i)
+		}
+		members = append(members, m)
+	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		return nil, errors.New("fsm: trailing data in snapshot")
 	}
 	n.setHeader(hdr)
 	if err := n.rebuild(keys, sessions, leases); err != nil {
 		return nil, err
+	}
+	n.members = make(map[string]MemberRecord, len(members))
+	for _, m := range members {
+		n.members[m.ID] = m
 	}
 	return n, nil
 }
@@ -543,6 +578,9 @@ func (h *snapHeader) encode(e *enc) {
 	e.uvarint(uint64(h.Keys))
 	e.uvarint(uint64(h.Sessions))
 	e.uvarint(uint64(h.Leases))
+	if h.Members > 0 {
+		e.uvarint(uint64(h.Members))
+	}
 }
 
 func (h *snapHeader) decode(d *dec) {
@@ -558,6 +596,12 @@ func (h *snapHeader) decode(d *dec) {
 	h.Keys = d.records()
 	h.Sessions = d.records()
 	h.Leases = d.records()
+	if len(d.b) > 0 {
+		// Written only when not zero, so that there is one encoding.
+		if h.Members = d.records(); h.Members == 0 && d.err == nil {
+			d.fail("member count 0 written")
+		}
+	}
 }
 
 // records reads a count of records (not checked against the input: records
