@@ -119,6 +119,10 @@ type call struct {
 	extra  time.Duration // added to the attempt timeout (acquire wait)
 	read   bool          // a read: honours StaleReads
 	stream bool          // a stream: no attempt timeout
+	// timeout, if > 0, bounds each attempt instead of the Client's
+	// Timeout; an attempt that runs out moves on like a transport failure
+	// (when retry allows it).
+	timeout time.Duration
 }
 
 // do performs c against the addresses in turn and decodes a 2xx body into
@@ -212,8 +216,12 @@ func notSent(err error) bool {
 
 func (c *Client) attempt(ctx context.Context, base string, cl call, body []byte) (*http.Response, context.CancelFunc, error) {
 	cancel := context.CancelFunc(func() {})
-	if c.timeout > 0 && !cl.stream {
-		ctx, cancel = context.WithTimeout(ctx, c.timeout+cl.extra)
+	timeout := c.timeout
+	if cl.timeout > 0 {
+		timeout = cl.timeout
+	}
+	if timeout > 0 && !cl.stream {
+		ctx, cancel = context.WithTimeout(ctx, timeout+cl.extra)
 	} else {
 		ctx, cancel = context.WithCancel(ctx)
 	}

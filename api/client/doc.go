@@ -13,5 +13,13 @@
 // errors.Is(err, &node.Error{Code: node.CodeLeaseHeld}) both work, and the
 // HTTP status stays available on the *APIError.
 //
+// Two helpers carry out what the README asks of a holder. KeepAlive (and
+// AcquireKeepAlive) renews a standalone lease every TTL/3 and tracks the
+// holder's own deadline from the send time of the last successful renewal,
+// on the monotonic clock: its Lost channel closes before the server could
+// give the lease to anyone else, even when no server answers. FenceGuard is
+// for the guarded resource: it refuses fencing tokens lower than the
+// highest seen per key.
+//
 // A Client is safe for concurrent use.
 package client
