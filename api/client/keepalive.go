@@ -105,7 +105,10 @@ type KeepAlive struct {
 //
 // The error is about the arguments only; everything after that is reported
 // through Lost and Err. If the deadline has already passed, Lost is closed
-// at once.
+// at once: after an acquire that waited for its slot, use AcquireKeepAlive,
+// which renews first.
+//
+// ctx bounds the keep-alive's whole life.
 func (c *Client) KeepAlive(ctx context.Context, lease *node.Lease, sent time.Time, opts KeepAliveOptions) (*KeepAlive, error) {
 	if lease == nil || lease.LeaseID == "" || lease.Token == "" {
 		return nil, errors.New("client: keep-alive needs a lease with its id and token")
@@ -134,7 +137,8 @@ func (c *Client) KeepAlive(ctx context.Context, lease *node.Lease, sent time.Tim
 // itself. If waiting for the lease (req.WaitMS) used up more than half of
 // the time the holder may rely on it, it renews once before returning; if
 // that fails it releases the lease, best effort, and returns the error.
-// Set req.IdempotencyKey to let the acquire fail over between nodes.
+// Set req.IdempotencyKey to let the acquire fail over between nodes. ctx
+// bounds the acquire and then the keep-alive's whole life.
 func (c *Client) AcquireKeepAlive(ctx context.Context, req node.AcquireRequest, opts KeepAliveOptions) (*KeepAlive, error) {
 	if req.SessionID != "" || req.TTLMS <= 0 {
 		return nil, errors.New("client: keep-alive needs a standalone lease with ttl_ms")
@@ -330,7 +334,7 @@ func (k *KeepAlive) run(ctx context.Context, sent time.Time) {
 	deadline := k.Deadline()
 	lossT := time.NewTimer(time.Until(deadline))
 	defer lossT.Stop()
-	renewT := time.NewTimer(time.Until(sent.Add(k.interval)))
+	renewT := time.NewTimer(k.untilRenewal(sent, deadline))
 	defer renewT.Stop()
 	var lastErr error
 	notRenewed := func() error {
@@ -353,6 +357,7 @@ func (k *KeepAlive) run(ctx context.Context, sent time.Time) {
 			return
 		case <-lossT.C:
 			// Checked at the top of the loop.
+			lossT.Reset(time.Until(deadline))
 		case <-renewT.C:
 			if renewing {
 				continue
@@ -384,7 +389,7 @@ func (k *KeepAlive) run(ctx context.Context, sent time.Time) {
 				k.mu.Unlock()
 				deadline = k.Deadline()
 				lossT.Reset(time.Until(deadline))
-				renewT.Reset(time.Until(r.sent.Add(k.interval)))
+				renewT.Reset(k.untilRenewal(r.sent, deadline))
 				lastErr = nil
 			case leaseGone(r.err):
 				k.lose(r.err)
@@ -395,6 +400,13 @@ func (k *KeepAlive) run(ctx context.Context, sent time.Time) {
 			}
 		}
 	}
+}
+
+// untilRenewal is the wait before the next renewal after one sent at sent:
+// one interval, or half the time left before the deadline if that is
+// sooner (a lease that came with less than its TTL left).
+func (k *KeepAlive) untilRenewal(sent, deadline time.Time) time.Duration {
+	return min(time.Until(sent.Add(k.interval)), time.Until(deadline)/2)
 }
 
 // renewRetrying renews without changing the TTL, moving on to the next

@@ -560,3 +560,31 @@ func TestAcquireKeepAlive(t *testing.T) {
 		}
 	})
 }
+
+func TestKeepAliveRenewsEarlyWhenLittleIsLeft(t *testing.T) {
+	const ttl = 3 * time.Second
+	var log renewLog
+	s, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
+		log.add(time.Now())
+		answerRenew(t, w, r, ttl)
+	})
+	c := newClient(t, s.URL)
+	// The lease came with 600 ms left, less than one renewal interval
+	// (1 s) before the deadline.
+	l := activeLease(ttl)
+	l.RemainingMS = 600
+	sent := time.Now()
+	ka, err := c.KeepAlive(context.Background(), l, sent, KeepAliveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ka.Stop()
+	if want := sent.Add(600*time.Millisecond - DefaultMargin(ttl)); !ka.Deadline().Equal(want) {
+		t.Errorf("deadline = sent + %v, want sent + remaining - margin", ka.Deadline().Sub(sent))
+	}
+	waitFor(t, 3*time.Second, "an early renewal", func() bool { return log.len() >= 1 })
+	if isLost(ka) {
+		t.Fatal(ka.Err())
+	}
+	waitFor(t, 3*time.Second, "the renewal to count", func() bool { return ka.Deadline().Sub(sent) > time.Second })
+}
