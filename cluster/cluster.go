@@ -43,11 +43,21 @@ type Config struct {
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
 	// Logger receives Raft's logs.
 	Logger *slog.Logger
+	// BeforeStart, if set, runs once the stores are open (and a single
+	// server bootstrapped), before Raft starts: hadState tells whether Raft
+	// state existed, addr is the address the others dial. An error stops
+	// Open.
+	BeforeStart func(hadState bool, addr raft.ServerAddress) error
 }
 
 // Cluster is one running Raft server.
 type Cluster struct {
 	Raft *raft.Raft
+	// HadState: Raft state existed when Open ran (this server belongs, or
+	// belonged, to a cluster).
+	HadState bool
+	// Addr is this server's Raft address as the others dial it.
+	Addr raft.ServerAddress
 
 	cfg       Config
 	trans     raft.Transport
@@ -175,6 +185,7 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 		c.closeAll()
 		return nil, fmt.Errorf("cluster: inspect state: %w", err)
 	}
+	c.HadState, c.Addr = existing, addr
 	if !existing && cfg.Bootstrap {
 		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: addr}}}
 		if err := raft.BootstrapCluster(rc, logs, stable, snaps, c.trans, conf); err != nil {
@@ -182,6 +193,12 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
 		}
 		c.logger.Info("bootstrapped a new cluster", "node_id", cfg.NodeID, "raft_addr", addr)
+	}
+	if cfg.BeforeStart != nil {
+		if err := cfg.BeforeStart(existing, addr); err != nil {
+			c.closeAll()
+			return nil, err
+		}
 	}
 	r, err := raft.NewRaft(rc, fsm, logs, stable, snaps, c.trans)
 	if err != nil {
@@ -191,6 +208,17 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 	c.Raft = r
 	go c.watchLeadership()
 	return c, nil
+}
+
+// BootstrapWith forms a new cluster of the given voters. It fails when
+// this server has Raft state already; every server of a new cluster must
+// call it with the same configuration (see node's bootstrap-expect).
+func (c *Cluster) BootstrapWith(servers []raft.Server) error {
+	if err := c.Raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+		return fmt.Errorf("cluster: bootstrap: %w", err)
+	}
+	c.logger.Info("bootstrapped a new cluster", "node_id", c.cfg.NodeID, "servers", len(servers))
+	return nil
 }
 
 // Transport returns the Raft transport (tests connect in-memory transports).

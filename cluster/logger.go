@@ -39,3 +39,6 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 	w.l.Log(context.Background(), level, string(msg))
 	return len(p), nil
 }
+
+// HCLogger adapts l for hashicorp libraries that log through hclog.
+func HCLogger(name string, l *slog.Logger) hclog.Logger { return newHCLogger(name, l) }

@@ -19,17 +19,45 @@ type Config struct {
 	// RaftAdvertise is the address other servers reach this one at; empty
 	// means RaftAddr (which must then not be an unspecified address).
 	RaftAdvertise string
-	// GossipAddr is the memberlist bind address (used by multi-node
-	// clusters). Default "127.0.0.1:7702".
+	// GossipAddr is the memberlist bind address (UDP and TCP). Default
+	// "127.0.0.1:7702". With InMemory the port is ignored (an ephemeral
+	// one is used).
 	GossipAddr string
-	// HTTPAddr is advertised to peers and shown in cluster status; the node
-	// itself does not serve HTTP. Default "127.0.0.1:7700".
+	// AdvertiseAddr is the host or IP the other servers reach this one at,
+	// for Raft and gossip (and HTTP when HTTPAddr's host is unspecified). A
+	// host name is resolved once, at Open. Empty: the bind addresses, which
+	// must then not be unspecified (0.0.0.0).
+	AdvertiseAddr string
+	// HTTPAddr is advertised to peers (followers forward requests to the
+	// leader's) and shown in cluster status; the node itself does not serve
+	// HTTP. Default "127.0.0.1:7700".
 	HTTPAddr string
-	// Join lists gossip addresses of existing members (multi-node).
+	// Join lists gossip addresses of members to contact (any of them is
+	// enough). A new server (no Raft state) that is not forming a cluster
+	// (BootstrapExpect <= 1) must reach one within JoinTimeout.
 	Join []string
+	// JoinTimeout bounds how long a new server keeps trying Join before Open
+	// fails. Default 60s.
+	JoinTimeout time.Duration
 	// BootstrapExpect is the number of servers to wait for before forming a
-	// new cluster; 0 or 1 bootstraps a single-node cluster at once. Default 1.
+	// new cluster: once that many new servers with the same setting see
+	// each other through gossip, each bootstraps the same configuration. 0
+	// or 1 bootstraps a single-node cluster at once when there is no state
+	// and nothing to Join. A server with Raft state never bootstraps.
 	BootstrapExpect int
+	// DeadServerTimeout, if positive, lets the leader remove a server that
+	// gossip has seen failed (or left) for that long, never going below
+	// MinQuorum voters nor removing a majority. 0 (default): only an
+	// operator removes servers.
+	DeadServerTimeout time.Duration
+	// MinQuorum is the fewest voters automatic removal leaves. Default 3.
+	MinQuorum int
+	// StabilizationTime is how long a new server must be healthy before
+	// it is promoted from non-voter to voter. Default 2s.
+	StabilizationTime time.Duration
+	// GossipKey, if set, encrypts gossip (16, 24 or 32 bytes; every server
+	// needs the same key).
+	GossipKey []byte
 
 	// TickPeriod is the cluster clock's resolution: the leader commits one
 	// tick per period. Every TTL is rounded up to whole ticks and a lease
@@ -63,6 +91,10 @@ type Config struct {
 	InMemory bool
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger
+
+	// Test hooks: quicker gossip, and Raft timeouts (0: cluster defaults).
+	fastGossip  bool
+	raftTimeout time.Duration
 }
 
 // DefaultConfig returns a single-node configuration on loopback with data in
@@ -75,6 +107,9 @@ func DefaultConfig() Config {
 		GossipAddr:        "127.0.0.1:7702",
 		HTTPAddr:          "127.0.0.1:7700",
 		BootstrapExpect:   1,
+		JoinTimeout:       time.Minute,
+		MinQuorum:         3,
+		StabilizationTime: 2 * time.Second,
 		TickPeriod:        100 * time.Millisecond,
 		Retention:         time.Hour,
 		MinTTL:            time.Second,
@@ -125,10 +160,25 @@ func (c Config) Validate() error {
 	if c.BootstrapExpect < 0 {
 		errs = append(errs, errors.New("bootstrap expect must not be negative"))
 	}
-	// Multi-node clusters (gossip discovery, joining) are not built yet:
-	// refuse rather than silently run a single node.
-	if len(c.Join) > 0 || c.BootstrapExpect > 1 {
-		errs = append(errs, errors.New("multi-node clusters (join, bootstrap expect > 1) are not supported by this release; run a single node"))
+	if c.BootstrapExpect > 9 {
+		errs = append(errs, fmt.Errorf("bootstrap expect %d: more than 9 voters only slows every write down; use 3 or 5", c.BootstrapExpect))
+	}
+	if c.BootstrapExpect > 1 && len(c.Join) == 0 {
+		errs = append(errs, errors.New("bootstrap expect > 1 needs join addresses of the other servers"))
+	}
+	if c.GossipAddr == "" {
+		errs = append(errs, errors.New("gossip address is required"))
+	}
+	if c.DeadServerTimeout < 0 || c.JoinTimeout < 0 || c.StabilizationTime < 0 {
+		errs = append(errs, errors.New("dead server timeout, join timeout and stabilization time must not be negative"))
+	}
+	if c.MinQuorum < 1 {
+		errs = append(errs, errors.New("min quorum must be at least 1"))
+	}
+	switch len(c.GossipKey) {
+	case 0, 16, 24, 32:
+	default:
+		errs = append(errs, fmt.Errorf("gossip key is %d bytes; want 16, 24 or 32", len(c.GossipKey)))
 	}
 	return errors.Join(errs...)
 }

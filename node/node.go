@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	autopilot "github.com/hashicorp/raft-autopilot"
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 )
@@ -29,6 +30,12 @@ type Node struct {
 	waiters map[string][]chan fsm.Notice
 
 	leaderCtx atomic.Pointer[context.Context] // set once this term's barrier applied
+
+	mem      *membership
+	hadState atomic.Bool                        // Raft state exists (gossiped)
+	raftP    atomic.Pointer[raft.Raft]          // set once Raft runs (gossip callbacks)
+	pilot    atomic.Pointer[autopilot.Autopilot] // of the current leadership term
+	apState  atomic.Pointer[autopilot.State]
 
 	ready     chan struct{}
 	closing   chan struct{}
@@ -56,20 +63,39 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.rep = newReplica(n.hub, n.stats, n.deliverNotices)
 	n.rep.defaultPeriod = cfg.TickPeriod.Milliseconds()
-	cl, err := cluster.Open(cluster.Config{
-		NodeID: cfg.NodeID, Dir: cfg.DataDir, BindAddr: cfg.RaftAddr, Advertise: cfg.RaftAdvertise,
-		InMemory: cfg.InMemory, Bootstrap: cfg.BootstrapExpect <= 1,
-		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval,
-		Logger: logger,
-	}, n.rep)
+	inc, err := loadIncarnation(cfg)
 	if err != nil {
 		return nil, err
 	}
+	n.mem = &membership{incarnation: inc, failedAt: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	host, err := advertiseHost(cfg)
+	if err != nil {
+		return nil, err
+	}
+	raftAdv := cfg.RaftAdvertise
+	if raftAdv == "" && host != "" {
+		raftAdv = withHost(cfg.RaftAddr, host)
+	}
+	cl, err := cluster.Open(cluster.Config{
+		NodeID: cfg.NodeID, Dir: cfg.DataDir, BindAddr: cfg.RaftAddr, Advertise: raftAdv,
+		InMemory: cfg.InMemory, Bootstrap: cfg.BootstrapExpect <= 1 && len(cfg.Join) == 0,
+		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval,
+		HeartbeatTimeout: cfg.raftTimeout, ElectionTimeout: cfg.raftTimeout, LeaderLeaseTimeout: cfg.raftTimeout / 2,
+		Logger: logger, BeforeStart: n.startGossip,
+	}, n.rep)
+	if err != nil {
+		if n.mem.gossip != nil {
+			n.mem.gossip.Close()
+		}
+		return nil, err
+	}
 	n.cl = cl
+	n.raftP.Store(cl.Raft)
 	cl.OnLeadership(n.lead)
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.batcher()
 	go n.watchReady()
+	go n.watchMembership()
 	return n, nil
 }
 
@@ -84,6 +110,9 @@ func (n *Node) ReadyErr() error {
 		return &Error{Code: fsm.CodeUnavailable, Message: "node is shutting down"}
 	default:
 	}
+	if err := n.refusedErr(); err != nil {
+		return &Error{Code: fsm.CodeUnavailable, Message: err.Error()}
+	}
 	if addr, _ := n.cl.Raft.LeaderWithID(); addr == "" {
 		return &Error{Code: CodeNoLeader, Message: "no leader is known"}
 	}
@@ -92,6 +121,12 @@ func (n *Node) ReadyErr() error {
 	}
 	if applied, commit := n.rep.applied.Load(), n.cl.Raft.CommitIndex(); applied < commit {
 		return &Error{Code: fsm.CodeUnavailable, Message: "applying the log: not caught up with the leader yet"}
+	}
+	n.rep.mu.RLock()
+	tick := n.rep.f.Tick()
+	n.rep.mu.RUnlock()
+	if tick == 0 {
+		return &Error{Code: fsm.CodeUnavailable, Message: "the cluster clock has not started yet (no tick committed)"}
 	}
 	return nil
 }
@@ -134,11 +169,13 @@ func (n *Node) lead(ctx context.Context) {
 		return
 	}
 	n.leaderCtx.Store(&ctx)
+	go n.reconcileLoop(ctx)
 	n.tickLoop(ctx)
 }
 
 // tickLoop is the cluster clock. It waits one period after gaining
-// leadership before the first tick (a new leader must not compress time),
+// leadership before the first tick (a new leader must not compress time;
+// only a new cluster, at tick 0, starts its clock at once),
 // proposes tick k+1 only after tick k has applied here, and never sooner
 // than one period after it proposed tick k: committed ticks are therefore
 // never closer than one period in real time, except that one tick may follow
@@ -150,7 +187,15 @@ func (n *Node) tickLoop(ctx context.Context) {
 			"tick_period", period, "configured", n.cfg.TickPeriod)
 	}
 	retain := uint64((n.cfg.Retention + period - 1) / period)
-	timer := time.NewTimer(period)
+	first := period
+	n.rep.mu.RLock()
+	if n.rep.f.Tick() == 0 {
+		// A new cluster: no earlier tick exists that a quick first one
+		// could crowd, so the clock starts at once.
+		first = 0
+	}
+	n.rep.mu.RUnlock()
+	timer := time.NewTimer(first)
 	defer timer.Stop()
 	for {
 		select {
@@ -187,6 +232,7 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closing)
 		n.closeErr = n.cl.Close()
+		n.mem.gossip.Close()
 		n.hub.close()
 		n.wg.Wait()
 	})

@@ -265,7 +265,7 @@ func TestWaitFIFOAndLockDelay(t *testing.T) {
 	_, _, err = n.Acquire(ctx, AcquireRequest{Key: "ld", Holder: "b", TTLMS: 5000})
 	var e *Error
 	if !errors.As(err, &e) || e.Code != CodeLockDelay || e.RemainingMS <= 0 {
-		t.Fatalf("acquire during lock-delay: %v", err)
+		t.Fatalf("acquire during lock-delay: %v (%d)", err, e.RemainingMS)
 	}
 	waitFor(t, 3*time.Second, func() bool {
 		_, _, err := n.Acquire(ctx, AcquireRequest{Key: "ld", Holder: "b", TTLMS: 5000})
@@ -422,8 +422,9 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.MinTTL = 0 },
 		func(c *Config) { c.MaxTTL = c.MinTTL - 1 },
 		func(c *Config) { c.MaxBatch = 0 },
-		func(c *Config) { c.Join = []string{"10.0.0.1:7702"} },
-		func(c *Config) { c.BootstrapExpect = 3 },
+		func(c *Config) { c.BootstrapExpect = 3 }, // without join addresses
+		func(c *Config) { c.GossipKey = []byte("short") },
+		func(c *Config) { c.MinQuorum = 0 },
 	}
 	for i, mutate := range bad {
 		c := DefaultConfig()

@@ -46,9 +46,12 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 	fs.StringVar(&cfg.httpAdvertise, "http-advertise", "", "HTTP address peers and cluster status show (default: the bound --http-addr)")
 	fs.StringVar(&cfg.node.RaftAddr, "raft-addr", def.RaftAddr, "Raft bind address")
 	fs.StringVar(&cfg.node.RaftAdvertise, "raft-advertise", "", "Raft address other servers reach this one at (default: --raft-addr)")
-	fs.StringVar(&cfg.node.GossipAddr, "gossip-addr", def.GossipAddr, "gossip (membership) bind address")
-	join := fs.String("join", "", "comma-separated gossip addresses of existing members")
-	fs.IntVar(&cfg.node.BootstrapExpect, "bootstrap-expect", def.BootstrapExpect, "servers to wait for before forming a new cluster (0 or 1: bootstrap alone)")
+	fs.StringVar(&cfg.node.GossipAddr, "gossip-addr", def.GossipAddr, "gossip (membership) bind address, UDP and TCP")
+	fs.StringVar(&cfg.node.AdvertiseAddr, "advertise-addr", "", "host or IP the other servers reach this one at (Raft, gossip, and HTTP when bound to 0.0.0.0); a name is resolved at start")
+	join := fs.String("join", "", "comma-separated gossip addresses of members to contact (any one is enough)")
+	fs.IntVar(&cfg.node.BootstrapExpect, "bootstrap-expect", def.BootstrapExpect, "new cluster: wait for this many servers, then form it (0 or 1: a single server bootstraps alone)")
+	fs.DurationVar(&cfg.node.JoinTimeout, "join-timeout", def.JoinTimeout, "how long a new server keeps trying --join before giving up")
+	fs.DurationVar(&cfg.node.DeadServerTimeout, "dead-server-timeout", 0, "remove a server after it has been failed this long (0: only an operator removes servers); never below 3 voters")
 	fs.DurationVar(&cfg.node.TickPeriod, "tick-period", def.TickPeriod, "cluster clock resolution (10ms-10s)")
 	fs.DurationVar(&cfg.node.Retention, "retention", def.Retention, "how long ended leases and sessions stay readable")
 	fs.StringVar(&cfg.tokensFile, "tokens-file", "", "bearer tokens file (JSON; see 'leasehold token create'); none: auth is off")
@@ -115,7 +118,11 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 	cfg.node.HTTPAddr = cfg.httpAdvertise
 	if cfg.node.HTTPAddr == "" {
 		cfg.node.HTTPAddr = ln.Addr().String()
+		if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP.IsUnspecified() && cfg.node.AdvertiseAddr != "" {
+			cfg.node.HTTPAddr = net.JoinHostPort(cfg.node.AdvertiseAddr, fmt.Sprint(ta.Port))
+		}
 	}
+	node.Version = versionString()
 	cfg.node.Logger = log
 
 	n, err := node.Open(cfg.node)

@@ -1,0 +1,326 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Meta is what a server tells the others about itself through gossip.
+type Meta struct {
+	ID          string `json:"id"`
+	Raft        string `json:"raft"`
+	HTTP        string `json:"http"`
+	Version     string `json:"ver"`
+	Incarnation string `json:"inc"`
+	// Expect is the server's --bootstrap-expect (0 when it does not wait
+	// to form a cluster).
+	Expect int `json:"expect,omitempty"`
+	// HasState: the server has Raft state (it belongs, or belonged, to a
+	// cluster). A server with state never takes part in a bootstrap.
+	HasState bool `json:"state,omitempty"`
+}
+
+// PeerStats is a server's view of Raft, carried in gossip ping acks.
+type PeerStats struct {
+	State     string `json:"s"`
+	Term      uint64 `json:"t"`
+	LastIndex uint64 `json:"i"`
+	// LastContactMS is how long ago the server last heard from the leader
+	// (0 on the leader itself, -1 when it never did).
+	LastContactMS int64 `json:"c"`
+}
+
+// Peer is one server as gossip knows it.
+type Peer struct {
+	Meta
+	// Addr is the gossip address.
+	Addr string
+	// Status is alive, suspect, failed or left.
+	Status string
+	// Since is when Status last changed.
+	Since time.Time
+	// Stats and StatsAt: the server's last reported Raft view, if any.
+	Stats   *PeerStats
+	StatsAt time.Time
+}
+
+// GossipConfig configures memberlist discovery.
+type GossipConfig struct {
+	// Name is this server's id.
+	Name string
+	// BindAddr is host:port to listen on (UDP and TCP); port 0 picks one.
+	BindAddr string
+	// Advertise is the host the others reach this server at; empty means
+	// the bind host, which must then not be unspecified.
+	Advertise string
+	// Meta returns this server's current metadata.
+	Meta func() Meta
+	// Stats returns this server's Raft view for ping acks.
+	Stats func() PeerStats
+	// LocalState is sent in push/pull exchanges; MergeState receives the
+	// other side's.
+	LocalState func() []byte
+	MergeState func(buf []byte, join bool)
+	// OnChange is called (without locks held) after membership changes.
+	OnChange func()
+	// Key enables gossip encryption (16, 24 or 32 bytes).
+	Key []byte
+	// Fast shortens probe and suspicion times (tests).
+	Fast   bool
+	Logger *slog.Logger
+}
+
+// Gossip runs memberlist for one server.
+type Gossip struct {
+	cfg GossipConfig
+	ml  *memberlist.Memberlist
+	log *slog.Logger
+
+	mu    sync.Mutex
+	peers map[string]*Peer
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// StartGossip creates the memberlist and starts listening. Join is separate.
+func StartGossip(cfg GossipConfig) (*Gossip, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	host, portStr, err := net.SplitHostPort(cfg.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: gossip address %q: %v", ErrInvalidConfig, cfg.BindAddr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: gossip port %q", ErrInvalidConfig, portStr)
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	adv := cfg.Advertise
+	if adv == "" {
+		adv = host
+	}
+	if ip := net.ParseIP(adv); ip != nil && ip.IsUnspecified() {
+		return nil, fmt.Errorf("%w: gossip address %q is not reachable by peers; set an advertise address", ErrInvalidConfig, cfg.BindAddr)
+	}
+	g := &Gossip{cfg: cfg, log: cfg.Logger, peers: make(map[string]*Peer)}
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Name
+	mc.BindAddr, mc.BindPort = host, port
+	mc.AdvertiseAddr, mc.AdvertisePort = adv, port
+	// Tuned for a LAN of a few servers: failures are noticed within a few
+	// seconds; Raft decides leadership on its own, faster.
+	mc.ProbeInterval = 500 * time.Millisecond
+	mc.ProbeTimeout = 250 * time.Millisecond
+	mc.PushPullInterval = 15 * time.Second
+	if cfg.Fast {
+		mc.ProbeInterval = 100 * time.Millisecond
+		mc.ProbeTimeout = 50 * time.Millisecond
+		mc.SuspicionMult = 2
+		mc.GossipInterval = 20 * time.Millisecond
+		mc.PushPullInterval = 2 * time.Second
+	}
+	mc.Delegate = (*gossipDelegate)(g)
+	mc.Events = (*gossipEvents)(g)
+	mc.Ping = (*gossipPing)(g)
+	mc.Logger = log.New(&memberlistLog{l: cfg.Logger}, "", 0)
+	if len(cfg.Key) > 0 {
+		mc.SecretKey = cfg.Key
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: gossip on %s: %w", cfg.BindAddr, err)
+	}
+	g.ml = ml
+	return g, nil
+}
+
+// Addr is the gossip address the others reach this server at.
+func (g *Gossip) Addr() string { return g.ml.LocalNode().Address() }
+
+// Join contacts the given gossip addresses (skipping this server's own) and
+// reports how many answered.
+func (g *Gossip) Join(addrs []string) (int, error) {
+	self := g.Addr()
+	var others []string
+	for _, a := range addrs {
+		if a != self && a != g.cfg.BindAddr {
+			others = append(others, a)
+		}
+	}
+	if len(others) == 0 {
+		return 0, nil
+	}
+	return g.ml.Join(others)
+}
+
+// UpdateMeta re-announces this server's metadata.
+func (g *Gossip) UpdateMeta() {
+	if err := g.ml.UpdateNode(time.Second); err != nil {
+		g.log.Debug("gossip metadata update", "err", err)
+	}
+}
+
+// Peers returns every server gossip knows of, this one included, by id.
+func (g *Gossip) Peers() []Peer {
+	g.mu.Lock()
+	out := make([]Peer, 0, len(g.peers))
+	for _, p := range g.peers {
+		out = append(out, *p)
+	}
+	g.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Peer returns one server by id.
+func (g *Gossip) Peer(id string) (Peer, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p, ok := g.peers[id]
+	if !ok {
+		return Peer{}, false
+	}
+	return *p, true
+}
+
+// Close leaves the gossip pool (briefly) and stops.
+func (g *Gossip) Close() error {
+	g.closeOnce.Do(func() {
+		if err := g.ml.Leave(500 * time.Millisecond); err != nil {
+			g.log.Debug("gossip leave", "err", err)
+		}
+		g.closeErr = g.ml.Shutdown()
+	})
+	return g.closeErr
+}
+
+// update records a memberlist node and calls OnChange.
+func (g *Gossip) update(n *memberlist.Node) {
+	status := "alive"
+	switch n.State {
+	case memberlist.StateSuspect:
+		status = "suspect"
+	case memberlist.StateDead:
+		status = "failed"
+	case memberlist.StateLeft:
+		status = "left"
+	}
+	var m Meta
+	if len(n.Meta) > 0 {
+		if err := json.Unmarshal(n.Meta, &m); err != nil {
+			g.log.Warn("gossip: undecodable metadata; ignoring the node", "node", n.Name, "err", err)
+			return
+		}
+	}
+	if m.ID == "" {
+		m.ID = n.Name
+	}
+	g.mu.Lock()
+	p := g.peers[n.Name]
+	if p == nil {
+		p = &Peer{}
+		g.peers[n.Name] = p
+	}
+	if p.Status != status {
+		p.Since = time.Now()
+	}
+	p.Meta, p.Addr, p.Status = m, n.Address(), status
+	g.mu.Unlock()
+	if g.cfg.OnChange != nil {
+		g.cfg.OnChange()
+	}
+}
+
+type gossipDelegate Gossip
+
+func (d *gossipDelegate) NodeMeta(limit int) []byte {
+	if d.cfg.Meta == nil {
+		return nil
+	}
+	b, _ := json.Marshal(d.cfg.Meta())
+	if len(b) > limit {
+		d.log.Error("gossip: metadata too large", "bytes", len(b), "limit", limit)
+		return nil
+	}
+	return b
+}
+
+func (d *gossipDelegate) NotifyMsg([]byte)                 {}
+func (d *gossipDelegate) GetBroadcasts(int, int) [][]byte { return nil }
+
+func (d *gossipDelegate) LocalState(bool) []byte {
+	if d.cfg.LocalState == nil {
+		return nil
+	}
+	return d.cfg.LocalState()
+}
+
+func (d *gossipDelegate) MergeRemoteState(buf []byte, join bool) {
+	if d.cfg.MergeState != nil && len(buf) > 0 {
+		d.cfg.MergeState(buf, join)
+	}
+}
+
+type gossipEvents Gossip
+
+func (e *gossipEvents) NotifyJoin(n *memberlist.Node)   { (*Gossip)(e).update(n) }
+func (e *gossipEvents) NotifyLeave(n *memberlist.Node)  { (*Gossip)(e).update(n) }
+func (e *gossipEvents) NotifyUpdate(n *memberlist.Node) { (*Gossip)(e).update(n) }
+
+type gossipPing Gossip
+
+func (p *gossipPing) AckPayload() []byte {
+	if p.cfg.Stats == nil {
+		return nil
+	}
+	b, _ := json.Marshal(p.cfg.Stats())
+	return b
+}
+
+func (p *gossipPing) NotifyPingComplete(other *memberlist.Node, _ time.Duration, payload []byte) {
+	if len(payload) == 0 {
+		return
+	}
+	var st PeerStats
+	if err := json.Unmarshal(payload, &st); err != nil {
+		return
+	}
+	p.mu.Lock()
+	if peer := p.peers[other.Name]; peer != nil {
+		peer.Stats, peer.StatsAt = &st, time.Now()
+	}
+	p.mu.Unlock()
+}
+
+// memberlistLog turns memberlist's "[LEVEL] memberlist: ..." lines into
+// slog records.
+type memberlistLog struct{ l *slog.Logger }
+
+func (w *memberlistLog) Write(b []byte) (int, error) {
+	msg := string(bytes.TrimSpace(b))
+	level := slog.LevelInfo
+	for prefix, l := range map[string]slog.Level{"[ERR]": slog.LevelError, "[WARN]": slog.LevelWarn,
+		"[DEBUG]": slog.LevelDebug, "[INFO]": slog.LevelInfo} {
+		if rest, ok := bytes.CutPrefix([]byte(msg), []byte(prefix)); ok {
+			level, msg = l, string(bytes.TrimSpace(rest))
+			break
+		}
+	}
+	w.l.Log(context.Background(), level, msg, "component", "gossip")
+	return len(b), nil
+}
