@@ -163,7 +163,7 @@ func (c *Client) AcquireKeepAlive(ctx context.Context, req node.AcquireRequest, 
 		rctx, cancel := context.WithDeadline(ctx, resent.Add(window))
 		l, err := c.renewRetrying(rctx, lease.LeaseID, lease.Token, probe.timeout)
 		cancel()
-		if err == nil && l.State != "active" {
+		if err == nil && l.State != "" && l.State != "active" {
 			err = stateError(lease.LeaseID, l.State)
 		}
 		if err != nil {
