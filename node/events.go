@@ -51,13 +51,16 @@ func parseEventID(s string) (eventID, bool) {
 // hub keeps the most recent events in a ring and feeds subscribers, each at
 // its own position, so a slow subscriber never blocks Apply.
 type hub struct {
-	mu     sync.Mutex
-	ring   []hubEvent
-	start  uint64  // position of the oldest retained event
-	end    uint64  // position the next event gets
-	floor  eventID // every event up to and including floor is gone
-	notify chan struct{}
-	closed bool
+	mu    sync.Mutex
+	ring  []hubEvent
+	start uint64  // position of the oldest retained event
+	end   uint64  // position the next event gets
+	floor eventID // every event up to and including floor is gone
+	// resetAt is the start position set by the last reset: a subscriber
+	// before it lost its stream to a snapshot, not to its own slowness.
+	resetAt uint64
+	notify  chan struct{}
+	closed  bool
 
 	streams atomic.Int64
 }
@@ -92,6 +95,10 @@ func (h *hub) publish(evs []hubEvent) {
 }
 
 // reset forgets all history: state was replaced by a snapshot at index.
+// Live subscriptions end with EVENTS_COMPACTED: the events they would have
+// missed (or, after an operator's restore, the rewind itself) are not in
+// any stream, so their subscribers must re-read the state. Skipping one
+// ring position puts every subscriber's position before the new start.
 func (h *hub) reset(index uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -101,7 +108,9 @@ func (h *hub) reset(index uint64) {
 	for i := range h.ring {
 		h.ring[i] = hubEvent{}
 	}
+	h.end++
 	h.start = h.end
+	h.resetAt = h.start
 	h.floor = eventID{index: index, seq: ^uint32(0)}
 	close(h.notify)
 	h.notify = make(chan struct{})
@@ -228,8 +237,13 @@ func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, after eventI
 			return
 		}
 		if pos < h.start {
+			restored := pos < h.resetAt
 			h.mu.Unlock()
-			s.fail(&Error{Code: CodeEventsCompacted, Message: "subscriber fell behind the event history; resume from the last event id received"})
+			if restored {
+				s.fail(&Error{Code: CodeEventsCompacted, Message: "the state was replaced by a snapshot; read it again and subscribe anew"})
+			} else {
+				s.fail(&Error{Code: CodeEventsCompacted, Message: "subscriber fell behind the event history; resume from the last event id received"})
+			}
 			return
 		}
 		n := uint64(len(h.ring))

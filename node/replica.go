@@ -111,7 +111,19 @@ func (r *replica) Snapshot() (raft.FSMSnapshot, error) {
 	return &fsmSnapshot{s: r.f.Snapshot()}, nil
 }
 
-// Restore implements raft.FSM: it discards all state and replaces it.
+// Restore implements raft.FSM: it discards all state and replaces it. Raft
+// calls it at startup (the latest snapshot), on a follower that was sent a
+// snapshot, and on the leader for an operator's restore (Node.
+// RestoreSnapshot), whose state Rebase moved to an index at or above
+// everything applied before, so that:
+//   - the applied index never goes back (the snapshot's index is at least
+//     what was applied);
+//   - the event history restarts after the snapshot's index: a resume from
+//     an earlier event is EVENTS_COMPACTED, and live subscriptions end the
+//     same way (hub.reset), since the state they followed was replaced;
+//     events of later entries have higher ids than any before;
+//   - waiters for queued acquires are not touched here: RestoreSnapshot
+//     answers them (a follower has none; at startup there are none yet).
 func (r *replica) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	f := fsm.New()
@@ -121,7 +133,7 @@ func (r *replica) Restore(rc io.ReadCloser) error {
 	r.mu.Lock()
 	r.f = f
 	r.mu.Unlock()
-	r.applied.Store(f.Index())
+	r.applied.Store(max(r.applied.Load(), f.Index()))
 	r.hub.reset(f.Index())
 	return nil
 }

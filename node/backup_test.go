@@ -1,0 +1,422 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// leaseSnap is what must come back after a restore.
+type leaseSnap struct {
+	ID, Key, Holder, State, SessionID string
+	Fence                             uint64
+	TTLMS                             int64
+}
+
+func allLeases(t *testing.T, n *Node) map[string]leaseSnap {
+	t.Helper()
+	out := map[string]leaseSnap{}
+	after := ""
+	for {
+		page, err := n.ListLeases(context.Background(), ListRequest{After: after, Limit: 1000}, false)
+		if err != nil {
+			t.Fatalf("list: %v", err)
+		}
+		for _, l := range page.Leases {
+			out[l.LeaseID] = leaseSnap{l.LeaseID, l.Key, l.Holder, l.State, l.SessionID, l.FencingToken, l.TTLMS}
+		}
+		if page.Next == "" {
+			return out
+		}
+		after = page.Next
+	}
+}
+
+func saveSnapshot(t *testing.T, n *Node) ([]byte, *SnapshotInfo) {
+	t.Helper()
+	var buf bytes.Buffer
+	info, err := n.SaveSnapshot(context.Background(), &buf)
+	if err != nil {
+		t.Fatalf("save: %v", err)
+	}
+	return buf.Bytes(), info
+}
+
+// fence reads the state machine's fencing counter: the highest token granted.
+func (n *Node) fenceForTest() uint64 {
+	n.rep.mu.RLock()
+	defer n.rep.mu.RUnlock()
+	return n.rep.f.Fence()
+}
+
+func TestSnapshotSaveRestore(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	n := openNode(t, cfg)
+	ctx := context.Background()
+
+	a, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "a", TTLMS: 60000, Metadata: map[string]string{"x": "y"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := n.CreateSession(ctx, SessionRequest{Holder: "s", TTLMS: 60000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/2", SessionID: sess.SessionID, SessionToken: sess.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, _, _ := n.Acquire(ctx, AcquireRequest{Key: "cam/3", Holder: "c", TTLMS: 60000})
+	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: ended.LeaseID, Token: ended.Token}); err != nil {
+		t.Fatal(err)
+	}
+
+	file, info := saveSnapshot(t, n)
+	saved := allLeases(t, n)
+	savedA, _ := n.GetLease(ctx, a.LeaseID, false)
+	if len(saved) != 3 {
+		t.Fatalf("saved %d leases, want 3", len(saved))
+	}
+	if info.Format != SnapshotFileFormat || info.Index == 0 || info.Term == 0 || info.NodeID != "n1" ||
+		info.Size <= 0 || info.CreatedAt.IsZero() {
+		t.Fatalf("info %+v", info)
+	}
+	check, body, err := ReadSnapshotFile(bytes.NewReader(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(check, info) {
+		t.Fatalf("file header %+v, save answered %+v", check, info)
+	}
+	raw := file[len(file)-int(info.Size):]
+	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != info.SHA256 {
+		t.Fatal("sha256 in the header is not the body's")
+	}
+	if _, err := bytes.NewBuffer(nil).ReadFrom(body); err != nil {
+		t.Fatalf("verify body: %v", err)
+	}
+
+	// Change everything: release, acquire, and grant many leases in
+	// concurrent batches so the fencing counter runs ahead of the log index.
+	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: a.LeaseID, Token: a.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.EndSession(ctx, sess.SessionID, sess.Token, false); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var issued []uint64
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("after/", i), Holder: "b", TTLMS: 60000})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			issued = append(issued, l.FencingToken)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	taken, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "d", TTLMS: 60000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued = append(issued, taken.FencingToken)
+	maxBefore := n.fenceForTest()
+	for _, f := range issued {
+		if f > maxBefore {
+			t.Fatalf("token %d above the fencing counter %d", f, maxBefore)
+		}
+	}
+	t.Logf("fencing counter %d at log index %d before the restore", maxBefore, n.cl.Raft.LastIndex())
+
+	live, err := n.Subscribe(ctx, EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	lastBefore := n.AppliedIndex()
+	indexBefore := n.cl.Raft.LastIndex()
+
+	got, err := n.RestoreSnapshot(ctx, bytes.NewReader(file))
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if got.Index != info.Index || got.SHA256 != info.SHA256 || got.RestoredIndex <= indexBefore || got.State == nil ||
+		got.State.ActiveLeases != 2 || got.State.ActiveSessions != 1 {
+		t.Fatalf("restore answered %+v (state %+v), index before %d", got, got.State, indexBefore)
+	}
+	if n.AppliedIndex() < lastBefore {
+		t.Fatalf("applied index went back: %d < %d", n.AppliedIndex(), lastBefore)
+	}
+
+	// The state is the saved one: the same leases with the same fences.
+	if now := allLeases(t, n); !reflect.DeepEqual(now, saved) {
+		t.Fatalf("after restore:\n%v\nwant\n%v", now, saved)
+	}
+	gotA, err := n.GetLease(ctx, a.LeaseID, false)
+	if err != nil || gotA.State != "active" || gotA.RemainingMS > savedA.RemainingMS ||
+		gotA.RemainingMS < savedA.RemainingMS-5000 || gotA.Metadata["x"] != "y" {
+		t.Fatalf("lease a after restore: %v %+v (saved remaining %d)", err, gotA, savedA.RemainingMS)
+	}
+	if _, err := n.GetLease(ctx, taken.LeaseID, false); ErrorCode(err) != CodeLeaseNotFound {
+		t.Fatalf("a lease granted after the save survived the restore: %v", err)
+	}
+	if s, err := n.GetSession(ctx, sess.SessionID, false); err != nil || s.State != "active" {
+		t.Fatalf("session after restore: %v %+v", err, s)
+	}
+	if l, err := n.GetLease(ctx, bound.LeaseID, false); err != nil || l.State != "active" {
+		t.Fatalf("bound lease after restore: %v %+v", err, l)
+	}
+	// Tokens (only their hashes are in the snapshot) work again.
+	if _, err := n.Renew(ctx, a.LeaseID, a.Token, 0); err != nil {
+		t.Fatalf("renew restored lease: %v", err)
+	}
+	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "e", TTLMS: 60000}); ErrorCode(err) != CodeLeaseHeld {
+		t.Fatalf("acquire of a restored held key: %v", err)
+	}
+
+	// Fencing tokens never go back.
+	fresh, _, err := n.Acquire(ctx, AcquireRequest{Key: "after/0", Holder: "f", TTLMS: 60000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.FencingToken <= maxBefore {
+		t.Fatalf("fencing token %d after the restore, %d was granted before", fresh.FencingToken, maxBefore)
+	}
+	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: a.LeaseID, Token: a.Token}); err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "g", TTLMS: 60000})
+	if err != nil || again.FencingToken <= fresh.FencingToken {
+		t.Fatalf("reacquire after restore: %v %+v", err, again)
+	}
+
+	// Live streams end (the state they followed is gone); resuming from
+	// before the restore is refused; new events have higher ids.
+	deadline := time.After(5 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-live.Events():
+		case <-deadline:
+			t.Fatal("live subscription did not end at the restore")
+		}
+	}
+	if ErrorCode(live.Err()) != CodeEventsCompacted {
+		t.Fatalf("live subscription ended with %v", live.Err())
+	}
+	if _, err := n.Subscribe(ctx, EventFilter{AfterIndex: lastBefore}); ErrorCode(err) != CodeEventsCompacted {
+		t.Fatalf("resume from before the restore: %v", err)
+	}
+	sub, err := n.Subscribe(ctx, EventFilter{FromStart: true, Key: "cam/1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	select {
+	case ev := <-sub.Events():
+		if ev.Index <= indexBefore {
+			t.Fatalf("event %s after the restore, log was at %d before", ev.ID, indexBefore)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event after the restore")
+	}
+
+	// The restored state, with its raised fencing counter, is what a
+	// restart comes back to.
+	n.Close()
+	n2 := openNode(t, cfg)
+	if l, err := n2.GetLease(ctx, again.LeaseID, false); err != nil || l.FencingToken != again.FencingToken {
+		t.Fatalf("after restart: %v %+v", err, l)
+	}
+	after, _, err := n2.Acquire(ctx, AcquireRequest{Key: "after/1", Holder: "h", TTLMS: 60000})
+	if err != nil || after.FencingToken <= again.FencingToken {
+		t.Fatalf("acquire after restart: %v %+v", err, after)
+	}
+}
+
+// TestSnapshotRestoreRefusesBadFiles: nothing changes unless the whole file
+// checks out.
+func TestSnapshotRestoreRefusesBadFiles(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "k", Holder: "a", TTLMS: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	file, info := saveSnapshot(t, n)
+	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "k2", Holder: "a", TTLMS: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	before := allLeases(t, n)
+	fenceBefore := n.fenceForTest()
+
+	hdrLen := len(file) - int(info.Size)
+	garbage := []byte("this is not a state machine snapshot at all")
+	sum := sha256.Sum256(garbage)
+	garbageFile := fmt.Sprintf("LEASEHOLD-SNAPSHOT\n1\n{\"index\":5,\"term\":1,\"node_id\":\"x\",\"size\":%d,\"sha256\":%q}\n%s",
+		len(garbage), hex.EncodeToString(sum[:]), garbage)
+	flip := func(i int) []byte {
+		b := bytes.Clone(file)
+		b[i] ^= 0x40
+		return b
+	}
+	cases := map[string][]byte{
+		"empty":              nil,
+		"wrong magic":        append([]byte("NOT-A-SNAPSHOT\n"), file[len("LEASEHOLD-SNAPSHOT\n"):]...),
+		"wrong version":      bytes.Replace(file, []byte("LEASEHOLD-SNAPSHOT\n1\n"), []byte("LEASEHOLD-SNAPSHOT\n9\n"), 1),
+		"bad header":         bytes.Replace(file, []byte(`"size"`), []byte(`"size`), 1),
+		"header only":        file[:hdrLen],
+		"truncated":          file[:len(file)-10],
+		"trailing data":      append(bytes.Clone(file), 'x'),
+		"corrupted body":     flip(hdrLen + int(info.Size)/2),
+		"corrupted last":     flip(len(file) - 1),
+		"bad checksum":       bytes.Replace(file, []byte(info.SHA256), []byte(strings.Repeat("0", 64)), 1),
+		"wrong size":         bytes.Replace(file, fmt.Appendf(nil, `"size":%d`, info.Size), fmt.Appendf(nil, `"size":%d`, info.Size+1), 1),
+		"undecodable body":   []byte(garbageFile),
+		"no header newline":  []byte("LEASEHOLD-SNAPSHOT\n1\n{}"),
+		"long header":        append([]byte("LEASEHOLD-SNAPSHOT\n1\n"), bytes.Repeat([]byte(" "), 70<<10)...),
+		"negative size":      []byte("LEASEHOLD-SNAPSHOT\n1\n{\"size\":-1,\"sha256\":\"" + strings.Repeat("0", 64) + "\"}\n"),
+		"short sha":          []byte("LEASEHOLD-SNAPSHOT\n1\n{\"size\":1,\"sha256\":\"00\"}\nx"),
+		"missing format row": append([]byte("LEASEHOLD-SNAPSHOT\n"), file[len("LEASEHOLD-SNAPSHOT\n1\n"):]...),
+	}
+	for name, b := range cases {
+		_, err := n.RestoreSnapshot(ctx, bytes.NewReader(b))
+		if ErrorCode(err) != CodeInvalidArgument {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT", name, err)
+			continue
+		}
+		if _, ierr := InspectSnapshotFile(bytes.NewReader(b)); ErrorCode(ierr) != CodeInvalidArgument {
+			t.Errorf("%s: inspect says %v", name, ierr)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+	if now := allLeases(t, n); !reflect.DeepEqual(now, before) {
+		t.Fatalf("state changed by refused restores:\n%v\nwant\n%v", now, before)
+	}
+	if f := n.fenceForTest(); f != fenceBefore {
+		t.Fatalf("fencing counter changed: %d -> %d", fenceBefore, f)
+	}
+	// The untouched file is still good.
+	if got, err := InspectSnapshotFile(bytes.NewReader(file)); err != nil || got.State.ActiveLeases != 1 {
+		t.Fatalf("inspect: %v %+v", err, got)
+	}
+}
+
+// TestSnapshotRestoreQueuedAcquires: queued acquires in the file are
+// withdrawn, and an acquire waiting here is answered at once.
+func TestSnapshotRestoreQueuedAcquires(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	held, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "a", TTLMS: 60000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *Lease
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		l, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "b", TTLMS: 60000, WaitMS: 60000})
+		waited <- result{l, err}
+	}()
+	waitFor(t, 5*time.Second, func() bool {
+		n.waitMu.Lock()
+		defer n.waitMu.Unlock()
+		return len(n.waiters) == 1
+	})
+	waitFor(t, 5*time.Second, func() bool { // the busy answer counts the queue
+		_, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "probe", TTLMS: 60000})
+		return err != nil && strings.Contains(err.Error(), "1 acquires are queued")
+	})
+	file, _ := saveSnapshot(t, n)
+	info, err := n.RestoreSnapshot(ctx, bytes.NewReader(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.DroppedWaits != 1 {
+		t.Fatalf("dropped %d queued acquires, want 1", info.DroppedWaits)
+	}
+	select {
+	case r := <-waited:
+		if ErrorCode(r.err) != CodeUnavailable {
+			t.Fatalf("waiting acquire got %v %+v, want UNAVAILABLE", r.err, r.l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting acquire was not answered by the restore")
+	}
+	// Releasing the slot hands it to nobody: the queue is empty.
+	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: held.LeaseID, Token: held.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if active, err := n.ListLeases(ctx, ListRequest{Key: "q", State: "active"}, false); err != nil || len(active.Leases) != 0 {
+		t.Fatalf("active after release: %v %+v", err, active)
+	}
+	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "c", TTLMS: 60000}); err != nil {
+		t.Fatalf("acquire of the freed key: %v", err)
+	}
+}
+
+// TestSnapshotRestoreAcrossNodes: a file saved by one cluster restores into
+// another with the same tick period, and is refused by one with another.
+func TestSnapshotRestoreAcrossNodes(t *testing.T) {
+	ctx := context.Background()
+	src := openNode(t, testConfig(t, ""))
+	l, _, err := src.Acquire(ctx, AcquireRequest{Key: "moved", Holder: "a", TTLMS: 60000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, _ := saveSnapshot(t, src)
+
+	dst := openNode(t, testConfig(t, ""))
+	for i := range 3 {
+		if _, _, err := dst.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("old/", i), Holder: "b", TTLMS: 60000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fenceBefore := dst.fenceForTest()
+	if _, err := dst.RestoreSnapshot(ctx, bytes.NewReader(file)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := dst.GetLease(ctx, l.LeaseID, false); err != nil || got.FencingToken != l.FencingToken {
+		t.Fatalf("moved lease: %v %+v", err, got)
+	}
+	if nl, _, err := dst.Acquire(ctx, AcquireRequest{Key: "old/0", Holder: "c", TTLMS: 60000}); err != nil || nl.FencingToken <= fenceBefore {
+		t.Fatalf("acquire after restore: %v %+v (before: %d)", err, nl, fenceBefore)
+	}
+
+	cfg := testConfig(t, "")
+	cfg.TickPeriod = 30 * time.Millisecond
+	other := openNode(t, cfg)
+	if _, err := other.RestoreSnapshot(ctx, bytes.NewReader(file)); ErrorCode(err) != CodeInvalidArgument ||
+		!strings.Contains(err.Error(), "tick period") {
+		t.Fatalf("restore with another tick period: %v", err)
+	}
+}
+
+// TestSnapshotSaveTwice: saving twice in a row works (a barrier gives Raft
+// something new to snapshot).
+func TestSnapshotSaveTwice(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	a, _ := saveSnapshot(t, n)
+	b, _ := saveSnapshot(t, n)
+	if len(a) == 0 || len(b) == 0 {
+		t.Fatal("empty snapshot")
+	}
+	if _, err := InspectSnapshotFile(bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+}
