@@ -93,8 +93,9 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Test hooks: quicker gossip, and Raft timeouts (0: cluster defaults).
-	fastGossip  bool
-	raftTimeout time.Duration
+	fastGossip     bool
+	raftTimeout    time.Duration
+	keepGossipPort bool
 }
 
 // DefaultConfig returns a single-node configuration on loopback with data in

@@ -159,7 +159,7 @@ func (n *Node) startGossip(hadState bool, addr raft.ServerAddress) error {
 		return err
 	}
 	bind := n.cfg.GossipAddr
-	if h, _, err := net.SplitHostPort(bind); err == nil && n.cfg.InMemory {
+	if h, _, err := net.SplitHostPort(bind); err == nil && n.cfg.InMemory && !n.cfg.keepGossipPort {
 		bind = net.JoinHostPort(h, "0")
 	}
 	n.hadState.Store(hadState)

@@ -225,7 +225,8 @@ func (n *Node) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 }
 
 // RemoveMember removes a server from the Raft configuration. It never ends
-// or shortens a lease. Only the leader can do it.
+// or shortens a lease. Only the leader can do it. The removed server is not
+// re-added while it runs with the same data directory.
 func (n *Node) RemoveMember(ctx context.Context, id string) error {
 	r := n.cl.Raft
 	if r.State() != raft.Leader {
@@ -245,10 +246,9 @@ func (n *Node) RemoveMember(ctx context.Context, id string) error {
 	if id == n.cfg.NodeID && len(fut.Configuration().Servers) == 1 {
 		return fsm.InvalidField("id", "cannot remove the only member of the cluster")
 	}
-	if err := r.RemoveServer(raft.ServerID(id), fut.Index(), n.cfg.ApplyTimeout).Error(); err != nil {
-		return raftError(err)
-	}
-	return nil
+	// Tombstone the server's data directory first: if it comes back, it is
+	// not re-added (wiping its data directory lets it join anew).
+	return n.removeServer(ctx, id)
 }
 
 // TransferLeadership asks the leader to hand over to id (any up-to-date
