@@ -218,6 +218,31 @@ func (f *fakeNode) TransferLeadership(_ context.Context, id string) error {
 	return f.record("TransferLeadership", id)
 }
 
+// SaveSnapshot writes fakeSnapshot.
+func (f *fakeNode) SaveSnapshot(_ context.Context, w io.Writer) (*node.SnapshotInfo, error) {
+	if err := f.record("SaveSnapshot"); err != nil {
+		return nil, err
+	}
+	if _, err := io.WriteString(w, fakeSnapshot); err != nil {
+		return nil, err
+	}
+	return &node.SnapshotInfo{Format: 1, Index: 9, Size: int64(len(fakeSnapshot))}, nil
+}
+
+// RestoreSnapshot reads the whole body and records its length.
+func (f *fakeNode) RestoreSnapshot(_ context.Context, r io.Reader) (*node.SnapshotInfo, error) {
+	n, err := io.Copy(io.Discard, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.record("RestoreSnapshot", n); err != nil {
+		return nil, err
+	}
+	return &node.SnapshotInfo{Format: 1, Index: 9, Size: n, RestoredIndex: 50}, nil
+}
+
+const fakeSnapshot = "LEASEHOLD-SNAPSHOT\nfake\n"
+
 func (f *fakeNode) ReadyErr() error      { return f.readyErr }
 func (f *fakeNode) AppliedIndex() uint64 { return f.index.Load() }
 func (f *fakeNode) Stats() node.Stats    { return f.stats }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"io"
 
 	"github.com/leasehold/leasehold/node"
 )
@@ -43,6 +44,12 @@ type Node interface {
 	RemoveMember(ctx context.Context, id string) error
 	// TransferLeadership hands leadership to id, or to any voter if id is "".
 	TransferLeadership(ctx context.Context, id string) error
+	// SaveSnapshot writes a snapshot file of the whole state to w (leader
+	// only); an error after the first write leaves a partial file.
+	SaveSnapshot(ctx context.Context, w io.Writer) (*node.SnapshotInfo, error)
+	// RestoreSnapshot verifies the snapshot file read from r, then replaces
+	// the cluster state with it (leader only).
+	RestoreSnapshot(ctx context.Context, r io.Reader) (*node.SnapshotInfo, error)
 
 	// ReadyErr is nil when a leader is known and this node has applied up to
 	// it; otherwise it says why not.

@@ -161,6 +161,10 @@ func (s *server) routes() []route {
 		{"DELETE", "/v1/cluster/members/:id", need(ScopeAdmin), s.removeMember},
 		// Hand leadership to a given voter (or any).
 		{"POST", "/v1/cluster/transfer-leadership", need(ScopeAdmin), s.transferLeadership},
+		// Stream a snapshot file of the whole state (backup).
+		{"GET", "/v1/cluster/snapshot", need(ScopeAdmin), s.saveSnapshot},
+		// Replace the whole state with a snapshot file (restore).
+		{"PUT", "/v1/cluster/snapshot", need(ScopeAdmin), s.restoreSnapshot},
 
 		// Liveness: 200 while the process serves HTTP.
 		{"GET", "/healthz", need(ScopeNone), s.healthz},
