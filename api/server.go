@@ -48,6 +48,9 @@ type server struct {
 	keepAlive time.Duration
 	router    *httprouter.Router
 	metrics   *httpMetrics
+	// locator and fwd forward a follower's requests to the leader.
+	locator leaderLocator
+	fwd     *forwarder
 }
 
 // New returns the HTTP handler of the v1 API serving n. It is safe for
@@ -68,6 +71,9 @@ func New(n Node, opts Options) http.Handler {
 	}
 	if s.keepAlive <= 0 {
 		s.keepAlive = DefaultKeepAlive
+	}
+	if l, ok := n.(leaderLocator); ok {
+		s.locator, s.fwd = l, newForwarder(s.log)
 	}
 	rs := s.routes()
 	s.metrics = newHTTPMetrics(rs)
@@ -215,6 +221,9 @@ func (s *server) wrap(rt route, counters *routeCounters) httprouter.Handle {
 				return
 			}
 		}
+		if s.maybeForward(w, r, rt) {
+			return
+		}
 		if err := rt.h(w, r, ps); err != nil {
 			s.writeError(w, r, err)
 		}
@@ -243,13 +252,16 @@ type responseWriter struct {
 	status      int
 	wrote       bool
 	escapedPath bool
+	forwarded   bool // the leader's answer passes through, its index header too
 }
 
 func (w *responseWriter) WriteHeader(status int) {
 	if !w.wrote && status >= 200 {
 		w.wrote = true
 		w.status = status
-		w.Header().Set(headerIndex, strconv.FormatUint(w.n.AppliedIndex(), 10))
+		if !w.forwarded || w.Header().Get(headerIndex) == "" {
+			w.Header().Set(headerIndex, strconv.FormatUint(w.n.AppliedIndex(), 10))
+		}
 	}
 	w.ResponseWriter.WriteHeader(status)
 }

@@ -421,3 +421,6 @@ func (n *Node) proposeMember(ctx context.Context, m *fsm.Member) error {
 	_, _, err := n.propose(ctx, m)
 	return err
 }
+
+// NodeID is this node's id.
+func (n *Node) NodeID() string { return n.cfg.NodeID }

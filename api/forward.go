@@ -1,0 +1,121 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+// headerForwarded marks a request a follower forwarded to the leader; the
+// leader answers it itself and never forwards it again (if leadership moved
+// in between, the answer is NO_LEADER and the client retries).
+const headerForwarded = "X-Leasehold-Forwarded-By"
+
+// leaderLocator is implemented by nodes that can name the leader's HTTP
+// address (*node.Node through FromNode). Without it nothing is forwarded.
+type leaderLocator interface {
+	Leader() (node.LeaderInfo, bool)
+}
+
+// forwarder proxies requests from a follower to the leader.
+type forwarder struct {
+	proxy *httputil.ReverseProxy
+}
+
+func newForwarder(log interface {
+	Warn(msg string, args ...any)
+}) *forwarder {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	f := &forwarder{}
+	f.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			target := pr.In.Context().Value(forwardTargetKey{}).(*url.URL)
+			pr.SetURL(target)
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+		},
+		Transport:     tr,
+		FlushInterval: -1, // event streams and long waits pass through at once
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			status, e := forwardErrorStatus(r, err)
+			log.Warn("forwarding to the leader failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			writeErrorBody(w, status, e)
+		},
+	}
+	return f
+}
+
+type forwardTargetKey struct{}
+
+// forwardErrorStatus turns a failed forward into the contract's answer:
+// NO_LEADER when the request certainly did not reach the leader (it could
+// not be dialled) or was a read; INDETERMINATE when a write may have
+// reached it.
+func forwardErrorStatus(r *http.Request, err error) (int, *node.Error) {
+	var op *net.OpError
+	dialFailed := errors.As(err, &op) && op.Op == "dial"
+	if dialFailed || r.Method == http.MethodGet || errors.Is(err, context.Canceled) && r.Context().Err() != nil && r.Method == http.MethodGet {
+		return http.StatusServiceUnavailable, &node.Error{Code: node.CodeNoLeader,
+			Message: "the leader could not be reached: " + err.Error()}
+	}
+	return http.StatusGatewayTimeout, &node.Error{Code: node.CodeIndeterminate,
+		Message: "the connection to the leader failed while the request was in flight; it may or may not have been applied: " + err.Error()}
+}
+
+// forwardable says whether a route's requests go to the leader when this
+// node is a follower: every write and every linearizable read. The event
+// stream, health, readiness and metrics are this node's own, and
+// ?stale=true reads answer locally.
+func forwardable(rt route, r *http.Request) bool {
+	switch rt.path {
+	case "/v1/events", "/healthz", "/readyz", "/metrics":
+		return false
+	}
+	if r.Method == http.MethodGet && isTrue(r.URL.Query().Get("stale")) {
+		return false
+	}
+	return true
+}
+
+func isTrue(s string) bool { return s == "true" || s == "1" }
+
+// maybeForward proxies r to the leader when this node is a follower that
+// knows the leader's HTTP address, and reports whether it did.
+func (s *server) maybeForward(w http.ResponseWriter, r *http.Request, rt route) bool {
+	if s.fwd == nil || r.Header.Get(headerForwarded) != "" || !forwardable(rt, r) {
+		return false
+	}
+	info, ok := s.locator.Leader()
+	if !ok || info.Self || info.HTTPAddr == "" {
+		return false
+	}
+	target := &url.URL{Scheme: "http", Host: info.HTTPAddr}
+	if r.TLS != nil {
+		target.Scheme = "https"
+	}
+	r = r.WithContext(context.WithValue(r.Context(), forwardTargetKey{}, target))
+	r.Header.Set(headerForwarded, s.nodeID())
+	if rw, ok := w.(*responseWriter); ok {
+		rw.forwarded = true
+	}
+	s.fwd.proxy.ServeHTTP(w, r)
+	return true
+}
+
+func (s *server) nodeID() string {
+	if st, ok := s.n.(interface{ NodeID() string }); ok {
+		return st.NodeID()
+	}
+	return "follower"
+}
