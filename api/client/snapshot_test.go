@@ -45,8 +45,8 @@ func TestSaveSnapshot(t *testing.T) {
 	}
 
 	for name, bad := range map[string][]byte{
-		"truncated": file[:len(file)-1],
-		"corrupted": append(bytes.Clone(file[:len(file)-1]), 'x'),
+		"truncated":  file[:len(file)-1],
+		"corrupted":  append(bytes.Clone(file[:len(file)-1]), 'x'),
 		"not a file": []byte(`{"error":"nope"}`),
 	} {
 		s, _ := server(t, func(w http.ResponseWriter, r *http.Request) { w.Write(bad) })
