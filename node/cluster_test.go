@@ -200,6 +200,21 @@ func TestClusterJoinAndReplicate(t *testing.T) {
 			return ok && rec.Incarnation == n.mem.incarnation && !rec.Removed
 		})
 	}
+	// The leader reports every member healthy (autopilot, from gossip ping
+	// acks), with a recent last contact and its HTTP address.
+	waitFor(t, 10*time.Second, func() bool {
+		st, err := l.ClusterStatus(ctx)
+		if err != nil || len(st.Members) != 3 {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.Health != "healthy" || m.LastContact == nil || time.Since(*m.LastContact) > 5*time.Second ||
+				m.HTTPAddr == "" || m.Gossip != "alive" || !m.Voter {
+				return false
+			}
+		}
+		return true
+	})
 	// A follower answers NO_LEADER for a linearizable read, with the
 	// leader named, and knows the leader's HTTP address for forwarding.
 	for _, id := range []string{"n1", "n2", "n3"} {

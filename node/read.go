@@ -207,20 +207,7 @@ func (n *Node) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 	if err := fut.Error(); err != nil {
 		return nil, &Error{Code: CodeInternal, Message: "read raft configuration: " + err.Error()}
 	}
-	lastContact := r.LastContact()
-	for _, s := range fut.Configuration().Servers {
-		m := Member{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter,
-			Leader: s.ID == leaderID, Health: "unknown"}
-		if string(s.ID) == n.cfg.NodeID {
-			m.HTTPAddr = n.cfg.HTTPAddr
-			m.Health = "healthy"
-		} else if r.State() != raft.Leader && s.ID == leaderID && !lastContact.IsZero() {
-			t := lastContact.UTC()
-			m.LastContact = &t
-			m.Health = "healthy"
-		}
-		out.Members = append(out.Members, m)
-	}
+	out.Members = n.members(fut.Configuration(), leaderID)
 	return out, nil
 }
 

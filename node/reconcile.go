@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -217,4 +218,79 @@ func (n *Node) removeServer(ctx context.Context, id string) error {
 	}
 	n.log.Info("removed a server from the cluster", "server", id)
 	return nil
+}
+
+// members describes every server of the configuration, and the servers
+// gossip knows that are not in it, for cluster status. Health comes from
+// autopilot on the leader, from gossip elsewhere.
+func (n *Node) members(conf raft.Configuration, leaderID raft.ServerID) []Member {
+	now := time.Now()
+	isLeader := n.cl.Raft.State() == raft.Leader
+	var ap *autopilot.State
+	if isLeader {
+		ap = n.apState.Load()
+	}
+	peers := map[string]cluster.Peer{}
+	for _, p := range n.mem.gossip.Peers() {
+		peers[p.ID] = p
+	}
+	var out []Member
+	inConf := map[string]bool{}
+	for _, s := range conf.Servers {
+		id := string(s.ID)
+		inConf[id] = true
+		m := Member{ID: id, RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter,
+			Leader: s.ID == leaderID, Health: "unknown", Gossip: "unknown"}
+		p, known := peers[id]
+		if known {
+			m.HTTPAddr, m.Gossip, m.Version = p.HTTP, p.Status, p.Version
+		}
+		switch {
+		case id == n.cfg.NodeID:
+			m.HTTPAddr, m.Health, m.Version = n.cfg.HTTPAddr, "healthy", Version
+			if isLeader {
+				t := now.UTC()
+				m.LastContact = &t
+			} else if lc := n.cl.Raft.LastContact(); !lc.IsZero() {
+				t := lc.UTC()
+				m.LastContact = &t
+			} else {
+				m.Health = "unknown"
+			}
+		case ap != nil && ap.Servers[s.ID] != nil:
+			st := ap.Servers[s.ID]
+			m.Health = "unhealthy"
+			if st.Health.Healthy {
+				m.Health = "healthy"
+			}
+			if st.Stats.LastContact >= 0 && (st.Stats.LastTerm > 0 || st.Stats.LastIndex > 0) {
+				t := now.Add(-st.Stats.LastContact).UTC()
+				m.LastContact = &t
+			}
+		case known && p.Stats != nil && p.Stats.LastContactMS >= 0 && now.Sub(p.StatsAt) < 5*time.Second:
+			t := p.StatsAt.Add(-time.Duration(p.Stats.LastContactMS) * time.Millisecond).UTC()
+			m.LastContact = &t
+			m.Health = "healthy"
+		}
+		if known && (p.Status == "failed" || p.Status == "left") || !known && isLeader {
+			m.Health = "failed"
+		}
+		out = append(out, m)
+	}
+	for _, p := range peers {
+		if inConf[p.ID] || p.Status == "left" {
+			continue
+		}
+		m := Member{ID: p.ID, RaftAddr: p.Raft, HTTPAddr: p.HTTP, Gossip: p.Status, Version: p.Version, Health: "joining"}
+		rec, ok := n.memberRecord(p.ID)
+		switch {
+		case ok && rec.Removed && rec.Incarnation == p.Incarnation:
+			m.Health = "removed"
+		case p.HasState && !(ok && rec.Incarnation == p.Incarnation):
+			m.Health = "refused"
+		}
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }

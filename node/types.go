@@ -210,13 +210,24 @@ type EventFilter struct {
 
 // Member is one server of the cluster.
 type Member struct {
-	ID          string     `json:"id"`
-	RaftAddr    string     `json:"raft_addr"`
-	HTTPAddr    string     `json:"http_addr,omitempty"`
-	Voter       bool       `json:"voter"`
-	Leader      bool       `json:"leader"`
-	Health      string     `json:"health"`
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr,omitempty"`
+	// Voter: a voting member; false for a non-voter being caught up (and
+	// for servers outside the configuration).
+	Voter  bool `json:"voter"`
+	Leader bool `json:"leader"`
+	// Health: healthy (in contact with the leader and caught up), unhealthy,
+	// failed (gossip cannot reach it), unknown; for a server gossip knows
+	// but the configuration does not: joining, removed (its data directory
+	// was removed from the cluster) or refused (not admitted: another
+	// cluster's state, or a wiped server under a member's id).
+	Health string `json:"health"`
+	// LastContact: when it last heard from the leader (the leader: now).
 	LastContact *time.Time `json:"last_contact,omitempty"`
+	// Gossip is the gossip view: alive, suspect, failed, left or unknown.
+	Gossip  string `json:"gossip"`
+	Version string `json:"version,omitempty"`
 }
 
 // ClusterStatus is the answer of GET /v1/cluster.

@@ -131,7 +131,7 @@ func printCluster(w io.Writer, st *node.ClusterStatus) error {
 
 func printMembers(w io.Writer, ms []node.Member) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tRAFT\tHTTP\tROLE\tHEALTH\tLAST_CONTACT")
+	fmt.Fprintln(tw, "ID\tRAFT\tHTTP\tROLE\tHEALTH\tGOSSIP\tLAST_CONTACT")
 	for _, m := range ms {
 		role := "nonvoter"
 		switch {
@@ -148,7 +148,11 @@ func printMembers(w io.Writer, ms []node.Member) error {
 		if last == "" {
 			last = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.RaftAddr, httpAddr, role, m.Health, last)
+		gossip := m.Gossip
+		if gossip == "" {
+			gossip = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.RaftAddr, httpAddr, role, m.Health, gossip, last)
 	}
 	return tw.Flush()
 }

@@ -112,8 +112,17 @@ func TestServerFlags(t *testing.T) {
 				}
 			},
 		},
-		{name: "join is refused until multi-node exists", env: map[string]string{"LEASEHOLD_JOIN": "x:1,y:2"}, usage: "multi-node"},
-		{name: "bootstrap-expect above 1 is refused", args: []string{"--bootstrap-expect", "3"}, usage: "multi-node"},
+		{name: "join and bootstrap-expect from env and flags",
+			env:  map[string]string{"LEASEHOLD_JOIN": "x:1,y:2", "LEASEHOLD_ADVERTISE_ADDR": "10.0.0.5"},
+			args: []string{"--bootstrap-expect", "3", "--dead-server-timeout", "10m"},
+			check: func(t *testing.T, c serverConfig) {
+				if len(c.node.Join) != 2 || c.node.Join[1] != "y:2" || c.node.BootstrapExpect != 3 ||
+					c.node.AdvertiseAddr != "10.0.0.5" || c.node.DeadServerTimeout != 10*time.Minute {
+					t.Errorf("cluster flags: %+v", c.node)
+				}
+			},
+		},
+		{name: "bootstrap-expect above 1 needs join", args: []string{"--bootstrap-expect", "3"}, usage: "join addresses"},
 		{name: "bad env duration", env: map[string]string{"LEASEHOLD_TICK_PERIOD": "soon"}, usage: "LEASEHOLD_TICK_PERIOD"},
 		{name: "bad env number", env: map[string]string{"LEASEHOLD_BOOTSTRAP_EXPECT": "three"}, usage: "LEASEHOLD_BOOTSTRAP_EXPECT"},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, usage: "--log-level"},
