@@ -2,7 +2,6 @@ package api
 
 import (
 	"io"
-	"log/slog"
 	"net/http"
 
 	"github.com/julienschmidt/httprouter"
@@ -20,16 +19,13 @@ const MaxSnapshotBytes = 4 << 30
 // header carries its size and checksum as well).
 func (s *server) saveSnapshot(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	sw := &snapshotWriter{w: w}
-	info, err := s.n.SaveSnapshot(r.Context(), sw)
-	if err != nil {
+	if _, err := s.n.SaveSnapshot(r.Context(), sw); err != nil {
 		if !sw.started {
 			return err
 		}
 		s.logFailure(r, w, err)
 		panic(http.ErrAbortHandler)
 	}
-	s.log.LogAttrs(r.Context(), slog.LevelInfo, "snapshot saved",
-		slog.Uint64("index", info.Index), slog.Int64("bytes", info.Size))
 	return nil
 }
 

@@ -41,6 +41,7 @@ func commands() []command {
 		{"session", "create|get|list|heartbeat|end sessions", (*app).sessionCmd},
 		{"holder-release", "end every lease and session of a holder (admin)", (*app).holderReleaseCmd},
 		{"cluster", "status|members|remove|transfer-leadership", (*app).clusterCmd},
+		{"snapshot", "save|restore|inspect a snapshot of the whole state (admin)", (*app).snapshotCmd},
 		{"hold", "run a command while holding a lease", (*app).holdCmd},
 		{"bench", "benchmark a running node", (*app).benchCmd},
 		{"chaos", "fault-injection suite (not built yet)", (*app).chaosCmd},

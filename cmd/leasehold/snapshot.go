@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/leasehold/leasehold/api/client"
+	"github.com/leasehold/leasehold/node"
+)
+
+const snapshotUsage = "usage: leasehold snapshot save FILE | restore --yes FILE | inspect FILE [flags]"
+
+func (a *app) snapshotCmd(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageErrorf("%s", snapshotUsage)
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "-h", "--help", "help":
+		fmt.Fprintln(a.stdout, snapshotUsage)
+		return nil
+	case "save":
+		fs := a.newFlagSet("snapshot save", "FILE",
+			"Save a snapshot of the whole cluster state to FILE (admin scope; any node,\n"+
+				"the leader takes it). The file is written to FILE.tmp, synced, checked\n"+
+				"against its checksum, then renamed to FILE.")
+		var cf clientFlags
+		cf.register(fs)
+		file, err := a.parseOne(fs, args)
+		if err != nil {
+			return err
+		}
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		info, err := saveSnapshotFile(ctx, c, file)
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			return writeJSON(a.stdout, info)
+		}
+		fmt.Fprintf(a.stdout, "saved a snapshot of the cluster to %s\n", file)
+		return printSnapshotInfo(a.stdout, info)
+	case "restore":
+		fs := a.newFlagSet("snapshot restore", "--yes FILE",
+			"Replace the state of the whole cluster with the snapshot in FILE (admin\n"+
+				"scope; any node, the leader does it). Every lease and session goes back to\n"+
+				"what it was when the snapshot was saved, remaining times included; leases\n"+
+				"acquired since are gone. Fencing tokens still only increase. The file is\n"+
+				"checked here and again by the server before anything changes. --yes is\n"+
+				"required: nothing is asked interactively.")
+		var cf clientFlags
+		cf.register(fs)
+		yes := fs.Bool("yes", false, "confirm that the whole cluster state is to be replaced")
+		file, err := a.parseOne(fs, args)
+		if err != nil {
+			return err
+		}
+		if !*yes {
+			return usageErrorf("snapshot restore replaces the state of the whole cluster with %s: "+
+				"every lease and session goes back to what it was when it was saved; add --yes to do it", file)
+		}
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		info, err := restoreSnapshotFile(ctx, c, file)
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			return writeJSON(a.stdout, info)
+		}
+		fmt.Fprintf(a.stdout, "restored the cluster from %s\n", file)
+		return printSnapshotInfo(a.stdout, info)
+	case "inspect":
+		fs := a.newFlagSet("snapshot inspect", "FILE",
+			"Check a snapshot file the way a restore would (format, size, checksum, and\n"+
+				"that the state decodes) and describe it. Needs no server.")
+		asJSON := fs.Bool("json", false, "print JSON")
+		pos, err := a.parse(fs, args, nil, 0)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return usageErrorf("snapshot inspect takes exactly one FILE")
+		}
+		f, err := os.Open(pos[0])
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		info, err := node.InspectSnapshotFile(bufio.NewReaderSize(f, 1<<20))
+		if err != nil {
+			return fmt.Errorf("%s: %w", pos[0], err)
+		}
+		if *asJSON {
+			return writeJSON(a.stdout, info)
+		}
+		return printSnapshotInfo(a.stdout, info)
+	}
+	return usageErrorf("unknown snapshot command %q; %s", sub, snapshotUsage)
+}
+
+// saveSnapshotFile downloads a snapshot into file: into file.tmp first,
+// synced, then renamed, so that file is either complete or untouched.
+func saveSnapshotFile(ctx context.Context, c *client.Client, file string) (info *node.SnapshotInfo, err error) {
+	tmp := file + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if info, err = c.SaveSnapshot(ctx, bw); err != nil {
+		return nil, err
+	}
+	if err = bw.Flush(); err != nil {
+		return nil, err
+	}
+	if err = f.Sync(); err != nil {
+		return nil, err
+	}
+	if err = f.Close(); err != nil {
+		return nil, err
+	}
+	if err = os.Rename(tmp, file); err != nil {
+		return nil, err
+	}
+	// Make the rename itself durable (best effort: not every system can
+	// sync a directory).
+	if d, derr := os.Open(filepath.Dir(file)); derr == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return info, nil
+}
+
+// restoreSnapshotFile checks file (size and checksum) and uploads it.
+func restoreSnapshotFile(ctx context.Context, c *client.Client, file string) (*node.SnapshotInfo, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	_, body, err := node.ReadSnapshotFile(bufio.NewReaderSize(f, 1<<20))
+	if err == nil {
+		_, err = io.Copy(io.Discard, body)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return c.RestoreSnapshot(ctx, bufio.NewReaderSize(f, 1<<20))
+}
+
+func printSnapshotInfo(w io.Writer, info *node.SnapshotInfo) error {
+	p := newKV(w)
+	p.add("index", info.Index)
+	p.add("term", info.Term)
+	p.add("size", fmt.Sprintf("%d bytes", info.Size))
+	p.add("created_at", timeString(&info.CreatedAt))
+	p.add("saved_by", info.NodeID)
+	p.add("sha256", info.SHA256)
+	if s := info.State; s != nil {
+		p.add("tick", s.Tick)
+		p.add("tick_period", msString(s.TickPeriodMS))
+		p.add("fencing_token", s.FencingToken)
+		p.add("active_leases", s.ActiveLeases)
+		p.add("active_sessions", s.ActiveSessions)
+	}
+	if info.RestoredIndex > 0 {
+		p.add("restored_at_index", info.RestoredIndex)
+	}
+	if info.DroppedWaits > 0 {
+		p.add("dropped_queued_acquires", info.DroppedWaits)
+	}
+	return p.flush()
+}
