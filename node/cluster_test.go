@@ -1,7 +1,9 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"strconv"
 	"net"
 	"sync"
 	"testing"
@@ -464,4 +466,91 @@ func indexOf(s, sub string) int {
 func openKeepPort(cfg Config) (*Node, error) {
 	cfg.keepGossipPort = true
 	return Open(cfg)
+}
+
+func TestClusterSnapshotInstallToLaggingFollower(t *testing.T) {
+	c := newTestCluster(t)
+	small := func(id string) Config {
+		cfg := clusterConfig(id)
+		cfg.SnapshotThreshold = 64
+		cfg.SnapshotInterval = 50 * time.Millisecond
+		cfg.trailingLogs = 16
+		return cfg
+	}
+	n1 := c.start(small("n1"))
+	<-n1.Ready()
+	for _, id := range []string{"n2", "n3"} {
+		cfg := small(id)
+		cfg.Join = []string{n1.mem.gossip.Addr()}
+		c.start(cfg)
+	}
+	c.voters(3)
+	ctx := context.Background()
+	l := c.leader()
+	var lag string
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if id != l.cfg.NodeID {
+			lag = id
+		}
+	}
+	c.isolate(lag)
+	// Enough writes that the leader snapshots and compacts its log past
+	// what the lagging follower has.
+	var leases []*Lease
+	for i := range 300 {
+		ls, _, err := l.Acquire(ctx, AcquireRequest{Key: "snap/" + strconv.Itoa(i), Holder: "h", TTLMS: 60000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, ls)
+	}
+	// The leader's latest snapshot is beyond everything the lagging
+	// follower has, so its log no longer reaches back: healing must
+	// install a snapshot.
+	lagNode := c.node(lag)
+	lagLast := lagNode.cl.Raft.LastIndex()
+	waitFor(t, 10*time.Second, func() bool {
+		snap, _ := strconv.ParseUint(l.cl.Raft.Stats()["last_snapshot_index"], 10, 64)
+		return snap > lagLast+16
+	})
+	c.heal()
+	waitFor(t, 15*time.Second, func() bool { return lagNode.AppliedIndex() >= l.AppliedIndex() })
+	// A snapshot beyond its own log can only have come from the leader.
+	if got, _ := strconv.ParseUint(lagNode.cl.Raft.Stats()["last_snapshot_index"], 10, 64); got <= lagLast {
+		t.Fatalf("the follower caught up without a snapshot install: %v", lagNode.cl.Raft.Stats())
+	}
+	for _, ls := range leases {
+		got, err := lagNode.GetLease(ctx, ls.LeaseID, true)
+		if err != nil || got.FencingToken != ls.FencingToken || got.State != "active" {
+			t.Fatalf("after snapshot install: %v %+v", err, got)
+		}
+	}
+	// The follower's state equals the leader's, byte for byte.
+	sameState(t, l, lagNode)
+}
+
+// sameState waits for a moment when both nodes have applied the same index
+// and checks that their states encode to the same bytes.
+func sameState(t *testing.T, a, b *Node) {
+	t.Helper()
+	capture := func(n *Node) (uint64, []byte) {
+		n.rep.mu.RLock()
+		s := n.rep.f.Snapshot()
+		n.rep.mu.RUnlock()
+		var buf bytes.Buffer
+		if _, err := s.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		return s.Index(), buf.Bytes()
+	}
+	var ia, ib uint64
+	var ba, bb []byte
+	waitFor(t, 10*time.Second, func() bool {
+		ia, ba = capture(a)
+		ib, bb = capture(b)
+		return ia == ib
+	})
+	if !bytes.Equal(ba, bb) {
+		t.Fatalf("states differ at index %d (%d vs %d bytes)", ia, len(ba), len(bb))
+	}
 }

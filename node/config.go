@@ -96,6 +96,7 @@ type Config struct {
 	fastGossip     bool
 	raftTimeout    time.Duration
 	keepGossipPort bool
+	trailingLogs   uint64
 }
 
 // DefaultConfig returns a single-node configuration on loopback with data in
