@@ -317,9 +317,11 @@ func (c *cluster) do(method, url string, body, out any) (int, error) {
 	return resp.StatusCode, nil
 }
 
+// status is node id's own view (stale: a follower would otherwise forward
+// the read to the leader and answer the leader's view).
 func (c *cluster) status(id string) (clusterStatus, error) {
 	var st clusterStatus
-	_, err := c.do("GET", c.urls[id]+"/v1/cluster", nil, &st)
+	_, err := c.do("GET", c.urls[id]+"/v1/cluster?stale=true", nil, &st)
 	return st, err
 }
 
