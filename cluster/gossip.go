@@ -127,6 +127,9 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	mc.ProbeInterval = 500 * time.Millisecond
 	mc.ProbeTimeout = 250 * time.Millisecond
 	mc.PushPullInterval = 15 * time.Second
+	// A join to an unreachable address must not hold start-up or shutdown
+	// for long.
+	mc.TCPTimeout = 2 * time.Second
 	if cfg.Fast {
 		mc.ProbeInterval = 100 * time.Millisecond
 		mc.ProbeTimeout = 50 * time.Millisecond
@@ -148,6 +151,9 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	g.ml = ml
 	return g, nil
 }
+
+// Alive counts the servers gossip sees alive or suspect, this one included.
+func (g *Gossip) Alive() int { return g.ml.NumMembers() }
 
 // Addr is the gossip address the others reach this server at.
 func (g *Gossip) Addr() string { return g.ml.LocalNode().Address() }
