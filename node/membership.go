@@ -327,7 +327,11 @@ func (n *Node) watchMembership() {
 	defer n.wg.Done()
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
-	joined := n.hadState.Load() || len(n.cfg.Join) == 0
+	// A server with Raft state (restarted) joins too: the others may all
+	// have restarted as well, or have given it up as failed long ago, and
+	// without gossip it knows no peer's HTTP address (nothing is forwarded)
+	// and never learns that it was removed.
+	joined := len(n.cfg.Join) == 0
 	for {
 		select {
 		case <-n.closing:
