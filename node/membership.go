@@ -227,7 +227,9 @@ func (n *Node) checkAdmission() error {
 	}
 	id := n.cfg.NodeID
 	rec, ok := v.member(id)
-	if v.hasServer(id) && (!ok || rec.Incarnation != m.incarnation) {
+	// Without a record the cluster cannot tell (a new cluster formed by
+	// bootstrap-expect lists every server before the leader records them).
+	if v.hasServer(id) && ok && !rec.Removed && rec.Incarnation != m.incarnation {
 		return fmt.Errorf("server %q is still a member of the cluster, added with another data directory: "+
 			"this one is new (wiped or replaced). If the old data is lost for good, remove the old member first "+
 			"(leasehold cluster remove %s), then start this server again", id, id)
