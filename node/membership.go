@@ -334,6 +334,7 @@ func (n *Node) watchMembership() {
 	// without gossip it knows no peer's HTTP address (nothing is forwarded)
 	// and never learns that it was removed.
 	joined := len(n.cfg.Join) == 0
+	var lastJoin time.Time
 	for {
 		select {
 		case <-n.closing:
@@ -345,7 +346,11 @@ func (n *Node) watchMembership() {
 			n.hadState.Store(true)
 			n.mem.gossip.UpdateMeta()
 		}
-		if !joined {
+		// Join at start, and again (every 2 s) whenever gossip sees no
+		// other server: after a partition longer than gossip remembers
+		// failed servers, nobody would contact anybody otherwise.
+		if len(n.cfg.Join) > 0 && (!joined || n.mem.gossip.Alive() <= 1 && time.Since(lastJoin) > 2*time.Second) {
+			lastJoin = time.Now()
 			if k, _ := n.mem.gossip.Join(n.cfg.Join); k > 0 {
 				joined = true
 			}
