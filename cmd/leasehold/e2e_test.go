@@ -67,43 +67,55 @@ func freePort(t *testing.T) string {
 
 // server is one running `leasehold server` process.
 type server struct {
-	t       *testing.T
-	bin     string
-	dataDir string
-	http    string
-	raft    string
-	gossip  string
-	logPath string
-	extra   []string
-	cmd     *exec.Cmd
-	exited  chan struct{}
+	t          *testing.T
+	bin        string
+	nodeID     string
+	tickPeriod string
+	dataDir    string
+	http       string
+	raft       string
+	gossip     string
+	logPath    string
+	extra      []string
+	cmd        *exec.Cmd
+	exited     chan struct{}
 }
 
 func newServer(t *testing.T, extra ...string) *server {
 	dir := t.TempDir()
-	return &server{t: t, bin: buildBinary(t), dataDir: filepath.Join(dir, "data"),
+	return &server{t: t, bin: buildBinary(t), nodeID: "e2e", tickPeriod: "20ms", dataDir: filepath.Join(dir, "data"),
 		http: freePort(t), raft: freePort(t), gossip: freePort(t),
 		logPath: filepath.Join(dir, "server.log"), extra: extra}
 }
 
+// start launches the server and waits until it is ready.
 func (s *server) start() {
+	s.t.Helper()
+	s.launch()
+	s.waitReady()
+}
+
+// launch starts the process (with the same data directory and addresses
+// every time) without waiting for it to be ready.
+func (s *server) launch() {
 	s.t.Helper()
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	args := append([]string{"server", "--node-id", "e2e", "--data-dir", s.dataDir,
+	args := append([]string{"server", "--node-id", s.nodeID, "--data-dir", s.dataDir,
 		"--http-addr", s.http, "--raft-addr", s.raft, "--gossip-addr", s.gossip,
-		"--tick-period", "20ms", "--log-level", "debug"}, s.extra...)
+		"--tick-period", s.tickPeriod, "--log-level", "debug"}, s.extra...)
 	s.cmd = exec.Command(s.bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
-	s.exited = make(chan struct{})
-	go func() { s.cmd.Wait(); logf.Close(); close(s.exited) }()
+	exited := make(chan struct{})
+	s.exited = exited
+	cmd := s.cmd
+	go func() { cmd.Wait(); logf.Close(); close(exited) }()
 	s.t.Cleanup(s.kill)
-	s.waitReady()
 }
 
 func (s *server) waitReady() {
