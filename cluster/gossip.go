@@ -266,7 +266,7 @@ func (d *gossipDelegate) NodeMeta(limit int) []byte {
 	return b
 }
 
-func (d *gossipDelegate) NotifyMsg([]byte)                 {}
+func (d *gossipDelegate) NotifyMsg([]byte)                {}
 func (d *gossipDelegate) GetBroadcasts(int, int) [][]byte { return nil }
 
 func (d *gossipDelegate) LocalState(bool) []byte {

@@ -3,8 +3,8 @@ package node
 import (
 	"bytes"
 	"context"
-	"strconv"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -450,7 +450,9 @@ func freeGossipAddr(t *testing.T) string {
 	return ""
 }
 
-func contains(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
+}
 
 func indexOf(s, sub string) int {
 	for i := 0; i+len(sub) <= len(s); i++ {

@@ -43,9 +43,9 @@ type membership struct {
 // clusterView is what servers exchange in gossip push/pull: the Raft
 // configuration and the member registry as they know them.
 type clusterView struct {
-	Servers []string            `json:"servers"`
-	Members []fsm.MemberRecord  `json:"members"`
-	Leader  string              `json:"leader,omitempty"`
+	Servers []string           `json:"servers"`
+	Members []fsm.MemberRecord `json:"members"`
+	Leader  string             `json:"leader,omitempty"`
 }
 
 func (v *clusterView) member(id string) (fsm.MemberRecord, bool) {

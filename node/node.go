@@ -32,8 +32,8 @@ type Node struct {
 	leaderCtx atomic.Pointer[context.Context] // set once this term's barrier applied
 
 	mem      *membership
-	hadState atomic.Bool                        // Raft state exists (gossiped)
-	raftP    atomic.Pointer[raft.Raft]          // set once Raft runs (gossip callbacks)
+	hadState atomic.Bool                         // Raft state exists (gossiped)
+	raftP    atomic.Pointer[raft.Raft]           // set once Raft runs (gossip callbacks)
 	pilot    atomic.Pointer[autopilot.Autopilot] // of the current leadership term
 	apState  atomic.Pointer[autopilot.State]
 
