@@ -27,7 +27,9 @@ func clusterConfig(id string) Config {
 	cfg.NodeID = id
 	cfg.GossipAddr = "127.0.0.1:0"
 	cfg.fastGossip = true
-	cfg.raftTimeout = 150 * time.Millisecond
+	// Short enough for quick elections, long enough that a loaded 2-core
+	// machine under -race does not lose leaders to scheduling delays.
+	cfg.raftTimeout = 400 * time.Millisecond
 	cfg.StabilizationTime = 200 * time.Millisecond
 	return cfg
 }

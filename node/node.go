@@ -168,6 +168,16 @@ func (n *Node) lead(ctx context.Context) {
 		}
 		return
 	}
+	// One entry the state machine sees (this server's registry record):
+	// Raft's own no-op and the barrier never reach it, so without this the
+	// applied index would trail the commit index, and linearizable reads
+	// would wait, until the first tick.
+	if _, _, err := n.propose(ctx, &fsm.Member{ID: n.cfg.NodeID, Incarnation: n.mem.incarnation}); err != nil {
+		if ctx.Err() == nil {
+			n.log.Warn("leadership: recording this server failed", "err", err)
+		}
+		return
+	}
 	n.leaderCtx.Store(&ctx)
 	go n.reconcileLoop(ctx)
 	n.tickLoop(ctx)

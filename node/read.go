@@ -41,7 +41,9 @@ func (n *Node) readBarrier(ctx context.Context, stale bool) error {
 
 func (n *Node) noLeader() error {
 	msg := "this node is not the leader and no leader is known"
-	if addr, id := n.cl.Raft.LeaderWithID(); addr != "" {
+	if _, id := n.cl.Raft.LeaderWithID(); string(id) == n.cfg.NodeID {
+		msg = "this node was just elected leader and is still applying its predecessors' entries; retry shortly"
+	} else if addr, id := n.cl.Raft.LeaderWithID(); addr != "" {
 		msg = "this node is not the leader; the leader is " + string(id) + " at " + string(addr)
 	}
 	return &Error{Code: CodeNoLeader, Message: msg}

@@ -7,7 +7,7 @@ import (
 	"github.com/leasehold/leasehold/node"
 )
 
-// Cluster reads the cluster's status as the contacted node sees it (GET
+// Cluster reads the cluster's status as the leader sees it (a follower forwards the request; with Options.StaleReads, as the contacted node sees it) (GET
 // /v1/cluster).
 func (c *Client) Cluster(ctx context.Context) (*node.ClusterStatus, error) {
 	var st node.ClusterStatus
