@@ -73,12 +73,16 @@ func hang(t *testing.T) func(w http.ResponseWriter, r *http.Request) {
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline.C:
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		case <-tick.C:
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
