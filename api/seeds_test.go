@@ -1,0 +1,135 @@
+package api
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+// Helpers of the seed scenario tests (seed00N_test.go): each plays one of
+// the systems in shared/seeds/ against a real node through the HTTP API.
+
+// seedTick is the tick period of the seed tests' nodes.
+const seedTick = 20 * time.Millisecond
+
+// seedEnv is a real single node (in memory) behind the HTTP API.
+type seedEnv struct {
+	t   *testing.T
+	n   *node.Node
+	h   http.Handler
+	srv *httptest.Server // for event streams
+}
+
+// newSeedEnv opens a node with 20 ms ticks and TTLs from 100 ms, serves the
+// API with opts, and waits until it is ready.
+func newSeedEnv(t *testing.T, opts Options) *seedEnv {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	cfg := node.DefaultConfig()
+	cfg.InMemory, cfg.DataDir, cfg.RaftAddr = true, "", ""
+	cfg.GossipAddr = "127.0.0.1:0"
+	cfg.TickPeriod = seedTick
+	cfg.MinTTL = 100 * time.Millisecond
+	n, err := node.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &seedEnv{t: t, n: n, h: New(FromNode(n), opts)}
+	e.srv = httptest.NewServer(e.h)
+	// Cleanups run last-registered first: the server closes before the node.
+	t.Cleanup(func() { n.Close() })
+	t.Cleanup(e.srv.Close)
+	waitUntil(t, 10*time.Second, "the node to be ready", func() bool {
+		return e.call("GET", "/readyz", "").Code == 200 &&
+			e.call("GET", "/v1/leases", "", "Authorization", "Bearer "+adminToken).Code == 200
+	})
+	return e
+}
+
+// call sends one request; hdr lists header name, value pairs.
+func (e *seedEnv) call(method, target, body string, hdr ...string) *httptest.ResponseRecorder {
+	e.t.Helper()
+	return do(e.t, e.h, method, target, body, hdr...)
+}
+
+// lease sends a request that must answer status with a lease, and returns it.
+func (e *seedEnv) lease(status int, method, target, body string, hdr ...string) node.Lease {
+	e.t.Helper()
+	rec := e.call(method, target, body, hdr...)
+	if rec.Code != status {
+		e.t.Fatalf("%s %s: status %d, want %d: %s", method, target, rec.Code, status, rec.Body)
+	}
+	var l node.Lease
+	jsonOf(e.t, rec, &l)
+	return l
+}
+
+// session sends a request that must answer status with a session.
+func (e *seedEnv) session(status int, method, target, body string, hdr ...string) node.Session {
+	e.t.Helper()
+	rec := e.call(method, target, body, hdr...)
+	if rec.Code != status {
+		e.t.Fatalf("%s %s: status %d, want %d: %s", method, target, rec.Code, status, rec.Body)
+	}
+	var s node.Session
+	jsonOf(e.t, rec, &s)
+	return s
+}
+
+// list returns the leases a listing query (after "/v1/leases?") selects,
+// following pages.
+func (e *seedEnv) list(query string, hdr ...string) []*node.Lease {
+	e.t.Helper()
+	var out []*node.Lease
+	after := ""
+	for range 100 {
+		target := "/v1/leases?" + query
+		if after != "" {
+			target += "&after=" + after
+		}
+		rec := e.call("GET", target, "", hdr...)
+		if rec.Code != 200 {
+			e.t.Fatalf("list %s: %d %s", query, rec.Code, rec.Body)
+		}
+		var page node.LeaseList
+		jsonOf(e.t, rec, &page)
+		out = append(out, page.Leases...)
+		if page.Next == "" {
+			return out
+		}
+		after = page.Next
+	}
+	e.t.Fatalf("list %s: more than 100 pages", query)
+	return nil
+}
+
+// metrics returns the /metrics samples.
+func (e *seedEnv) metrics() map[string]float64 {
+	e.t.Helper()
+	rec := e.call("GET", "/metrics", "")
+	if rec.Code != 200 {
+		e.t.Fatalf("metrics: %d", rec.Code)
+	}
+	return parseExposition(e.t, rec.Body.String())
+}
+
+// waitUntil polls cond every 5 ms until it holds, failing the test after d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	for !cond() {
+		select {
+		case <-poll.C:
+		case <-deadline.C:
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+	}
+}
