@@ -58,7 +58,7 @@ func (s *server) metricsText(w http.ResponseWriter, _ *http.Request, _ httproute
 	p.counter("leasehold_leases_revoked_total", "Leases revoked by an operator.", st.Revoked)
 	p.counter("leasehold_sessions_created_total", "Sessions created.", st.SessionsCreated)
 	p.counter("leasehold_session_heartbeats_total", "Session heartbeats.", st.SessionHeartbeats)
-	p.counter("leasehold_session_heartbeats_late_total", "Session heartbeats that came later than the suggested interval.", st.LateHeartbeats)
+	p.counter("leasehold_session_heartbeats_late_total", "Session heartbeats that came too late: the session had already expired or ended (answered SESSION_ENDED).", st.LateHeartbeats)
 	p.counter("leasehold_sessions_expired_total", "Sessions that expired.", st.SessionsExpired)
 
 	p.header("leasehold_apply_latency_seconds", "Latency from proposal to apply of a write.", "histogram")
