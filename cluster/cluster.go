@@ -43,6 +43,9 @@ type Config struct {
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
 	// Logger receives Raft's logs.
 	Logger *slog.Logger
+	// TLS, if set, runs Raft traffic over mutual TLS (see TLSConfig);
+	// nil: plain TCP.
+	TLS *TLSConfig
 	// BeforeStart, if set, runs once the stores are open (and a single
 	// server bootstrapped), before Raft starts: hadState tells whether Raft
 	// state existed, addr is the address the others dial. An error stops
@@ -61,6 +64,7 @@ type Cluster struct {
 
 	cfg       Config
 	trans     raft.Transport
+	stream    raft.StreamLayer // nil with InMemory
 	closers   []io.Closer
 	notifyCh  chan bool
 	logger    *slog.Logger
@@ -171,12 +175,14 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 			c.closeStores()
 			return nil, fmt.Errorf("%w: advertise address %q is not reachable by peers; set an advertise address", ErrInvalidConfig, adv)
 		}
-		t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, tcpAdv, 8, 10*time.Second, newHCLogger("transport", cfg.Logger))
+		stream, err := newStreamLayer(cfg, tcpAdv)
 		if err != nil {
 			c.closeStores()
-			return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.BindAddr, err)
+			return nil, err
 		}
-		c.trans = t
+		t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: stream, MaxPool: 8,
+			Timeout: 10 * time.Second, Logger: newHCLogger("transport", cfg.Logger)})
+		c.trans, c.stream = t, stream
 		addr = t.LocalAddr()
 	}
 

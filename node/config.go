@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/leasehold/leasehold/cluster"
 )
 
 // Config configures one node. Start from DefaultConfig.
@@ -58,6 +60,10 @@ type Config struct {
 	// GossipKey, if set, encrypts gossip (16, 24 or 32 bytes; every server
 	// needs the same key).
 	GossipKey []byte
+	// RaftTLS, if set, runs Raft traffic over mutual TLS: every peer must
+	// present a certificate from RaftTLS.CAs (see cluster.TLSConfig). nil:
+	// plain TCP. Ignored with InMemory.
+	RaftTLS *cluster.TLSConfig
 
 	// TickPeriod is the cluster clock's resolution: the leader commits one
 	// tick per period. Every TTL is rounded up to whole ticks and a lease
@@ -181,6 +187,9 @@ func (c Config) Validate() error {
 	case 0, 16, 24, 32:
 	default:
 		errs = append(errs, fmt.Errorf("gossip key is %d bytes; want 16, 24 or 32", len(c.GossipKey)))
+	}
+	if c.RaftTLS != nil && (c.RaftTLS.Certificate == nil || c.RaftTLS.CAs == nil) {
+		errs = append(errs, errors.New("raft TLS needs both a certificate and a CA pool"))
 	}
 	return errors.Join(errs...)
 }

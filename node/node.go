@@ -81,7 +81,7 @@ func Open(cfg Config) (*Node, error) {
 		InMemory: cfg.InMemory, Bootstrap: cfg.BootstrapExpect <= 1 && len(cfg.Join) == 0,
 		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.trailingLogs,
 		HeartbeatTimeout: cfg.raftTimeout, ElectionTimeout: cfg.raftTimeout, LeaderLeaseTimeout: cfg.raftTimeout / 2,
-		Logger: logger, BeforeStart: n.startGossip,
+		Logger: logger, BeforeStart: n.startGossip, TLS: cfg.RaftTLS,
 	}, n.rep)
 	if err != nil {
 		if n.mem.gossip != nil {
