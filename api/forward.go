@@ -2,11 +2,13 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/node"
@@ -26,18 +28,21 @@ type leaderLocator interface {
 // forwarder proxies requests from a follower to the leader.
 type forwarder struct {
 	proxy *httputil.ReverseProxy
+	tls   bool // forward over https
 }
 
 func newForwarder(log interface {
 	Warn(msg string, args ...any)
-}) *forwarder {
+}, tlsConf *tls.Config) *forwarder {
 	tr := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
+		TLSClientConfig:     tlsConf,
+		TLSHandshakeTimeout: 5 * time.Second,
 	}
-	f := &forwarder{}
+	f := &forwarder{tls: tlsConf != nil}
 	f.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			target := pr.In.Context().Value(forwardTargetKey{}).(*url.URL)
@@ -64,7 +69,7 @@ type forwardTargetKey struct{}
 // reached it.
 func forwardErrorStatus(r *http.Request, err error) (int, *node.Error) {
 	var op *net.OpError
-	dialFailed := errors.As(err, &op) && op.Op == "dial"
+	dialFailed := errors.As(err, &op) && op.Op == "dial" || tlsRefused(err)
 	if dialFailed || r.Method == http.MethodGet || errors.Is(err, context.Canceled) && r.Context().Err() != nil && r.Method == http.MethodGet {
 		return http.StatusServiceUnavailable, &node.Error{Code: node.CodeNoLeader,
 			Message: "the leader could not be reached: " + err.Error()}
@@ -101,7 +106,7 @@ func (s *server) maybeForward(w http.ResponseWriter, r *http.Request, rt route) 
 		return false
 	}
 	target := &url.URL{Scheme: "http", Host: info.HTTPAddr}
-	if r.TLS != nil {
+	if r.TLS != nil || s.fwd.tls {
 		target.Scheme = "https"
 	}
 	r = r.WithContext(context.WithValue(r.Context(), forwardTargetKey{}, target))
@@ -118,4 +123,27 @@ func (s *server) nodeID() string {
 		return st.NodeID()
 	}
 	return "follower"
+}
+
+// tlsRefused reports a TLS handshake with the leader that failed: this node
+// refused the leader's certificate, or the leader refused this node's (TLS
+// 1.3 reports that on the first read, but the leader never processed the
+// request). Either way the request was not applied.
+func tlsRefused(err error) bool {
+	var cv *tls.CertificateVerificationError
+	if errors.As(err, &cv) {
+		return true
+	}
+	// The leader's alert arrives as a net.OpError "remote error" (its
+	// alert type is crypto/tls's own): only the handshake alerts count.
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" && op.Err != nil {
+		msg := op.Err.Error()
+		for _, s := range []string{"certificate", "handshake failure", "protocol version", "access denied"} {
+			if strings.Contains(msg, s) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -37,6 +38,12 @@ type Options struct {
 	// KeepAlive is the interval of comment lines on idle event streams.
 	// Default 15s.
 	KeepAlive time.Duration
+	// ForwardTLS is the client side of TLS for forwarding to the leader
+	// (the leader's certificate is verified against its RootCAs, and its
+	// client certificate answers a leader that requires one). When set,
+	// requests are forwarded over https; nil: over http, unless the request
+	// itself came over TLS, then https with the system roots.
+	ForwardTLS *tls.Config
 }
 
 // server is the handler returned by New.
@@ -73,7 +80,7 @@ func New(n Node, opts Options) http.Handler {
 		s.keepAlive = DefaultKeepAlive
 	}
 	if l, ok := n.(leaderLocator); ok {
-		s.locator, s.fwd = l, newForwarder(s.log)
+		s.locator, s.fwd = l, newForwarder(s.log, opts.ForwardTLS)
 	}
 	rs := s.routes()
 	s.metrics = newHTTPMetrics(rs)
