@@ -402,11 +402,12 @@ func readEventsUntil(t *testing.T, resp interface{ Read([]byte) (int, error) }, 
 }
 
 // stateOf renders every retained lease (id, state, renewals, end reason),
-// which the rejected requests of a test must leave alone.
-func stateOf(t *testing.T, e *seedEnv) string {
+// which the rejected requests of a test must leave alone; query (after
+// "/v1/leases?") narrows it.
+func stateOf(t *testing.T, e *seedEnv, query ...string) string {
 	t.Helper()
 	var b strings.Builder
-	for _, l := range e.list("limit=1000", "Authorization", "Bearer "+adminToken) {
+	for _, l := range e.list(strings.Join(append([]string{"limit=1000"}, query...), "&"), "Authorization", "Bearer "+adminToken) {
 		fmt.Fprintf(&b, "%s %s %s %d %s\n", l.LeaseID, l.Key, l.State, l.RenewalCount, l.EndReason)
 	}
 	return b.String()

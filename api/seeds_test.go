@@ -23,9 +23,10 @@ type seedEnv struct {
 	srv *httptest.Server // for event streams
 }
 
-// newSeedEnv opens a node with 20 ms ticks and TTLs from 100 ms, serves the
-// API with opts, and waits until it is ready.
-func newSeedEnv(t *testing.T, opts Options) *seedEnv {
+// newSeedEnv opens a node with 20 ms ticks and TTLs from 100 ms (then
+// changed by each of tweak), serves the API with opts, and waits until it is
+// ready.
+func newSeedEnv(t *testing.T, opts Options, tweak ...func(*node.Config)) *seedEnv {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a node")
@@ -35,6 +36,9 @@ func newSeedEnv(t *testing.T, opts Options) *seedEnv {
 	cfg.GossipAddr = "127.0.0.1:0"
 	cfg.TickPeriod = seedTick
 	cfg.MinTTL = 100 * time.Millisecond
+	for _, f := range tweak {
+		f(&cfg)
+	}
 	n, err := node.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
