@@ -1,0 +1,293 @@
+package chaos
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Contract error codes the lease model reads meaning into.
+const (
+	codeLeaseHeld     = "LEASE_HELD"
+	codeLeaseExpired  = "LEASE_EXPIRED"
+	codeLeaseReleased = "LEASE_RELEASED"
+	codeLeaseRevoked  = "LEASE_REVOKED"
+	codeNotFound      = "LEASE_NOT_FOUND"
+	codeTokenInvalid  = "LEASE_TOKEN_INVALID"
+)
+
+// unknownID stands for a lease granted by an info acquire: nobody learned
+// its id, so no client can name it.
+const unknownID = "?"
+
+// leaseState is the model's view of one key (limit 1). It is a comparable
+// value: porcupine's nondeterministic search deduplicates states with ==.
+type leaseState struct {
+	Held    bool
+	ID      string // unknownID if granted by an info acquire
+	TokenFP string
+	Fence   uint64 // 0 when unknown
+	// Refresh is the call time of the operation that granted or last
+	// renewed the lease; TTL its TTL. Both in nanoseconds.
+	Refresh int64
+	TTL     int64
+	// MaxFence is the highest fencing token granted on the key so far.
+	MaxFence uint64
+}
+
+func (s leaseState) free() leaseState {
+	return leaseState{MaxFence: s.MaxFence}
+}
+
+// LeaseModel is the porcupine model of one lease key with TTL expiry.
+//
+// Expiry is a silent transition the model allows only once it is certain to
+// be legitimate: an operation that observes the lease gone (another grant, a
+// read of a free key, LEASE_EXPIRED) at return time r is legal only if
+// r >= refresh + TTL*(1-eps), where refresh is the send time of the grant or
+// renewal. The server may expire later than that (ticks lag real time; a
+// stalled cluster stops the clock), never earlier, so the check gives no
+// false alarm on a legitimate expiry. eps covers clock-rate differences
+// between the harness and the leader (0.01 on one machine without clock
+// faults).
+//
+// Info operations (timeouts, cut connections, INDETERMINATE) fork the
+// model: applied or not, at any time after their call. Their return is at
+// infinity, and their process never issues another operation.
+func LeaseModel(eps float64) porcupine.Model {
+	if eps < 0 || eps >= 1 {
+		panic(fmt.Sprintf("chaos: eps %v outside [0, 1)", eps))
+	}
+	nm := porcupine.NondeterministicModel{
+		Partition: partitionByKey,
+		Init:      func() []interface{} { return []interface{}{leaseState{}} },
+		Step: func(state, input, _ interface{}) []interface{} {
+			return stepLease(state.(leaseState), input.(Op), eps)
+		},
+		Equal: func(a, b interface{}) bool { return a.(leaseState) == b.(leaseState) },
+		DescribeOperation: func(input, _ interface{}) string {
+			return describeOp(input.(Op))
+		},
+		DescribeState: func(state interface{}) string {
+			s := state.(leaseState)
+			if !s.Held {
+				return fmt.Sprintf("free (max fence %d)", s.MaxFence)
+			}
+			return fmt.Sprintf("held by %s fence %d until >= %.3fs (max fence %d)",
+				s.ID, s.Fence, float64(s.Refresh+s.TTL)/1e9, s.MaxFence)
+		},
+	}
+	return nm.ToModel()
+}
+
+func stepLease(s leaseState, op Op, eps float64) []interface{} {
+	one := func(ns leaseState) []interface{} { return []interface{}{ns} }
+	// allowed reports whether the current lease may have expired by the
+	// return of op.
+	allowed := func() bool {
+		if !s.Held {
+			return true
+		}
+		if op.Status == StatusInfo {
+			return true
+		}
+		return op.Return >= s.Refresh+int64(float64(s.TTL)*(1-eps))
+	}
+	ttl := op.TTLMS * 1e6
+	current := s.Held && s.ID == op.LeaseID
+	rightToken := current && !op.Stale && (s.TokenFP == "" || s.TokenFP == op.TokenFP)
+
+	switch op.Kind {
+	case KAcquire:
+		switch op.Status {
+		case StatusOK:
+			if !allowed() || op.Fence <= s.MaxFence {
+				return nil
+			}
+			return one(leaseState{Held: true, ID: op.LeaseID, TokenFP: op.TokenFP, Fence: op.Fence,
+				Refresh: op.Call, TTL: ttl, MaxFence: op.Fence})
+		case StatusFail:
+			if op.Code == codeLeaseHeld && !s.Held {
+				return nil // a lost release or expiry-free key refused
+			}
+			return one(s)
+		default:
+			return []interface{}{s, leaseState{Held: true, ID: unknownID, Refresh: op.Call, TTL: ttl, MaxFence: s.MaxFence}}
+		}
+
+	case KRenew:
+		switch op.Status {
+		case StatusOK:
+			if !rightToken {
+				return nil
+			}
+			ns := s
+			ns.Refresh, ns.TTL = op.Call, ttl
+			return one(ns)
+		case StatusFail:
+			return failOnCurrent(s, op, current, rightToken, allowed)
+		default:
+			if rightToken {
+				ns := s
+				ns.Refresh, ns.TTL = op.Call, ttl
+				return []interface{}{s, ns}
+			}
+			return one(s)
+		}
+
+	case KRelease:
+		switch op.Status {
+		case StatusOK:
+			if !rightToken {
+				return nil
+			}
+			return one(s.free())
+		case StatusFail:
+			return failOnCurrent(s, op, current, rightToken, allowed)
+		default:
+			if rightToken {
+				return []interface{}{s, s.free()}
+			}
+			return one(s)
+		}
+
+	case KRead:
+		if op.Status != StatusOK {
+			return one(s)
+		}
+		if op.LeaseID == "" {
+			if !allowed() {
+				return nil
+			}
+			return one(s.free())
+		}
+		if !s.Held {
+			return nil
+		}
+		if s.ID == unknownID {
+			ns := s
+			ns.ID = op.LeaseID
+			if op.Fence != 0 {
+				if op.Fence <= s.MaxFence {
+					return nil
+				}
+				ns.Fence, ns.MaxFence = op.Fence, op.Fence
+			}
+			return one(ns)
+		}
+		if s.ID != op.LeaseID || (op.Fence != 0 && s.Fence != 0 && op.Fence != s.Fence) {
+			return nil
+		}
+		return one(s)
+	}
+	return one(s)
+}
+
+// failOnCurrent is a renew or release that definitely failed.
+func failOnCurrent(s leaseState, op Op, current, rightToken bool, allowed func() bool) []interface{} {
+	if !current {
+		return []interface{}{s}
+	}
+	switch op.Code {
+	case codeLeaseExpired:
+		if !allowed() {
+			return nil // expired early
+		}
+		return []interface{}{s.free()}
+	case codeLeaseReleased, codeLeaseRevoked, codeNotFound:
+		return nil // the workload never revokes; the lease is current
+	case codeTokenInvalid:
+		if rightToken {
+			return nil
+		}
+	}
+	return []interface{}{s}
+}
+
+// partitionByKey checks each key on its own: keys are independent.
+func partitionByKey(history []porcupine.Operation) [][]porcupine.Operation {
+	byKey := map[string][]porcupine.Operation{}
+	var keys []string
+	for _, o := range history {
+		k := o.Input.(Op).Key
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], o)
+	}
+	sort.Strings(keys)
+	out := make([][]porcupine.Operation, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, byKey[k])
+	}
+	return out
+}
+
+func describeOp(op Op) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s", op.Kind)
+	switch op.Kind {
+	case KAcquire:
+		fmt.Fprintf(&b, " %s ttl=%dms", op.Holder, op.TTLMS)
+	case KRenew, KRelease:
+		fmt.Fprintf(&b, " %s", op.LeaseID)
+		if op.Stale {
+			b.WriteString(" (stale token)")
+		}
+	}
+	switch op.Status {
+	case StatusOK:
+		switch op.Kind {
+		case KAcquire:
+			fmt.Fprintf(&b, " -> %s fence %d", op.LeaseID, op.Fence)
+		case KRead:
+			if op.LeaseID == "" {
+				b.WriteString(" -> free")
+			} else {
+				fmt.Fprintf(&b, " -> %s fence %d", op.LeaseID, op.Fence)
+			}
+		default:
+			b.WriteString(" -> ok")
+		}
+	case StatusFail:
+		fmt.Fprintf(&b, " -> %s", orDefault(op.Code, op.Err))
+	default:
+		fmt.Fprintf(&b, " -> ? (%s)", orDefault(op.Code, op.Err))
+	}
+	fmt.Fprintf(&b, " @node%d", op.Node)
+	return b.String()
+}
+
+func orDefault(s, d string) string {
+	if s != "" {
+		return s
+	}
+	return d
+}
+
+// porcupineOps turns the lease operations of a history into porcupine's
+// form. Info operations return at infinity; failed and info reads, which
+// have no effect, are left out.
+func porcupineOps(ops []Op) []porcupine.Operation {
+	var out []porcupine.Operation
+	for _, op := range ops {
+		switch op.Kind {
+		case KAcquire, KRenew, KRelease:
+		case KRead:
+			if op.Status != StatusOK {
+				continue
+			}
+		default:
+			continue
+		}
+		ret := op.Return
+		if op.Status == StatusInfo {
+			ret = math.MaxInt64 / 2
+		}
+		out = append(out, porcupine.Operation{ClientId: op.Process, Input: op, Call: op.Call, Output: op, Return: ret})
+	}
+	return out
+}
