@@ -93,7 +93,11 @@ func TestLeaseModel(t *testing.T) {
 		}, porcupine.Illegal},
 		{"renew with a stale token refused", []Op{
 			acq(0, "k", "A", 1, 0, 10),
-			func() Op { o := op(1, KRenew, "k", "A", 20, 30, StatusFail, codeTokenInvalid); o.Stale = true; return o }(),
+			func() Op {
+				o := op(1, KRenew, "k", "A", 20, 30, StatusFail, codeTokenInvalid)
+				o.Stale = true
+				return o
+			}(),
 			held(2, "k", 40, 50),
 		}, porcupine.Ok},
 		{"info acquire may have applied", []Op{

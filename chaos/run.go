@@ -373,8 +373,8 @@ func checkConvergence(ctx context.Context, c Cluster, env *Env) Verdict {
 	// Ticks keep the log moving: about 10 entries a second.
 	target += 30
 	type res struct {
-		i  int
-		ls *LocalState
+		i   int
+		ls  *LocalState
 		err error
 	}
 	out := make([]res, len(alive))

@@ -322,7 +322,10 @@ func (w *leaseWorker) staleAttempt(ctx context.Context) {
 		id, key, stale = o.id, o.key, true
 	}
 	w.do(ctx, Op{Kind: KRenew, Key: key, Holder: w.holder, LeaseID: id, TokenFP: fingerprint(old.token), Stale: stale, TTLMS: old.ttl},
-		func(ctx context.Context, _ *Op) error { _, err := w.cl[w.node].Renew(ctx, id, old.token, old.ttl); return err })
+		func(ctx context.Context, _ *Op) error {
+			_, err := w.cl[w.node].Renew(ctx, id, old.token, old.ttl)
+			return err
+		})
 }
 
 // FencedResource is the protected resource of the fenced counter: it keeps
