@@ -44,7 +44,7 @@ func commands() []command {
 		{"snapshot", "save|restore|inspect a snapshot of the whole state (admin)", (*app).snapshotCmd},
 		{"hold", "run a command while holding a lease", (*app).holdCmd},
 		{"bench", "benchmark a running node", (*app).benchCmd},
-		{"chaos", "fault-injection suite (not built yet)", (*app).chaosCmd},
+		{"chaos", "run the fault-injection suite against a cluster it starts", (*app).chaosCmd},
 		{"token", "create a bearer token for the tokens file", (*app).tokenCmd},
 		{"version", "print the version", (*app).versionCmd},
 	}

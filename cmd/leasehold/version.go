@@ -49,8 +49,3 @@ func (a *app) versionCmd(ctx context.Context, args []string) error {
 	_, err := fmt.Fprintln(a.stdout, "leasehold", versionString())
 	return err
 }
-
-func (a *app) chaosCmd(ctx context.Context, args []string) error {
-	fmt.Fprintln(a.stderr, "leasehold chaos: the chaos suite is not built yet")
-	return &exitError{code: 2}
-}

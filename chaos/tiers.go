@@ -1,0 +1,24 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+)
+
+// FactoryOptions configure a tier's clusters.
+type FactoryOptions struct {
+	// Binary is the leasehold executable the netns tier runs.
+	Binary string
+}
+
+// NewFactory returns the cluster factory of a tier: "netns" (real
+// processes in network namespaces) or "inproc" (nodes in this process).
+func NewFactory(tier string, o FactoryOptions) (ClusterFactory, error) {
+	switch tier {
+	case "netns", "inproc":
+		return func(ctx context.Context, nodes int, dir string, s *Scenario) (Cluster, error) {
+			return nil, fmt.Errorf("chaos: the %s tier is not available yet", tier)
+		}, nil
+	}
+	return nil, fmt.Errorf("chaos: unknown tier %q (want netns or inproc)", tier)
+}
