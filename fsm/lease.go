@@ -185,7 +185,7 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
 		f.sessions[sess.ID] = &ns
 	} else {
 		l.ExpiresTick = f.tick + c.TTLTicks
-		f.schedule(l.ExpiresTick+GraceTicks, kindLease, l.ID)
+		f.schedule(leaseDeadline(l), kindLease, l.ID)
 	}
 	hi := f.holder(l.Holder)
 	l.Holder = hi.name // one string per holder, not one per lease
@@ -352,6 +352,9 @@ func (f *FSM) checkLease(id string, tok, sessTok Hash) (*Lease, *Error) {
 }
 
 func (f *FSM) renewOne(id string, tok Hash, ttlMS int64, ttlTicks uint64, wallMS int64) (*Lease, *Error) {
+	if canaryRenewToken && f.leases[id] != nil {
+		tok = f.leases[id].TokenHash
+	}
 	l, err := f.checkLease(id, tok, Hash{})
 	if err != nil {
 		return nil, err
@@ -406,6 +409,9 @@ func (f *FSM) release(c *Release) Result {
 	reason := c.Reason
 	if reason == "" {
 		reason = ReasonReleased
+	}
+	if canaryFenceReset {
+		f.fence = l.Fence - 1
 	}
 	return Result{Lease: f.end(l, endOpts{state: StateReleased, reason: reason, wallMS: c.WallMS})}
 }

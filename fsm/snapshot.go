@@ -470,7 +470,7 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 		n.active++
 		n.holder(l.Holder).leases.insert(l.ID)
 		if l.SessionID == "" {
-			n.schedule(l.ExpiresTick+GraceTicks, kindLease, l.ID)
+			n.schedule(leaseDeadline(l), kindLease, l.ID)
 		}
 	}
 	n.order.fromSorted(len(leases), func(i int) string { return leases[i].ID })

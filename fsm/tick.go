@@ -38,7 +38,7 @@ func (f *FSM) applyTick(c *Tick) {
 			if l == nil || l.State != StateActive || l.SessionID != "" {
 				break
 			}
-			if at := l.ExpiresTick + GraceTicks; at > f.tick {
+			if at := leaseDeadline(l); at > f.tick {
 				f.schedule(at, kindLease, l.ID) // renewed since the timer was set
 			} else {
 				f.end(l, endOpts{state: StateExpired, reason: ReasonExpired, wallMS: c.WallMS, delay: true})
@@ -63,6 +63,15 @@ func (f *FSM) applyTick(c *Tick) {
 	if c.RetainTicks > 0 {
 		f.pruneBefore(c.RetainTicks)
 	}
+}
+
+// leaseDeadline is the tick whose commit expires standalone lease l: its
+// nominal end plus GraceTicks (DESIGN.md has the bound this keeps).
+func leaseDeadline(l *Lease) uint64 {
+	if canaryEarlyExpiry {
+		return l.ExpiresTick + GraceTicks - 1
+	}
+	return l.ExpiresTick + GraceTicks
 }
 
 func (f *FSM) waitTimeout(key, id string) {
