@@ -199,7 +199,7 @@ func (n *Node) tickLoop(ctx context.Context) {
 	retain := uint64((n.cfg.Retention + period - 1) / period)
 	first := period
 	n.rep.mu.RLock()
-	if n.rep.f.Tick() == 0 {
+	if n.rep.f.Tick() == 0 || canaryTickAtOnce {
 		// A new cluster: no earlier tick exists that a quick first one
 		// could crowd, so the clock starts at once.
 		first = 0

@@ -14,7 +14,7 @@ import (
 // it has applied everything committed before that moment. A stale read
 // skips it and answers from whatever this node has applied.
 func (n *Node) readBarrier(ctx context.Context, stale bool) error {
-	if stale {
+	if stale || canaryStaleRead {
 		return nil
 	}
 	if n.cl.Raft.State() != raft.Leader || !n.isLeaderReady() {
