@@ -69,7 +69,7 @@ func (f *FSM) applyTick(c *Tick) {
 // nominal end plus GraceTicks (DESIGN.md has the bound this keeps).
 func leaseDeadline(l *Lease) uint64 {
 	if canaryEarlyExpiry {
-		return l.ExpiresTick + GraceTicks - 1
+		return l.ExpiresTick - 1
 	}
 	return l.ExpiresTick + GraceTicks
 }
