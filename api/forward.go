@@ -33,10 +33,13 @@ type forwarder struct {
 
 func newForwarder(log interface {
 	Warn(msg string, args ...any)
-}, tlsConf *tls.Config) *forwarder {
+}, tlsConf *tls.Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *forwarder {
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
 	tr := &http.Transport{
 		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         dial,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		TLSClientConfig:     tlsConf,

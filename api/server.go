@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"log/slog"
@@ -44,6 +45,10 @@ type Options struct {
 	// requests are forwarded over https; nil: over http, unless the request
 	// itself came over TLS, then https with the system roots.
 	ForwardTLS *tls.Config
+	// ForwardDial, if set, opens the connections a follower forwards
+	// requests to the leader over (embedders with a custom network; the
+	// chaos suite injects faults through it). Nil: TCP with a 2 s timeout.
+	ForwardDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // server is the handler returned by New.
@@ -80,7 +85,7 @@ func New(n Node, opts Options) http.Handler {
 		s.keepAlive = DefaultKeepAlive
 	}
 	if l, ok := n.(leaderLocator); ok {
-		s.locator, s.fwd = l, newForwarder(s.log, opts.ForwardTLS)
+		s.locator, s.fwd = l, newForwarder(s.log, opts.ForwardTLS, opts.ForwardDial)
 	}
 	rs := s.routes()
 	s.metrics = newHTTPMetrics(rs)

@@ -3,6 +3,9 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/node"
 )
 
 // FactoryOptions configure a tier's clusters.
@@ -15,7 +18,16 @@ type FactoryOptions struct {
 // processes in network namespaces) or "inproc" (nodes in this process).
 func NewFactory(tier string, o FactoryOptions) (ClusterFactory, error) {
 	switch tier {
-	case "netns", "inproc":
+	case "inproc":
+		return func(ctx context.Context, nodes int, dir string, s *Scenario) (Cluster, error) {
+			return NewInprocCluster(ctx, InprocOptions{Nodes: nodes, Dir: dir, Configure: func(_ int, cfg *node.Config) {
+				if s != nil && s.SnapshotThreshold > 0 {
+					cfg.SnapshotThreshold = uint64(s.SnapshotThreshold)
+					cfg.SnapshotInterval = 200 * time.Millisecond
+				}
+			}})
+		}, nil
+	case "netns":
 		return func(ctx context.Context, nodes int, dir string, s *Scenario) (Cluster, error) {
 			return nil, fmt.Errorf("chaos: the %s tier is not available yet", tier)
 		}, nil

@@ -51,6 +51,12 @@ type Config struct {
 	// state existed, addr is the address the others dial. An error stops
 	// Open.
 	BeforeStart func(hadState bool, addr raft.ServerAddress) error
+	// WrapStream, if set, wraps the Raft stream layer (every connection
+	// Raft accepts or dials) for embedders that route, shape or observe
+	// the traffic between servers themselves. It gets the layer in use
+	// and returns the one Raft uses; Addr must still be the address peers
+	// dial. Not used with InMemory.
+	WrapStream func(raft.StreamLayer) raft.StreamLayer
 }
 
 // Cluster is one running Raft server.
@@ -180,7 +186,11 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 			c.closeStores()
 			return nil, err
 		}
-		t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: stream, MaxPool: 8,
+		var wrapped raft.StreamLayer = stream
+		if cfg.WrapStream != nil {
+			wrapped = cfg.WrapStream(stream)
+		}
+		t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: wrapped, MaxPool: 8,
 			Timeout: 10 * time.Second, Logger: newHCLogger("transport", cfg.Logger)})
 		c.trans, c.stream = t, stream
 		addr = t.LocalAddr()

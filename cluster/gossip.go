@@ -77,8 +77,12 @@ type GossipConfig struct {
 	// Key enables gossip encryption (16, 24 or 32 bytes).
 	Key []byte
 	// Fast shortens probe and suspicion times (tests).
-	Fast   bool
-	Logger *slog.Logger
+	Fast bool
+	// WrapTransport, if set, wraps memberlist's UDP and TCP transport (bound
+	// to BindAddr) for embedders that route, shape or observe gossip
+	// themselves; it returns the transport memberlist uses.
+	WrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+	Logger        *slog.Logger
 }
 
 // Gossip runs memberlist for one server.
@@ -144,12 +148,36 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	if len(cfg.Key) > 0 {
 		mc.SecretKey = cfg.Key
 	}
+	if cfg.WrapTransport != nil {
+		nt, err := newNetTransport(host, port, mc.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: gossip on %s: %w", cfg.BindAddr, err)
+		}
+		mc.BindPort, mc.AdvertisePort = nt.GetAutoBindPort(), nt.GetAutoBindPort()
+		mc.Transport = cfg.WrapTransport(nt)
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: gossip on %s: %w", cfg.BindAddr, err)
 	}
 	g.ml = ml
 	return g, nil
+}
+
+// newNetTransport is memberlist's own UDP and TCP transport, retried a few
+// times on port 0 as memberlist.Create does (UDP and TCP must get the same
+// port).
+func newNetTransport(host string, port int, logger *log.Logger) (*memberlist.NetTransport, error) {
+	var err error
+	for try := 0; try < 10; try++ {
+		var nt *memberlist.NetTransport
+		nt, err = memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+			BindAddrs: []string{host}, BindPort: port, Logger: logger})
+		if err == nil || port != 0 {
+			return nt, err
+		}
+	}
+	return nil, err
 }
 
 // Alive counts the servers gossip sees alive or suspect, this one included.

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/cluster"
 )
 
@@ -98,6 +100,26 @@ type Config struct {
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger
 
+	// Custom networks, for embedders that route, shape or observe the
+	// traffic between servers themselves (the chaos suite injects faults
+	// through them). Nil: plain TCP and UDP.
+	//
+	// WrapRaftStream wraps Raft's stream layer (every connection Raft
+	// accepts on RaftAddr or dials to a peer), whatever layer is in use.
+	WrapRaftStream func(raft.StreamLayer) raft.StreamLayer
+	// WrapGossip wraps memberlist's transport (UDP packets and TCP streams
+	// on GossipAddr).
+	WrapGossip func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+
+	// RaftTimeout, if positive, is Raft's heartbeat and election timeout
+	// (the leader lease is half of it). 0: 500ms, tuned for a LAN. Lower
+	// values fail over faster on a quiet network and lose leaders to
+	// scheduling stalls on a busy machine.
+	RaftTimeout time.Duration
+	// FastGossip shortens gossip's probe and suspicion times (100ms probes)
+	// for small clusters on one machine.
+	FastGossip bool
+
 	// Test hooks: quicker gossip, and Raft timeouts (0: cluster defaults).
 	fastGossip     bool
 	raftTimeout    time.Duration
@@ -179,6 +201,9 @@ func (c Config) Validate() error {
 	}
 	if c.DeadServerTimeout < 0 || c.JoinTimeout < 0 || c.StabilizationTime < 0 {
 		errs = append(errs, errors.New("dead server timeout, join timeout and stabilization time must not be negative"))
+	}
+	if c.RaftTimeout < 0 {
+		errs = append(errs, errors.New("raft timeout must not be negative"))
 	}
 	if c.MinQuorum < 1 {
 		errs = append(errs, errors.New("min quorum must be at least 1"))

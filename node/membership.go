@@ -166,7 +166,7 @@ func (n *Node) startGossip(hadState bool, addr raft.ServerAddress) error {
 	g, err := cluster.StartGossip(cluster.GossipConfig{
 		Name: n.cfg.NodeID, BindAddr: bind, Advertise: host,
 		Meta: n.gossipMeta, Stats: n.gossipStats, LocalState: n.gossipState, MergeState: n.mergeState,
-		OnChange: n.membershipChanged, Key: n.cfg.GossipKey, Fast: n.cfg.fastGossip,
+		OnChange: n.membershipChanged, Key: n.cfg.GossipKey, Fast: n.cfg.fastGossip, WrapTransport: n.cfg.WrapGossip,
 		Logger: n.log,
 	})
 	if err != nil {

@@ -52,6 +52,10 @@ func Open(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.raftTimeout == 0 {
+		cfg.raftTimeout = cfg.RaftTimeout
+	}
+	cfg.fastGossip = cfg.fastGossip || cfg.FastGossip
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -81,7 +85,7 @@ func Open(cfg Config) (*Node, error) {
 		InMemory: cfg.InMemory, Bootstrap: cfg.BootstrapExpect <= 1 && len(cfg.Join) == 0,
 		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.trailingLogs,
 		HeartbeatTimeout: cfg.raftTimeout, ElectionTimeout: cfg.raftTimeout, LeaderLeaseTimeout: cfg.raftTimeout / 2,
-		Logger: logger, BeforeStart: n.startGossip, TLS: cfg.RaftTLS,
+		Logger: logger, BeforeStart: n.startGossip, TLS: cfg.RaftTLS, WrapStream: cfg.WrapRaftStream,
 	}, n.rep)
 	if err != nil {
 		if n.mem.gossip != nil {
