@@ -2,6 +2,11 @@ package fsm_test
 
 import (
 	"bytes"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
@@ -196,6 +201,38 @@ func TestSeed002LeaseRegistrar(t *testing.T) {
 		// wall clock decides it. The wall clock did reach the display field.
 		if wild.f.WallMS() == sane.f.WallMS() {
 			t.Fatal("the test's wall clocks did not differ")
+		}
+	})
+
+	t.Run("INV-0305 the code path that decides expiry reads no clock: the state machine imports no time, randomness or I/O", func(t *testing.T) {
+		// Expiry is decided only in this package, from tick entries. (The
+		// leader's tick loop in package node paces ticks with Go's
+		// monotonic clock, time.Until on a time.Now() reading, which a
+		// wall-clock change does not move.)
+		files, err := filepath.Glob("*.go")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked := 0
+		for _, name := range files {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range f.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				switch path {
+				case "time", "math/rand", "math/rand/v2", "crypto/rand", "os", "net", "syscall":
+					t.Errorf("%s imports %s", name, path)
+				}
+			}
+			checked++
+		}
+		if checked < 5 {
+			t.Fatalf("checked only %d files", checked)
 		}
 	})
 
