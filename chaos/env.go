@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,7 +71,7 @@ func (e *Env) Leader(ctx context.Context) int {
 			continue
 		}
 		st, err := e.admin[i].Cluster(ctx)
-		if err != nil || st.State != "leader" {
+		if err != nil || !strings.EqualFold(st.State, "leader") {
 			continue
 		}
 		if best < 0 || st.Term > term {

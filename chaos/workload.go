@@ -319,7 +319,9 @@ func (w *leaseWorker) staleAttempt(ctx context.Context) {
 	id, key, stale := old.id, old.key, false
 	if len(w.others) > 0 && w.rng.IntN(2) == 0 {
 		o := w.others[w.rng.IntN(len(w.others))]
-		id, key, stale = o.id, o.key, true
+		// Our own walked-away lease may be among the ones seen: its token
+		// is then the right one.
+		id, key, stale = o.id, o.key, o.id != old.id
 	}
 	w.do(ctx, Op{Kind: KRenew, Key: key, Holder: w.holder, LeaseID: id, TokenFP: fingerprint(old.token), Stale: stale, TTLMS: old.ttl},
 		func(ctx context.Context, _ *Op) error {
