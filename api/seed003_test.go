@@ -25,6 +25,7 @@ func TestSeed003SessionLeases(t *testing.T) {
 	e := newSeedEnv(t, Options{})
 	const ttl = 1000 // ms
 	m0 := e.metrics()
+	w := watch(t, e, "holder=webui-client-1")
 
 	created := time.Now()
 	sess := e.session(201, "POST", "/v1/sessions", fmt.Sprintf(`{"holder":"webui-client-1","ttl_ms":%d,"metadata":{"service":"1:0:19:283D"}}`, ttl))
@@ -174,6 +175,34 @@ func TestSeed003SessionLeases(t *testing.T) {
 		}
 		if m["leasehold_active_sessions"] != 0 {
 			t.Errorf("active sessions = %v", m["leasehold_active_sessions"])
+		}
+	})
+
+	t.Run("Logs and observability: the event stream shows the session's life, its expiry (reason expired) and its leases ending with it", func(t *testing.T) {
+		end := w.next("session_ended", "")
+		if end.Session == nil || end.Session.SessionID != sess.SessionID || end.Reason != "expired" || end.Session.State != "expired" {
+			t.Fatalf("session_ended event = %+v", end)
+		}
+		if end.Session.Token != "" {
+			t.Fatal("a session event carries the token")
+		}
+		for _, id := range []string{tuner.LeaseID, dedup.LeaseID} {
+			found := false
+			for _, ev := range w.got {
+				found = found || ev.Type == "expired" && ev.Lease != nil && ev.Lease.LeaseID == id
+			}
+			if !found {
+				w.next("expired", id)
+			}
+		}
+		counts := map[string]int{}
+		for _, ev := range w.got {
+			if ev.Session != nil && ev.Session.SessionID == sess.SessionID {
+				counts[ev.Type]++
+			}
+		}
+		if counts["session_created"] != 1 || counts["session_heartbeat"] != beats || counts["session_ended"] != 1 {
+			t.Fatalf("session events = %v, want 1 created, %d heartbeats, 1 ended", counts, beats)
 		}
 	})
 }
