@@ -24,6 +24,7 @@ func NewFactory(tier string, o FactoryOptions) (ClusterFactory, error) {
 				if s != nil && s.SnapshotThreshold > 0 {
 					cfg.SnapshotThreshold = uint64(s.SnapshotThreshold)
 					cfg.SnapshotInterval = 200 * time.Millisecond
+					cfg.TrailingLogs = uint64(s.SnapshotThreshold) / 2
 				}
 			}})
 		}, nil

@@ -478,7 +478,7 @@ func TestClusterSnapshotInstallToLaggingFollower(t *testing.T) {
 		cfg := clusterConfig(id)
 		cfg.SnapshotThreshold = 64
 		cfg.SnapshotInterval = 50 * time.Millisecond
-		cfg.trailingLogs = 16
+		cfg.TrailingLogs = 16
 		return cfg
 	}
 	n1 := c.start(small("n1"))

@@ -88,6 +88,10 @@ type Config struct {
 	SnapshotThreshold uint64
 	// SnapshotInterval is how often the threshold is checked. Default 30s.
 	SnapshotInterval time.Duration
+	// TrailingLogs is how many log entries a snapshot leaves in the log
+	// for followers that lag; a follower further behind is sent the
+	// snapshot instead. 0: Raft's default, 10240.
+	TrailingLogs uint64
 	// ApplyTimeout bounds how long a write may wait to be handed to Raft;
 	// a write that has not committed within twice this is reported
 	// INDETERMINATE. Default 10s.
@@ -124,7 +128,6 @@ type Config struct {
 	fastGossip     bool
 	raftTimeout    time.Duration
 	keepGossipPort bool
-	trailingLogs   uint64
 }
 
 // DefaultConfig returns a single-node configuration on loopback with data in

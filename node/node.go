@@ -83,7 +83,7 @@ func Open(cfg Config) (*Node, error) {
 	cl, err := cluster.Open(cluster.Config{
 		NodeID: cfg.NodeID, Dir: cfg.DataDir, BindAddr: cfg.RaftAddr, Advertise: raftAdv,
 		InMemory: cfg.InMemory, Bootstrap: cfg.BootstrapExpect <= 1 && len(cfg.Join) == 0,
-		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.trailingLogs,
+		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs,
 		HeartbeatTimeout: cfg.raftTimeout, ElectionTimeout: cfg.raftTimeout, LeaderLeaseTimeout: cfg.raftTimeout / 2,
 		Logger: logger, BeforeStart: n.startGossip, TLS: cfg.RaftTLS, WrapStream: cfg.WrapRaftStream,
 	}, n.rep)
