@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -234,6 +235,18 @@ func TestSeed001WorkerOwnedLeases(t *testing.T) {
 		if first.outcome != "running" {
 			t.Fatalf("first incarnation: %s", first.outcome)
 		}
+		// The first incarnation also had a session and an acquire queued
+		// for the tuner (wait_ms) when it died.
+		sess := e.session(201, "POST", "/v1/sessions", `{"holder":"worker-b","ttl_ms":30000}`, "Authorization", "Bearer "+writeToken)
+		queued := make(chan *httptest.ResponseRecorder, 1)
+		go func() {
+			queued <- do(t, e.h, "POST", "/v1/leases", `{"key":"lease:tuner","holder":"worker-b","ttl_ms":30000,"wait_ms":30000}`,
+				"Authorization", "Bearer "+writeToken)
+		}()
+		waitUntil(t, 10*time.Second, "the old incarnation's acquire to queue", func() bool {
+			rec := e.call("POST", "/v1/leases", `{"key":"lease:tuner","holder":"probe","ttl_ms":30000}`, "Authorization", "Bearer "+writeToken)
+			return rec.Code == 409 && strings.Contains(rec.Body.String(), "queued")
+		})
 		// kill -9; the restarted worker (same holder name) cannot use its
 		// old tokens, and its new intents are busy until it flushes.
 		if r := g.handleStart("svc-restart", "sd", "0", 0); r.outcome != "R_LEASE_BUSY" {
@@ -245,14 +258,25 @@ func TestSeed001WorkerOwnedLeases(t *testing.T) {
 		}
 		var ans holderReleaseAnswer
 		jsonOf(t, rec, &ans)
-		if ans.Released != 2 {
-			t.Fatalf("released %d leases, want 2 (dedup and tuner)", ans.Released)
+		if ans.Released != 4 {
+			t.Fatalf("released %d, want 4 (dedup and tuner leases, the session, the queued acquire)", ans.Released)
 		}
 		for _, id := range []string{first.dedup.LeaseID, first.tuner.LeaseID} {
 			l := e.lease(200, "GET", "/v1/leases/"+id, "", "Authorization", "Bearer "+readToken)
-			if l.State == "active" {
-				t.Fatalf("lease %s still active after the flush", id)
+			if l.State != "revoked" || l.EndReason != "worker restarted" {
+				t.Fatalf("lease %s after the flush: %s %q", id, l.State, l.EndReason)
 			}
+		}
+		if s := e.session(200, "GET", "/v1/sessions/"+sess.SessionID, "", admin...); s.State != "ended" || s.EndReason != "worker restarted" {
+			t.Fatalf("the old incarnation's session after the flush: %s %q", s.State, s.EndReason)
+		}
+		// The zombie's queued acquire is withdrawn, not granted the freed
+		// tuner.
+		select {
+		case rec := <-queued:
+			wantError(t, rec, 409, node.CodeLeaseRevoked, "")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the queued acquire of the old incarnation is still waiting")
 		}
 		// Immediate availability: the very next intent runs, on the same
 		// service and the only tuner slot.
