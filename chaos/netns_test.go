@@ -1,0 +1,850 @@
+//go:build linux
+
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The real-process tier, tested from the outside: a three-node cluster of
+// `leasehold server` processes in network namespaces, and for every fault
+// proof that it does what it says (packets really stop, leadership really
+// moves, data really survives), then that Close and Cleanup leave nothing.
+
+const netnsWait = 30 * time.Second // bound of every wait below
+
+func needNetns(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("GAP: the netns cluster tests need root (network namespaces, nftables); not run")
+	}
+	for _, tool := range []string{"ip", "nft"} {
+		if _, err := lookPath(tool); err != nil {
+			t.Skipf("GAP: the netns cluster tests need %s (apt-get install iproute2 nftables); not run", tool)
+		}
+	}
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// leaseholdBinary builds cmd/leasehold once per test binary.
+func leaseholdBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "leasehold-chaos-bin-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "leasehold"), "../cmd/leasehold")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out.String())
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "leasehold")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// testLogger writes the harness's log to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// inNamespace runs fn on a thread moved into network namespace ns. The
+// thread stays locked and ends with the goroutine, so nothing else ever
+// runs there; sockets fn creates stay in ns.
+func inNamespace(ns string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with us
+		f, err := os.Open("/run/netns/" + ns)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", ns, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// dialFrom opens (and closes) a TCP connection from namespace ns ("" for
+// the harness) to addr.
+func dialFrom(ns, addr string, timeout time.Duration) error {
+	dial := func() error {
+		c, err := net.DialTimeout("tcp4", addr, timeout)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if ns == "" {
+		return dial()
+	}
+	return inNamespace(ns, dial)
+}
+
+// wantReach fails unless ns reaches addr; wantCut unless it does not.
+func wantReach(t *testing.T, ns, addr string) {
+	t.Helper()
+	if err := dialFrom(ns, addr, 3*time.Second); err != nil {
+		t.Fatalf("%s -> %s: want reachable: %v", nsLabel(ns), addr, err)
+	}
+}
+
+func wantCut(t *testing.T, ns, addr string) {
+	t.Helper()
+	if err := dialFrom(ns, addr, 700*time.Millisecond); err == nil {
+		t.Fatalf("%s -> %s: want cut, connected", nsLabel(ns), addr)
+	}
+}
+
+func nsLabel(ns string) string {
+	if ns == "" {
+		return "harness"
+	}
+	return ns
+}
+
+// udpDelivered sends count datagrams from namespace fromNS to a socket
+// bound on toAddr in namespace toNS and returns how many arrived.
+func udpDelivered(t *testing.T, fromNS, toNS, fromIP, toAddr string, count int) int {
+	t.Helper()
+	var rx net.PacketConn
+	if err := inNamespace(toNS, func() (err error) {
+		rx, err = net.ListenPacket("udp4", toAddr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	var tx net.Conn
+	if err := inNamespace(fromNS, func() (err error) {
+		d := net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(fromIP)}}
+		tx, err = d.Dial("udp4", toAddr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	for k := range count {
+		// A datagram nft drops on output fails with EPERM: not sent.
+		tx.Write([]byte(strconv.Itoa(k)))
+	}
+	got := map[string]bool{}
+	buf := make([]byte, 64)
+	for len(got) < count {
+		rx.SetReadDeadline(time.Now().Add(time.Second))
+		n, _, err := rx.ReadFrom(buf)
+		if err != nil {
+			break // a second without a datagram: the rest are lost
+		}
+		got[string(buf[:n])] = true
+	}
+	return len(got)
+}
+
+var testHTTP = &http.Client{Timeout: 3 * time.Second}
+
+// httpDo sends a request to node i and returns the status and body.
+func httpDo(c *NetnsCluster, i int, method, path string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://"+c.HTTPAddr(i)+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := testHTTP.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// eventually polls cond every 50 ms until it holds or netnsWait passes.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(netnsWait)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %s", what, netnsWait, why)
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+}
+
+// leaderOf returns the index of the node every node in among names as leader
+// and that reports itself leader.
+func leaderOf(t *testing.T, c *NetnsCluster, among []int) int {
+	t.Helper()
+	leader := -1
+	eventually(t, fmt.Sprintf("one leader among %v", among), func() (bool, string) {
+		id := ""
+		for _, i := range among {
+			v, err := c.Status(context.Background(), i)
+			if err != nil {
+				return false, err.Error()
+			}
+			if v.Leader == "" || id != "" && v.Leader != id {
+				return false, fmt.Sprintf("%s sees leader %q", c.NodeID(i), v.Leader)
+			}
+			id = v.Leader
+		}
+		for _, i := range among {
+			if c.NodeID(i) == id {
+				v, err := c.Status(context.Background(), i)
+				if err != nil || v.State != "Leader" {
+					return false, fmt.Sprintf("%s named leader, is %v %v", id, v, err)
+				}
+				leader = i
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("leader %s not among %v", id, among)
+	})
+	return leader
+}
+
+func without(n int, out ...int) []int {
+	var r []int
+next:
+	for i := range n {
+		for _, o := range out {
+			if i == o {
+				continue next
+			}
+		}
+		r = append(r, i)
+	}
+	return r
+}
+
+func raftAddr(c *NetnsCluster, i int) string { return c.nodeIP(i) + ":" + strconv.Itoa(netnsRaftPort) }
+
+func waitFormed(t *testing.T, c *NetnsCluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), netnsWait)
+	defer cancel()
+	if err := c.WaitFormed(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func heal(t *testing.T, c *NetnsCluster) {
+	t.Helper()
+	if err := c.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	waitFormed(t, c)
+}
+
+func TestNetnsCluster(t *testing.T) {
+	needNetns(t)
+	bin := leaseholdBinary(t)
+	dir := t.TempDir()
+	runID := "t" + randomRunID()[:5]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	c, err := NewNetnsCluster(ctx, NetnsOptions{
+		Nodes: 3, Binary: bin, Dir: dir, RunID: runID, Logger: testLogger(t),
+		ExtraFlags: []string{"--tick-period", "50ms"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("3-node netns cluster formed in %v", time.Since(start).Round(time.Millisecond))
+	closed := false
+	defer func() {
+		if t.Failed() {
+			for i := range c.Size() {
+				b, _ := os.ReadFile(c.LogPath(i))
+				if len(b) > 16<<10 {
+					b = b[len(b)-16<<10:]
+				}
+				t.Logf("---- %s (%s) ----\n%s", c.NodeID(i), c.LogPath(i), b)
+			}
+		}
+		if !closed {
+			c.Close(context.Background(), false)
+		}
+	}()
+
+	t.Run("Partition", func(t *testing.T) {
+		l := leaderOf(t, c, []int{0, 1, 2})
+		rest := without(3, l)
+		if err := c.Partition([][]int{{l}, rest}); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range rest {
+			wantCut(t, c.Namespace(l), raftAddr(c, o))
+			wantCut(t, c.Namespace(o), c.HTTPAddr(l))
+		}
+		wantReach(t, c.Namespace(rest[0]), raftAddr(c, rest[1]))
+		for i := range 3 {
+			wantReach(t, "", c.HTTPAddr(i))
+		}
+		nl := leaderOf(t, c, rest)
+		eventually(t, "the isolated leader steps down", func() (bool, string) {
+			v, err := c.Status(context.Background(), l)
+			if err != nil {
+				return false, err.Error()
+			}
+			return v.State != "Leader", v.State
+		})
+		t.Logf("isolated leader %s stepped down; %s leads the majority", c.NodeID(l), c.NodeID(nl))
+		heal(t, c)
+		wantReach(t, c.Namespace(l), raftAddr(c, rest[0]))
+	})
+
+	t.Run("Block", func(t *testing.T) {
+		if err := c.Block(0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got := udpDelivered(t, c.Namespace(0), c.Namespace(1), c.nodeIP(0), c.nodeIP(1)+":7791", 20); got != 0 {
+			t.Fatalf("blocked 0 -> 1: %d of 20 datagrams arrived", got)
+		}
+		if got := udpDelivered(t, c.Namespace(1), c.Namespace(0), c.nodeIP(1), c.nodeIP(0)+":7791", 20); got != 20 {
+			t.Fatalf("open 1 -> 0: %d of 20 datagrams arrived", got)
+		}
+		wantCut(t, c.Namespace(0), raftAddr(c, 1))
+		wantReach(t, c.Namespace(0), raftAddr(c, 2))
+		wantReach(t, c.Namespace(2), raftAddr(c, 1))
+		heal(t, c)
+		if got := udpDelivered(t, c.Namespace(0), c.Namespace(1), c.nodeIP(0), c.nodeIP(1)+":7791", 20); got != 20 {
+			t.Fatalf("healed 0 -> 1: %d of 20 datagrams arrived", got)
+		}
+	})
+
+	t.Run("IsolateClient", func(t *testing.T) {
+		l := leaderOf(t, c, []int{0, 1, 2})
+		iso, other := (l+1)%3, (l+2)%3
+		if err := c.IsolateClient(iso); err != nil {
+			t.Fatal(err)
+		}
+		wantCut(t, "", c.HTTPAddr(iso))
+		wantReach(t, "", c.HTTPAddr(l))
+		wantReach(t, c.Namespace(other), c.HTTPAddr(iso))
+		wantReach(t, c.Namespace(iso), raftAddr(c, l))
+		eventually(t, "the isolated node stays a healthy voter", func() (bool, string) {
+			v, err := c.Status(context.Background(), l)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, m := range v.Members {
+				if m.ID == c.NodeID(iso) {
+					return m.Voter && m.Health == "healthy" && len(v.Members) == 3 && v.State == "Leader", fmt.Sprintf("%s %+v", v.State, v.Members)
+				}
+			}
+			return false, fmt.Sprintf("%+v", v.Members)
+		})
+		heal(t, c)
+	})
+
+	t.Run("Loss", func(t *testing.T) {
+		if err := c.Loss(1, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got := udpDelivered(t, c.Namespace(1), c.Namespace(0), c.nodeIP(1), c.nodeIP(0)+":7792", 20); got != 0 {
+			t.Fatalf("loss 100%%: %d of 20 datagrams arrived", got)
+		}
+		if err := c.Loss(1, 0.5); err != nil {
+			t.Fatal(err)
+		}
+		got := udpDelivered(t, c.Namespace(1), c.Namespace(0), c.nodeIP(1), c.nodeIP(0)+":7792", 400)
+		if got < 120 || got > 280 {
+			t.Fatalf("loss 50%%: %d of 400 datagrams arrived", got)
+		}
+		if back := udpDelivered(t, c.Namespace(0), c.Namespace(1), c.nodeIP(0), c.nodeIP(1)+":7792", 100); back != 100 {
+			t.Fatalf("loss is node 1's outgoing only: %d of 100 arrived at it", back)
+		}
+		t.Logf("loss 50%%: %d of 400 datagrams arrived", got)
+		if err := c.Loss(1, 1.5); err == nil {
+			t.Fatal("loss 1.5 accepted")
+		}
+		heal(t, c)
+	})
+
+	t.Run("Delay", func(t *testing.T) {
+		// Node 2's Raft port is taken over by an echo server while it is
+		// down, so that the round trip through the proxy can be timed.
+		if err := c.Kill(2); err != nil {
+			t.Fatal(err)
+		}
+		var ln net.Listener
+		if err := inNamespace(c.Namespace(2), func() (err error) {
+			ln, err = net.Listen("tcp4", raftAddr(c, 2))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { io.Copy(conn, conn); conn.Close() }()
+			}
+		}()
+		rtt := func() (time.Duration, error) {
+			var d time.Duration
+			err := inNamespace(c.Namespace(0), func() error {
+				conn, err := net.DialTimeout("tcp4", raftAddr(c, 2), 3*time.Second)
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(5 * time.Second))
+				start := time.Now()
+				if _, err := conn.Write([]byte("ping")); err != nil {
+					return err
+				}
+				buf := make([]byte, 4)
+				if _, err := io.ReadFull(conn, buf); err != nil {
+					return err
+				}
+				d = time.Since(start)
+				return nil
+			})
+			return d, err
+		}
+		before, err := rtt()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A connection open before the delay is reset.
+		var old net.Conn
+		if err := inNamespace(c.Namespace(0), func() (err error) {
+			old, err = net.DialTimeout("tcp4", raftAddr(c, 2), 3*time.Second)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer old.Close()
+		if err := c.Delay(0, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		delayed, err := rtt()
+		if err != nil {
+			t.Fatal(err)
+		}
+		old.SetDeadline(time.Now().Add(3 * time.Second))
+		_, werr := old.Write([]byte("ping"))
+		if werr == nil {
+			_, werr = io.ReadFull(old, make([]byte, 4))
+		}
+		if err := c.Delay(2, 200*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		both, err := rtt()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("round trip 0 -> 2: %v direct, %v with 300ms on 0, %v with 200ms on 2 too", before, delayed, both)
+		if delayed < 300*time.Millisecond || delayed > 2*time.Second {
+			t.Fatalf("round trip with a 300ms delay: %v", delayed)
+		}
+		if both < 500*time.Millisecond || both > 3*time.Second {
+			t.Fatalf("round trip with 300ms + 200ms delays: %v", both)
+		}
+		if werr == nil {
+			t.Fatal("a connection opened before the delay still works unproxied")
+		}
+		if err := c.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		after, err := rtt()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after >= 300*time.Millisecond {
+			t.Fatalf("round trip after heal: %v", after)
+		}
+		ln.Close()
+		if err := c.Restart(2); err != nil {
+			t.Fatal(err)
+		}
+		waitFormed(t, c)
+		// Raft itself through the proxies: the leader delayed, the cluster
+		// keeps (or regains) one leader and all voters.
+		l := leaderOf(t, c, []int{0, 1, 2})
+		if err := c.Delay(l, 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		waitFormed(t, c)
+		if code, body, err := httpDo(c, l, "POST", "/v1/leases", map[string]any{"key": "delay", "holder": "t", "ttl_ms": 5000}); err != nil || code != 201 {
+			t.Fatalf("acquire through a delayed leader: %d %s %v", code, body, err)
+		}
+		heal(t, c)
+	})
+
+	t.Run("PauseResume", func(t *testing.T) {
+		l := leaderOf(t, c, []int{0, 1, 2})
+		if err := c.Pause(l); err != nil {
+			t.Fatal(err)
+		}
+		c.nodes[l].mu.Lock()
+		pid := c.nodes[l].cmd.Process.Pid
+		c.nodes[l].mu.Unlock()
+		eventually(t, "process stopped", func() (bool, string) {
+			st := procState(pid)
+			return st == "T", st
+		})
+		if !c.Alive(l) {
+			t.Fatal("a paused node is not alive")
+		}
+		if code, _, err := httpDo(c, l, "GET", "/healthz", nil); err == nil {
+			t.Fatalf("paused node answered /healthz: %d", code)
+		}
+		nl := leaderOf(t, c, without(3, l))
+		t.Logf("paused leader %s; %s took over", c.NodeID(l), c.NodeID(nl))
+		if err := c.Resume(l); err != nil {
+			t.Fatal(err)
+		}
+		if st := procState(pid); st == "T" {
+			t.Fatalf("resumed process state %s", st)
+		}
+		waitFormed(t, c)
+	})
+
+	t.Run("Clock", func(t *testing.T) {
+		if err := c.ClockJump(1, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ClockJump(1, -2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ClockRate(1, 1.5); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ClockRate(1, -1); err == nil {
+			t.Fatal("rate -1 accepted")
+		}
+		b, err := os.ReadFile(c.ClockPath(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct {
+			WallOffsetNS int64   `json:"wall_offset_ns"`
+			MonoRate     float64 `json:"mono_rate"`
+		}
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatal(err)
+		}
+		if f.WallOffsetNS != int64(3*time.Second) || f.MonoRate != 1.5 {
+			t.Fatalf("clock file %s: %s", c.ClockPath(1), b)
+		}
+		c.nodes[1].mu.Lock()
+		pid := c.nodes[1].cmd.Process.Pid
+		c.nodes[1].mu.Unlock()
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(env, []byte("LEASEHOLD_CHAOS_CLOCK="+c.ClockPath(1)+"\x00")) {
+			t.Fatalf("node 1's environment lacks LEASEHOLD_CHAOS_CLOCK=%s", c.ClockPath(1))
+		}
+		if err := c.ClockJump(1, -3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ClockRate(1, 1); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	var leaseID string
+	var fence float64
+	t.Run("KillRestartKeepsData", func(t *testing.T) {
+		code, body, err := httpDo(c, 0, "POST", "/v1/leases", map[string]any{"key": "kept", "holder": "t", "ttl_ms": 600000})
+		if err != nil || code != 201 {
+			t.Fatalf("acquire: %d %s %v", code, body, err)
+		}
+		var l map[string]any
+		json.Unmarshal(body, &l)
+		leaseID, _ = l["lease_id"].(string)
+		fence, _ = l["fencing_token"].(float64)
+		for i := range 3 {
+			if err := c.Kill(i); err != nil {
+				t.Fatal(err)
+			}
+			if c.Alive(i) {
+				t.Fatalf("%s alive after Kill", c.NodeID(i))
+			}
+		}
+		if err := dialFrom("", c.HTTPAddr(0), 500*time.Millisecond); err == nil {
+			t.Fatal("a killed node accepts connections")
+		}
+		if err := c.Restart(0); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Restart(0); err == nil {
+			t.Fatal("Restart of a running node accepted")
+		}
+		for i := 1; i < 3; i++ {
+			if err := c.Restart(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFormed(t, c)
+		for i := range 3 {
+			code, body, err := httpDo(c, i, "GET", "/v1/leases/"+leaseID+"?stale=true", nil)
+			if err != nil || code != 200 {
+				t.Fatalf("%s after restart of all: %d %s %v", c.NodeID(i), code, body, err)
+			}
+			var got map[string]any
+			json.Unmarshal(body, &got)
+			if got["state"] != "active" || got["fencing_token"] != fence {
+				t.Fatalf("%s after restart of all: %s", c.NodeID(i), body)
+			}
+		}
+		b, _ := os.ReadFile(c.LogPath(0))
+		if n := bytes.Count(b, []byte("==== chaos: starting n0")); n < 2 {
+			t.Fatalf("log of n0 has %d starts, want it appended across restarts", n)
+		}
+	})
+
+	t.Run("Wipe", func(t *testing.T) {
+		l := leaderOf(t, c, []int{0, 1, 2})
+		w := (l + 1) % 3
+		if err := c.Wipe(w); err != nil {
+			t.Fatal(err)
+		}
+		if c.Alive(w) {
+			t.Fatal("wiped node alive")
+		}
+		if _, err := os.Stat(c.DataDir(w)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("data dir after wipe: %v", err)
+		}
+		if code, body, err := httpDo(c, l, "DELETE", "/v1/cluster/members/"+c.NodeID(w), nil); err != nil || code/100 != 2 {
+			t.Fatalf("remove %s: %d %s %v", c.NodeID(w), code, body, err)
+		}
+		if err := c.Restart(w); err != nil {
+			t.Fatal(err)
+		}
+		waitFormed(t, c)
+		code, body, err := httpDo(c, w, "GET", "/v1/leases/"+leaseID+"?stale=true", nil)
+		if err != nil || code != 200 {
+			t.Fatalf("wiped node after rejoining: %d %s %v", code, body, err)
+		}
+		b, _ := os.ReadFile(c.LogPath(w))
+		if !bytes.Contains(b, []byte("incarnation")) && !bytes.Contains(b, []byte("new")) {
+			t.Logf("log of the wiped node does not mention a new incarnation")
+		}
+	})
+
+	t.Run("CleanupLeavesLiveRun", func(t *testing.T) {
+		if err := Cleanup(context.Background(), testLogger(t)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if _, err := os.Stat("/run/netns/" + c.Namespace(i)); err != nil {
+				t.Fatalf("Cleanup removed a live run's namespace: %v", err)
+			}
+		}
+		waitFormed(t, c)
+	})
+
+	t.Run("Close", func(t *testing.T) {
+		if err := c.Close(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+		closed = true
+		assertRunGone(t, c.prefix)
+		for i := range 3 {
+			if c.Alive(i) {
+				t.Fatalf("%s alive after Close", c.NodeID(i))
+			}
+			if _, err := os.Stat(c.LogPath(i)); err != nil {
+				t.Fatalf("log gone after Close: %v", err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, "data")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("data kept after Close(keepData=false): %v", err)
+		}
+	})
+}
+
+// assertRunGone fails if anything named after prefix is left: namespaces,
+// root links, the state file.
+func assertRunGone(t *testing.T, prefix string) {
+	t.Helper()
+	nss, err := runNamespaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nss[prefix]) > 0 {
+		t.Fatalf("namespaces left: %v", nss[prefix])
+	}
+	links, err := runLinks(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := links[prefix]; ok {
+		t.Fatalf("link left: %s", l)
+	}
+	out, err := output(context.Background(), nil, "ip", "-o", "link", "show")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, prefix) {
+		t.Fatalf("links named %s left:\n%s", prefix, out)
+	}
+	if _, err := os.Stat(filepath.Join(netnsStateDir, prefix+".json")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("state file left: %v", err)
+	}
+}
+
+// procState is the state letter of /proc/pid/stat.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return err.Error()
+	}
+	s := string(b)
+	if k := strings.LastIndexByte(s, ')'); k >= 0 {
+		if f := strings.Fields(s[k+1:]); len(f) > 0 {
+			return f[0]
+		}
+	}
+	return "?"
+}
+
+// TestNetnsCleanup fakes the leftovers of two dead runs, one with a state
+// file whose owner is gone and one without any, each with a process inside
+// its namespace, and checks that Cleanup removes all of it.
+func TestNetnsCleanup(t *testing.T) {
+	needNetns(t)
+	ctx := context.Background()
+	dead := netnsPrefix + "x" + randomRunID()[:5]
+	orphan := netnsPrefix + "y" + randomRunID()[:5]
+
+	// A dead owner: a process that has exited.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(netnsStateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := json.Marshal(runState{Prefix: dead, Subnet: 251, OwnerPID: gone.Process.Pid, OwnerStart: "1"})
+	if err := os.WriteFile(filepath.Join(netnsStateDir, dead+".json"), st, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var procs []*exec.Cmd
+	for _, p := range []string{dead, orphan} {
+		for _, args := range [][]string{
+			{"ip", "netns", "add", p + "n0"},
+			{"ip", "netns", "add", p + "hub"},
+			{"ip", "link", "add", p + "h", "type", "veth", "peer", "name", "h0", "netns", p + "hub"},
+		} {
+			if err := run(ctx, nil, args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := run(ctx, strings.NewReader("table inet "+p+" {\n}\n"), "ip", "netns", "exec", p+"n0", "nft", "-f", "-"); err != nil {
+			t.Fatal(err)
+		}
+		ip, _ := lookPath("ip")
+		cmd := exec.Command(ip, "netns", "exec", p+"n0", "cat")
+		if _, err := cmd.StdinPipe(); err != nil { // held open: cat runs until killed
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, cmd)
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.Process.Kill()
+		}
+		for _, p := range []string{dead, orphan} {
+			removeRun(ctx, p, 0)
+			os.Remove(filepath.Join(netnsStateDir, p+".json"))
+		}
+	})
+	eventually(t, "processes inside the namespaces", func() (bool, string) {
+		for _, p := range []string{dead, orphan} {
+			out, err := output(ctx, nil, "ip", "netns", "pids", p+"n0")
+			if err != nil || strings.TrimSpace(out) == "" {
+				return false, fmt.Sprintf("%s: %q %v", p, out, err)
+			}
+		}
+		return true, ""
+	})
+
+	if err := Cleanup(ctx, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dead, orphan} {
+		assertRunGone(t, p)
+	}
+	for _, p := range procs {
+		done := make(chan error, 1)
+		go func() { done <- p.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatalf("process in a leftover namespace exited cleanly; want killed")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("process in a leftover namespace still running after Cleanup")
+		}
+	}
+}
