@@ -30,7 +30,7 @@ func NewFactory(tier string, o FactoryOptions) (ClusterFactory, error) {
 		}, nil
 	case "netns":
 		return func(ctx context.Context, nodes int, dir string, s *Scenario) (Cluster, error) {
-			return nil, fmt.Errorf("chaos: the %s tier is not available yet", tier)
+			return NewNetnsCluster(ctx, NetnsOptions{Nodes: nodes, Binary: o.Binary, Dir: dir})
 		}, nil
 	}
 	return nil, fmt.Errorf("chaos: unknown tier %q (want netns or inproc)", tier)
