@@ -164,6 +164,32 @@ func TestSeed001WorkerOwnedLeases(t *testing.T) {
 		releaseAll(t, e, a)
 	})
 
+	t.Run("3.2 Dedup lease busy, and I am the owner (re-entrant): continue and refresh", func(t *testing.T) {
+		g := &gateway{e: e, holder: "worker-a", tuners: 2}
+		a := g.handleStart("svc-re", "hd", "0", 0)
+		// The worker handles the same intent again (a redelivered intent
+		// event, or the worker itself after a restart, remembering nothing):
+		// the idempotency key finds its own leases, with their tokens.
+		again := g.handleStart("svc-re", "hd", "0", 0)
+		if again.outcome != "running" || again.status != 200 ||
+			again.dedup.LeaseID != a.dedup.LeaseID || again.dedup.Token != a.dedup.Token || again.tuner.LeaseID != a.tuner.LeaseID {
+			t.Fatalf("re-entrant start: %s %d %s/%s, first %s/%s", again.outcome, again.status,
+				again.dedup.LeaseID, again.tuner.LeaseID, a.dedup.LeaseID, a.tuner.LeaseID)
+		}
+		// Refresh: renew with the recovered token.
+		for _, l := range []node.Lease{again.dedup, again.tuner} {
+			got := e.lease(200, "POST", "/v1/leases/"+l.LeaseID+"/renew", "", "Authorization", "Bearer "+writeToken, "X-Lease-Token", l.Token)
+			if got.RenewalCount != 1 {
+				t.Fatalf("refresh of %s: renewal_count %d", l.LeaseID, got.RenewalCount)
+			}
+		}
+		// Another worker with the same intent is not the owner: busy.
+		if b := (&gateway{e: e, holder: "worker-z", tuners: 2}).handleStart("svc-re", "hd", "0", 0); b.outcome != "R_LEASE_BUSY" {
+			t.Fatalf("another worker, same intent: %s", b.outcome)
+		}
+		releaseAll(t, e, a)
+	})
+
 	t.Run("N tuner slots admit exactly N; the others are REJECTED_NO_TUNER and release their dedup lease", func(t *testing.T) {
 		const slots, services = 3, 7
 		g := &gateway{e: e, holder: "worker-a", tuners: slots}
