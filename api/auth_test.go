@@ -116,6 +116,7 @@ func TestAuthScopes(t *testing.T) {
 		{"GET", "/v1/cluster", "", nil, ScopeRead},
 		{"DELETE", "/v1/cluster/members/n2", "", nil, ScopeAdmin},
 		{"POST", "/v1/cluster/transfer-leadership", "", nil, ScopeAdmin},
+		{"GET", "/v1/cluster/local", "", nil, ScopeAdmin},
 		{"GET", "/healthz", "", nil, ScopeNone},
 		{"GET", "/readyz", "", nil, ScopeNone},
 		{"GET", "/metrics", "", nil, ScopeNone},

@@ -1,10 +1,14 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/julienschmidt/httprouter"
+	"github.com/leasehold/leasehold/node"
 )
 
 // clusterStatus handles GET /v1/cluster: this node's view of the cluster.
@@ -53,5 +57,53 @@ func (s *server) transferLeadership(w http.ResponseWriter, r *http.Request, _ ht
 		return err
 	}
 	writeJSON(w, http.StatusOK, memberAnswer{ID: b.ID, Transferred: true})
+	return nil
+}
+
+// localStater is implemented by nodes that report their own view
+// (*node.Node through FromNode). Without it GET /v1/cluster/local is 404.
+type localStater interface {
+	LocalState(ctx context.Context, hashAt uint64) (*node.LocalState, error)
+}
+
+// Bounds of GET /v1/cluster/local?timeout_ms=.
+const (
+	defaultLocalTimeout = 10 * time.Second
+	maxLocalTimeout     = 60 * time.Second
+)
+
+// localState handles GET /v1/cluster/local (admin, never forwarded): this
+// node's own view, and with ?hash_at=N the hash of its state right after
+// it applied index N, waiting up to ?timeout_ms= (default 10 s) for it.
+func (s *server) localState(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	ls, ok := s.n.(localStater)
+	if !ok {
+		return &node.Error{Code: node.CodeNotFound, Message: "this node does not report its local state"}
+	}
+	q := r.URL.Query()
+	var hashAt uint64
+	if v := q.Get("hash_at"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			return &node.Error{Code: node.CodeInvalidArgument, Field: "hash_at", Message: "hash_at must be a log index (a positive integer)"}
+		}
+		hashAt = n
+	}
+	timeout := defaultLocalTimeout
+	if v := q.Get("timeout_ms"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 1 || ms > maxLocalTimeout.Milliseconds() {
+			return &node.Error{Code: node.CodeInvalidArgument, Field: "timeout_ms",
+				Message: "timeout_ms must be 1-" + strconv.FormatInt(maxLocalTimeout.Milliseconds(), 10)}
+		}
+		timeout = time.Duration(ms) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	st, err := ls.LocalState(ctx, hashAt)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
 	return nil
 }

@@ -31,7 +31,8 @@ func statusFor(code node.Code) int {
 		return http.StatusMethodNotAllowed
 	case node.CodeLeaseHeld, node.CodeLimitMismatch, node.CodeLockDelay,
 		node.CodeLeaseExpired, node.CodeLeaseReleased, node.CodeLeaseRevoked,
-		node.CodeSessionEnded, node.CodeIdempotencyConflict, node.CodeControlLocked:
+		node.CodeSessionEnded, node.CodeIdempotencyConflict, node.CodeControlLocked,
+		node.CodeIndexPassed:
 		return http.StatusConflict
 	case node.CodeEventsCompacted:
 		return http.StatusGone

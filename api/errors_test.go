@@ -37,6 +37,7 @@ func TestStatusFor(t *testing.T) {
 		{node.CodePayloadTooLarge, 413},
 		{node.CodeLeaseRequired, 428},
 		{node.CodeControlLocked, 409},
+		{node.CodeIndexPassed, 409},
 		{node.CodeNoLeader, 503},
 		{node.CodeIndeterminate, 504},
 		{node.CodeEventsCompacted, 410},

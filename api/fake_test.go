@@ -243,6 +243,22 @@ func (f *fakeNode) RestoreSnapshot(_ context.Context, r io.Reader) (*node.Snapsh
 
 const fakeSnapshot = "LEASEHOLD-SNAPSHOT\nfake\n"
 
+// LocalState records hashAt and how long the context leaves.
+func (f *fakeNode) LocalState(ctx context.Context, hashAt uint64) (*node.LocalState, error) {
+	var left time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		left = time.Until(d)
+	}
+	if err := f.record("LocalState", hashAt, left); err != nil {
+		return nil, err
+	}
+	st := &node.LocalState{NodeID: "n1", State: "Follower", AppliedIndex: f.index.Load()}
+	if hashAt > 0 {
+		st.Hash = &node.StateHash{Index: hashAt, Tick: 3, SHA256: strings.Repeat("ab", 32)}
+	}
+	return st, nil
+}
+
 func (f *fakeNode) ReadyErr() error      { return f.readyErr }
 func (f *fakeNode) AppliedIndex() uint64 { return f.index.Load() }
 func (f *fakeNode) Stats() node.Stats    { return f.stats }

@@ -83,11 +83,11 @@ func forwardErrorStatus(r *http.Request, err error) (int, *node.Error) {
 
 // forwardable says whether a route's requests go to the leader when this
 // node is a follower: every write and every linearizable read. The event
-// stream, health, readiness and metrics are this node's own, and
+// stream, health, readiness, metrics and local state are this node's own, and
 // ?stale=true reads answer locally.
 func forwardable(rt route, r *http.Request) bool {
 	switch rt.path {
-	case "/v1/events", "/healthz", "/readyz", "/metrics":
+	case "/v1/events", "/v1/cluster/local", "/healthz", "/readyz", "/metrics":
 		return false
 	}
 	if r.Method == http.MethodGet && isTrue(r.URL.Query().Get("stale")) {

@@ -175,6 +175,8 @@ func (s *server) routes() []route {
 
 		// Cluster status: leader, indexes, tick, members.
 		{"GET", "/v1/cluster", need(ScopeRead), s.clusterStatus},
+		// This node's own view and state hash (never forwarded).
+		{"GET", "/v1/cluster/local", need(ScopeAdmin), s.localState},
 		// Remove a server from the cluster.
 		{"DELETE", "/v1/cluster/members/:id", need(ScopeAdmin), s.removeMember},
 		// Hand leadership to a given voter (or any).

@@ -34,6 +34,9 @@ const (
 	CodeNotFound            Code = "NOT_FOUND"
 	CodeMethodNotAllowed    Code = "METHOD_NOT_ALLOWED"
 	CodeInternal            Code = "INTERNAL"
+	// CodeIndexPassed: a node's state hash was asked for at an index it
+	// has applied past (GET /v1/cluster/local?hash_at=N).
+	CodeIndexPassed Code = "INDEX_PASSED"
 )
 
 // HolderInfo names a current holder of a key in a LEASE_HELD error. It never
@@ -54,6 +57,9 @@ type Error struct {
 	Key         string       `json:"key,omitempty"`
 	Holders     []HolderInfo `json:"holders,omitempty"`
 	RemainingMS int64        `json:"remaining_ms,omitempty"`
+	// AppliedIndex is the node's applied index, on INDEX_PASSED and on a
+	// state hash that timed out.
+	AppliedIndex uint64 `json:"applied_index,omitempty"`
 }
 
 func (e *Error) Error() string {

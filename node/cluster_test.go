@@ -533,6 +533,13 @@ func TestClusterSnapshotInstallToLaggingFollower(t *testing.T) {
 	}
 	// The follower's state equals the leader's, byte for byte.
 	sameState(t, l, lagNode)
+	// The follower reports the install; the leader installed nothing.
+	if st, err := lagNode.LocalState(ctx, 0); err != nil || st.SnapshotsInstalled < 1 || st.SnapshotsRestored < st.SnapshotsInstalled {
+		t.Fatalf("lagging follower's local state: %+v %v", st, err)
+	}
+	if st, err := l.LocalState(ctx, 0); err != nil || st.SnapshotsInstalled != 0 || st.SnapshotsRestored != 0 {
+		t.Fatalf("leader's local state: %+v %v", st, err)
+	}
 }
 
 // sameState waits for a moment when both nodes have applied the same index

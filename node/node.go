@@ -67,6 +67,10 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.rep = newReplica(n.hub, n.stats, n.deliverNotices)
 	n.rep.defaultPeriod = cfg.TickPeriod.Milliseconds()
+	n.rep.leading = func() bool {
+		r := n.raftP.Load()
+		return r != nil && r.State() == raft.Leader
+	}
 	inc, err := loadIncarnation(cfg)
 	if err != nil {
 		return nil, err
@@ -95,6 +99,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.cl = cl
 	n.raftP.Store(cl.Raft)
+	n.rep.started.Store(true) // restores from here on are installs or operator restores
 	cl.OnLeadership(n.lead)
 	n.wg.Add(3)
 	go n.batcher()

@@ -26,6 +26,21 @@ type replica struct {
 	defaultPeriod int64
 	notices       func([]fsm.Notice)
 	stats         *counters
+
+	// pos is the index of the last entry processed (any type): the state
+	// is the one after it. Written under mu; read by hash requests.
+	pos atomic.Uint64
+	// hashes are the pending state-hash requests (local.go); hashWant is
+	// their count, so that an apply with none pending costs one load.
+	hashMu   sync.Mutex
+	hashes   []*hashReq
+	hashWant atomic.Int64
+	// started is set once the node runs (restores before it are the
+	// startup's); leading reports whether this node leads now.
+	started   atomic.Bool
+	leading   func() bool
+	restores  atomic.Uint64 // since start: installs from a leader and operator restores
+	installed atomic.Uint64 // since start: snapshots sent by a leader
 }
 
 var (
@@ -49,17 +64,25 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 	r.mu.Lock()
 	last := uint64(0)
 	for i, l := range logs {
+		if r.hashWant.Load() > 0 {
+			// Entries Raft keeps to itself (no-ops, barriers) left the
+			// state as it is: it is the state after each of them.
+			r.serveHashes(l.Index - 1)
+		}
 		last = l.Index
-		if l.Type != raft.LogCommand {
-			continue
+		if l.Type == raft.LogCommand {
+			cmd, err := fsm.Decode(l.Data)
+			if err != nil {
+				panic(fmt.Sprintf("leasehold: undecodable committed entry at index %d: %v", l.Index, err))
+			}
+			out[i] = r.f.Apply(l.Index, cmd)
+			r.f.DrainEvents(func(e *fsm.Event) { events = append(events, r.annotate(e)) })
+			notices = append(notices, r.f.TakeNotices()...)
 		}
-		cmd, err := fsm.Decode(l.Data)
-		if err != nil {
-			panic(fmt.Sprintf("leasehold: undecodable committed entry at index %d: %v", l.Index, err))
+		r.pos.Store(l.Index)
+		if r.hashWant.Load() > 0 {
+			r.serveHashes(l.Index)
 		}
-		out[i] = r.f.Apply(l.Index, cmd)
-		r.f.DrainEvents(func(e *fsm.Event) { events = append(events, r.annotate(e)) })
-		notices = append(notices, r.f.TakeNotices()...)
 	}
 	r.mu.Unlock()
 	if last > 0 {
@@ -132,7 +155,15 @@ func (r *replica) Restore(rc io.ReadCloser) error {
 	}
 	r.mu.Lock()
 	r.f = f
+	r.pos.Store(max(r.pos.Load(), f.Index()))
+	r.failHashes(f.Index())
 	r.mu.Unlock()
+	if r.started.Load() {
+		r.restores.Add(1)
+		if r.leading == nil || !r.leading() {
+			r.installed.Add(1)
+		}
+	}
 	r.applied.Store(max(r.applied.Load(), f.Index()))
 	r.hub.reset(f.Index())
 	return nil

@@ -1,0 +1,206 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// LocalState is one node's own view, never forwarded: what a convergence
+// check compares across the nodes of a cluster.
+type LocalState struct {
+	NodeID string `json:"node_id"`
+	// State is the Raft state: Leader, Follower, Candidate, Shutdown.
+	State string `json:"state"`
+	Term  uint64 `json:"term"`
+	// Leader is the id of the leader this node knows of, "" for none.
+	Leader       string `json:"leader"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	// Tick is the last tick applied here.
+	Tick uint64 `json:"tick"`
+	// SnapshotsInstalled counts the snapshots this node installed from a
+	// leader since it started; SnapshotsRestored counts every state
+	// replaced since it started (those installs and operator restores).
+	SnapshotsInstalled uint64 `json:"snapshots_installed"`
+	SnapshotsRestored  uint64 `json:"snapshots_restored"`
+	// Hash is set when a hash was asked for.
+	Hash *StateHash `json:"hash,omitempty"`
+}
+
+// StateHash is the SHA-256 of the whole replicated state right after this
+// node applied the entry at Index: the state's snapshot encoding, which is
+// canonical (equal states give equal bytes; fsm/DESIGN.md). Replicas that
+// applied the same log have the same hash at the same index.
+type StateHash struct {
+	Index uint64 `json:"index"`
+	// Tick is the state's tick at Index.
+	Tick   uint64 `json:"tick"`
+	SHA256 string `json:"sha256"`
+}
+
+// CodeIndexPassed answers a state hash asked for at an index this node has
+// already applied past, or jumped over by installing a snapshot: the state
+// right after it is gone. The error's AppliedIndex says where the node is.
+const CodeIndexPassed = fsm.CodeIndexPassed
+
+// LocalState returns this node's view. With hashAt > 0 it also returns the
+// hash of the state right after the entry at index hashAt is applied: it
+// waits for that entry (until ctx ends: UNAVAILABLE, with the applied index),
+// and answers INDEX_PASSED when this node is already past it. The hash is
+// computed in the apply path, which waits meanwhile (about as long as
+// encoding a snapshot); nothing is computed when no hash is asked for.
+//
+// A leader appends tick entries continuously, so hashes "now" are never
+// comparable across nodes; hashes at the same future index are.
+func (n *Node) LocalState(ctx context.Context, hashAt uint64) (*LocalState, error) {
+	var h *StateHash
+	if hashAt > 0 {
+		var err error
+		if h, err = n.rep.hashAt(ctx, hashAt); err != nil {
+			return nil, err
+		}
+	}
+	r := n.cl.Raft
+	_, leader := r.LeaderWithID()
+	n.rep.mu.RLock()
+	tick := n.rep.f.Tick()
+	n.rep.mu.RUnlock()
+	return &LocalState{
+		NodeID: n.cfg.NodeID, State: r.State().String(), Term: r.CurrentTerm(), Leader: string(leader),
+		CommitIndex: r.CommitIndex(), AppliedIndex: n.rep.applied.Load(), Tick: tick,
+		SnapshotsInstalled: n.rep.installed.Load(), SnapshotsRestored: n.rep.restores.Load(),
+		Hash: h,
+	}, nil
+}
+
+type hashReq struct {
+	at   uint64
+	done chan hashResult // buffered: the apply path never waits for the reader
+}
+
+type hashResult struct {
+	h   *StateHash
+	err error
+}
+
+// hashAt registers a request for the hash after index at and waits for it.
+// A request is registered before the position is read, and the apply path
+// stores the position before it looks for requests (both sequentially
+// consistent), so either the request sees the entry applied or the apply
+// path sees the request: none is left waiting for an entry already passed.
+func (r *replica) hashAt(ctx context.Context, at uint64) (*StateHash, error) {
+	req := &hashReq{at: at, done: make(chan hashResult, 1)}
+	r.hashMu.Lock()
+	r.hashes = append(r.hashes, req)
+	r.hashWant.Add(1)
+	pos := r.pos.Load()
+	if pos >= at {
+		r.dropHash(req)
+		r.hashMu.Unlock()
+		if pos == at {
+			// The state is still the one right after at, unless an
+			// apply got in since: check under the apply lock.
+			r.mu.RLock()
+			defer r.mu.RUnlock()
+			if r.pos.Load() == at {
+				res := r.hashState(at)
+				return res.h, res.err
+			}
+		}
+		return nil, r.passedErr(at, "")
+	}
+	r.hashMu.Unlock()
+	select {
+	case res := <-req.done:
+		return res.h, res.err
+	case <-ctx.Done():
+	}
+	r.hashMu.Lock()
+	served := !r.dropHash(req)
+	r.hashMu.Unlock()
+	if served {
+		res := <-req.done
+		return res.h, res.err
+	}
+	if ctx.Err() == context.Canceled {
+		return nil, ctx.Err()
+	}
+	return nil, &Error{Code: CodeUnavailable, AppliedIndex: r.applied.Load(),
+		Message: fmt.Sprintf("index %d was not applied in time (applied index %d)", at, r.applied.Load())}
+}
+
+// dropHash removes req from the pending requests (hashMu held) and reports
+// whether it was still there.
+func (r *replica) dropHash(req *hashReq) bool {
+	i := slices.Index(r.hashes, req)
+	if i < 0 {
+		return false
+	}
+	r.hashes = slices.Delete(r.hashes, i, i+1)
+	r.hashWant.Add(-1)
+	return true
+}
+
+// serveHashes answers the pending requests for indexes up to upTo with the
+// current state, which is the state right after each of them. Called in the
+// apply path with mu held.
+func (r *replica) serveHashes(upTo uint64) {
+	r.hashMu.Lock()
+	defer r.hashMu.Unlock()
+	var res *hashResult
+	r.hashes = slices.DeleteFunc(r.hashes, func(req *hashReq) bool {
+		if req.at > upTo {
+			return false
+		}
+		if res == nil {
+			h := r.hashState(upTo)
+			res = &h
+		}
+		out := *res
+		if out.h != nil {
+			h := *out.h
+			h.Index = req.at
+			out.h = &h
+		}
+		req.done <- out
+		r.hashWant.Add(-1)
+		return true
+	})
+}
+
+// failHashes answers the pending requests for indexes up to upTo, which a
+// snapshot install jumped over (mu held).
+func (r *replica) failHashes(upTo uint64) {
+	r.hashMu.Lock()
+	defer r.hashMu.Unlock()
+	r.hashes = slices.DeleteFunc(r.hashes, func(req *hashReq) bool {
+		if req.at > upTo {
+			return false
+		}
+		req.done <- hashResult{err: r.passedErr(req.at, " (a snapshot was installed over it)")}
+		r.hashWant.Add(-1)
+		return true
+	})
+}
+
+func (r *replica) passedErr(at uint64, why string) *Error {
+	pos := r.pos.Load()
+	return &Error{Code: CodeIndexPassed, AppliedIndex: pos,
+		Message: fmt.Sprintf("this node is past index %d%s: applied index %d; ask for a later index", at, why, pos)}
+}
+
+// hashState hashes the current state (mu held, for reading at least).
+func (r *replica) hashState(at uint64) hashResult {
+	sum := sha256.New()
+	if _, err := r.f.Snapshot().WriteTo(sum); err != nil {
+		// Writing to a hash does not fail; an encoding error is a bug
+		// that every snapshot would hit too.
+		return hashResult{err: &Error{Code: CodeInternal, Message: "encode the state to hash it: " + err.Error()}}
+	}
+	return hashResult{h: &StateHash{Index: at, Tick: r.f.Tick(), SHA256: hex.EncodeToString(sum.Sum(nil))}}
+}

@@ -1,0 +1,262 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// hashReplica drives a replica the way Raft does, entry by entry.
+type hashReplica struct {
+	t *testing.T
+	r *replica
+}
+
+func newHashReplica(t *testing.T) *hashReplica {
+	return &hashReplica{t: t, r: newReplica(newHub(100), newCounters(), nil)}
+}
+
+func (h *hashReplica) apply(index uint64, c fsm.Command) {
+	h.t.Helper()
+	data, err := fsm.Encode(c)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.r.ApplyBatch([]*raft.Log{{Index: index, Type: raft.LogCommand, Data: data}})
+}
+
+// sum is the SHA-256 of the replica's snapshot encoding, computed apart
+// from the code under test.
+func (h *hashReplica) sum() string {
+	h.t.Helper()
+	h.r.mu.RLock()
+	defer h.r.mu.RUnlock()
+	var buf bytes.Buffer
+	if _, err := h.r.f.Snapshot().WriteTo(&buf); err != nil {
+		h.t.Fatal(err)
+	}
+	s := sha256.Sum256(buf.Bytes())
+	return hex.EncodeToString(s[:])
+}
+
+// pending asks for the hash at index in the background, once the request
+// is registered.
+func (h *hashReplica) pending(index uint64, timeout time.Duration) <-chan hashResult {
+	h.t.Helper()
+	want := h.r.hashWant.Load() + 1
+	out := make(chan hashResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		sh, err := h.r.hashAt(ctx, index)
+		out <- hashResult{h: sh, err: err}
+	}()
+	waitFor(h.t, 5*time.Second, func() bool { return h.r.hashWant.Load() == want })
+	return out
+}
+
+func recv(t *testing.T, ch <-chan hashResult) hashResult {
+	t.Helper()
+	select {
+	case res := <-ch:
+		return res
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer to a hash request within 10s")
+		return hashResult{}
+	}
+}
+
+func tickCmd(n uint64) *fsm.Tick {
+	return &fsm.Tick{Tick: n, WallMS: int64(n) * 100, PeriodMS: 100, RetainTicks: 100}
+}
+
+func acquireCmd(id, key string) *fsm.Acquire {
+	return &fsm.Acquire{LeaseID: id, Key: key, Holder: "h", Limit: 1, TokenHash: fsm.HashOf(id),
+		TTLMS: 10000, TTLTicks: 100, WallMS: 1}
+}
+
+func TestStateHashAtIndex(t *testing.T) {
+	h := newHashReplica(t)
+	ctx := context.Background()
+	h.apply(1, tickCmd(1))
+	h.apply(2, acquireCmd("ls_a", "k/a"))
+	at2 := h.sum()
+
+	// The current index: answered at once, from the current state.
+	got, err := h.r.hashAt(ctx, 2)
+	if err != nil || got.SHA256 != at2 || got.Index != 2 || got.Tick != 1 {
+		t.Fatalf("hash at the applied index: %+v %v, want %s", got, err, at2)
+	}
+	// An index already passed.
+	_, err = h.r.hashAt(ctx, 1)
+	if e, ok := err.(*Error); !ok || e.Code != CodeIndexPassed || e.AppliedIndex != 2 {
+		t.Fatalf("hash at a passed index: %v", err)
+	}
+
+	// Indexes 3 and 4 are entries Raft keeps to itself (a no-op, a
+	// barrier): the state after them is the state after 2. Index 5 then
+	// changes it.
+	p3, p4, p5 := h.pending(3, 10*time.Second), h.pending(4, 10*time.Second), h.pending(5, 10*time.Second)
+	h.apply(5, acquireCmd("ls_b", "k/b"))
+	at5 := h.sum()
+	for i, p := range []<-chan hashResult{p3, p4} {
+		res := recv(t, p)
+		if res.err != nil || res.h.SHA256 != at2 || res.h.Index != uint64(3+i) {
+			t.Fatalf("hash at %d (no state change since 2): %+v %v, want %s", 3+i, res.h, res.err, at2)
+		}
+	}
+	res := recv(t, p5)
+	if res.err != nil || res.h.SHA256 != at5 || res.h.Index != 5 {
+		t.Fatalf("hash at 5: %+v %v, want %s", res.h, res.err, at5)
+	}
+	// A different state has a different hash.
+	if at5 == at2 {
+		t.Fatal("a lease more, and the same hash")
+	}
+	if h.r.hashWant.Load() != 0 || len(h.r.hashes) != 0 {
+		t.Fatalf("requests left pending: %d", h.r.hashWant.Load())
+	}
+
+	// An index not reached in time: UNAVAILABLE with the applied index,
+	// and the request is withdrawn.
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	_, err = h.r.hashAt(short, 1000)
+	if e, ok := err.(*Error); !ok || e.Code != CodeUnavailable || e.AppliedIndex != 5 {
+		t.Fatalf("hash at an index not reached: %v", err)
+	}
+	if h.r.hashWant.Load() != 0 || len(h.r.hashes) != 0 {
+		t.Fatalf("a timed-out request stays pending: %d", h.r.hashWant.Load())
+	}
+}
+
+// TestStateHashSnapshotJump: a snapshot installed over a pending index
+// fails the request with INDEX_PASSED; one beyond the snapshot is served
+// from the restored state.
+func TestStateHashSnapshotJump(t *testing.T) {
+	h := newHashReplica(t)
+	h.apply(1, tickCmd(1))
+	// The leader's state at 20.
+	src := fsm.New()
+	src.Apply(1, tickCmd(1))
+	src.Apply(10, acquireCmd("ls_x", "k/x"))
+	src.Apply(20, tickCmd(2))
+	var snap bytes.Buffer
+	if _, err := src.Snapshot().WriteTo(&snap); err != nil {
+		t.Fatal(err)
+	}
+	over, beyond := h.pending(15, 10*time.Second), h.pending(22, 10*time.Second)
+	if err := h.r.Restore(io.NopCloser(bytes.NewReader(snap.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	res := recv(t, over)
+	if e, ok := res.err.(*Error); !ok || e.Code != CodeIndexPassed || e.AppliedIndex != 20 {
+		t.Fatalf("hash at an index a snapshot jumped over: %+v %v", res.h, res.err)
+	}
+	restored := h.sum()
+	h.apply(23, tickCmd(3))
+	res = recv(t, beyond)
+	if res.err != nil || res.h.SHA256 != restored || res.h.Index != 22 {
+		t.Fatalf("hash at 22 (after the snapshot, before 23): %+v %v, want %s", res.h, res.err, restored)
+	}
+}
+
+// TestClusterStateHashAgrees: three replicas that applied the same log have
+// the same hash at the same index, and a later write changes it.
+func TestClusterStateHashAgrees(t *testing.T) {
+	c := threeNodes(t)
+	ctx := context.Background()
+	l := c.leader()
+	s, err := l.CreateSession(ctx, SessionRequest{Holder: "w", TTLMS: 60000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"cam/1", "cam/2"} {
+		if _, _, err := l.Acquire(ctx, AcquireRequest{Key: k, Holder: "w", TTLMS: 60000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := l.Acquire(ctx, AcquireRequest{Key: "cam/3", SessionID: s.SessionID, SessionToken: s.Token}); err != nil {
+		t.Fatal(err)
+	}
+	hashes := func(at uint64) map[string]*LocalState {
+		t.Helper()
+		type answer struct {
+			id string
+			st *LocalState
+			e  error
+		}
+		ch := make(chan answer, 3)
+		for _, id := range []string{"n1", "n2", "n3"} {
+			n := c.node(id)
+			go func() {
+				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				st, err := n.LocalState(ctx, at)
+				ch <- answer{id, st, err}
+			}()
+		}
+		out := map[string]*LocalState{}
+		for range 3 {
+			a := <-ch
+			if a.e != nil {
+				t.Fatalf("%s: hash at %d: %v", a.id, at, a.e)
+			}
+			out[a.id] = a.st
+		}
+		return out
+	}
+	// Ticks keep coming, so an index a few entries ahead is reached soon.
+	at := l.AppliedIndex() + 5
+	first := hashes(at)
+	want := first["n1"].Hash
+	if want == nil || want.Index != at || len(want.SHA256) != 64 {
+		t.Fatalf("n1: hash %+v", want)
+	}
+	leaders := 0
+	for id, st := range first {
+		if *st.Hash != *want {
+			t.Fatalf("%s: hash at %d is %+v, n1's %+v", id, at, st.Hash, want)
+		}
+		if st.NodeID != id || st.AppliedIndex < at || st.Leader != l.cfg.NodeID || st.Term == 0 {
+			t.Fatalf("%s: local state %+v", id, st)
+		}
+		if st.State == "Leader" {
+			leaders++
+		}
+	}
+	if leaders != 1 {
+		t.Fatalf("%d nodes report being the leader", leaders)
+	}
+	// A write later, the hash at a later index differs, and still agrees.
+	if _, _, err := l.Acquire(ctx, AcquireRequest{Key: "cam/4", Holder: "w", TTLMS: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	at2 := l.AppliedIndex() + 5
+	second := hashes(at2)
+	if second["n1"].Hash.SHA256 == want.SHA256 {
+		t.Fatal("a lease more, and the same hash")
+	}
+	for id, st := range second {
+		if *st.Hash != *second["n1"].Hash {
+			t.Fatalf("%s: hash at %d is %+v, n1's %+v", id, at2, st.Hash, second["n1"].Hash)
+		}
+	}
+	// Long past the first index now.
+	_, err = c.node("n2").LocalState(ctx, at)
+	if e, ok := err.(*Error); !ok || e.Code != CodeIndexPassed || e.AppliedIndex < at2 {
+		t.Fatalf("hash at a passed index: %v", err)
+	}
+	// Without hash_at: no hash, no waiting.
+	st, err := c.node("n3").LocalState(ctx, 0)
+	if err != nil || st.Hash != nil || st.AppliedIndex < at2 || st.SnapshotsInstalled != 0 {
+		t.Fatalf("local state without a hash: %+v %v", st, err)
+	}
+}
