@@ -296,7 +296,18 @@ func heal(t *testing.T, c *NetnsCluster) {
 func TestNetnsCluster(t *testing.T) {
 	needNetns(t)
 	bin := leaseholdBinary(t)
-	dir := t.TempDir()
+	// Kept (with the node logs) if the test fails.
+	dir, err := os.MkdirTemp("", "leasehold-netns-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("evidence kept in %s (logs/, data/)", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
 	runID := "t" + randomRunID()[:5]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -774,6 +785,17 @@ func TestNetnsCleanup(t *testing.T) {
 	dead := netnsPrefix + "x" + randomRunID()[:5]
 	orphan := netnsPrefix + "y" + randomRunID()[:5]
 
+	var procs []*exec.Cmd
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.Process.Kill()
+		}
+		for _, p := range []string{dead, orphan} {
+			removeRun(ctx, p, 0)
+			os.Remove(filepath.Join(netnsStateDir, p+".json"))
+		}
+	})
+
 	// A dead owner: a process that has exited.
 	gone := exec.Command("true")
 	if err := gone.Run(); err != nil {
@@ -786,7 +808,6 @@ func TestNetnsCleanup(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(netnsStateDir, dead+".json"), st, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var procs []*exec.Cmd
 	for _, p := range []string{dead, orphan} {
 		for _, args := range [][]string{
 			{"ip", "netns", "add", p + "n0"},
@@ -810,15 +831,6 @@ func TestNetnsCleanup(t *testing.T) {
 		}
 		procs = append(procs, cmd)
 	}
-	t.Cleanup(func() {
-		for _, p := range procs {
-			p.Process.Kill()
-		}
-		for _, p := range []string{dead, orphan} {
-			removeRun(ctx, p, 0)
-			os.Remove(filepath.Join(netnsStateDir, p+".json"))
-		}
-	})
 	eventually(t, "processes inside the namespaces", func() (bool, string) {
 		for _, p := range []string{dead, orphan} {
 			out, err := output(ctx, nil, "ip", "netns", "pids", p+"n0")

@@ -30,7 +30,12 @@ func NewFactory(tier string, o FactoryOptions) (ClusterFactory, error) {
 		}, nil
 	case "netns":
 		return func(ctx context.Context, nodes int, dir string, s *Scenario) (Cluster, error) {
-			return NewNetnsCluster(ctx, NetnsOptions{Nodes: nodes, Binary: o.Binary, Dir: dir})
+			var flags []string
+			if s != nil && s.SnapshotThreshold > 0 {
+				flags = append(flags, "--snapshot-threshold", fmt.Sprint(s.SnapshotThreshold),
+					"--snapshot-interval", "200ms", "--trailing-logs", fmt.Sprint(max(1, s.SnapshotThreshold/2)))
+			}
+			return NewNetnsCluster(ctx, NetnsOptions{Nodes: nodes, Binary: o.Binary, Dir: dir, ExtraFlags: flags})
 		}, nil
 	}
 	return nil, fmt.Errorf("chaos: unknown tier %q (want netns or inproc)", tier)
