@@ -72,13 +72,13 @@ func encodeBinary(c Command) ([]byte, error) {
 	return e.b, nil
 }
 
-// decodeBinary parses the body of a version-2 entry of type t.
-func decodeBinary(t Type, in []byte) (Command, error) {
+// decodeBinary parses the body of a binary (version 2 or 3) entry of type t.
+func decodeBinary(version byte, t Type, in []byte) (Command, error) {
 	c := newBody(t)
 	if c == nil {
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
-	d := dec{b: in, size: len(in)}
+	d := dec{b: in, size: len(in), version: version}
 	decodeFields(&d, c)
 	if d.err == nil && len(d.b) > 0 {
 		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
@@ -106,6 +106,7 @@ func encodeFields(e *enc, c Command) {
 	case *Acquire:
 		if ok = c != nil; ok {
 			c.encode(e)
+			c.Quota.encode(e)
 		}
 	case *Renew:
 		if ok = c != nil; ok {
@@ -126,6 +127,7 @@ func encodeFields(e *enc, c Command) {
 	case *SessionCreate:
 		if ok = c != nil; ok {
 			c.encode(e)
+			c.Quota.encode(e)
 		}
 	case *SessionHeartbeat:
 		if ok = c != nil; ok {
@@ -162,6 +164,9 @@ func decodeFields(d *dec, c Command) {
 		c.decode(d)
 	case *Acquire:
 		c.decode(d)
+		if d.version >= versionQuota {
+			c.Quota.decode(d)
+		}
 	case *Renew:
 		c.decode(d)
 	case *Release:
@@ -172,6 +177,9 @@ func decodeFields(d *dec, c Command) {
 		c.decode(d)
 	case *SessionCreate:
 		c.decode(d)
+		if d.version >= versionQuota {
+			c.Quota.decode(d)
+		}
 	case *SessionHeartbeat:
 		c.decode(d)
 	case *SessionEnd:
@@ -262,9 +270,10 @@ func (e *enc) strmap(m map[string]string) {
 // dec reads a version-2 encoding from b. The first error is kept in err;
 // after it every read returns a zero value.
 type dec struct {
-	b    []byte // what is left to read
-	size int    // length of the whole input, for error offsets
-	err  error
+	b       []byte // what is left to read
+	size    int    // length of the whole input, for error offsets
+	version byte   // of the entry: version 2 commands carry no Quota
+	err     error
 }
 
 func (d *dec) fail(what string) {
@@ -501,6 +510,22 @@ func (c *Acquire) decode(d *dec) {
 	c.LockDelayMS = d.varint()
 	c.LockDelayTicks = d.uvarint()
 	c.WallMS = d.varint()
+}
+
+// Quota is written after the Acquire and SessionCreate bodies of version 3
+// entries: the counts, in order.
+func (q *Quota) encode(e *enc) {
+	e.uvarint(q.Leases)
+	e.uvarint(q.HolderLeases)
+	e.uvarint(q.Sessions)
+	e.uvarint(q.HolderSessions)
+}
+
+func (q *Quota) decode(d *dec) {
+	q.Leases = d.uvarint()
+	q.HolderLeases = d.uvarint()
+	q.Sessions = d.uvarint()
+	q.HolderSessions = d.uvarint()
 }
 
 func (c *Renew) encode(e *enc) {

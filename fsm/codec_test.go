@@ -108,32 +108,80 @@ func TestDecodeVersion1(t *testing.T) {
 	}
 }
 
-// TestEncodingGolden pins the version-2 format: field order, varints,
-// zigzag, hashes, bools, sorted maps, batch framing.
+// TestEncodingGolden pins the version-3 format: field order, varints,
+// zigzag, hashes, bools, sorted maps, batch framing, and the Quota after the
+// bodies of Acquire and SessionCreate.
 func TestEncodingGolden(t *testing.T) {
+	for _, tc := range goldenCommands() {
+		got := hex.EncodeToString(mustEncode(t, tc.c))
+		if want := "03" + tc.hex[2:] + tc.quota; got != want {
+			t.Errorf("%T:\n got %s\nwant %s", tc.c, got, want)
+		}
+	}
+}
+
+// TestDecodeVersion2: version-2 entries (no Quota) still decode, to the
+// same commands with a zero Quota.
+func TestDecodeVersion2(t *testing.T) {
+	for _, tc := range goldenCommands() {
+		b, err := hex.DecodeString(tc.hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := fsm.Decode(b)
+		if err != nil {
+			t.Fatalf("%T: version 2 % x: %v", tc.c, b, err)
+		}
+		want := tc.c
+		switch w := tc.c.(type) {
+		case *fsm.Acquire:
+			cp := *w
+			cp.Quota = fsm.Quota{}
+			want = &cp
+		case *fsm.SessionCreate:
+			cp := *w
+			cp.Quota = fsm.Quota{}
+			want = &cp
+		}
+		if !reflect.DeepEqual(c, want) {
+			t.Errorf("version 2 % x:\n got %#v\nwant %#v", b, c, want)
+		}
+		// Version 2 bodies end where they did: a Quota after them is
+		// trailing data.
+		if tc.quota != "" {
+			if c, err := fsm.Decode(append(b, 0, 0, 0, 0)); err == nil {
+				t.Errorf("version 2 with a quota decoded as %#v", c)
+			}
+		}
+	}
+}
+
+type golden struct {
+	c     fsm.Command
+	hex   string // the version-2 encoding
+	quota string // what version 3 adds at the end
+}
+
+func goldenCommands() []golden {
 	zero := strings.Repeat("00", 32)
 	tick := &fsm.Tick{Tick: 5, WallMS: -1, PeriodMS: 1000, RetainTicks: 300}
 	cancel := &fsm.CancelWait{LeaseID: "L1", Key: "k"}
-	for _, tc := range []struct {
-		c   fsm.Command
-		hex string
-	}{
-		{tick, "0202" + "05" + "01" + "d00f" + "ac02"},
-		{cancel, "020c" + "024c31" + "016b"},
-		{&fsm.SessionEnd{SessionID: "S", Force: true, WallMS: 3}, "020a" + "0153" + zero + "01" + "06"},
+	return []golden{
+		{tick, "0202" + "05" + "01" + "d00f" + "ac02", ""},
+		{cancel, "020c" + "024c31" + "016b", ""},
+		{&fsm.SessionEnd{SessionID: "S", Force: true, WallMS: 3}, "020a" + "0153" + zero + "01" + "06", ""},
 		{&fsm.SessionCreate{SessionID: "S", Holder: "h", TokenHash: fsm.Hash{0: 0xab}, Metadata: map[string]string{"b": "2", "a": "1"}},
-			"0208" + "0153" + "0168" + "ab" + strings.Repeat("00", 31) + "00" + "00" + "02" + "0161" + "0131" + "0162" + "0132" + "00"},
-		{&fsm.Heartbeat{Items: []fsm.HeartbeatItem{{LeaseID: "a"}}, WallMS: 64}, "0207" + "01" + "0161" + zero + "8001"},
+			"0208" + "0153" + "0168" + "ab" + strings.Repeat("00", 31) + "00" + "00" + "02" + "0161" + "0131" + "0162" + "0132" + "00", "00000000"},
+		{&fsm.SessionCreate{SessionID: "S", Holder: "h", Quota: fsm.Quota{Sessions: 300, HolderSessions: 2}},
+			"0208" + "0153" + "0168" + zero + "00" + "00" + "00" + "00", "00" + "00" + "ac02" + "02"},
+		{&fsm.Heartbeat{Items: []fsm.HeartbeatItem{{LeaseID: "a"}}, WallMS: 64}, "0207" + "01" + "0161" + zero + "8001", ""},
 		{&fsm.Acquire{LeaseID: "L", Key: "k", Holder: "h", Limit: 300, SealedToken: []byte{9}, WallMS: 2},
-			"0203" + "014c" + "016b" + "0168" + "ac02" + "00" + zero + zero + "00" + "00" + "00" + zero + zero + "0109" + "00" + "00" + "00" + "04"},
-		{&fsm.Member{ID: "n1", Incarnation: "ab", Removed: true}, "020d" + "026e31" + "026162" + "01"},
-		{&fsm.Member{ID: "n1"}, "020d" + "026e31" + "00" + "00"},
-		{&fsm.Batch{Commands: []fsm.Command{tick, cancel}}, "0201" + "02" + "02" + "0501d00fac02" + "0c" + "024c31016b"},
-	} {
-		got := hex.EncodeToString(mustEncode(t, tc.c))
-		if got != tc.hex {
-			t.Errorf("%T:\n got %s\nwant %s", tc.c, got, tc.hex)
-		}
+			"0203" + "014c" + "016b" + "0168" + "ac02" + "00" + zero + zero + "00" + "00" + "00" + zero + zero + "0109" + "00" + "00" + "00" + "04", "00000000"},
+		{&fsm.Acquire{LeaseID: "L", Key: "k", Holder: "h", Limit: 1, Quota: fsm.Quota{Leases: 1000, HolderLeases: 5}},
+			"0203" + "014c" + "016b" + "0168" + "01" + "00" + zero + zero + "00" + "00" + "00" + zero + zero + "00" + "00" + "00" + "00" + "00", "e807" + "05" + "00" + "00"},
+		{&fsm.Member{ID: "n1", Incarnation: "ab", Removed: true}, "020d" + "026e31" + "026162" + "01", ""},
+		{&fsm.Member{ID: "n1"}, "020d" + "026e31" + "00" + "00", ""},
+		{&fsm.Batch{Commands: []fsm.Command{tick, cancel}}, "0201" + "02" + "02" + "0501d00fac02" + "0c" + "024c31016b", ""},
 	}
 }
 
@@ -172,7 +220,7 @@ func TestDecodeCanonical(t *testing.T) {
 	}
 }
 
-// TestDecodeRejects: version-2 inputs that are not the one encoding of a
+// TestDecodeRejects: version-3 inputs that are not the one encoding of a
 // command.
 func TestDecodeRejects(t *testing.T) {
 	v := fsm.Version

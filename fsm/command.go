@@ -12,12 +12,21 @@ import (
 )
 
 // Version is the encoding version of commands in the log. It is the first
-// byte of every entry. Encode writes version 2 (binary bodies, codec.go);
-// Decode also reads version 1 (JSON bodies) so that older logs replay.
-const Version byte = 2
+// byte of every entry. Encode writes version 3 (binary bodies, codec.go:
+// version 2 plus the Quota of Acquire and SessionCreate); Decode also reads
+// version 2 (binary, no Quota) and version 1 (JSON bodies) so that older
+// logs replay.
+const Version byte = 3
 
 // versionJSON is the version of entries with JSON bodies.
 const versionJSON byte = 1
+
+// versionBinary is the first version with binary bodies; versionQuota the
+// first whose Acquire and SessionCreate carry a Quota.
+const (
+	versionBinary byte = 2
+	versionQuota  byte = 3
+)
 
 // Type says which command an entry carries. It is the second byte of every
 // entry.
@@ -85,6 +94,24 @@ type Tick struct {
 	RetainTicks uint64 `json:"retain_ticks"`
 }
 
+// Quota carries the node's count limits in the commands that create
+// leases and sessions, so that every replica enforces them identically at
+// apply time (a pre-check before proposing would let concurrent proposals
+// both pass). Zero means no limit. Acquire uses Leases and HolderLeases,
+// SessionCreate Sessions and HolderSessions; the other fields are carried
+// but ignored. The node decides the values before proposing.
+type Quota struct {
+	// Leases bounds the live leases of the cluster: active ones plus
+	// queued acquires.
+	Leases uint64 `json:"max_leases,omitempty"`
+	// HolderLeases bounds the active leases of one holder.
+	HolderLeases uint64 `json:"max_holder_leases,omitempty"`
+	// Sessions bounds the active sessions of the cluster.
+	Sessions uint64 `json:"max_sessions,omitempty"`
+	// HolderSessions bounds the active sessions of one holder.
+	HolderSessions uint64 `json:"max_holder_sessions,omitempty"`
+}
+
 // Acquire asks for a lease on Key.
 type Acquire struct {
 	LeaseID   string `json:"lease_id"`
@@ -110,6 +137,10 @@ type Acquire struct {
 	LockDelayMS    int64  `json:"lock_delay_ms,omitempty"`
 	LockDelayTicks uint64 `json:"lock_delay_ticks,omitempty"`
 	WallMS         int64  `json:"wall_ms"`
+	// Quota is checked when the acquire is applied (not again when a
+	// queued acquire is granted later). Not stored with a queued acquire
+	// in snapshots.
+	Quota Quota `json:"quota,omitzero"`
 }
 
 // Renew extends a standalone lease.
@@ -161,6 +192,8 @@ type SessionCreate struct {
 	TTLTicks  uint64            `json:"ttl_ticks"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	WallMS    int64             `json:"wall_ms"`
+	// Quota is checked when the session is created.
+	Quota Quota `json:"quota,omitzero"`
 }
 
 // SessionHeartbeat renews a session and so every lease bound to it.
@@ -239,8 +272,8 @@ func Decode(b []byte) (Command, error) {
 		return nil, errors.New("fsm: entry shorter than its header")
 	}
 	switch b[0] {
-	case Version:
-		return decodeBinary(Type(b[1]), b[2:])
+	case versionBinary, versionQuota:
+		return decodeBinary(b[0], Type(b[1]), b[2:])
 	case versionJSON:
 		return decodeJSON(Type(b[1]), b[2:])
 	}

@@ -25,6 +25,7 @@ const (
 	CodeSessionEnded        Code = "SESSION_ENDED"
 	CodeIdempotencyConflict Code = "IDEMPOTENCY_CONFLICT"
 	CodePayloadTooLarge     Code = "PAYLOAD_TOO_LARGE"
+	CodeResourceExhausted   Code = "RESOURCE_EXHAUSTED"
 	CodeLeaseRequired       Code = "LEASE_REQUIRED"
 	CodeControlLocked       Code = "CONTROL_LOCKED"
 	CodeNoLeader            Code = "NO_LEADER"
@@ -48,8 +49,9 @@ type HolderInfo struct {
 }
 
 // Error is a business failure: the request was understood and refused, and
-// it changed nothing. Field, Key, Holders and RemainingMS are set only where
-// the code calls for them.
+// it changed nothing. Field, Key, Holders, RemainingMS and Limit are set only
+// where the code calls for them (RESOURCE_EXHAUSTED: Field names the limit
+// reached, Limit is its value).
 type Error struct {
 	Code        Code         `json:"code"`
 	Message     string       `json:"message"`
@@ -60,6 +62,8 @@ type Error struct {
 	// AppliedIndex is the node's applied index, on INDEX_PASSED and on a
 	// state hash that timed out.
 	AppliedIndex uint64 `json:"applied_index,omitempty"`
+	// Limit is the value of the limit a RESOURCE_EXHAUSTED names in Field.
+	Limit uint64 `json:"limit,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -83,4 +87,10 @@ func Errorf(code Code, format string, args ...any) *Error {
 // InvalidField builds an INVALID_ARGUMENT error naming the offending field.
 func InvalidField(field, format string, args ...any) *Error {
 	return &Error{Code: CodeInvalidArgument, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Exhausted builds a RESOURCE_EXHAUSTED error: the limit named field, of
+// value limit, is reached.
+func Exhausted(field string, limit uint64, format string, args ...any) *Error {
+	return &Error{Code: CodeResourceExhausted, Field: field, Limit: limit, Message: fmt.Sprintf(format, args...)}
 }

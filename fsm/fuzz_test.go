@@ -3,6 +3,7 @@ package fsm_test
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"reflect"
 	"strings"
 	"sync"
@@ -80,7 +81,7 @@ func TestEncodeDecode(t *testing.T) {
 		"empty":          {},
 		"header only":    {fsm.Version},
 		"version 0":      {0, byte(fsm.TypeTick), 1, 0, 0, 0},
-		"version 3":      {3, byte(fsm.TypeTick), 1, 0, 0, 0},
+		"version 4":      {4, byte(fsm.TypeTick), 1, 0, 0, 0},
 		"type 0":         {fsm.Version, 0, 1, 0, 0, 0},
 		"type 14":        {fsm.Version, 14, 1, 0, 0, 0},
 		"no body":        {fsm.Version, byte(fsm.TypeTick)},
@@ -197,6 +198,16 @@ func FuzzDecode(f *testing.F) {
 		}
 		f.Add(b)
 		f.Add(encodeV1(f, c))
+	}
+	for _, g := range goldenCommands() {
+		b, err := fsm.Encode(g.c) // some carry a Quota
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		if v2, err := hex.DecodeString(g.hex); err == nil {
+			f.Add(v2)
+		}
 	}
 	f.Add([]byte{})
 	f.Add([]byte{fsm.Version, byte(fsm.TypeBatch), 0})

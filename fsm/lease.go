@@ -58,6 +58,13 @@ func (f *FSM) acquire(c *Acquire) Result {
 		}
 		sess = s
 	}
+	holder := c.Holder
+	if sess != nil {
+		holder = sess.Holder
+	}
+	if err := f.checkLeaseQuota(c.Quota, holder); err != nil {
+		return Result{Err: err}
+	}
 	ks := f.keys[c.Key]
 	if ks != nil && ks.inUse() && ks.limit != c.Limit {
 		return Result{Err: &Error{Code: CodeLimitMismatch, Key: c.Key,
@@ -87,6 +94,19 @@ func (f *FSM) acquire(c *Acquire) Result {
 	err := f.busyError(c.Key, ks)
 	f.dropKey(c.Key, ks)
 	return Result{Err: err}
+}
+
+// checkLeaseQuota refuses a new lease (granted or queued) of holder when the
+// cluster's live leases (active and queued) or the holder's active leases
+// are at their limit. An idempotent replay is answered before this check.
+func (f *FSM) checkLeaseQuota(q Quota, holder string) *Error {
+	if live := uint64(f.active + len(f.waiting)); q.Leases > 0 && live >= q.Leases {
+		return Exhausted("leases", q.Leases, "the cluster has %d live leases (active or queued), its limit", live)
+	}
+	if hi := f.holders[holder]; q.HolderLeases > 0 && hi != nil && uint64(hi.leases.n) >= q.HolderLeases {
+		return Exhausted("leases_per_holder", q.HolderLeases, "holder %s has %d active leases, its limit", quote(holder), hi.leases.n)
+	}
+	return nil
 }
 
 // busyError explains why no slot is free: LOCK_DELAY when a blocked slot is

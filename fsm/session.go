@@ -21,6 +21,13 @@ func (f *FSM) sessionCreate(c *SessionCreate) Result {
 	if _, dup := f.sessions[c.SessionID]; dup {
 		return Result{Err: InvalidField("session_id", "session id %s already exists", c.SessionID)}
 	}
+	if q := c.Quota.Sessions; q > 0 && uint64(f.sessOpen) >= q {
+		return Result{Err: Exhausted("sessions", q, "the cluster has %d active sessions, its limit", f.sessOpen)}
+	}
+	if hi := f.holders[c.Holder]; c.Quota.HolderSessions > 0 && hi != nil && uint64(hi.sessions.n) >= c.Quota.HolderSessions {
+		return Result{Err: Exhausted("sessions_per_holder", c.Quota.HolderSessions,
+			"holder %s has %d active sessions, its limit", quote(c.Holder), hi.sessions.n)}
+	}
 	s := &Session{
 		ID: c.SessionID, Holder: c.Holder, State: SessionActive, TokenHash: c.TokenHash,
 		TTLMS: c.TTLMS, TTLTicks: c.TTLTicks, ExpiresTick: f.tick + c.TTLTicks,
