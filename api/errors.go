@@ -38,6 +38,8 @@ func statusFor(code node.Code) int {
 		return http.StatusGone
 	case node.CodePayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case node.CodeResourceExhausted:
+		return http.StatusTooManyRequests
 	case node.CodeLeaseRequired:
 		return http.StatusPreconditionRequired
 	case node.CodeNoLeader, node.CodeUnavailable:

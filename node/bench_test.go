@@ -59,6 +59,7 @@ func BenchmarkRenew(b *testing.B) {
 func benchNode(b *testing.B) *Node {
 	cfg := testConfig(b, b.TempDir())
 	cfg.TickPeriod = DefaultConfig().TickPeriod
+	cfg.MaxLeasesPerHolder = 0 // one holder holds every benchmark lease
 	n, err := Open(cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -98,6 +98,27 @@ type Config struct {
 	ApplyTimeout time.Duration
 	// MaxBatch bounds how many operations share one log entry. Default 1024.
 	MaxBatch int
+
+	// Count limits, each 0 for none. They travel in the commands that
+	// create leases and sessions and are enforced when the command is
+	// applied, so concurrent requests cannot overshoot them; a request over
+	// one is RESOURCE_EXHAUSTED naming the limit (429 over HTTP) and
+	// changes nothing. Every server should have the same values: a
+	// request is held to the limits of the server that proposes it (the
+	// leader, as followers forward writes).
+	//
+	// MaxLeases bounds the cluster's live leases: active ones plus queued
+	// acquires. Default 1,000,000.
+	MaxLeases int
+	// MaxLeasesPerHolder bounds one holder's active leases. Default 100,000.
+	MaxLeasesPerHolder int
+	// MaxSessions bounds the cluster's active sessions. Default 100,000.
+	MaxSessions int
+	// MaxSessionsPerHolder bounds one holder's active sessions. Default 1,000.
+	MaxSessionsPerHolder int
+	// MaxEventStreams bounds the event subscriptions open on this node at
+	// once (each HTTP event stream is one). Default 1024.
+	MaxEventStreams int
 	// InMemory keeps log, stable store and snapshots in memory and uses an
 	// in-memory transport (tests only: a crash loses everything).
 	InMemory bool
@@ -154,6 +175,12 @@ func DefaultConfig() Config {
 		SnapshotInterval:  30 * time.Second,
 		ApplyTimeout:      10 * time.Second,
 		MaxBatch:          1024,
+
+		MaxLeases:            1_000_000,
+		MaxLeasesPerHolder:   100_000,
+		MaxSessions:          100_000,
+		MaxSessionsPerHolder: 1_000,
+		MaxEventStreams:      1024,
 	}
 }
 
@@ -189,6 +216,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatch < 1 || c.MaxBatch > 4096 {
 		errs = append(errs, fmt.Errorf("max batch %d outside 1-4096", c.MaxBatch))
+	}
+	if c.MaxLeases < 0 || c.MaxLeasesPerHolder < 0 || c.MaxSessions < 0 || c.MaxSessionsPerHolder < 0 || c.MaxEventStreams < 0 {
+		errs = append(errs, errors.New("max leases, leases per holder, sessions, sessions per holder and event streams must not be negative (0: no limit)"))
 	}
 	if c.BootstrapExpect < 0 {
 		errs = append(errs, errors.New("bootstrap expect must not be negative"))

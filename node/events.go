@@ -177,7 +177,9 @@ func (s *Subscription) Close() {
 
 // Subscribe starts a subscription. It fails with EVENTS_COMPACTED when the
 // requested resume point is older than the history this node keeps, and
-// with INVALID_ARGUMENT on a malformed resume id.
+// with INVALID_ARGUMENT on a malformed resume id, and with
+// RESOURCE_EXHAUSTED (field "event_streams") when Config.MaxEventStreams
+// subscriptions are open on this node.
 func (n *Node) Subscribe(ctx context.Context, f EventFilter) (*Subscription, error) {
 	h := n.hub
 	var pos uint64
@@ -210,9 +212,13 @@ func (n *Node) Subscribe(ctx context.Context, f EventFilter) (*Subscription, err
 		pos = h.end
 		h.mu.Unlock()
 	}
+	if open := h.streams.Add(1); n.cfg.MaxEventStreams > 0 && open > int64(n.cfg.MaxEventStreams) {
+		h.streams.Add(-1)
+		return nil, fsm.Exhausted("event_streams", uint64(n.cfg.MaxEventStreams),
+			"this node has %d event streams open, its limit", n.cfg.MaxEventStreams)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Subscription{ch: make(chan Event, 256), cancel: cancel, done: make(chan struct{})}
-	h.streams.Add(1)
 	go func() {
 		defer h.streams.Add(-1)
 		defer close(s.done)

@@ -97,6 +97,7 @@ func (n *Node) Acquire(ctx context.Context, r AcquireRequest) (*Lease, bool, err
 		SessionTokenHash: hashToken(r.SessionToken), TokenHash: hashToken(token),
 		TTLMS: r.TTLMS, TTLTicks: ticks(r.TTLMS, period), Metadata: r.Metadata,
 		WaitTicks: ticks(r.WaitMS, period), LockDelayMS: r.LockDelayMS, WallMS: time.Now().UnixMilli(),
+		Quota: n.quota(),
 	}
 	if r.LockDelayMS > 0 {
 		// One extra tick: the delay starts at a tick boundary.
@@ -356,7 +357,7 @@ func (n *Node) CreateSession(ctx context.Context, r SessionRequest) (*Session, e
 	token := newToken()
 	res, _, err := n.propose(ctx, &fsm.SessionCreate{SessionID: newID("ss_"), Holder: r.Holder,
 		TokenHash: hashToken(token), TTLMS: r.TTLMS, TTLTicks: ticks(r.TTLMS, n.period()),
-		Metadata: r.Metadata, WallMS: time.Now().UnixMilli()})
+		Metadata: r.Metadata, WallMS: time.Now().UnixMilli(), Quota: n.quota()})
 	if err != nil {
 		return nil, err
 	}
@@ -428,4 +429,13 @@ func (n *Node) ReleaseHolder(ctx context.Context, holder, reason string) (int, e
 		return 0, res.Err
 	}
 	return res.Count, nil
+}
+
+// quota is the count limits of the configuration, carried in the commands
+// that create leases and sessions (the state machine enforces them).
+func (n *Node) quota() fsm.Quota {
+	return fsm.Quota{
+		Leases: uint64(n.cfg.MaxLeases), HolderLeases: uint64(n.cfg.MaxLeasesPerHolder),
+		Sessions: uint64(n.cfg.MaxSessions), HolderSessions: uint64(n.cfg.MaxSessionsPerHolder),
+	}
 }

@@ -35,6 +35,7 @@ const (
 	CodeSessionEnded        = fsm.CodeSessionEnded
 	CodeIdempotencyConflict = fsm.CodeIdempotencyConflict
 	CodePayloadTooLarge     = fsm.CodePayloadTooLarge
+	CodeResourceExhausted   = fsm.CodeResourceExhausted
 	CodeLeaseRequired       = fsm.CodeLeaseRequired
 	CodeControlLocked       = fsm.CodeControlLocked
 	CodeNoLeader            = fsm.CodeNoLeader
