@@ -63,6 +63,8 @@ func decodeError(err error) *node.Error {
 	switch {
 	case errors.As(err, &tooLarge):
 		return payloadTooLarge(tooLarge.Limit)
+	case errors.Is(err, errBodyTimeout):
+		return &node.Error{Code: node.CodeInvalidArgument, Message: err.Error()}
 	case errors.As(err, &syntax):
 		return &node.Error{Code: node.CodeInvalidArgument,
 			Message: fmt.Sprintf("malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())}

@@ -50,6 +50,11 @@ func (s *server) events(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		f.After, f.AfterIndex = id, 0
 	}
 
+	release, err := s.streams.acquire(r)
+	if err != nil {
+		return err
+	}
+	defer release()
 	sub, err := s.n.Subscribe(r.Context(), f)
 	if err != nil {
 		return err

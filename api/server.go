@@ -49,6 +49,15 @@ type Options struct {
 	// requests to the leader over (embedders with a custom network; the
 	// chaos suite injects faults through it). Nil: TCP with a 2 s timeout.
 	ForwardDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// BodyTimeout is how long a client has to send a request body (for a
+	// snapshot upload: between two reads); the answer to a late one is 400.
+	// Requests without a body, event streams among them, are not bounded.
+	// Default 30s; negative: no limit.
+	BodyTimeout time.Duration
+	// MaxStreamsPerClient bounds the event streams one client address has
+	// open at once (429 RESOURCE_EXHAUSTED beyond). Default 128; negative:
+	// no limit. The node bounds the total (node.Config.MaxEventStreams).
+	MaxStreamsPerClient int
 }
 
 // server is the handler returned by New.
@@ -63,6 +72,10 @@ type server struct {
 	// locator and fwd forward a follower's requests to the leader.
 	locator leaderLocator
 	fwd     *forwarder
+	// bodyTimeout bounds reading a request body (limits.go); streams
+	// bounds event streams per client.
+	bodyTimeout time.Duration
+	streams     streamLimiter
 }
 
 // New returns the HTTP handler of the v1 API serving n. It is safe for
@@ -83,6 +96,18 @@ func New(n Node, opts Options) http.Handler {
 	}
 	if s.keepAlive <= 0 {
 		s.keepAlive = DefaultKeepAlive
+	}
+	switch s.bodyTimeout = opts.BodyTimeout; {
+	case s.bodyTimeout == 0:
+		s.bodyTimeout = DefaultBodyTimeout
+	case s.bodyTimeout < 0:
+		s.bodyTimeout = 0
+	}
+	switch s.streams.max = opts.MaxStreamsPerClient; {
+	case s.streams.max == 0:
+		s.streams.max = DefaultMaxStreamsPerClient
+	case s.streams.max < 0:
+		s.streams.max = 0
 	}
 	if l, ok := n.(leaderLocator); ok {
 		s.locator, s.fwd = l, newForwarder(s.log, opts.ForwardTLS, opts.ForwardDial)
@@ -234,6 +259,10 @@ func (s *server) wrap(rt route, counters *routeCounters) httprouter.Handle {
 			if scope := rt.scope(r); scope > ScopeNone && !s.authorize(w, r, scope) {
 				return
 			}
+		}
+		if err := s.guardBody(w, r, rt.path); err != nil {
+			s.writeError(w, r, err)
+			return
 		}
 		if s.maybeForward(w, r, rt) {
 			return

@@ -23,7 +23,18 @@ type serverConfig struct {
 	tokensFile    string
 	logLevel      slog.Level
 	logFormat     string // text or json
+	// HTTP hardening (api.Options, http.Server).
+	bodyTimeout      time.Duration
+	idleTimeout      time.Duration
+	streamsPerClient int
 }
+
+// Fixed HTTP limits: a client has this long to send its request line and
+// headers, which may total this many bytes.
+const (
+	httpReadHeaderTimeout = 10 * time.Second
+	httpMaxHeaderBytes    = 64 << 10
+)
 
 // Graceful shutdown: first let requests finish while event streams stay
 // open, then end streams and waiting acquires, then force.
@@ -57,6 +68,14 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 	fs.Uint64Var(&cfg.node.SnapshotThreshold, "snapshot-threshold", def.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	fs.DurationVar(&cfg.node.SnapshotInterval, "snapshot-interval", def.SnapshotInterval, "how often the snapshot threshold is checked")
 	fs.Uint64Var(&cfg.node.TrailingLogs, "trailing-logs", def.TrailingLogs, "log entries kept after a snapshot for followers that lag (0: 10240); a follower further behind gets the snapshot")
+	fs.IntVar(&cfg.node.MaxLeases, "max-leases", def.MaxLeases, "most live leases (active or queued) in the cluster; 0: no limit")
+	fs.IntVar(&cfg.node.MaxLeasesPerHolder, "max-leases-per-holder", def.MaxLeasesPerHolder, "most active leases of one holder; 0: no limit")
+	fs.IntVar(&cfg.node.MaxSessions, "max-sessions", def.MaxSessions, "most active sessions in the cluster; 0: no limit")
+	fs.IntVar(&cfg.node.MaxSessionsPerHolder, "max-sessions-per-holder", def.MaxSessionsPerHolder, "most active sessions of one holder; 0: no limit")
+	fs.IntVar(&cfg.node.MaxEventStreams, "max-event-streams", def.MaxEventStreams, "most event streams open on this server; 0: no limit")
+	fs.IntVar(&cfg.streamsPerClient, "max-event-streams-per-client", api.DefaultMaxStreamsPerClient, "most event streams one client address keeps open on this server; 0: no limit")
+	fs.DurationVar(&cfg.bodyTimeout, "http-body-timeout", api.DefaultBodyTimeout, "how long a client has to send a request body (a snapshot upload: between reads); 0: no limit")
+	fs.DurationVar(&cfg.idleTimeout, "http-idle-timeout", 2*time.Minute, "idle keep-alive connections are closed after this long")
 	fs.StringVar(&cfg.tokensFile, "tokens-file", "", "bearer tokens file (JSON; see 'leasehold token create'); none: auth is off")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
@@ -78,6 +97,9 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 	}
 	if cfg.httpAddr == "" {
 		return cfg, usageErrorf("--http-addr is required")
+	}
+	if cfg.streamsPerClient < 0 || cfg.bodyTimeout < 0 || cfg.idleTimeout <= 0 {
+		return cfg, usageErrorf("--max-event-streams-per-client and --http-body-timeout must not be negative, --http-idle-timeout must be positive")
 	}
 	// Check what node.Open would refuse now, as a usage error. HTTPAddr is
 	// settled once the listener is bound.
@@ -132,7 +154,8 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("open node: %w", err)
 	}
-	handler := api.New(api.FromNode(n), api.Options{Logger: log.With("component", "http"), Tokens: tokens})
+	handler := api.New(api.FromNode(n), api.Options{Logger: log.With("component", "http"), Tokens: tokens,
+		BodyTimeout: orNegative(cfg.bodyTimeout), MaxStreamsPerClient: orNegative(cfg.streamsPerClient)})
 
 	// Request contexts derive from streams, which is cancelled once the
 	// grace period of a shutdown is over: event streams and waiting acquires
@@ -141,11 +164,14 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 	defer endStreams()
 	srv := &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		BaseContext:       func(net.Listener) context.Context { return streams },
-		ErrorLog:          slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		IdleTimeout:       cfg.idleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+		// No ReadTimeout or WriteTimeout: they would cut event streams and
+		// long-polling acquires. Bodies get a per-request read deadline in
+		// the handler (--http-body-timeout), lifted once they are read.
+		BaseContext: func(net.Listener) context.Context { return streams },
+		ErrorLog:    slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -199,4 +225,13 @@ func shutdownHTTP(srv *http.Server, endStreams context.CancelFunc) error {
 		return errors.Join(err, srv.Close())
 	}
 	return nil
+}
+
+// orNegative maps a flag's 0 ("no limit") to the -1 that says so to
+// api.Options, whose zero value means "the default".
+func orNegative[T int | time.Duration](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
