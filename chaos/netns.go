@@ -310,8 +310,8 @@ type clusterView struct {
 
 var netnsHTTP = &http.Client{Timeout: 3 * time.Second}
 
-// Status is node i's own view of the cluster (GET /v1/cluster?stale=true).
-func (c *NetnsCluster) Status(ctx context.Context, i int) (*clusterView, error) {
+// status is node i's own view of the cluster (GET /v1/cluster?stale=true).
+func (c *NetnsCluster) status(ctx context.Context, i int) (*clusterView, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+c.HTTPAddr(i)+"/v1/cluster?stale=true", nil)
 	if err != nil {
 		return nil, err
@@ -336,9 +336,14 @@ func (c *NetnsCluster) Status(ctx context.Context, i int) (*clusterView, error) 
 }
 
 // WaitFormed waits until every node answers /readyz with 200 and sees the
-// same leader and all Size() nodes as voters. The error says what was
-// missing last.
+// same leader and all Size() nodes as voters, bounded by ctx (and by 90 s
+// if ctx has no deadline). The error says what was missing last.
 func (c *NetnsCluster) WaitFormed(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+	}
 	var why string
 	for {
 		why = c.formed(ctx)
@@ -373,7 +378,7 @@ func (c *NetnsCluster) formed(ctx context.Context) string {
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Sprintf("%s /readyz %d", c.NodeID(i), resp.StatusCode)
 		}
-		v, err := c.Status(ctx, i)
+		v, err := c.status(ctx, i)
 		if err != nil {
 			return err.Error()
 		}

@@ -236,7 +236,7 @@ func leaderOf(t *testing.T, c *NetnsCluster, among []int) int {
 	eventually(t, fmt.Sprintf("one leader among %v", among), func() (bool, string) {
 		id := ""
 		for _, i := range among {
-			v, err := c.Status(context.Background(), i)
+			v, err := c.status(context.Background(), i)
 			if err != nil {
 				return false, err.Error()
 			}
@@ -247,7 +247,7 @@ func leaderOf(t *testing.T, c *NetnsCluster, among []int) int {
 		}
 		for _, i := range among {
 			if c.NodeID(i) == id {
-				v, err := c.Status(context.Background(), i)
+				v, err := c.status(context.Background(), i)
 				if err != nil || v.State != "Leader" {
 					return false, fmt.Sprintf("%s named leader, is %v %v", id, v, err)
 				}
@@ -352,7 +352,7 @@ func TestNetnsCluster(t *testing.T) {
 		}
 		nl := leaderOf(t, c, rest)
 		eventually(t, "the isolated leader steps down", func() (bool, string) {
-			v, err := c.Status(context.Background(), l)
+			v, err := c.status(context.Background(), l)
 			if err != nil {
 				return false, err.Error()
 			}
@@ -393,7 +393,7 @@ func TestNetnsCluster(t *testing.T) {
 		wantReach(t, c.Namespace(other), c.HTTPAddr(iso))
 		wantReach(t, c.Namespace(iso), raftAddr(c, l))
 		eventually(t, "the isolated node stays a healthy voter", func() (bool, string) {
-			v, err := c.Status(context.Background(), l)
+			v, err := c.status(context.Background(), l)
 			if err != nil {
 				return false, err.Error()
 			}
