@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,6 +73,10 @@ func leaseholdBinary(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv("LHC_TEST_CHILD_HARNESS"); dir != "" {
+		childHarness(dir)
+		return
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -859,4 +864,102 @@ func TestNetnsCleanup(t *testing.T) {
 			t.Fatal("process in a leftover namespace still running after Cleanup")
 		}
 	}
+}
+
+// childHarness is TestNetnsHarnessDies's child: it starts a one-node
+// cluster, prints its run prefix and the node's pid, and waits to be killed.
+func childHarness(dir string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := NewNetnsCluster(ctx, NetnsOptions{Nodes: 1, Binary: os.Getenv("LHC_TEST_BINARY"), Dir: dir})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	c.nodes[0].mu.Lock()
+	pid := c.nodes[0].cmd.Process.Pid
+	c.nodes[0].mu.Unlock()
+	fmt.Printf("up %s %d\n", c.prefix, pid)
+	io.Copy(io.Discard, os.Stdin) // until the parent kills us
+	os.Exit(2)
+}
+
+// TestNetnsHarnessDies kills a harness process (SIGKILL, no Close) and
+// checks that its node dies with it (Pdeathsig) and that the next Cleanup
+// removes the run's namespaces, link and state file.
+func TestNetnsHarnessDies(t *testing.T) {
+	needNetns(t)
+	bin := leaseholdBinary(t)
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "LHC_TEST_CHILD_HARNESS="+dir, "LHC_TEST_BINARY="+bin)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 1)
+	go func() {
+		b := make([]byte, 0, 256)
+		buf := make([]byte, 256)
+		for {
+			n, err := stdout.Read(buf)
+			b = append(b, buf[:n]...)
+			if i := bytes.IndexByte(b, '\n'); i >= 0 {
+				lines <- string(b[:i])
+				return
+			}
+			if err != nil {
+				lines <- string(b)
+				return
+			}
+		}
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(90 * time.Second):
+		t.Fatal("child harness did not start its cluster within 90s")
+	}
+	var prefix string
+	var pid int
+	if _, err := fmt.Sscanf(line, "up %s %d", &prefix, &pid); err != nil {
+		t.Fatalf("child harness: %q", line)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(pid, syscall.SIGKILL)
+		removeRun(context.Background(), prefix, 0)
+		os.Remove(filepath.Join(netnsStateDir, prefix+".json"))
+	})
+	if st := procState(pid); st != "S" && st != "R" {
+		t.Fatalf("node pid %d state %s", pid, st)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	eventually(t, "the node dies with its harness", func() (bool, string) {
+		st := procState(pid)
+		// Gone, or a zombie until init reaps it.
+		return strings.Contains(st, "no such file") || st == "Z", st
+	})
+	nss, err := runNamespaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nss[prefix]) == 0 {
+		t.Fatal("the killed harness's namespaces are already gone: nothing for Cleanup to prove")
+	}
+	if err := Cleanup(context.Background(), testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	assertRunGone(t, prefix)
 }
