@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +38,10 @@ type Options struct {
 	// ControlLease, if set, is sent as X-Control-Lease on admin routes
 	// (needed while a control lease gates them).
 	ControlLease string
+	// TLSConfig, if set, is used for https (with the client's own
+	// transport; ignored when HTTPClient is set), and "host:port"
+	// addresses mean https://host:port.
+	TLSConfig *tls.Config
 }
 
 // Client is a Leasehold HTTP client. It is safe for concurrent use.
@@ -59,6 +64,9 @@ func New(addrs []string, opts Options) (*Client, error) {
 		if a == "" {
 			continue
 		}
+		if opts.TLSConfig != nil && !strings.Contains(a, "://") {
+			a = "https://" + a
+		}
 		base, err := baseURL(a)
 		if err != nil {
 			return nil, err
@@ -72,6 +80,7 @@ func New(addrs []string, opts Options) (*Client, error) {
 	if c.hc == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 64
+		t.TLSClientConfig = opts.TLSConfig
 		c.hc = &http.Client{Transport: t}
 	}
 	if c.timeout == 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"maps"
@@ -16,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
 )
@@ -34,6 +36,8 @@ type benchConfig struct {
 	// token and timeout configure the bench's own connections.
 	token   string
 	timeout time.Duration
+	// tls, if set, is the client TLS configuration (https addresses).
+	tls *tls.Config
 }
 
 // benchSetupTimeout bounds a workload's setup (acquiring the leases that
@@ -96,8 +100,13 @@ func (a *app) benchCmd(ctx context.Context, args []string) error {
 	t.MaxIdleConnsPerHost = cfg.clients
 	t.DisableCompression = true
 	t.ForceAttemptHTTP2 = false
+	if cfg.tls, err = cf.tls.config(); err != nil {
+		return err
+	}
+	t.TLSClientConfig = cfg.tls
 	defer t.CloseIdleConnections()
-	c, err := client.New(splitList(cf.addr), client.Options{Token: cf.token, Timeout: cf.timeout, HTTPClient: &http.Client{Transport: t}})
+	c, err := client.New(splitList(cf.addr), client.Options{Token: cf.token, Timeout: cf.timeout,
+		HTTPClient: &http.Client{Transport: t}, TLSConfig: cfg.tls})
 	if err != nil {
 		return usageErrorf("--addr: %v", err)
 	}
@@ -263,16 +272,24 @@ func (r *benchRun) counts(done time.Time) bool { return done.Before(r.end) }
 func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchConfig) (*benchResult, error) {
 	workers := make([]*benchWorker, cfg.clients)
 	var hosts []string
+	var tlsConfs []*tls.Config
 	for _, base := range c.Addrs() {
 		u, err := url.Parse(base)
-		if err != nil || u.Scheme != "http" {
-			return nil, fmt.Errorf("bench needs plain http addresses, got %q", base)
+		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Path != "" {
+			return nil, fmt.Errorf("bench needs http(s)://host:port addresses, got %q", base)
 		}
-		hosts = append(hosts, u.Host)
+		var tc *tls.Config
+		if u.Scheme == "https" {
+			tc = cfg.tls
+			if tc == nil {
+				tc = api.ClientTLS(nil, nil)
+			}
+		}
+		hosts, tlsConfs = append(hosts, u.Host), append(tlsConfs, tc)
 	}
 	for i := range workers {
 		workers[i] = &benchWorker{id: i, errs: map[string]int64{},
-			conn: newBenchConn(hosts[i%len(hosts)], cfg.token, cmp.Or(cfg.timeout, 30*time.Second))}
+			conn: newBenchConn(hosts[i%len(hosts)], cfg.token, cmp.Or(cfg.timeout, 30*time.Second), tlsConfs[i%len(hosts)])}
 		defer workers[i].conn.close()
 	}
 	run := &benchRun{cfg: cfg, c: c}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,14 +26,15 @@ type benchConn struct {
 	addr    string
 	auth    string
 	timeout time.Duration
+	tls     *tls.Config // nil: plain TCP
 	conn    net.Conn
 	br      *bufio.Reader
 	req     []byte
 	body    []byte
 }
 
-func newBenchConn(addr, token string, timeout time.Duration) *benchConn {
-	c := &benchConn{addr: addr, timeout: timeout}
+func newBenchConn(addr, token string, timeout time.Duration, tlsConf *tls.Config) *benchConn {
+	c := &benchConn{addr: addr, timeout: timeout, tls: tlsConf}
 	if token != "" {
 		c.auth = "Authorization: Bearer " + token + "\r\n"
 	}
@@ -50,7 +52,13 @@ func (c *benchConn) close() {
 // next call). A failed exchange closes the connection; the next call redials.
 func (c *benchConn) do(method, path string, headers string, body []byte) (int, []byte, error) {
 	if c.conn == nil {
-		conn, err := net.DialTimeout("tcp", c.addr, c.timeout)
+		var conn net.Conn
+		var err error
+		if c.tls != nil {
+			conn, err = tls.DialWithDialer(&net.Dialer{Timeout: c.timeout}, "tcp", c.addr, c.tls)
+		} else {
+			conn, err = net.DialTimeout("tcp", c.addr, c.timeout)
+		}
 		if err != nil {
 			return 0, nil, err
 		}

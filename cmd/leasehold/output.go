@@ -23,12 +23,13 @@ type clientFlags struct {
 	token   string
 	json    bool
 	timeout time.Duration
+	tls     clientTLSFlags
 }
 
 // clientEnv lists the client flags that read the environment: --addr,
-// --token and the extra ones named.
+// --token, the TLS flags and the extra ones named.
 func clientEnv(extra ...string) []string {
-	return append([]string{"addr", "token"}, extra...)
+	return append(append([]string{"addr", "token"}, clientTLSEnv...), extra...)
 }
 
 func (cf *clientFlags) register(fs *flag.FlagSet) {
@@ -36,6 +37,7 @@ func (cf *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cf.token, "token", "", "bearer token (env LEASEHOLD_TOKEN)")
 	fs.BoolVar(&cf.json, "json", false, "print JSON")
 	fs.DurationVar(&cf.timeout, "timeout", 30*time.Second, "bound on each request attempt")
+	cf.tls.register(fs)
 }
 
 func (cf *clientFlags) client() (*client.Client, error) { return cf.staleClient(false) }
@@ -43,7 +45,11 @@ func (cf *clientFlags) client() (*client.Client, error) { return cf.staleClient(
 // staleClient is client, with reads answered by the contacted node if
 // stale is set.
 func (cf *clientFlags) staleClient(stale bool) (*client.Client, error) {
-	c, err := client.New(splitList(cf.addr), client.Options{Token: cf.token, Timeout: cf.timeout, StaleReads: stale})
+	tc, err := cf.tls.config()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(splitList(cf.addr), client.Options{Token: cf.token, Timeout: cf.timeout, StaleReads: stale, TLSConfig: tc})
 	if err != nil {
 		return nil, usageErrorf("--addr: %v", err)
 	}

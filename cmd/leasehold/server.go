@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/api"
@@ -27,6 +31,7 @@ type serverConfig struct {
 	bodyTimeout      time.Duration
 	idleTimeout      time.Duration
 	streamsPerClient int
+	tls              serverTLSFlags
 }
 
 // Fixed HTTP limits: a client has this long to send its request line and
@@ -79,6 +84,7 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 	fs.StringVar(&cfg.tokensFile, "tokens-file", "", "bearer tokens file (JSON; see 'leasehold token create'); none: auth is off")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
+	cfg.tls.register(fs)
 	pos, err := a.parse(fs, args, allFlags(fs), 0)
 	if err != nil {
 		return cfg, err
@@ -100,6 +106,9 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 	}
 	if cfg.streamsPerClient < 0 || cfg.bodyTimeout < 0 || cfg.idleTimeout <= 0 {
 		return cfg, usageErrorf("--max-event-streams-per-client and --http-body-timeout must not be negative, --http-idle-timeout must be positive")
+	}
+	if err := cfg.tls.check(); err != nil {
+		return cfg, err
 	}
 	// Check what node.Open would refuse now, as a usage error. HTTPAddr is
 	// settled once the listener is bound.
@@ -123,6 +132,19 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	log := newLogger(a.stderr, cfg.logLevel, cfg.logFormat)
+	exposed, err := plaintextRefusal(cfg.httpAddr, cfg.node.RaftAddr, cfg.node.GossipAddr, &cfg.tls)
+	if err != nil {
+		return err
+	}
+	if len(exposed) > 0 {
+		log.Warn("--insecure-plaintext: serving plaintext beyond loopback; anyone on the network can read and forge this traffic",
+			"exposed", exposed)
+	}
+	sec, err := cfg.tls.load(log)
+	if err != nil {
+		return err
+	}
+	cfg.node.GossipKey, cfg.node.RaftTLS = sec.gossipKey, sec.raft
 	relaxGC()
 
 	var tokens *api.Tokens
@@ -140,6 +162,18 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("http listen: %w", err)
 	}
 	defer ln.Close()
+	scheme := "http"
+	if sec.http != nil {
+		ln, scheme = tls.NewListener(ln, sec.http), "https"
+	}
+	if len(sec.pairs) > 0 {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		reloadCtx, stopReload := context.WithCancel(ctx)
+		defer stopReload()
+		go reloadOnSignal(reloadCtx, hup, sec.pairs, log)
+	}
 	cfg.node.HTTPAddr = cfg.httpAdvertise
 	if cfg.node.HTTPAddr == "" {
 		cfg.node.HTTPAddr = ln.Addr().String()
@@ -155,7 +189,7 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("open node: %w", err)
 	}
 	handler := api.New(api.FromNode(n), api.Options{Logger: log.With("component", "http"), Tokens: tokens,
-		BodyTimeout: orNegative(cfg.bodyTimeout), MaxStreamsPerClient: orNegative(cfg.streamsPerClient)})
+		BodyTimeout: orNegative(cfg.bodyTimeout), MaxStreamsPerClient: orNegative(cfg.streamsPerClient), ForwardTLS: sec.forward})
 
 	// Request contexts derive from streams, which is cancelled once the
 	// grace period of a shutdown is over: event streams and waiting acquires
@@ -176,11 +210,13 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
-	fmt.Fprintf(a.stdout, "leasehold %s: node %s serving HTTP on %s (raft %s, gossip %s, data %s)\n",
-		versionString(), cfg.node.NodeID, ln.Addr(), cfg.node.RaftAddr, cfg.node.GossipAddr, cfg.node.DataDir)
+	fmt.Fprintf(a.stdout, "leasehold %s: node %s serving %s://%s (raft %s, gossip %s, data %s)\n",
+		versionString(), cfg.node.NodeID, scheme, ln.Addr(), cfg.node.RaftAddr, cfg.node.GossipAddr, cfg.node.DataDir)
 	log.Info("server started", "node_id", cfg.node.NodeID, "http_addr", ln.Addr().String(),
 		"raft_addr", cfg.node.RaftAddr, "gossip_addr", cfg.node.GossipAddr, "data_dir", cfg.node.DataDir,
-		"join", cfg.node.Join, "bootstrap_expect", cfg.node.BootstrapExpect, "auth", tokens != nil)
+		"join", cfg.node.Join, "bootstrap_expect", cfg.node.BootstrapExpect, "auth", tokens != nil,
+		"https", sec.http != nil, "client_certs", sec.http != nil && sec.http.ClientCAs != nil,
+		"raft_mtls", sec.raft != nil, "gossip_encrypted", len(sec.gossipKey) > 0)
 	go func() {
 		select {
 		case <-n.Ready():
