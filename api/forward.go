@@ -129,9 +129,10 @@ func (s *server) nodeID() string {
 }
 
 // tlsRefused reports a TLS handshake with the leader that failed: this node
-// refused the leader's certificate, or the leader refused this node's (TLS
-// 1.3 reports that on the first read, but the leader never processed the
-// request). Either way the request was not applied.
+// refused the leader's certificate, or the leader refused this node's. Either
+// way the request was not applied. (TLS 1.3 reports the second after the
+// client's handshake: when the request's write fails first, the answer is
+// the cautious INDETERMINATE.)
 func tlsRefused(err error) bool {
 	var cv *tls.CertificateVerificationError
 	if errors.As(err, &cv) {

@@ -250,7 +250,11 @@ func startCluster(t *testing.T, image, run string) *cluster {
 			"--node-id", id, "--data-dir", "/data",
 			"--http-addr", "0.0.0.0:7700", "--raft-addr", "0.0.0.0:7701", "--gossip-addr", "0.0.0.0:7702",
 			"--advertise-addr", id, "--join", strings.Join(join, ","), "--bootstrap-expect", "3",
-			"--tick-period", tickPeriod.String(), "--log-level", "debug")
+			"--tick-period", tickPeriod.String(), "--log-level", "debug",
+			// Binding 0.0.0.0 needs TLS or this opt-out. Plaintext, as in
+			// docker-compose.yml: Raft and gossip stay on the test's own
+			// bridge network, HTTP is published on the host's loopback.
+			"--insecure-plaintext")
 		port := mustDocker(t, 30*time.Second, "port", name, "7700/tcp")
 		// "127.0.0.1:49153", possibly one line per address family.
 		port, _, _ = strings.Cut(port, "\n")

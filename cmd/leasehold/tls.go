@@ -373,12 +373,12 @@ func loadCAs(flagName, path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// warnIfReadable logs a warning when a secret file is readable by group or
-// others.
+// warnIfReadable logs a warning when a secret file is readable by others
+// (group-readable is the usual root:leasehold 0640).
 func warnIfReadable(log *slog.Logger, flagName, path string) {
 	st, err := os.Stat(path)
-	if err == nil && st.Mode().Perm()&0o077 != 0 {
-		log.Warn("secret file is readable by group or others; chmod 0600 (or 0640 for a service group)",
+	if err == nil && st.Mode().Perm()&0o007 != 0 {
+		log.Warn("secret file is readable by every user; chmod 0600 (or 0640 with a group of the server's user)",
 			"flag", flagName, "file", path, "mode", fs.FileMode(st.Mode().Perm()).String())
 	}
 }
