@@ -53,6 +53,9 @@ func (n *procNode) args() []string {
 		"--raft-addr", n.addr + ":" + strconv.Itoa(netnsRaftPort),
 		"--gossip-addr", n.addr + ":" + strconv.Itoa(netnsGossipPort),
 		"--bootstrap-expect", strconv.Itoa(c.opts.Nodes),
+		// The namespaces' addresses are not loopback: plaintext must be
+		// asked for. Only the harness's own namespaces reach them.
+		"--insecure-plaintext",
 	}
 	if len(join) > 0 {
 		a = append(a, "--join", strings.Join(join, ","))
