@@ -27,7 +27,9 @@ func ServerTLS(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), cli
 		MinVersion:     tls.VersionTLS12,
 		CipherSuites:   TLSCipherSuites,
 		GetCertificate: getCert,
-		NextProtos:     []string{"h2", "http/1.1"},
+		// HTTP/1.1 only: streams, WebSocket upgrades and connection
+		// hijacking behave as over plain HTTP.
+		NextProtos: []string{"http/1.1"},
 	}
 	if clientCAs != nil {
 		c.ClientCAs = clientCAs

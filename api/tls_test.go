@@ -67,6 +67,16 @@ func TestHTTPSServes(t *testing.T) {
 	if err != nil || code != 200 || !strings.Contains(body, `"lease_id"`) {
 		t.Fatalf("GET over TLS: %d %q %v", code, body, err)
 	}
+	// HTTP/1.1 even for a client that would take HTTP/2.
+	h2 := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ClientTLS(ca.Pool(), nil), ForceAttemptHTTP2: true}}
+	resp, err := h2.Get("https://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 1 {
+		t.Fatalf("negotiated %s", resp.Proto)
+	}
 	other := testpki.NewCA(t, "other")
 	if _, _, err := getStatus(httpsClient(other.Pool(), nil), "https://"+addr+"/healthz"); err == nil {
 		t.Fatal("a client not trusting the server's CA got an answer")
