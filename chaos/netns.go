@@ -69,7 +69,8 @@ type NetnsOptions struct {
 	ExtraFlags []string
 	// Env is added to every server's environment (KEY=VALUE).
 	Env []string
-	// Logger receives the harness's account of what it does. Default: discard.
+	// Logger receives the harness's account of what it does (every fault,
+	// kill, restart). Default: Dir/logs/harness.log, appended.
 	Logger *slog.Logger
 	// StartTimeout bounds NewNetnsCluster's wait for every node to be ready
 	// with all voters, on top of ctx. Default 90s.
@@ -96,6 +97,7 @@ type NetnsCluster struct {
 	clocks []clockFault
 	proxy  *delayProxies
 	spawnr *spawner
+	logf   *os.File // the harness log Close closes, if the cluster opened it
 
 	closeOnce sync.Once
 	closeErr  error
@@ -143,9 +145,6 @@ func (o *NetnsOptions) setDefaults() error {
 			return fmt.Errorf("chaos: Env entry %q: want KEY=VALUE", e)
 		}
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 90 * time.Second
 	}
@@ -163,13 +162,25 @@ func NewNetnsCluster(ctx context.Context, o NetnsOptions) (*NetnsCluster, error)
 	if err := checkNetnsTools(); err != nil {
 		return nil, err
 	}
-	if err := Cleanup(ctx, o.Logger); err != nil {
-		return nil, fmt.Errorf("chaos: cleanup of earlier runs: %w", err)
-	}
 	for _, d := range []string{"logs", "data", "clock"} {
 		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("chaos: %w", err)
 		}
+	}
+	var harnessLog *os.File
+	if o.Logger == nil {
+		f, err := os.OpenFile(filepath.Join(o.Dir, "logs", "harness.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("chaos: %w", err)
+		}
+		harnessLog = f
+		o.Logger = slog.New(slog.NewTextHandler(f, nil))
+	}
+	if err := Cleanup(ctx, o.Logger); err != nil {
+		if harnessLog != nil {
+			harnessLog.Close()
+		}
+		return nil, fmt.Errorf("chaos: cleanup of earlier runs: %w", err)
 	}
 	c := &NetnsCluster{
 		opts:   o,
@@ -177,6 +188,7 @@ func NewNetnsCluster(ctx context.Context, o NetnsOptions) (*NetnsCluster, error)
 		rules:  make([]string, o.Nodes),
 		clocks: make([]clockFault, o.Nodes),
 		faults: newFaultState(o.Nodes),
+		logf:   harnessLog,
 	}
 	c.log = o.Logger.With("run", o.RunID)
 	for i := range c.clocks {
@@ -184,6 +196,9 @@ func NewNetnsCluster(ctx context.Context, o NetnsOptions) (*NetnsCluster, error)
 	}
 	state, subnet, err := claimRun(c.prefix)
 	if err != nil {
+		if harnessLog != nil {
+			harnessLog.Close()
+		}
 		return nil, err
 	}
 	c.state, c.subnet = state, subnet
@@ -457,7 +472,8 @@ func (c *NetnsCluster) Pause(i int) error {
 		return err
 	}
 	c.log.Info("pause", "node", n.id)
-	return n.pause(true)
+	_, err = n.pause(true)
+	return err
 }
 
 // Resume thaws node i with SIGCONT.
@@ -466,8 +482,11 @@ func (c *NetnsCluster) Resume(i int) error {
 	if err != nil {
 		return err
 	}
-	c.log.Info("resume", "node", n.id)
-	return n.pause(false)
+	was, err := n.pause(false)
+	if was {
+		c.log.Info("resume", "node", n.id)
+	}
+	return err
 }
 
 // Alive reports whether node i's process is running (a paused one is).
@@ -489,6 +508,9 @@ func (c *NetnsCluster) ClockJump(i int, d time.Duration) error {
 	defer c.mu.Unlock()
 	f := c.clocks[i]
 	f.WallOffsetNS += int64(d)
+	if f == c.clocks[i] {
+		return nil
+	}
 	if err := c.writeClockLocked(i, f); err != nil {
 		return err
 	}
@@ -509,6 +531,9 @@ func (c *NetnsCluster) ClockRate(i int, r float64) error {
 	defer c.mu.Unlock()
 	f := c.clocks[i]
 	f.MonoRate = r
+	if f == c.clocks[i] {
+		return nil
+	}
 	if err := c.writeClockLocked(i, f); err != nil {
 		return err
 	}
@@ -589,6 +614,10 @@ func (c *NetnsCluster) close(ctx context.Context, keepData bool) error {
 			errs = append(errs, err)
 		}
 	}
-	c.log.Info("netns cluster closed", "keep_data", keepData, "errors", len(errs))
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	c.log.Info("netns cluster closed", "keep_data", keepData, "err", err)
+	if c.logf != nil {
+		c.logf.Close()
+	}
+	return err
 }

@@ -185,22 +185,24 @@ func (n *procNode) kill() error {
 	}
 }
 
-// pause sends SIGSTOP (stop) or SIGCONT.
-func (n *procNode) pause(stop bool) error {
+// pause sends SIGSTOP (stop) or SIGCONT, and reports whether the node was
+// paused before.
+func (n *procNode) pause(stop bool) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.runningLocked() {
-		return fmt.Errorf("chaos: %s is not running", n.id)
+		return false, fmt.Errorf("chaos: %s is not running", n.id)
 	}
 	sig := syscall.SIGCONT
 	if stop {
 		sig = syscall.SIGSTOP
 	}
+	was := n.paused
 	if err := n.signalLocked(sig); err != nil {
-		return err
+		return was, err
 	}
 	n.paused = stop
-	return nil
+	return was, nil
 }
 
 // stop asks the server to shut down (SIGTERM, after SIGCONT if paused),
