@@ -5,7 +5,7 @@ BENCH_DIR ?= $(shell mktemp -d /tmp/leasehold-bench.XXXXXX)
 BENCH_ARGS ?= --workload all --clients 64 --duration 10s
 IMAGE     ?= leasehold:latest
 
-.PHONY: run build test test-short bench bench-scale lint fuzz image clean
+.PHONY: run build test test-short bench bench-scale lint fuzz fuzz-ci image clean
 
 # A single node on 127.0.0.1:7700 (HTTP), :7701 (Raft), :7702 (gossip),
 # data in ./leasehold-data. Ctrl-C stops it gracefully.
@@ -42,10 +42,15 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-# Each fuzz target for a short while.
+# Every fuzz target (found in the _test.go files) for FUZZTIME each; a
+# failing input lands in that package's testdata/fuzz/ and stays a test case.
+FUZZTIME ?= 10s
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20s ./fsm/
-	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime 20s ./fsm/
+	GO=$(GO) ./.ci/fuzz $(FUZZTIME)
+
+# The same, briefly, as CI runs it after `make test` (about two minutes).
+fuzz-ci:
+	GO=$(GO) ./.ci/fuzz 4s
 
 # The container image (deploy/Dockerfile, FROM scratch: nothing is pulled):
 # a static binary built here, copied into the image. deploy/README.md has the rest.
