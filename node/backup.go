@@ -136,7 +136,7 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (*SnapshotInfo, er
 		return nil, err
 	}
 	info := &SnapshotInfo{Format: SnapshotFileFormat, Index: meta.Index, Term: meta.Term,
-		CreatedAt: time.Now().UTC(), NodeID: n.cfg.NodeID, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}
+		CreatedAt: wallNow().UTC(), NodeID: n.cfg.NodeID, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}
 	hdr, err := encodeSnapshotHeader(info)
 	if err != nil {
 		return nil, err

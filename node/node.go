@@ -37,6 +37,8 @@ type Node struct {
 	pilot    atomic.Pointer[autopilot.Autopilot] // of the current leadership term
 	apState  atomic.Pointer[autopilot.State]
 
+	stopClock func() // undoes startClock
+
 	ready     chan struct{}
 	closing   chan struct{}
 	wg        sync.WaitGroup
@@ -84,6 +86,7 @@ func Open(cfg Config) (*Node, error) {
 	if raftAdv == "" && host != "" {
 		raftAdv = withHost(cfg.RaftAddr, host)
 	}
+	n.stopClock = startClock(logger)
 	cl, err := cluster.Open(cluster.Config{
 		NodeID: cfg.NodeID, Dir: cfg.DataDir, BindAddr: cfg.RaftAddr, Advertise: raftAdv,
 		InMemory: cfg.InMemory, Bootstrap: cfg.BootstrapExpect <= 1 && len(cfg.Join) == 0,
@@ -95,6 +98,7 @@ func Open(cfg Config) (*Node, error) {
 		if n.mem.gossip != nil {
 			n.mem.gossip.Close()
 		}
+		n.stopClock()
 		return nil, err
 	}
 	n.cl = cl
@@ -214,7 +218,7 @@ func (n *Node) tickLoop(ctx context.Context) {
 		first = 0
 	}
 	n.rep.mu.RUnlock()
-	timer := time.NewTimer(first)
+	timer := newClockTimer(first)
 	defer timer.Stop()
 	for {
 		select {
@@ -222,11 +226,11 @@ func (n *Node) tickLoop(ctx context.Context) {
 			return
 		case <-timer.C:
 		}
-		sent := time.Now()
+		sent := monoNow()
 		n.rep.mu.RLock()
 		next := n.rep.f.Tick() + 1
 		n.rep.mu.RUnlock()
-		_, _, err := n.propose(ctx, &fsm.Tick{Tick: next, WallMS: sent.UnixMilli(),
+		_, _, err := n.propose(ctx, &fsm.Tick{Tick: next, WallMS: wallNow().UnixMilli(),
 			PeriodMS: period.Milliseconds(), RetainTicks: retain})
 		if ctx.Err() != nil {
 			return
@@ -234,7 +238,7 @@ func (n *Node) tickLoop(ctx context.Context) {
 		if err != nil {
 			n.log.Warn("tick not committed", "tick", next, "err", err)
 		}
-		timer.Reset(max(time.Until(sent.Add(period)), 0))
+		timer.Reset(max(sent.Add(period).Sub(monoNow()), 0))
 	}
 }
 
@@ -254,6 +258,7 @@ func (n *Node) Close() error {
 		n.mem.gossip.Close()
 		n.hub.close()
 		n.wg.Wait()
+		n.stopClock()
 	})
 	return n.closeErr
 }

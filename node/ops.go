@@ -96,7 +96,7 @@ func (n *Node) Acquire(ctx context.Context, r AcquireRequest) (*Lease, bool, err
 		LeaseID: newID("ls_"), Key: r.Key, Holder: r.Holder, Limit: r.Limit, SessionID: r.SessionID,
 		SessionTokenHash: hashToken(r.SessionToken), TokenHash: hashToken(token),
 		TTLMS: r.TTLMS, TTLTicks: ticks(r.TTLMS, period), Metadata: r.Metadata,
-		WaitTicks: ticks(r.WaitMS, period), LockDelayMS: r.LockDelayMS, WallMS: time.Now().UnixMilli(),
+		WaitTicks: ticks(r.WaitMS, period), LockDelayMS: r.LockDelayMS, WallMS: wallNow().UnixMilli(),
 		Quota: n.quota(),
 	}
 	if r.LockDelayMS > 0 {
@@ -165,7 +165,7 @@ func (n *Node) awaitGrant(ctx context.Context, id, key string, wait chan fsm.Not
 	if l := n.lookupActive(id); l != nil {
 		return l, nil
 	}
-	local := time.NewTimer(d + 3*n.period() + n.cfg.ApplyTimeout)
+	local := newClockTimer(d + 3*n.period() + n.cfg.ApplyTimeout)
 	defer local.Stop()
 	select {
 	case no := <-wait:
@@ -227,13 +227,13 @@ func (n *Node) lookupActive(id string) *fsm.Lease {
 func (n *Node) render(l *fsm.Lease) *Lease {
 	n.rep.mu.RLock()
 	defer n.rep.mu.RUnlock()
-	return n.rep.view(l, time.Now())
+	return n.rep.view(l, wallNow())
 }
 
 func (n *Node) renderSession(s *fsm.Session) *Session {
 	n.rep.mu.RLock()
 	defer n.rep.mu.RUnlock()
-	return sessionView(s, n.rep.f.Tick(), n.rep.period(), time.Now())
+	return sessionView(s, n.rep.f.Tick(), n.rep.period(), wallNow())
 }
 
 // Renew extends a standalone lease by its TTL (or by ttlMS, which then
@@ -245,7 +245,7 @@ func (n *Node) Renew(ctx context.Context, id, token string, ttlMS int64) (*Lease
 	if token == "" {
 		return nil, fsm.InvalidField("token", "the lease token (X-Lease-Token) is required")
 	}
-	cmd := &fsm.Renew{LeaseID: id, TokenHash: hashToken(token), WallMS: time.Now().UnixMilli()}
+	cmd := &fsm.Renew{LeaseID: id, TokenHash: hashToken(token), WallMS: wallNow().UnixMilli()}
 	if ttlMS != 0 {
 		if err := n.checkTTL("ttl_ms", ttlMS); err != nil {
 			return nil, err
@@ -275,7 +275,7 @@ func (n *Node) Release(ctx context.Context, r ReleaseRequest) (*Lease, error) {
 		return nil, err
 	}
 	res, _, err := n.propose(ctx, &fsm.Release{LeaseID: r.LeaseID, TokenHash: hashToken(r.Token),
-		SessionTokenHash: hashToken(r.SessionToken), Reason: r.Reason, WallMS: time.Now().UnixMilli()})
+		SessionTokenHash: hashToken(r.SessionToken), Reason: r.Reason, WallMS: wallNow().UnixMilli()})
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +293,7 @@ func (n *Node) Revoke(ctx context.Context, id, reason string) (*Lease, error) {
 	if err := fsm.ValidReason(reason); err != nil {
 		return nil, err
 	}
-	res, _, err := n.propose(ctx, &fsm.Revoke{LeaseID: id, Reason: reason, WallMS: time.Now().UnixMilli()})
+	res, _, err := n.propose(ctx, &fsm.Revoke{LeaseID: id, Reason: reason, WallMS: wallNow().UnixMilli()})
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +310,7 @@ func (n *Node) Heartbeat(ctx context.Context, items []HeartbeatItem) ([]Heartbea
 	if len(items) == 0 || len(items) > fsm.MaxHeartbeatSize {
 		return nil, fsm.InvalidField("leases", "a heartbeat carries 1-%d leases, got %d", fsm.MaxHeartbeatSize, len(items))
 	}
-	cmd := &fsm.Heartbeat{Items: make([]fsm.HeartbeatItem, len(items)), WallMS: time.Now().UnixMilli()}
+	cmd := &fsm.Heartbeat{Items: make([]fsm.HeartbeatItem, len(items)), WallMS: wallNow().UnixMilli()}
 	out := make([]HeartbeatResult, len(items))
 	for i, it := range items {
 		out[i].LeaseID = it.LeaseID
@@ -326,7 +326,7 @@ func (n *Node) Heartbeat(ctx context.Context, items []HeartbeatItem) ([]Heartbea
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	now := time.Now()
+	now := wallNow()
 	n.rep.mu.RLock()
 	tick, period := n.rep.f.Tick(), n.rep.period()
 	n.rep.mu.RUnlock()
@@ -357,7 +357,7 @@ func (n *Node) CreateSession(ctx context.Context, r SessionRequest) (*Session, e
 	token := newToken()
 	res, _, err := n.propose(ctx, &fsm.SessionCreate{SessionID: newID("ss_"), Holder: r.Holder,
 		TokenHash: hashToken(token), TTLMS: r.TTLMS, TTLTicks: ticks(r.TTLMS, n.period()),
-		Metadata: r.Metadata, WallMS: time.Now().UnixMilli(), Quota: n.quota()})
+		Metadata: r.Metadata, WallMS: wallNow().UnixMilli(), Quota: n.quota()})
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +378,7 @@ func (n *Node) SessionHeartbeat(ctx context.Context, id, token string) (*Session
 	if token == "" {
 		return nil, fsm.InvalidField("session_token", "the session token (X-Session-Token) is required")
 	}
-	res, _, err := n.propose(ctx, &fsm.SessionHeartbeat{SessionID: id, TokenHash: hashToken(token), WallMS: time.Now().UnixMilli()})
+	res, _, err := n.propose(ctx, &fsm.SessionHeartbeat{SessionID: id, TokenHash: hashToken(token), WallMS: wallNow().UnixMilli()})
 	if err != nil {
 		return nil, err
 	}
@@ -401,7 +401,7 @@ func (n *Node) EndSession(ctx context.Context, id, token string, force bool) (*S
 	if token == "" && !force {
 		return nil, fsm.InvalidField("session_token", "the session token (X-Session-Token) is required")
 	}
-	res, _, err := n.propose(ctx, &fsm.SessionEnd{SessionID: id, TokenHash: hashToken(token), Force: force, WallMS: time.Now().UnixMilli()})
+	res, _, err := n.propose(ctx, &fsm.SessionEnd{SessionID: id, TokenHash: hashToken(token), Force: force, WallMS: wallNow().UnixMilli()})
 	if err != nil {
 		return nil, err
 	}
@@ -421,7 +421,7 @@ func (n *Node) ReleaseHolder(ctx context.Context, holder, reason string) (int, e
 	if err := fsm.ValidReason(reason); err != nil {
 		return 0, err
 	}
-	res, _, err := n.propose(ctx, &fsm.ReleaseHolder{Holder: holder, Reason: reason, WallMS: time.Now().UnixMilli()})
+	res, _, err := n.propose(ctx, &fsm.ReleaseHolder{Holder: holder, Reason: reason, WallMS: wallNow().UnixMilli()})
 	if err != nil {
 		return 0, err
 	}

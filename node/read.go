@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"strconv"
-	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/fsm"
@@ -63,7 +62,7 @@ func (n *Node) GetLease(ctx context.Context, id string, stale bool) (*Lease, err
 	if l == nil {
 		return nil, fsm.Errorf(CodeLeaseNotFound, "lease %s not found", id)
 	}
-	return n.rep.view(l, time.Now()), nil
+	return n.rep.view(l, wallNow()), nil
 }
 
 // ListLeases returns one page of leases ordered by id.
@@ -86,7 +85,7 @@ func (n *Node) ListLeases(ctx context.Context, r ListRequest, stale bool) (*Leas
 	defer n.rep.mu.RUnlock()
 	ls, next := n.rep.f.Leases(fsm.LeaseFilter{Key: r.Key, Prefix: r.Prefix, Holder: r.Holder,
 		SessionID: r.SessionID, State: fsm.State(r.State), After: r.After, Limit: r.Limit})
-	now := time.Now()
+	now := wallNow()
 	out := &LeaseList{Leases: make([]*Lease, len(ls)), Next: next}
 	for i, l := range ls {
 		out.Leases[i] = n.rep.view(l, now)
@@ -108,7 +107,7 @@ func (n *Node) GetSession(ctx context.Context, id string, stale bool) (*Session,
 	if s == nil {
 		return nil, fsm.Errorf(CodeSessionNotFound, "session %s not found", id)
 	}
-	return sessionView(s, n.rep.f.Tick(), n.rep.period(), time.Now()), nil
+	return sessionView(s, n.rep.f.Tick(), n.rep.period(), wallNow()), nil
 }
 
 // ListSessions returns one page of sessions ordered by id.
@@ -125,7 +124,7 @@ func (n *Node) ListSessions(ctx context.Context, holder, after string, limit int
 	n.rep.mu.RLock()
 	defer n.rep.mu.RUnlock()
 	ss, next := n.rep.f.Sessions(holder, after, limit)
-	now, tick, period := time.Now(), n.rep.f.Tick(), n.rep.period()
+	now, tick, period := wallNow(), n.rep.f.Tick(), n.rep.period()
 	out := &SessionList{Sessions: make([]*Session, len(ss)), Next: next}
 	for i, s := range ss {
 		out.Sessions[i] = sessionView(s, tick, period, now)
@@ -155,7 +154,7 @@ func (n *Node) Validate(ctx context.Context, r ValidateRequest) (*ValidateResult
 	}
 	n.rep.mu.RLock()
 	defer n.rep.mu.RUnlock()
-	now := time.Now()
+	now := wallNow()
 	if byKey {
 		active := n.rep.f.ActiveOnKey(r.Key)
 		var current *Lease
