@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -22,22 +23,29 @@ func (c *NetnsCluster) addrs() nftAddrs {
 func proxyPort(a, b int) int { return netnsProxyBase + a*netnsMaxNodes + b }
 
 // applyRulesLocked renders every node's table from c.faults and replaces
-// the tables that changed, each in one nft transaction.
+// the tables that changed, each in one nft transaction, all namespaces at
+// once (so that a partition comes into force nearly together everywhere).
 func (c *NetnsCluster) applyRulesLocked(ctx context.Context) error {
 	a := c.addrs()
-	var errs []error
+	errs := make([]error, c.opts.Nodes)
+	var wg sync.WaitGroup
 	for i := range c.opts.Nodes {
 		script := c.faults.render(c.tableName(), i, a)
 		if script == c.rules[i] {
 			continue
 		}
-		if err := run(ctx, strings.NewReader(script), "ip", "netns", "exec", c.Namespace(i), "nft", "-f", "-"); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", c.NodeID(i), err))
-			c.rules[i] = "" // unknown: rewrite next time
-			continue
-		}
-		c.rules[i] = script
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx, strings.NewReader(script), "ip", "netns", "exec", c.Namespace(i), "nft", "-f", "-"); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", c.NodeID(i), err)
+				c.rules[i] = "" // unknown: rewrite next time
+				return
+			}
+			c.rules[i] = script
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
@@ -54,11 +62,12 @@ func (c *NetnsCluster) changeFaults(what string, change func(f *faultState) erro
 	c.faults = next
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
+	start := time.Now()
 	// Proxies first: a redirect must find its listener.
 	err := c.proxy.sync(&c.faults)
 	err = errors.Join(err, c.applyRulesLocked(ctx))
 	c.proxy.prune(&c.faults)
-	c.log.Info(what, append(attrs, "err", err)...)
+	c.log.Info(what, append(attrs, "took", time.Since(start).Round(time.Millisecond), "err", err)...)
 	return err
 }
 
