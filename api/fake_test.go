@@ -254,7 +254,7 @@ func (f *fakeNode) LocalState(ctx context.Context, hashAt uint64) (*node.LocalSt
 	}
 	st := &node.LocalState{NodeID: "n1", State: "Follower", AppliedIndex: f.index.Load()}
 	if hashAt > 0 {
-		st.Hash = &node.StateHash{Index: hashAt, Tick: 3, SHA256: strings.Repeat("ab", 32)}
+		st.StateHash, st.HashIndex, st.HashTick = strings.Repeat("ab", 32), hashAt, 3
 	}
 	return st, nil
 }

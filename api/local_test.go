@@ -16,7 +16,7 @@ func TestLocalState(t *testing.T) {
 	rec := do(t, h, "GET", "/v1/cluster/local", "")
 	var st node.LocalState
 	jsonOf(t, rec, &st)
-	if rec.Code != 200 || st.NodeID != "n1" || st.AppliedIndex != 42 || st.Hash != nil {
+	if rec.Code != 200 || st.NodeID != "n1" || st.AppliedIndex != 42 || st.StateHash != "" {
 		t.Fatalf("local state: %d %s", rec.Code, rec.Body)
 	}
 	c := f.only(t, "LocalState")
@@ -31,7 +31,7 @@ func TestLocalState(t *testing.T) {
 	rec = do(t, New(f, Options{}), "GET", "/v1/cluster/local?hash_at=1234&timeout_ms=1500", "")
 	st = node.LocalState{}
 	jsonOf(t, rec, &st)
-	if rec.Code != 200 || st.Hash == nil || st.Hash.Index != 1234 || len(st.Hash.SHA256) != 64 {
+	if rec.Code != 200 || st.HashIndex != 1234 || len(st.StateHash) != 64 || !strings.Contains(rec.Body.String(), `"state_hash":"abab`) {
 		t.Fatalf("hash: %d %s", rec.Code, rec.Body)
 	}
 	c = f.only(t, "LocalState")

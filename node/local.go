@@ -28,19 +28,21 @@ type LocalState struct {
 	// replaced since it started (those installs and operator restores).
 	SnapshotsInstalled uint64 `json:"snapshots_installed"`
 	SnapshotsRestored  uint64 `json:"snapshots_restored"`
-	// Hash is set when a hash was asked for.
-	Hash *StateHash `json:"hash,omitempty"`
+	// StateHash, set when a hash was asked for, is the hex SHA-256 of the
+	// whole replicated state right after this node applied the entry at
+	// HashIndex: of the state's snapshot encoding, which is canonical
+	// (equal states give equal bytes; fsm/DESIGN.md). Replicas that applied
+	// the same log have the same hash at the same index. HashTick is the
+	// state's tick then.
+	StateHash string `json:"state_hash,omitempty"`
+	HashIndex uint64 `json:"hash_index,omitempty"`
+	HashTick  uint64 `json:"hash_tick,omitempty"`
 }
 
-// StateHash is the SHA-256 of the whole replicated state right after this
-// node applied the entry at Index: the state's snapshot encoding, which is
-// canonical (equal states give equal bytes; fsm/DESIGN.md). Replicas that
-// applied the same log have the same hash at the same index.
-type StateHash struct {
-	Index uint64 `json:"index"`
-	// Tick is the state's tick at Index.
-	Tick   uint64 `json:"tick"`
-	SHA256 string `json:"sha256"`
+// stateHash is a state hash as the apply path computes it.
+type stateHash struct {
+	index, tick uint64
+	sum         string
 }
 
 // CodeIndexPassed answers a state hash asked for at an index this node has
@@ -58,7 +60,7 @@ const CodeIndexPassed = fsm.CodeIndexPassed
 // A leader appends tick entries continuously, so hashes "now" are never
 // comparable across nodes; hashes at the same future index are.
 func (n *Node) LocalState(ctx context.Context, hashAt uint64) (*LocalState, error) {
-	var h *StateHash
+	var h *stateHash
 	if hashAt > 0 {
 		var err error
 		if h, err = n.rep.hashAt(ctx, hashAt); err != nil {
@@ -70,12 +72,15 @@ func (n *Node) LocalState(ctx context.Context, hashAt uint64) (*LocalState, erro
 	n.rep.mu.RLock()
 	tick := n.rep.f.Tick()
 	n.rep.mu.RUnlock()
-	return &LocalState{
+	st := &LocalState{
 		NodeID: n.cfg.NodeID, State: r.State().String(), Term: r.CurrentTerm(), Leader: string(leader),
 		CommitIndex: r.CommitIndex(), AppliedIndex: n.rep.applied.Load(), Tick: tick,
 		SnapshotsInstalled: n.rep.installed.Load(), SnapshotsRestored: n.rep.restores.Load(),
-		Hash: h,
-	}, nil
+	}
+	if h != nil {
+		st.StateHash, st.HashIndex, st.HashTick = h.sum, h.index, h.tick
+	}
+	return st, nil
 }
 
 type hashReq struct {
@@ -84,7 +89,7 @@ type hashReq struct {
 }
 
 type hashResult struct {
-	h   *StateHash
+	h   *stateHash
 	err error
 }
 
@@ -93,7 +98,7 @@ type hashResult struct {
 // stores the position before it looks for requests (both sequentially
 // consistent), so either the request sees the entry applied or the apply
 // path sees the request: none is left waiting for an entry already passed.
-func (r *replica) hashAt(ctx context.Context, at uint64) (*StateHash, error) {
+func (r *replica) hashAt(ctx context.Context, at uint64) (*stateHash, error) {
 	req := &hashReq{at: at, done: make(chan hashResult, 1)}
 	r.hashMu.Lock()
 	r.hashes = append(r.hashes, req)
@@ -164,7 +169,7 @@ func (r *replica) serveHashes(upTo uint64) {
 		out := *res
 		if out.h != nil {
 			h := *out.h
-			h.Index = req.at
+			h.index = req.at
 			out.h = &h
 		}
 		req.done <- out
@@ -202,5 +207,5 @@ func (r *replica) hashState(at uint64) hashResult {
 		// that every snapshot would hit too.
 		return hashResult{err: &Error{Code: CodeInternal, Message: "encode the state to hash it: " + err.Error()}}
 	}
-	return hashResult{h: &StateHash{Index: at, Tick: r.f.Tick(), SHA256: hex.EncodeToString(sum.Sum(nil))}}
+	return hashResult{h: &stateHash{index: at, tick: r.f.Tick(), sum: hex.EncodeToString(sum.Sum(nil))}}
 }

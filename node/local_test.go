@@ -91,7 +91,7 @@ func TestStateHashAtIndex(t *testing.T) {
 
 	// The current index: answered at once, from the current state.
 	got, err := h.r.hashAt(ctx, 2)
-	if err != nil || got.SHA256 != at2 || got.Index != 2 || got.Tick != 1 {
+	if err != nil || got.sum != at2 || got.index != 2 || got.tick != 1 {
 		t.Fatalf("hash at the applied index: %+v %v, want %s", got, err, at2)
 	}
 	// An index already passed.
@@ -108,12 +108,12 @@ func TestStateHashAtIndex(t *testing.T) {
 	at5 := h.sum()
 	for i, p := range []<-chan hashResult{p3, p4} {
 		res := recv(t, p)
-		if res.err != nil || res.h.SHA256 != at2 || res.h.Index != uint64(3+i) {
+		if res.err != nil || res.h.sum != at2 || res.h.index != uint64(3+i) {
 			t.Fatalf("hash at %d (no state change since 2): %+v %v, want %s", 3+i, res.h, res.err, at2)
 		}
 	}
 	res := recv(t, p5)
-	if res.err != nil || res.h.SHA256 != at5 || res.h.Index != 5 {
+	if res.err != nil || res.h.sum != at5 || res.h.index != 5 {
 		t.Fatalf("hash at 5: %+v %v, want %s", res.h, res.err, at5)
 	}
 	// A different state has a different hash.
@@ -163,7 +163,7 @@ func TestStateHashSnapshotJump(t *testing.T) {
 	restored := h.sum()
 	h.apply(23, tickCmd(3))
 	res = recv(t, beyond)
-	if res.err != nil || res.h.SHA256 != restored || res.h.Index != 22 {
+	if res.err != nil || res.h.sum != restored || res.h.index != 22 {
 		t.Fatalf("hash at 22 (after the snapshot, before 23): %+v %v, want %s", res.h, res.err, restored)
 	}
 }
@@ -216,14 +216,14 @@ func TestClusterStateHashAgrees(t *testing.T) {
 	// Ticks keep coming, so an index a few entries ahead is reached soon.
 	at := l.AppliedIndex() + 5
 	first := hashes(at)
-	want := first["n1"].Hash
-	if want == nil || want.Index != at || len(want.SHA256) != 64 {
+	want := first["n1"]
+	if want.HashIndex != at || len(want.StateHash) != 64 || want.HashTick == 0 {
 		t.Fatalf("n1: hash %+v", want)
 	}
 	leaders := 0
 	for id, st := range first {
-		if *st.Hash != *want {
-			t.Fatalf("%s: hash at %d is %+v, n1's %+v", id, at, st.Hash, want)
+		if st.StateHash != want.StateHash || st.HashIndex != at || st.HashTick != want.HashTick {
+			t.Fatalf("%s: hash at %d is %s (index %d, tick %d), n1's %s (tick %d)", id, at, st.StateHash, st.HashIndex, st.HashTick, want.StateHash, want.HashTick)
 		}
 		if st.NodeID != id || st.AppliedIndex < at || st.Leader != l.cfg.NodeID || st.Term == 0 {
 			t.Fatalf("%s: local state %+v", id, st)
@@ -241,12 +241,12 @@ func TestClusterStateHashAgrees(t *testing.T) {
 	}
 	at2 := l.AppliedIndex() + 5
 	second := hashes(at2)
-	if second["n1"].Hash.SHA256 == want.SHA256 {
+	if second["n1"].StateHash == want.StateHash {
 		t.Fatal("a lease more, and the same hash")
 	}
 	for id, st := range second {
-		if *st.Hash != *second["n1"].Hash {
-			t.Fatalf("%s: hash at %d is %+v, n1's %+v", id, at2, st.Hash, second["n1"].Hash)
+		if st.StateHash != second["n1"].StateHash || st.HashIndex != at2 {
+			t.Fatalf("%s: hash at %d is %s, n1's %s", id, at2, st.StateHash, second["n1"].StateHash)
 		}
 	}
 	// Long past the first index now.
@@ -256,7 +256,7 @@ func TestClusterStateHashAgrees(t *testing.T) {
 	}
 	// Without hash_at: no hash, no waiting.
 	st, err := c.node("n3").LocalState(ctx, 0)
-	if err != nil || st.Hash != nil || st.AppliedIndex < at2 || st.SnapshotsInstalled != 0 {
+	if err != nil || st.StateHash != "" || st.HashIndex != 0 || st.AppliedIndex < at2 || st.SnapshotsInstalled != 0 {
 		t.Fatalf("local state without a hash: %+v %v", st, err)
 	}
 }
