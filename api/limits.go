@@ -44,7 +44,9 @@ func (s *server) guardBody(w http.ResponseWriter, r *http.Request, path string) 
 	if r.ContentLength > s.maxBody && !progress {
 		return payloadTooLarge(s.maxBody)
 	}
-	if s.bodyTimeout <= 0 {
+	if s.bodyTimeout <= 0 || r.Header.Get("Upgrade") != "" {
+		// An upgrade (WebSocket) hijacks the connection, which would
+		// keep the deadline: it is not put on at all.
 		return nil
 	}
 	rc := http.NewResponseController(w)

@@ -204,3 +204,53 @@ func TestStreamsPerClient(t *testing.T) {
 		t.Fatalf("stream after one ended: %d", resp3.StatusCode)
 	}
 }
+
+// TestSnapshotUploadProgressDeadline: a snapshot upload may take longer
+// than the body timeout as long as data keeps coming; one that stalls for
+// longer is answered 400 and never reaches a restore.
+func TestSnapshotUploadProgressDeadline(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	f := newFake()
+	srv := httptest.NewServer(New(f, Options{BodyTimeout: timeout}))
+	t.Cleanup(srv.Close)
+	head := "PUT /v1/cluster/snapshot HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 400\r\n\r\n"
+	chunk := strings.Repeat("s", 100)
+
+	// Four chunks 100 ms apart: 300 ms in all, more than the timeout.
+	c, br := rawRequest(t, srv.Listener.Addr().String(), head)
+	tick := time.NewTicker(timeout / 2)
+	defer tick.Stop()
+	for range 4 {
+		<-tick.C
+		if _, err := io.WriteString(c, chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"size":400`) {
+		t.Fatalf("slow but steady upload: %d %s", resp.StatusCode, b)
+	}
+
+	// One chunk, then nothing.
+	f2 := newFake()
+	srv2 := httptest.NewServer(New(f2, Options{BodyTimeout: timeout}))
+	t.Cleanup(srv2.Close)
+	_, br = rawRequest(t, srv2.Listener.Addr().String(), head+chunk)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "stalled") {
+		t.Fatalf("stalled upload: %d %s", resp.StatusCode, b)
+	}
+	if cs := f2.called(); len(cs) != 0 {
+		t.Fatalf("a stalled upload was restored: %v", cs)
+	}
+}

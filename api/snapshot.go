@@ -1,10 +1,12 @@
 package api
 
 import (
+	"errors"
 	"io"
 	"net/http"
 
 	"github.com/julienschmidt/httprouter"
+	"github.com/leasehold/leasehold/node"
 )
 
 // MaxSnapshotBytes limits the body of PUT /v1/cluster/snapshot. The
@@ -53,6 +55,9 @@ func (sw *snapshotWriter) Write(p []byte) (int, error) {
 func (s *server) restoreSnapshot(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	body := http.MaxBytesReader(w, r.Body, MaxSnapshotBytes)
 	info, err := s.n.RestoreSnapshot(r.Context(), body)
+	if errors.Is(err, errBodyTimeout) {
+		err = &node.Error{Code: node.CodeInvalidArgument, Message: "snapshot upload stalled: " + err.Error()}
+	}
 	if err != nil {
 		// Drain a little so that a small refused upload gets its answer
 		// rather than a reset connection.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,4 +170,56 @@ func TestLimitEventStreams(t *testing.T) {
 		t.Fatalf("stream after a close: %v", err)
 	}
 	c.Close()
+}
+
+// TestLimitSizes: keys up to 512 bytes, holders up to 128, metadata up to
+// 16 entries and 4 KiB; one byte or entry more is INVALID_ARGUMENT naming
+// the field, and creates nothing.
+func TestLimitSizes(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	meta := func(entries, bytes int) map[string]string {
+		m := map[string]string{}
+		for i := range entries {
+			m[fmt.Sprintf("k%02d", i)] = ""
+		}
+		m["k00"] = strings.Repeat("v", bytes-3*entries)
+		return m
+	}
+	for _, tt := range []struct {
+		name  string
+		req   AcquireRequest
+		field string // "": accepted
+	}{
+		{"key at 512", AcquireRequest{Key: strings.Repeat("k", 512), Holder: "h"}, ""},
+		{"key at 513", AcquireRequest{Key: strings.Repeat("k", 513), Holder: "h"}, "key"},
+		{"empty key", AcquireRequest{Key: "", Holder: "h"}, "key"},
+		{"holder at 128", AcquireRequest{Key: "a", Holder: strings.Repeat("h", 128)}, ""},
+		{"holder at 129", AcquireRequest{Key: "b", Holder: strings.Repeat("h", 129)}, "holder"},
+		{"metadata 16 entries, 4 KiB", AcquireRequest{Key: "c", Holder: "h", Metadata: meta(16, 4096)}, ""},
+		{"metadata 17 entries", AcquireRequest{Key: "d", Holder: "h", Metadata: meta(17, 4096)}, "metadata"},
+		{"metadata 4 KiB + 1", AcquireRequest{Key: "e", Holder: "h", Metadata: meta(16, 4097)}, "metadata"},
+	} {
+		before := n.Stats().ActiveLeases
+		tt.req.TTLMS = 60000
+		_, _, err := n.Acquire(ctx, tt.req)
+		var e *Error
+		switch {
+		case tt.field == "" && err != nil:
+			t.Errorf("%s: %v", tt.name, err)
+		case tt.field != "" && (!errors.As(err, &e) || e.Code != CodeInvalidArgument || e.Field != tt.field):
+			t.Errorf("%s: %v, want INVALID_ARGUMENT on %s", tt.name, err, tt.field)
+		case tt.field != "" && n.Stats().ActiveLeases != before:
+			t.Errorf("%s: a refused acquire changed the count", tt.name)
+		}
+	}
+	if _, err := n.CreateSession(ctx, SessionRequest{Holder: strings.Repeat("h", 129), TTLMS: 60000}); !errors.Is(err, &Error{Code: CodeInvalidArgument}) {
+		t.Errorf("session holder of 129 bytes: %v", err)
+	}
+	if _, err := n.CreateSession(ctx, SessionRequest{Holder: "h", TTLMS: 60000, Metadata: meta(17, 100)}); !errors.Is(err, &Error{Code: CodeInvalidArgument}) {
+		t.Errorf("session with 17 metadata entries: %v", err)
+	}
+	if s := n.Stats(); s.ActiveSessions != 0 {
+		t.Errorf("%d sessions after refusals", s.ActiveSessions)
+	}
 }
