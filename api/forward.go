@@ -87,7 +87,7 @@ func forwardErrorStatus(r *http.Request, err error) (int, *node.Error) {
 // ?stale=true reads answer locally.
 func forwardable(rt route, r *http.Request) bool {
 	switch rt.path {
-	case "/v1/events", "/v1/cluster/local", "/healthz", "/readyz", "/metrics":
+	case "/v1/events", "/v1/cluster/local", "/healthz", "/readyz", "/metrics", "/v1/control/ws":
 		return false
 	}
 	if r.Method == http.MethodGet && isTrue(r.URL.Query().Get("stale")) {

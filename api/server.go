@@ -58,6 +58,10 @@ type Options struct {
 	// open at once (429 RESOURCE_EXHAUSTED beyond). Default 128; negative:
 	// no limit. The node bounds the total (node.Config.MaxEventStreams).
 	MaxStreamsPerClient int
+	// Control configures the control lease routes (served when the node
+	// implements ControlNode, as *node.Node does); its Tokens and Logger
+	// are ignored (the API's own apply).
+	Control ControlOptions
 }
 
 // server is the handler returned by New.
@@ -76,6 +80,8 @@ type server struct {
 	// bounds event streams per client.
 	bodyTimeout time.Duration
 	streams     streamLimiter
+	// control serves the control lease; nil when the node has none.
+	control *Control
 }
 
 // New returns the HTTP handler of the v1 API serving n. It is safe for
@@ -112,7 +118,12 @@ func New(n Node, opts Options) http.Handler {
 	if l, ok := n.(leaderLocator); ok {
 		s.locator, s.fwd = l, newForwarder(s.log, opts.ForwardTLS, opts.ForwardDial)
 	}
-	rs := s.routes()
+	if cn, ok := n.(ControlNode); ok {
+		co := opts.Control
+		co.Tokens, co.Logger, co.ForwardTLS, co.ForwardDial = nil, s.log, opts.ForwardTLS, opts.ForwardDial
+		s.control = NewControl(cn, co)
+	}
+	rs := append(s.routes(), s.controlRoutes()...)
 	s.metrics = newHTTPMetrics(rs)
 	r := httprouter.New()
 	// An API answers the path it is given: no redirects, which would also
@@ -265,6 +276,9 @@ func (s *server) wrap(rt route, counters *routeCounters) httprouter.Handle {
 			return
 		}
 		if s.maybeForward(w, r, rt) {
+			return
+		}
+		if s.control != nil && controlGated(rt, r) && !s.control.gate(w, r) {
 			return
 		}
 		if err := rt.h(w, r, ps); err != nil {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/fsm"
@@ -39,6 +40,9 @@ func checkID(kind, id string) *Error {
 func (n *Node) validateAcquire(r *AcquireRequest) *Error {
 	if err := fsm.ValidKey(r.Key); err != nil {
 		return err
+	}
+	if strings.HasPrefix(r.Key, ReservedKeyPrefix) {
+		return fsm.InvalidField("key", "keys under %q are reserved (the control lease is acquired over the control WebSocket)", ReservedKeyPrefix)
 	}
 	if r.SessionID == "" || r.Holder != "" {
 		if err := fsm.ValidHolder(r.Holder); err != nil {
@@ -242,6 +246,9 @@ func (n *Node) Renew(ctx context.Context, id, token string, ttlMS int64) (*Lease
 	if err := checkID("lease", id); err != nil {
 		return nil, err
 	}
+	if IsControlLeaseID(id) {
+		return nil, errControlOnly()
+	}
 	if token == "" {
 		return nil, fsm.InvalidField("token", "the lease token (X-Lease-Token) is required")
 	}
@@ -268,6 +275,9 @@ func (n *Node) Release(ctx context.Context, r ReleaseRequest) (*Lease, error) {
 	if err := checkID("lease", r.LeaseID); err != nil {
 		return nil, err
 	}
+	if IsControlLeaseID(r.LeaseID) {
+		return nil, errControlOnly()
+	}
 	if r.Token == "" && r.SessionToken == "" {
 		return nil, fsm.InvalidField("token", "the lease token (X-Lease-Token) or, for a bound lease, the session token is required")
 	}
@@ -289,6 +299,9 @@ func (n *Node) Release(ctx context.Context, r ReleaseRequest) (*Lease, error) {
 func (n *Node) Revoke(ctx context.Context, id, reason string) (*Lease, error) {
 	if err := checkID("lease", id); err != nil {
 		return nil, err
+	}
+	if IsControlLeaseID(id) {
+		return nil, errControlOnly()
 	}
 	if err := fsm.ValidReason(reason); err != nil {
 		return nil, err
@@ -313,6 +326,9 @@ func (n *Node) Heartbeat(ctx context.Context, items []HeartbeatItem) ([]Heartbea
 	cmd := &fsm.Heartbeat{Items: make([]fsm.HeartbeatItem, len(items)), WallMS: wallNow().UnixMilli()}
 	out := make([]HeartbeatResult, len(items))
 	for i, it := range items {
+		if IsControlLeaseID(it.LeaseID) {
+			return nil, errControlOnly()
+		}
 		out[i].LeaseID = it.LeaseID
 		cmd.Items[i] = fsm.HeartbeatItem{LeaseID: it.LeaseID, TokenHash: hashToken(it.Token)}
 		if it.Token == "" {
