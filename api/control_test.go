@@ -525,11 +525,15 @@ func TestControlGate(t *testing.T) {
 	if e.OwnerClientName == nil || *e.OwnerClientName != "K1 Composer" || e.RemainingMS == nil || *e.RemainingMS <= 0 {
 		t.Fatalf("CONTROL_LOCKED details = %+v", e)
 	}
-	// Every admin route is gated, the cluster's too.
+	// Every mutating admin route is gated, the cluster's too.
 	for _, r := range [][2]string{{"POST", "/v1/cluster/transfer-leadership"}, {"DELETE", "/v1/cluster/members/x"},
-		{"POST", "/v1/holders/w/release"}, {"GET", "/v1/cluster/snapshot"}, {"DELETE", "/v1/sessions/ss_00"}} {
+		{"POST", "/v1/holders/w/release"}, {"PUT", "/v1/cluster/snapshot"}, {"DELETE", "/v1/sessions/ss_00"}} {
 		code, body = restDo(t, r[0], env.srv.URL+r[1], "")
 		restError(t, code, body, 428, node.CodeLeaseRequired)
+	}
+	// Admin reads are not (the seed's matrix: read-only REST is allowed).
+	if code, body = restDo(t, "GET", env.srv.URL+"/v1/cluster/local", ""); code != 200 {
+		t.Fatalf("GET /v1/cluster/local under the control lease: %d %s", code, body)
 	}
 	// Status 423 never appears; the lease's own countdown reaching zero
 	// before expiry commits is LEASE_EXPIRED too (checked in node tests).
