@@ -25,6 +25,16 @@
 //   - Secret tokens (bearer, lease and session tokens) and request bodies are
 //     never logged.
 //
+// The control lease of seed 000 (a WebSocket-owned global lock that gates
+// the mutating admin routes) is served at /v1/control/ws and
+// /v1/control/status when the node implements ControlNode. An application
+// embedding a node mounts the same handlers at its own paths:
+//
+//	ctl := api.NewControl(api.FromNode(n), api.ControlOptions{})
+//	mux.Handle("GET /api/v1/control/ws", ctl.WebSocket())
+//	mux.Handle("GET /api/v1/control/status", ctl.Status())
+//	mux.Handle("POST /api/v1/presets", ctl.Gate(presets))
+//
 // The handler is safe for concurrent use. Event streams (GET /v1/events) end
 // when the client goes away, when the node ends the subscription, or when
 // the request context is cancelled: give http.Server a BaseContext that is

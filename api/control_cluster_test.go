@@ -1,0 +1,192 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+// clusterMember is one node of a real three-node cluster on loopback, with
+// the API in front of it.
+type clusterMember struct {
+	id   string
+	n    *node.Node
+	srv  *http.Server
+	base string
+	once sync.Once
+}
+
+func (m *clusterMember) stop() {
+	m.once.Do(func() {
+		m.srv.Close()
+		m.n.Close()
+	})
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startAPICluster forms a three-node cluster (bootstrap-expect 3) whose
+// nodes serve the API on loopback.
+func startAPICluster(t *testing.T) []*clusterMember {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	ids := []string{"c1", "c2", "c3"}
+	gossip := make([]string, len(ids))
+	for i := range ids {
+		gossip[i] = freeAddr(t)
+	}
+	ms := make([]*clusterMember, len(ids))
+	for i, id := range ids {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := node.DefaultConfig()
+		cfg.NodeID, cfg.DataDir = id, t.TempDir()
+		cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = freeAddr(t), gossip[i], ln.Addr().String()
+		cfg.BootstrapExpect, cfg.Join = 3, gossip
+		cfg.TickPeriod = 50 * time.Millisecond
+		n, err := node.Open(cfg)
+		if err != nil {
+			ln.Close()
+			t.Fatalf("open %s: %v", id, err)
+		}
+		m := &clusterMember{id: id, n: n, base: "http://" + ln.Addr().String(),
+			srv: &http.Server{Handler: New(FromNode(n), Options{}), ReadHeaderTimeout: 10 * time.Second}}
+		go m.srv.Serve(ln)
+		ms[i] = m
+		t.Cleanup(m.stop)
+	}
+	pollUntil(t, 60*time.Second, "a leader known to every node", func() bool {
+		for _, m := range ms {
+			if m.n.ReadyErr() != nil {
+				return false
+			}
+			if _, ok := m.n.Leader(); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	return ms
+}
+
+func leaderOf(ms []*clusterMember) *clusterMember {
+	for _, m := range ms {
+		if info, ok := m.n.Leader(); ok && info.Self {
+			return m
+		}
+	}
+	return nil
+}
+
+// TestControlClusterFollowerAndFailover: a client connected to a follower
+// acquires the control lease (the follower sends it to the leader), every
+// node's clients see the broadcasts, and the lease survives a leader crash
+// while its owning connection stays up.
+func TestControlClusterFollowerAndFailover(t *testing.T) {
+	ms := startAPICluster(t)
+	var l *clusterMember
+	pollUntil(t, 30*time.Second, "a leader", func() bool { l = leaderOf(ms); return l != nil })
+	var fs []*clusterMember
+	for _, m := range ms {
+		if m != l {
+			fs = append(fs, m)
+		}
+	}
+	owner := dialControl(t, fs[0].base, nil)   // on a follower
+	onLeader := dialControl(t, l.base, nil)    // on the leader
+	onOther := dialControl(t, fs[1].base, nil) // on the other follower
+
+	got := acquire(t, owner, "K1 Composer", "ttlMs", 10000)
+	checkToken(t, got.LeaseToken)
+	for _, c := range []*wsClient{onLeader, onOther} {
+		if ch := c.changed("acquired").state(t); ch.LeaseID != got.LeaseID || ch.OwnerClientName != "K1 Composer" {
+			t.Fatalf("stateChanged on another node = %+v", ch)
+		}
+	}
+	// Locked for a client of another node; status answers on a follower.
+	wantWSError(t, onOther.reply(onOther.send(map[string]any{"type": "control.acquire"})), node.CodeControlLocked)
+	if st := restStatus(t, fs[1].base); !st.Active || st.LeaseID != got.LeaseID {
+		t.Fatalf("status on a follower = %+v", st)
+	}
+	hb := map[string]any{"type": "control.heartbeat", "leaseId": got.LeaseID, "leaseToken": got.LeaseToken}
+	if m := owner.reply(owner.send(hb)); m.Type != "control.heartbeatAck" {
+		t.Fatalf("heartbeat through a follower: %s", m.raw)
+	}
+	onOther.changed("heartbeat")
+
+	// The leader crashes; the owner's connection (on a follower) stays up.
+	crash := time.Now()
+	l.stop()
+	var nl *clusterMember
+	pollUntil(t, 30*time.Second, "a new leader", func() bool {
+		nl = leaderOf(fs)
+		return nl != nil && nl.n.ReadyErr() == nil
+	})
+	// Heartbeats go through again once the new leader is known; until then
+	// they fail with NO_LEADER or INDETERMINATE, never with a lease error.
+	var ack wsMsg
+	pollUntil(t, 30*time.Second, "a heartbeat accepted by the new leader", func() bool {
+		ack = owner.reply(owner.send(hb))
+		if ack.Type == "error" {
+			switch ack.Error.Code {
+			case node.CodeNoLeader, node.CodeIndeterminate, node.CodeUnavailable:
+				return false
+			}
+			t.Fatalf("heartbeat after failover: %s", ack.raw)
+		}
+		return true
+	})
+	if ack.Type != "control.heartbeatAck" {
+		t.Fatalf("heartbeat after failover: %s", ack.raw)
+	}
+	var a struct {
+		LeaseID string `json:"leaseId"`
+	}
+	json.Unmarshal(ack.Data, &a)
+	if a.LeaseID != got.LeaseID {
+		t.Fatalf("lease after failover %s, want %s", a.LeaseID, got.LeaseID)
+	}
+	t.Logf("heartbeats accepted again %v after the leader crashed", time.Since(crash).Round(time.Millisecond))
+	if st := restStatus(t, nl.base); !st.Active || st.LeaseID != got.LeaseID || st.OwnerWSClientID != got.OwnerWSClientID {
+		t.Fatalf("status on the new leader = %+v", st)
+	}
+	// The gate on the new leader knows the token.
+	code, b := restDo(t, "POST", nl.base+"/v1/leases/ls_0/revoke", "", "X-Control-Lease", got.LeaseToken)
+	if code != 404 {
+		t.Fatalf("gated route with the token on the new leader: %d %s", code, b)
+	}
+	code, b = restDo(t, "POST", nl.base+"/v1/leases/ls_0/revoke", "")
+	restError(t, code, b, 428, node.CodeLeaseRequired)
+
+	// The owner leaves: its follower releases the lease through the new
+	// leader, and the other node's client sees it.
+	owner.c.CloseNow()
+	other := onOther
+	if ch := other.changed("ownerDisconnected").state(t); ch.LeaseID != got.LeaseID || ch.Active {
+		t.Fatalf("ownerDisconnected = %+v", ch)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := nl.n.ControlStatus(ctx, false)
+	if err != nil || st.Active {
+		t.Fatalf("status after the owner left = %+v, %v", st, err)
+	}
+}
