@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
+	"strconv"
 	"testing"
 	"time"
 
@@ -48,28 +50,34 @@ func (h *hashReplica) sum() string {
 
 // pending asks for the hash at index in the background, once the request
 // is registered.
-func (h *hashReplica) pending(index uint64, timeout time.Duration) <-chan hashResult {
+// hashAnswer is what hashAt returned.
+type hashAnswer struct {
+	h   *stateHash
+	err error
+}
+
+func (h *hashReplica) pending(index uint64, timeout time.Duration) <-chan hashAnswer {
 	h.t.Helper()
 	want := h.r.hashWant.Load() + 1
-	out := make(chan hashResult, 1)
+	out := make(chan hashAnswer, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		sh, err := h.r.hashAt(ctx, index)
-		out <- hashResult{h: sh, err: err}
+		out <- hashAnswer{h: sh, err: err}
 	}()
 	waitFor(h.t, 5*time.Second, func() bool { return h.r.hashWant.Load() == want })
 	return out
 }
 
-func recv(t *testing.T, ch <-chan hashResult) hashResult {
+func recv(t *testing.T, ch <-chan hashAnswer) hashAnswer {
 	t.Helper()
 	select {
 	case res := <-ch:
 		return res
 	case <-time.After(10 * time.Second):
 		t.Fatal("no answer to a hash request within 10s")
-		return hashResult{}
+		return hashAnswer{}
 	}
 }
 
@@ -106,7 +114,7 @@ func TestStateHashAtIndex(t *testing.T) {
 	p3, p4, p5 := h.pending(3, 10*time.Second), h.pending(4, 10*time.Second), h.pending(5, 10*time.Second)
 	h.apply(5, acquireCmd("ls_b", "k/b"))
 	at5 := h.sum()
-	for i, p := range []<-chan hashResult{p3, p4} {
+	for i, p := range []<-chan hashAnswer{p3, p4} {
 		res := recv(t, p)
 		if res.err != nil || res.h.sum != at2 || res.h.index != uint64(3+i) {
 			t.Fatalf("hash at %d (no state change since 2): %+v %v, want %s", 3+i, res.h, res.err, at2)
@@ -258,5 +266,66 @@ func TestClusterStateHashAgrees(t *testing.T) {
 	st, err := c.node("n3").LocalState(ctx, 0)
 	if err != nil || st.StateHash != "" || st.HashIndex != 0 || st.AppliedIndex < at2 || st.SnapshotsInstalled != 0 {
 		t.Fatalf("local state without a hash: %+v %v", st, err)
+	}
+}
+
+// TestLocalStateCountsRestore: an operator's restore on the leader counts
+// as a restore, not as an install from a leader; hashes are served after it.
+func TestLocalStateCountsRestore(t *testing.T) {
+	n := openNode(t, testConfig(t, t.TempDir()))
+	ctx := context.Background()
+	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "r/1", Holder: "w", TTLMS: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	file, _ := saveSnapshot(t, n)
+	st, err := n.LocalState(ctx, 0)
+	if err != nil || st.SnapshotsRestored != 0 || st.SnapshotsInstalled != 0 {
+		t.Fatalf("before the restore: %+v %v", st, err)
+	}
+	if _, err := n.RestoreSnapshot(ctx, bytes.NewReader(file)); err != nil {
+		t.Fatal(err)
+	}
+	st, err = n.LocalState(ctx, 0)
+	if err != nil || st.SnapshotsRestored != 1 || st.SnapshotsInstalled != 0 {
+		t.Fatalf("after the restore: %+v %v", st, err)
+	}
+	at := n.AppliedIndex() + 3
+	st, err = n.LocalState(ctx, at)
+	if err != nil || st.HashIndex != at || len(st.StateHash) != 64 {
+		t.Fatalf("hash after the restore: %+v %v", st, err)
+	}
+}
+
+// BenchmarkStateHash: what a hash costs, by state size: the capture in the
+// apply path, and the encoding and hashing outside it.
+func BenchmarkStateHash(b *testing.B) {
+	for _, leases := range []int{1000, 100000} {
+		b.Run(strconv.Itoa(leases), func(b *testing.B) {
+			r := newReplica(newHub(100), newCounters(), nil)
+			r.f.Apply(1, tickCmd(1))
+			batch := &fsm.Batch{}
+			index := uint64(1)
+			for i := range leases {
+				batch.Commands = append(batch.Commands, acquireCmd(fmt.Sprintf("ls_%08x", i), fmt.Sprintf("k/%d", i)))
+				if len(batch.Commands) == fsm.MaxBatch || i == leases-1 {
+					index++
+					r.f.Apply(index, batch)
+					r.f.TakeEvents()
+					batch = &fsm.Batch{}
+				}
+			}
+			b.Run("capture", func(b *testing.B) {
+				for range b.N {
+					r.capture()
+				}
+			})
+			b.Run("hash", func(b *testing.B) {
+				for range b.N {
+					if _, err := r.capture().hash(index); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
 	}
 }
