@@ -33,6 +33,10 @@ type InprocOptions struct {
 	RaftTimeout time.Duration
 	// TickPeriod is the cluster clock's period. Default 100ms.
 	TickPeriod time.Duration
+	// FastGossip shortens gossip's probes to 100ms (50ms timeout): failures
+	// are seen sooner, but a Delay above 50ms makes the delayed node flap
+	// in gossip. Default off: the server's own gossip timing (500ms probes).
+	FastGossip bool
 	// Configure, if set, adjusts node i's configuration after the cluster
 	// has filled it in (ids, addresses, data directory, network hooks);
 	// it is applied again on every restart.
@@ -199,7 +203,7 @@ func (c *InprocCluster) config(i int, logger *slog.Logger) node.Config {
 	cfg.StabilizationTime = 500 * time.Millisecond
 	cfg.TickPeriod = c.opts.TickPeriod
 	cfg.RaftTimeout = c.opts.RaftTimeout
-	cfg.FastGossip = true
+	cfg.FastGossip = c.opts.FastGossip
 	cfg.Logger = logger
 	cfg.WrapRaftStream = func(s raft.StreamLayer) raft.StreamLayer {
 		return &raftStream{StreamLayer: s, f: c.net, local: i, nodeOf: c.nodeOf}
