@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -95,9 +96,11 @@ type NetnsCluster struct {
 	faults faultState
 	rules  []string // last ruleset applied per node
 	clocks []clockFault
-	proxy  *delayProxies
-	spawnr *spawner
-	logf   *os.File // the harness log Close closes, if the cluster opened it
+	// clockKnown: whether the binary has the chaos clock (clockOK) is known.
+	clockKnown, clockOK bool
+	proxy               *delayProxies
+	spawnr              *spawner
+	logf                *os.File // the harness log Close closes, if the cluster opened it
 
 	closeOnce sync.Once
 	closeErr  error
@@ -498,14 +501,19 @@ func (c *NetnsCluster) Alive(i int) bool {
 	return n.alive()
 }
 
-// ClockJump adds d to node i's wall-clock offset (the binary must be built
-// with the `chaos` tag to read it; nothing outside can tell).
+// ClockJump adds d to node i's wall-clock offset. The binary must be built
+// with the `chaos` tag: ErrUnsupported once a node's log shows it started
+// without the chaos clock (ClockJump(i, 0) is a cheap probe). While no node
+// has got that far, the file is written and nil returned.
 func (c *NetnsCluster) ClockJump(i int, d time.Duration) error {
 	if _, err := c.node(i); err != nil {
 		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.clockSupportLocked(); err != nil {
+		return err
+	}
 	f := c.clocks[i]
 	f.WallOffsetNS += int64(d)
 	if f == c.clocks[i] {
@@ -519,7 +527,7 @@ func (c *NetnsCluster) ClockJump(i int, d time.Duration) error {
 }
 
 // ClockRate sets node i's monotonic clock rate (1 is normal; 0.5 to 2 are
-// sane, anything not positive is refused).
+// sane, anything not positive is refused). ErrUnsupported as ClockJump.
 func (c *NetnsCluster) ClockRate(i int, r float64) error {
 	if _, err := c.node(i); err != nil {
 		return err
@@ -529,6 +537,9 @@ func (c *NetnsCluster) ClockRate(i int, r float64) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.clockSupportLocked(); err != nil {
+		return err
+	}
 	f := c.clocks[i]
 	f.MonoRate = r
 	if f == c.clocks[i] {
@@ -538,6 +549,47 @@ func (c *NetnsCluster) ClockRate(i int, r float64) error {
 		return err
 	}
 	c.log.Info("clock rate", "node", c.NodeID(i), "rate", r)
+	return nil
+}
+
+// Markers in a node's log: the server's start line, and the warning a
+// binary built with the `chaos` tag logs before it when
+// LEASEHOLD_CHAOS_CLOCK is set (node/clock_chaos.go).
+const (
+	serverStartedMarker = "server started"
+	chaosClockMarker    = "chaos clock active"
+	startHeader         = "==== chaos: starting "
+)
+
+// clockSupportLocked returns ErrUnsupported if the binary has no chaos
+// clock: some node's log, since its last start, has the server's start
+// line without the chaos clock's warning. Undecided (no node has started
+// that far) is nil. The answer is kept once known.
+func (c *NetnsCluster) clockSupportLocked() error {
+	if c.clockKnown {
+		if !c.clockOK {
+			return fmt.Errorf("chaos: %s was built without the chaos tag (no %q in its logs): %w", c.opts.Binary, chaosClockMarker, ErrUnsupported)
+		}
+		return nil
+	}
+	for _, n := range c.nodes {
+		b, err := os.ReadFile(n.log)
+		if err != nil {
+			continue
+		}
+		if k := bytes.LastIndex(b, []byte(startHeader)); k >= 0 {
+			b = b[k:]
+		}
+		switch {
+		case bytes.Contains(b, []byte(chaosClockMarker)):
+			c.clockKnown, c.clockOK = true, true
+		case bytes.Contains(b, []byte(serverStartedMarker)):
+			c.clockKnown, c.clockOK = true, false
+		default:
+			continue
+		}
+		return c.clockSupportLocked()
+	}
 	return nil
 }
 

@@ -87,7 +87,7 @@ func (n *procNode) start() error {
 	if err != nil {
 		return fmt.Errorf("chaos: %s log: %w", n.id, err)
 	}
-	fmt.Fprintf(f, "==== chaos: starting %s at %s ====\n", n.id, time.Now().UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(f, "%s%s at %s ====\n", startHeader, n.id, time.Now().UTC().Format(time.RFC3339Nano))
 	ip, err := lookPath("ip")
 	if err != nil {
 		f.Close()
