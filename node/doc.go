@@ -11,5 +11,11 @@
 // default: leadership is confirmed and the answer reflects every write
 // committed before the read began. Stale reads answer from local state.
 //
+// Time: the leader's tick loop paces ticks on the monotonic clock, and
+// wall-clock readings only end up in display fields; both go through
+// clock.go, which a build with the `chaos` tag replaces with a clock the
+// chaos suite shifts and speeds up (clock_chaos.go). Files canary_*.go hold
+// deliberate bugs that only their own build tag compiles in.
+//
 // All methods are safe for concurrent use.
 package node
