@@ -272,7 +272,9 @@ func TestClusterStateHashAgrees(t *testing.T) {
 // TestLocalStateCountsRestore: an operator's restore on the leader counts
 // as a restore, not as an install from a leader; hashes are served after it.
 func TestLocalStateCountsRestore(t *testing.T) {
-	n := openNode(t, testConfig(t, t.TempDir()))
+	cfg := testConfig(t, t.TempDir())
+	cfg.GossipAddr = "127.0.0.1:0" // not the default port, which another process may hold
+	n := openNode(t, cfg)
 	ctx := context.Background()
 	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "r/1", Holder: "w", TTLMS: 60000}); err != nil {
 		t.Fatal(err)

@@ -55,6 +55,7 @@ func TestNewLeaderWaitsOnePeriod(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	cfg.TickPeriod = 4 * time.Second
+	cfg.GossipAddr = "127.0.0.1:0" // not the default port, which another process may hold
 	n, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
