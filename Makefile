@@ -15,10 +15,13 @@ run: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/leasehold
 
-# Every test, under the race detector.
+# Every test, under the race detector; then the chaos clock's own tests,
+# which only a build with the `chaos` tag has.
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) vet -tags chaos ./node/
+	$(GO) test -race -count=1 -tags chaos -run Clock ./node/
 
 test-short:
 	$(GO) test -count=1 -short ./...
