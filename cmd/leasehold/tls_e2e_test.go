@@ -186,6 +186,19 @@ func TestProcessTLSCluster(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"tls-worker"`) {
 		t.Fatalf("get on the leader: %q %v", out, err)
 	}
+	// hold and bench (its own HTTP/1.1 connections) over TLS too.
+	if out, err := runCLI(t, env, "hold", "--addr", follower.http, "--ttl", "5s", "camera/hold", "--", "true"); err != nil {
+		t.Fatalf("hold over TLS: %q %v", out, err)
+	}
+	out, err = runCLI(t, env, "bench", "--addr", leader.http, "--workload", "cycle", "--clients", "2",
+		"--duration", "500ms", "--json")
+	var bench []struct {
+		Ops    int64 `json:"ops"`
+		Errors int64 `json:"errors"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &bench) != nil || len(bench) != 1 || bench[0].Ops == 0 || bench[0].Errors != 0 {
+		t.Fatalf("bench over TLS: %q %v", out, err)
+	}
 	// Without the client certificate the CLI is refused.
 	if _, err := runCLI(t, []string{"LEASEHOLD_TLS_CA=" + clientFiles.CA}, "get", "--addr", leader.http, l.LeaseID); err == nil {
 		t.Fatal("the CLI without a client certificate got an answer")
