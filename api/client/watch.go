@@ -65,7 +65,9 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions, fn func(node.Even
 			return fe.err
 		case !everOpened:
 			return err
-		case errors.As(err, &ae) && ae.StatusCode/100 == 4:
+		case errors.As(err, &ae) && ae.StatusCode/100 == 4 && ae.StatusCode != http.StatusTooManyRequests:
+			// 429 (too many streams open, say while the server has not
+			// yet noticed the one that broke) is worth waiting out.
 			return err
 		case err == nil:
 			err = io.ErrUnexpectedEOF

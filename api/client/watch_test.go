@@ -156,3 +156,42 @@ func TestWatchEndsWithContext(t *testing.T) {
 		t.Fatal("Watch did not return after cancel")
 	}
 }
+
+// TestWatchRetriesTooManyStreams: a reconnect refused with 429
+// RESOURCE_EXHAUSTED (the server still counts the broken stream) is retried
+// with backoff, not the end of the watch.
+func TestWatchRetriesTooManyStreams(t *testing.T) {
+	var conns atomic.Int64
+	s, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
+		switch conns.Add(1) {
+		case 1:
+			w.Header().Set("Content-Type", "text/event-stream")
+			sse(w, node.Event{ID: "5-0", Index: 5, Type: "acquired"})
+		case 2:
+			writeErr(w, http.StatusTooManyRequests, node.CodeResourceExhausted, "too many streams")
+		default:
+			w.Header().Set("Content-Type", "text/event-stream")
+			sse(w, node.Event{ID: "6-0", Index: 6, Type: "released"})
+			<-r.Context().Done()
+		}
+	})
+	c := newClient(t, s.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got []string
+	var reasons []error
+	done := errors.New("done")
+	err := c.Watch(ctx, WatchOptions{OnReconnect: func(err error, _ time.Duration) { reasons = append(reasons, err) }},
+		func(ev node.Event) error {
+			if got = append(got, ev.ID); len(got) == 2 {
+				return done
+			}
+			return nil
+		})
+	if !errors.Is(err, done) || fmt.Sprint(got) != "[5-0 6-0]" {
+		t.Fatalf("err %v, events %v", err, got)
+	}
+	if len(reasons) != 2 || ErrorCode(reasons[1]) != node.CodeResourceExhausted {
+		t.Fatalf("reconnects %v, want a broken stream then 429", reasons)
+	}
+}
