@@ -41,7 +41,8 @@ func FuzzControlMessage(f *testing.F) {
 				t.Fatalf("accepted out-of-bounds acquire %+v", m)
 			}
 		case "control.heartbeat", "control.release":
-			if m.LeaseID == "" || m.LeaseToken == "" || len(m.LeaseID) > 64 || len(m.LeaseToken) > maxLeaseTokenBytes || len(m.Reason) > 256 {
+			if m.LeaseID == "" || m.LeaseToken == "" || len(m.LeaseID) > 64 || len(m.LeaseToken) > maxLeaseTokenBytes || len(m.Reason) > 256 ||
+				m.Reason == node.ReasonOwnerDisconnected || m.Reason == node.ReasonTimedOut {
 				t.Fatalf("accepted %+v", m)
 			}
 		case "control.status":

@@ -555,6 +555,7 @@ func TestControlBadInput(t *testing.T) {
 		{`{"type":"control.acquire","requestId":"r1","clientName":"a\u0001b"}`, "clientName"},
 		{`{"type":"control.heartbeat","requestId":"r1","leaseId":"cl_1"}`, "leaseToken"},
 		{`{"type":"control.release","requestId":"r1","leaseToken":"x"}`, "leaseId"},
+		{`{"type":"control.release","requestId":"r1","leaseId":"cl_1","leaseToken":"x","reason":"owner_disconnected"}`, "reason"},
 		{`{"type":"control.acquire","requestId":"r1"} {}`, ""},
 		{`{"type":"control.acquire","requestId":1}`, "requestId"},
 	} {

@@ -484,6 +484,9 @@ func decodeControlMessage(b []byte, maxTTLMS int64) (*controlMessage, *node.Erro
 		if len(m.Reason) > 256 {
 			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "reason", Message: "reason must be at most 256 bytes"}
 		}
+		if m.Reason == node.ReasonOwnerDisconnected || m.Reason == node.ReasonTimedOut {
+			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "reason", Message: "reason " + strconv.Quote(m.Reason) + " is reserved for the server"}
+		}
 	case "control.status":
 	case "":
 		return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "type", Message: "type is required"}

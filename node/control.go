@@ -179,7 +179,16 @@ func (n *Node) ControlAcquire(ctx context.Context, r ControlAcquireRequest) (*Co
 	if r.LeaseID != "" && r.Token != "" {
 		st, err := n.ControlHeartbeat(ctx, r.Holder, r.LeaseID, r.Token)
 		if c := ErrorCode(err); c == CodeLeaseExpired || c == CodeLeaseInvalid {
-			// The owner's lease ran out or ended: a re-acquire grants a new one.
+			// The owner's lease ran out or ended: a re-acquire grants a new
+			// one. A lease whose countdown reached zero may still be active
+			// until its expiry commits (within two ticks): end it first, so
+			// that its owner is not told its own lease locks it out.
+			if c == CodeLeaseExpired && n.lookupActive(r.LeaseID) != nil {
+				if _, _, err := n.propose(ctx, &fsm.Release{LeaseID: r.LeaseID, TokenHash: hashToken(r.Token),
+					Reason: ReasonTimedOut, WallMS: time.Now().UnixMilli()}); err != nil {
+					return nil, err
+				}
+			}
 			return n.controlGrant(ctx, r)
 		}
 		if err == nil {
@@ -414,8 +423,11 @@ func (n *Node) ControlEvent(ev Event) (name string, st *ControlState, ok bool) {
 		name = "heartbeat"
 	case "released":
 		name = "released"
-		if v.EndReason == ReasonOwnerDisconnected {
+		switch v.EndReason {
+		case ReasonOwnerDisconnected:
 			name = "ownerDisconnected"
+		case ReasonTimedOut:
+			name = "expired"
 		}
 	case "expired":
 		name = "expired"
@@ -436,6 +448,11 @@ func (n *Node) ControlEvent(ev Event) (name string, st *ControlState, ok bool) {
 // ReasonOwnerDisconnected is the release reason when the owning connection
 // closed.
 const ReasonOwnerDisconnected = "owner_disconnected"
+
+// ReasonTimedOut ends a control lease whose countdown reached zero before
+// its expiry committed, when its owner acquires again; it is reported as
+// an expiry.
+const ReasonTimedOut = "expired"
 
 // clusterMS is the cluster clock at tick, modulo 2^32 (wrap-tolerant).
 func clusterMS(tick uint64, period int64) uint32 { return uint32(tick * uint64(period)) }

@@ -188,3 +188,39 @@ func TestClusterControlLeaseSurvivesFailover(t *testing.T) {
 		t.Fatalf("gate on the new leader: %v", err)
 	}
 }
+
+// TestControlCountdownZeroIsExpired: once a control lease's countdown
+// reaches zero it is expired for the gate and for heartbeats, even before
+// the expiry commits (within two ticks), and its owner's re-acquire gets a
+// new lease rather than being locked out by its own.
+func TestControlCountdownZeroIsExpired(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.TickPeriod = 500 * time.Millisecond // a wide window between zero and expiry
+	n := openNode(t, cfg)
+	ctx := context.Background()
+	a, err := n.ControlAcquire(ctx, ControlAcquireRequest{Holder: "ws_a", TTLMS: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		s, _ := n.ControlStatus(ctx, true)
+		return s.Active && s.RemainingMS == 0
+	})
+	// Still active in the state machine: the window this test is about.
+	if n.lookupActive(a.LeaseID) == nil {
+		t.Skip("the expiry committed before the checks could run (machine too slow for the window)")
+	}
+	wantCode(t, n.ControlCheck("", a.LeaseToken), CodeLeaseExpired)
+	_, err = n.ControlHeartbeat(ctx, "ws_a", a.LeaseID, a.LeaseToken)
+	wantCode(t, err, CodeLeaseExpired)
+	b, err := n.ControlAcquire(ctx, ControlAcquireRequest{Holder: "ws_a", LeaseID: a.LeaseID, Token: a.LeaseToken})
+	if err != nil || b.LeaseID == a.LeaseID || !b.Active {
+		t.Fatalf("re-acquire at zero = %+v, %v", b, err)
+	}
+	n.rep.mu.RLock()
+	old := n.rep.f.Lease(a.LeaseID)
+	n.rep.mu.RUnlock()
+	if old.State != "released" || old.EndReason != ReasonTimedOut {
+		t.Fatalf("the timed-out lease ended as %s (%s)", old.State, old.EndReason)
+	}
+}
