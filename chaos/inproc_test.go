@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -217,6 +218,12 @@ func TestInprocOneWayBlock(t *testing.T) {
 		_, id := c.Node(old).Raft().LeaderWithID()
 		return string(id) == c.NodeID(nl)
 	})
+	// Forwarding obeys the block too: the old leader knows the new one but
+	// cannot reach it, so a write through it is refused before it leaves.
+	st, m, err := call(c.HTTPAddr(old), "POST", "/v1/leases", map[string]any{"key": "fwd", "holder": "h", "ttl_ms": 60000})
+	if err != nil || st != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(m), "could not be reached") {
+		t.Fatalf("write through a node blocked from the leader: %d %v %v", st, m, err)
+	}
 	if err := c.Heal(); err != nil {
 		t.Fatal(err)
 	}
@@ -265,6 +272,21 @@ func TestInprocLossAndDelaySlowButDoNotBreakWrites(t *testing.T) {
 func TestInprocIsolateClient(t *testing.T) {
 	c := newTestInproc(t)
 	l := leader(t, c)
+	// Bad input is refused and changes nothing.
+	for name, err := range map[string]error{
+		"partition 7": c.Partition([][]int{{0, 7}}), "block self": c.Block(1, 1),
+		"negative delay": c.Delay(0, -time.Second), "isolate -1": c.IsolateClient(-1),
+	} {
+		if err == nil {
+			t.Fatalf("%s accepted", name)
+		}
+	}
+	c.net.mu.Lock()
+	blocked := len(c.net.blocked)
+	c.net.mu.Unlock()
+	if blocked != 0 {
+		t.Fatalf("refused faults left %d blocks", blocked)
+	}
 	if err := c.IsolateClient(l); err != nil {
 		t.Fatal(err)
 	}
