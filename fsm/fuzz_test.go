@@ -188,8 +188,9 @@ func restored(t testing.TB, snap []byte) *fsm.FSM {
 }
 
 // FuzzDecode: Decode never panics; whatever it accepts re-encodes to a
-// command that decodes the same (a version-2 input re-encodes to exactly
-// itself), and applying it never panics either.
+// command that decodes the same (a current-version input re-encodes to
+// exactly itself), applying it never panics either, and a command refused
+// with an error changes nothing.
 func FuzzDecode(f *testing.F) {
 	for _, c := range sampleCommands() {
 		b, err := fsm.Encode(c)
@@ -244,9 +245,27 @@ func FuzzDecode(f *testing.F) {
 		// results and never panics, and the state still snapshots and
 		// restores to the same bytes.
 		m := restored(t, fuzzState())
+		before := snapshotBytes(t, m)
 		res := m.Apply(m.Index()+1, c2)
 		if want := len(flatten(c2)); len(res) != want {
 			t.Fatalf("%d results for %d commands", len(res), want)
+		}
+		// A refused command changed nothing: no event, and every record
+		// of the state but the header (the index moved) is as it was.
+		if _, batch := c2.(*fsm.Batch); !batch && res[0].Err != nil {
+			if evs := m.TakeEvents(); len(evs) != 0 {
+				t.Fatalf("refused %#v (%v) emitted %v", c2, res[0].Err, evs)
+			}
+			b, err1 := fsm.SplitSnapshot(before)
+			a, err2 := fsm.SplitSnapshot(snapshotBytes(t, m))
+			if err1 != nil || err2 != nil || len(a) != len(b) {
+				t.Fatalf("refused %#v (%v): %d records, were %d", c2, res[0].Err, len(a), len(b))
+			}
+			for i := 1; i < len(a); i++ {
+				if !bytes.Equal(a[i], b[i]) {
+					t.Fatalf("refused %#v (%v) changed record %d:\n%q\n%q", c2, res[0].Err, i, b[i], a[i])
+				}
+			}
 		}
 		snap := snapshotBytes(t, m)
 		if got := snapshotBytes(t, restored(t, snap)); !bytes.Equal(got, snap) {
