@@ -88,7 +88,7 @@ type ControlOptions struct {
 // /v1/control/ws, /v1/control/status and on the admin routes; an
 // application embedding a node can mount them at its own paths:
 //
-//	ctl := api.NewControl(api.FromNode(n), api.ControlOptions{})
+//	ctl := api.NewControl(api.ControlFromNode(n), api.ControlOptions{})
 //	mux.Handle("GET /api/v1/control/ws", ctl.WebSocket())
 //	mux.Handle("GET /api/v1/control/status", ctl.Status())
 //	mux.Handle("POST /api/v1/presets", ctl.Gate(presetsHandler))
@@ -451,4 +451,6 @@ type controlHub struct {
 	stop    context.CancelFunc // ends the current subscription
 }
 
-var _ ControlNode = nodeAdapter{}
+// ControlFromNode adapts an embedded *node.Node to ControlNode, for
+// NewControl.
+func ControlFromNode(n *node.Node) ControlNode { return nodeAdapter{n} }

@@ -123,7 +123,12 @@ type wsClient struct {
 
 func dialControl(t testing.TB, base string, hdr http.Header) *wsClient {
 	t.Helper()
-	c, err := tryDialControl(base, hdr)
+	return dialControlURL(t, "ws"+strings.TrimPrefix(base, "http")+"/v1/control/ws", hdr)
+}
+
+func dialControlURL(t testing.TB, u string, hdr http.Header) *wsClient {
+	t.Helper()
+	c, err := tryDialURL(u, hdr)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -134,9 +139,13 @@ func dialControl(t testing.TB, base string, hdr http.Header) *wsClient {
 }
 
 func tryDialControl(base string, hdr http.Header) (*websocket.Conn, error) {
+	return tryDialURL("ws"+strings.TrimPrefix(base, "http")+"/v1/control/ws", hdr)
+}
+
+func tryDialURL(u string, hdr http.Header) (*websocket.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/v1/control/ws", &websocket.DialOptions{HTTPHeader: hdr})
+	c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: hdr})
 	if err != nil && resp != nil {
 		b, _ := io.ReadAll(resp.Body)
 		return nil, &dialError{status: resp.StatusCode, body: string(b), err: err}
@@ -692,4 +701,53 @@ func TestControlTokenNeverLeaks(t *testing.T) {
 	if !strings.Contains(string(list), l.LeaseID) {
 		t.Errorf("listing does not show the control lease: %s", list)
 	}
+}
+
+// TestControlMountedByAnApplication mounts the exported handlers at the
+// seed's own paths, with auth, and gates an application route.
+func TestControlMountedByAnApplication(t *testing.T) {
+	env := newControlEnv(t, Options{})
+	ctl := NewControl(ControlFromNode(env.n), ControlOptions{Tokens: testTokens(t)})
+	mux := http.NewServeMux()
+	mux.Handle("GET /api/v1/control/ws", ctl.WebSocket())
+	mux.Handle("GET /api/v1/control/status", ctl.Status())
+	mux.Handle("POST /api/v1/presets", ctl.Gate(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})))
+	app := httptest.NewServer(mux)
+	t.Cleanup(app.Close)
+	ws := "ws" + strings.TrimPrefix(app.URL, "http") + "/api/v1/control/ws"
+
+	var de *dialError
+	if _, err := tryDialURL(ws, nil); !errors.As(err, &de) || de.status != 401 {
+		t.Fatalf("socket without a token: %v", err)
+	}
+	if _, err := tryDialURL(ws, http.Header{"Authorization": {"Bearer " + readToken}}); !errors.As(err, &de) || de.status != 403 {
+		t.Fatalf("socket with a read token: %v", err)
+	}
+	// Before anyone holds the lease the route is open.
+	if code, b := restDo(t, "POST", app.URL+"/api/v1/presets", ""); code != 204 {
+		t.Fatalf("ungated preset: %d %s", code, b)
+	}
+	a := dialControlURL(t, ws, http.Header{"Authorization": {"Bearer " + writeToken}})
+	l := acquire(t, a, "K1 Composer")
+	code, b := restDo(t, "POST", app.URL+"/api/v1/presets", "")
+	restError(t, code, b, 428, node.CodeLeaseRequired)
+	code, b = restDo(t, "POST", app.URL+"/api/v1/presets", "", "X-Control-Lease", "nope")
+	restError(t, code, b, 403, node.CodeLeaseInvalid)
+	if code, b = restDo(t, "POST", app.URL+"/api/v1/presets", "", "X-Control-Lease", l.LeaseToken, "X-Control-Lease-Id", l.LeaseID); code != 204 {
+		t.Fatalf("preset with the token: %d %s", code, b)
+	}
+	if code, b = restDo(t, "GET", app.URL+"/api/v1/control/status", ""); code != 401 {
+		t.Fatalf("status without a token: %d %s", code, b)
+	}
+	code, b = restDo(t, "GET", app.URL+"/api/v1/control/status", "", "Authorization", "Bearer "+readToken)
+	var st node.ControlState
+	if code != 200 || json.Unmarshal(b, &st) != nil || !st.Active || st.LeaseID != l.LeaseID || strings.Contains(string(b), l.LeaseToken) {
+		t.Fatalf("status: %d %s", code, b)
+	}
+	// The API's own clients see the application's socket's changes too.
+	obs := dialControl(t, env.srv.URL, nil)
+	a.reply(a.send(map[string]any{"type": "control.release", "leaseId": l.LeaseID, "leaseToken": l.LeaseToken}))
+	obs.changed("released")
 }

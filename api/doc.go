@@ -30,7 +30,7 @@
 // /v1/control/status when the node implements ControlNode. An application
 // embedding a node mounts the same handlers at its own paths:
 //
-//	ctl := api.NewControl(api.FromNode(n), api.ControlOptions{})
+//	ctl := api.NewControl(api.ControlFromNode(n), api.ControlOptions{})
 //	mux.Handle("GET /api/v1/control/ws", ctl.WebSocket())
 //	mux.Handle("GET /api/v1/control/status", ctl.Status())
 //	mux.Handle("POST /api/v1/presets", ctl.Gate(presets))

@@ -185,7 +185,7 @@ func (n *Node) ControlAcquire(ctx context.Context, r ControlAcquireRequest) (*Co
 			// that its owner is not told its own lease locks it out.
 			if c == CodeLeaseExpired && n.lookupActive(r.LeaseID) != nil {
 				if _, _, err := n.propose(ctx, &fsm.Release{LeaseID: r.LeaseID, TokenHash: hashToken(r.Token),
-					Reason: ReasonTimedOut, WallMS: time.Now().UnixMilli()}); err != nil {
+					Reason: ReasonTimedOut, WallMS: wallNow().UnixMilli()}); err != nil {
 					return nil, err
 				}
 			}
@@ -204,7 +204,7 @@ func (n *Node) controlGrant(ctx context.Context, r ControlAcquireRequest) (*Cont
 	token := newToken()
 	cmd := &fsm.Acquire{
 		LeaseID: newID("cl_"), Key: ControlKey, Holder: r.Holder, Limit: 1, TokenHash: hashToken(token),
-		TTLMS: r.TTLMS, TTLTicks: ticks(r.TTLMS, period), WallMS: time.Now().UnixMilli(),
+		TTLMS: r.TTLMS, TTLTicks: ticks(r.TTLMS, period), WallMS: wallNow().UnixMilli(),
 		Metadata: map[string]string{
 			metaWSClientID: strconv.FormatUint(uint64(r.WSClientID), 10),
 			metaHeartbeat:  strconv.FormatInt(r.HeartbeatIntervalMS, 10),
@@ -252,7 +252,7 @@ func (n *Node) ControlHeartbeat(ctx context.Context, holder, leaseID, token stri
 	if err := n.controlPrecheck(holder, leaseID, token); err != nil {
 		return nil, err
 	}
-	res, _, err := n.propose(ctx, &fsm.Renew{LeaseID: leaseID, TokenHash: hashToken(token), WallMS: time.Now().UnixMilli()})
+	res, _, err := n.propose(ctx, &fsm.Renew{LeaseID: leaseID, TokenHash: hashToken(token), WallMS: wallNow().UnixMilli()})
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +272,7 @@ func (n *Node) ControlRelease(ctx context.Context, holder, leaseID, token, reaso
 	if err := fsm.ValidReason(reason); err != nil {
 		return nil, err
 	}
-	res, _, err := n.propose(ctx, &fsm.Release{LeaseID: leaseID, TokenHash: hashToken(token), Reason: reason, WallMS: time.Now().UnixMilli()})
+	res, _, err := n.propose(ctx, &fsm.Release{LeaseID: leaseID, TokenHash: hashToken(token), Reason: reason, WallMS: wallNow().UnixMilli()})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,12 @@
 // default: leadership is confirmed and the answer reflects every write
 // committed before the read began. Stale reads answer from local state.
 //
+// The control lease of seed 000 (control.go) is an ordinary lease on the
+// reserved key ControlKey, granted, refreshed and released only by the
+// Control* methods on behalf of a WebSocket connection (package api serves
+// the socket); the public lease operations refuse that key and control
+// lease ids. ControlCheck is the gate of the routes it protects.
+//
 // Time: the leader's tick loop paces ticks on the monotonic clock, and
 // wall-clock readings only end up in display fields; both go through
 // clock.go, which a build with the `chaos` tag replaces with a clock the
