@@ -205,7 +205,7 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		// long-polling acquires. Bodies get a per-request read deadline in
 		// the handler (--http-body-timeout), lifted once they are read.
 		BaseContext: func(net.Listener) context.Context { return streams },
-		ErrorLog:    slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn),
+		ErrorLog:    httpErrorLog(log.With("component", "http")),
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"os"
@@ -441,4 +442,39 @@ func (f *clientTLSFlags) config() (*tls.Config, error) {
 		getCert = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
 	}
 	return api.ClientTLS(roots, getCert), nil
+}
+
+// httpErrorLog is the HTTP server's error log: warnings, except that
+// failed TLS handshakes (anyone can cause one per connection) are logged
+// at most once a second, with the count of those not logged since.
+func httpErrorLog(log *slog.Logger) *stdlog.Logger {
+	return stdlog.New(&handshakeLogLimiter{log: log}, "", 0)
+}
+
+type handshakeLogLimiter struct {
+	log *slog.Logger
+
+	mu    sync.Mutex
+	last  time.Time
+	quiet int64
+}
+
+func (w *handshakeLogLimiter) Write(b []byte) (int, error) {
+	msg := strings.TrimSpace(string(b))
+	if strings.Contains(msg, "TLS handshake error") {
+		w.mu.Lock()
+		now := time.Now()
+		if now.Sub(w.last) < time.Second {
+			w.quiet++
+			w.mu.Unlock()
+			return len(b), nil
+		}
+		quiet := w.quiet
+		w.last, w.quiet = now, 0
+		w.mu.Unlock()
+		w.log.Warn(msg, "not_logged_before", quiet)
+		return len(b), nil
+	}
+	w.log.Warn(msg)
+	return len(b), nil
 }

@@ -264,3 +264,29 @@ func TestKeyPairReload(t *testing.T) {
 		t.Fatalf("reload: %v, serving %q", err, name())
 	}
 }
+
+// Failed TLS handshakes are logged at most once a second; other HTTP
+// server errors always.
+func TestHTTPErrorLogLimitsHandshakeNoise(t *testing.T) {
+	var buf strings.Builder
+	l := httpErrorLog(slog.New(slog.NewTextHandler(&buf, nil)))
+	for i := range 50 {
+		l.Printf("http: TLS handshake error from 10.0.0.%d:1234: remote error: tls: bad certificate", i)
+	}
+	l.Printf("http: Accept error: too many open files")
+	out := buf.String()
+	if n := strings.Count(out, "TLS handshake error"); n != 1 {
+		t.Fatalf("%d handshake lines logged, want 1:\n%s", n, out)
+	}
+	if !strings.Contains(out, "Accept error") {
+		t.Fatalf("other errors dropped:\n%s", out)
+	}
+	w := l.Writer().(*handshakeLogLimiter)
+	w.mu.Lock()
+	w.last = time.Time{} // as if a second had passed
+	w.mu.Unlock()
+	l.Printf("http: TLS handshake error from 10.0.0.99:1234: EOF")
+	if out := buf.String(); !strings.Contains(out, "not_logged_before=49") {
+		t.Fatalf("suppressed count not reported:\n%s", out)
+	}
+}
