@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 )
 
@@ -425,6 +426,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.BootstrapExpect = 3 }, // without join addresses
 		func(c *Config) { c.GossipKey = []byte("short") },
 		func(c *Config) { c.MinQuorum = 0 },
+		func(c *Config) { c.RaftTLS = &cluster.TLSConfig{} }, // no certificate, no CAs
 	}
 	for i, mutate := range bad {
 		c := DefaultConfig()
