@@ -1,7 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -55,3 +61,54 @@ func TestServerLimitFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPServerLimits: the API server bounds headers (size: 431; time:
+// ReadHeaderTimeout) and idle connections, and has no whole-request read or
+// write timeout (which would cut event streams).
+func TestHTTPServerLimits(t *testing.T) {
+	cfg := serverConfig{idleTimeout: 90 * time.Second}
+	log := slog.New(slog.DiscardHandler)
+	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Value(ctxKey{}) != "base" {
+			t.Error("request context does not derive from the base context")
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}), cfg, context.WithValue(context.Background(), ctxKey{}, "base"), log)
+	if srv.ReadHeaderTimeout != httpReadHeaderTimeout || srv.MaxHeaderBytes != httpMaxHeaderBytes ||
+		srv.IdleTimeout != 90*time.Second || srv.ReadTimeout != 0 || srv.WriteTimeout != 0 {
+		t.Fatalf("server limits: header timeout %v, header bytes %d, idle %v, read %v, write %v",
+			srv.ReadHeaderTimeout, srv.MaxHeaderBytes, srv.IdleTimeout, srv.ReadTimeout, srv.WriteTimeout)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	do := func(extra string) int {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		// Written concurrently: the server may answer (and stop reading)
+		// before a too large header is all sent.
+		go io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n"+extra+"\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := do("X-Small: " + strings.Repeat("a", 1000) + "\r\n"); got != http.StatusNoContent {
+		t.Fatalf("small headers: %d", got)
+	}
+	if got := do("X-Big: " + strings.Repeat("a", httpMaxHeaderBytes+8192) + "\r\n"); got != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("headers over %d bytes: %d, want 431", httpMaxHeaderBytes, got)
+	}
+}
+
+type ctxKey struct{}

@@ -196,17 +196,7 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 	// end then instead of holding Shutdown up.
 	streams, endStreams := context.WithCancel(context.WithoutCancel(ctx))
 	defer endStreams()
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: httpReadHeaderTimeout,
-		IdleTimeout:       cfg.idleTimeout,
-		MaxHeaderBytes:    httpMaxHeaderBytes,
-		// No ReadTimeout or WriteTimeout: they would cut event streams and
-		// long-polling acquires. Bodies get a per-request read deadline in
-		// the handler (--http-body-timeout), lifted once they are read.
-		BaseContext: func(net.Listener) context.Context { return streams },
-		ErrorLog:    httpErrorLog(log.With("component", "http")),
-	}
+	srv := newHTTPServer(handler, cfg, streams, log)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -270,4 +260,21 @@ func orNegative[T int | time.Duration](v T) T {
 		return -1
 	}
 	return v
+}
+
+// newHTTPServer is the API's HTTP server: request line and headers within
+// httpReadHeaderTimeout and httpMaxHeaderBytes, idle connections closed
+// after --http-idle-timeout. It has no ReadTimeout or WriteTimeout: they
+// would cut event streams, WebSocket connections and long-polling acquires;
+// bodies get a per-request read deadline in the handler (--http-body-timeout,
+// lifted once they are read). Request contexts derive from base.
+func newHTTPServer(handler http.Handler, cfg serverConfig, base context.Context, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		IdleTimeout:       cfg.idleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          httpErrorLog(log.With("component", "http")),
+	}
 }
