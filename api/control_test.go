@@ -390,7 +390,7 @@ func TestControlProtocol(t *testing.T) {
 		ExpiresAtMS uint32 `json:"expiresAtMs"`
 	}
 	json.Unmarshal(m.Data, &ack)
-	if ack.LeaseID != got.LeaseID || ack.TTLMS != 5000 || ack.RemainingMS != 5000 || int32(ack.ExpiresAtMS-got.ExpiresAtMS) < 0 {
+	if ack.LeaseID != got.LeaseID || ack.TTLMS != 5000 || ack.RemainingMS < 4600 || ack.RemainingMS > 5000 || int32(ack.ExpiresAtMS-got.ExpiresAtMS) < 0 {
 		t.Fatalf("heartbeatAck = %s", m.raw)
 	}
 	b.changed("heartbeat")
@@ -409,9 +409,11 @@ func TestControlProtocol(t *testing.T) {
 	}
 
 	// Re-acquire by the owner refreshes the same lease.
-	pollUntil(t, 10*time.Second, "the countdown to move", func() bool { return restStatus(t, env.srv.URL).RemainingMS < 4900 })
+	// (The answer renders the countdown after the write applied: a loaded
+	// machine may let a few ticks pass in between, hence the margins.)
+	pollUntil(t, 10*time.Second, "the countdown to move", func() bool { return restStatus(t, env.srv.URL).RemainingMS < 4500 })
 	again := acquire(t, a, "K1 Composer")
-	if again.LeaseID != got.LeaseID || again.LeaseToken != got.LeaseToken || again.RemainingMS != 5000 {
+	if again.LeaseID != got.LeaseID || again.LeaseToken != got.LeaseToken || again.RemainingMS < 4600 {
 		t.Fatalf("re-acquire = %+v, want a refresh of %s", again, got.LeaseID)
 	}
 

@@ -36,7 +36,7 @@ func TestControlLeaseOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !a.Active || !strings.HasPrefix(a.LeaseID, "cl_") || a.TTLMS != 5000 || a.HeartbeatIntervalMS != 1000 ||
-		a.OwnerWSClientID != 7 || a.OwnerClientName != "K1" || a.RemainingMS != 5000 || a.Owner != "ws_a" {
+		a.OwnerWSClientID != 7 || a.OwnerClientName != "K1" || a.RemainingMS < 4600 || a.RemainingMS > 5000 || a.Owner != "ws_a" {
 		t.Fatalf("acquired = %+v", a)
 	}
 	if b, err := base64.RawURLEncoding.DecodeString(a.LeaseToken); err != nil || len(b) < 16 {
@@ -58,9 +58,11 @@ func TestControlLeaseOperations(t *testing.T) {
 	wantCode(t, err, CodeLeaseInvalid)
 
 	// The owner's re-acquire refreshes the same lease.
-	waitFor(t, 5*time.Second, func() bool { s, _ := n.ControlStatus(ctx, true); return s.RemainingMS < 4900 })
+	// (Answers render the countdown after the write applied: a loaded
+	// machine may let a few ticks pass in between, hence the margins.)
+	waitFor(t, 5*time.Second, func() bool { s, _ := n.ControlStatus(ctx, true); return s.RemainingMS < 4500 })
 	r, err := n.ControlAcquire(ctx, ControlAcquireRequest{Holder: "ws_a", ClientName: "K1", LeaseID: a.LeaseID, Token: a.LeaseToken})
-	if err != nil || r.LeaseID != a.LeaseID || r.LeaseToken != a.LeaseToken || r.RemainingMS != 5000 {
+	if err != nil || r.LeaseID != a.LeaseID || r.LeaseToken != a.LeaseToken || r.RemainingMS < 4600 {
 		t.Fatalf("refresh = %+v, %v", r, err)
 	}
 
