@@ -13,7 +13,7 @@ import (
 
 // clusterStatus handles GET /v1/cluster: this node's view of the cluster.
 func (s *server) clusterStatus(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
-	st, err := s.n.ClusterStatus(r.Context())
+	st, err := s.n.ClusterStatus(r.Context(), isTrue(r.URL.Query().Get("stale")))
 	if err != nil {
 		return err
 	}

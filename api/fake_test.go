@@ -203,7 +203,7 @@ func (f *fakeNode) Subscribe(_ context.Context, filter node.EventFilter) (Subscr
 	return f.sub, nil
 }
 
-func (f *fakeNode) ClusterStatus(context.Context) (*node.ClusterStatus, error) {
+func (f *fakeNode) ClusterStatus(context.Context, bool) (*node.ClusterStatus, error) {
 	if err := f.record("ClusterStatus"); err != nil {
 		return nil, err
 	}

@@ -40,7 +40,9 @@ type Node interface {
 	// requested position.
 	Subscribe(ctx context.Context, filter node.EventFilter) (Subscription, error)
 
-	ClusterStatus(ctx context.Context) (*node.ClusterStatus, error)
+	// ClusterStatus is the cluster as this node sees it: linearizable
+	// (leader only) unless stale.
+	ClusterStatus(ctx context.Context, stale bool) (*node.ClusterStatus, error)
 	RemoveMember(ctx context.Context, id string) error
 	// TransferLeadership hands leadership to id, or to any voter if id is "".
 	TransferLeadership(ctx context.Context, id string) error

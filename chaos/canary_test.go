@@ -22,7 +22,7 @@ var canaryScenarios = map[string]struct {
 	"canary_stale_read":   {[]string{"partition-leader"}, []string{"linearizable"}},
 	"canary_fence_reset":  {[]string{"none"}, []string{"linearizable", "fencing"}},
 	"canary_renew_token":  {[]string{"none"}, []string{"linearizable"}},
-	"canary_tick_at_once": {[]string{"transfer-storm"}, []string{"linearizable", "holder-windows"}},
+	"canary_tick_at_once": {[]string{"transfer-storm"}, []string{"clock", "linearizable", "holder-windows"}},
 }
 
 // TestCanary proves the suite catches a deliberate bug: built with

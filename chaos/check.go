@@ -46,7 +46,13 @@ func CheckLinearizable(ops []Op, eps float64, timeout time.Duration) (Verdict, p
 		v.Detail = "every key's history is linearizable with TTL expiry"
 	case porcupine.Illegal:
 		v.Valid = false
-		v.Detail = "not linearizable: see linearizability.html for the longest linearizable prefix of the failing key"
+		v.Detail = "not linearizable: see linearizability.html for the longest linearizable prefix of each failing key"
+		for _, part := range partitionByKey(pops) {
+			if porcupine.CheckOperationsTimeout(LeaseModel(eps), part, timeout) != porcupine.Ok {
+				v.Counts["illegal-keys"]++
+				v.fail("key %s (%d operations) has no linearization", part[0].Input.(Op).Key, len(part))
+			}
+		}
 	default:
 		v.Valid = false
 		v.Detail = fmt.Sprintf("inconclusive: the check did not finish within %v (counted as a failure)", timeout)
@@ -336,3 +342,47 @@ func truncate(s string, n int) string {
 }
 
 func fmtT(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns)/1e9) }
+
+// CheckClock checks the cluster clock against the harness's: ticks never
+// run faster than real time. For linearizable tick reads a (call c1, tick
+// k1) and b (return r2, tick k2): tick k1+1 was committed after a began,
+// so tick k1+2 was proposed after c1, and tick k2 before r2; the leader
+// spaces ticks at least a period apart, across leader changes too (a new
+// leader waits a period after its election). So
+// (k2-k1-2) * period * (1-eps) <= r2 - c1 for every such pair.
+func CheckClock(ops []Op, eps float64) Verdict {
+	v := Verdict{Checker: "clock", Valid: true, Counts: map[string]int{}}
+	var reads []Op
+	for _, o := range ops {
+		if o.Kind == KTick && o.Status == StatusOK && o.PeriodMS > 0 {
+			reads = append(reads, o)
+		}
+	}
+	v.Counts["reads"] = len(reads)
+	worst := 0.0
+	for _, a := range reads {
+		for _, b := range reads {
+			if b.Return <= a.Call || b.Value < a.Value+3 {
+				continue
+			}
+			v.Counts["pairs"]++
+			need := float64(b.Value-a.Value-2) * float64(a.PeriodMS) * 1e6 * (1 - eps)
+			got := float64(b.Return - a.Call)
+			if got > 0 && need/got > worst {
+				worst = need / got
+			}
+			if need > got {
+				v.Counts["violations"]++
+				v.fail("ticks %d -> %d (%d periods of %d ms) between %s and %s: %.0f ms of real time",
+					a.Value, b.Value, b.Value-a.Value-2, a.PeriodMS, fmtT(a.Call), fmtT(b.Return), got/1e6)
+			}
+		}
+	}
+	if len(reads) < 2 {
+		v.fail("only %d successful tick reads: the clock was not checked", len(reads))
+	}
+	if v.Valid {
+		v.Detail = fmt.Sprintf("the cluster clock never ran faster than real time (fastest: %.2f of the bound)", worst)
+	}
+	return v
+}

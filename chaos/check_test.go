@@ -160,3 +160,27 @@ func TestHistoryRoundTrip(t *testing.T) {
 		t.Fatalf("round trip: %v %+v %+v", err, ops, evs)
 	}
 }
+
+func TestClock(t *testing.T) {
+	tick := func(k, call, ret int64) Op {
+		return Op{Kind: KTick, Value: k, PeriodMS: 100, Call: call * ms, Return: ret * ms, Status: StatusOK, Node: -1}
+	}
+	// Ten ticks a second, read with some latency: fine.
+	good := []Op{tick(10, 0, 5), tick(20, 1000, 1010), tick(31, 2000, 2003), tick(40, 3000, 3020)}
+	if v := CheckClock(good, 0.01); !v.Valid || v.Counts["pairs"] == 0 {
+		t.Fatalf("a clock at real time flagged: %+v", v)
+	}
+	// 30 ticks in a second: the clock runs fast.
+	fast := []Op{tick(10, 0, 5), tick(40, 1000, 1010)}
+	if v := CheckClock(fast, 0.01); v.Valid || v.Counts["violations"] != 1 {
+		t.Fatalf("a fast clock passed: %+v", v)
+	}
+	// Two ticks of slack cover reads that straddle tick boundaries.
+	edge := []Op{tick(10, 0, 5), tick(22, 1000, 1001)}
+	if v := CheckClock(edge, 0.01); !v.Valid {
+		t.Fatalf("two ticks of slack not allowed: %+v", v)
+	}
+	if v := CheckClock(good[:1], 0.01); v.Valid {
+		t.Fatal("a clock checked with one read passed")
+	}
+}

@@ -24,6 +24,9 @@ const (
 	// KWrite and KCounterRead act on the fenced resource in the harness.
 	KWrite       Kind = "write"
 	KCounterRead Kind = "counter-read"
+	// KTick is a linearizable read of the cluster clock (GET /v1/cluster):
+	// Value is the tick, PeriodMS the tick period.
+	KTick Kind = "tick"
 )
 
 // Status is how an operation ended.
@@ -61,8 +64,10 @@ type Op struct {
 	// Fence is the fencing token granted (acquire ok), seen (read ok) or
 	// presented to the fenced resource (write).
 	Fence uint64 `json:"fence,omitempty"`
-	// Value is the counter value read or written (fenced counter).
-	Value int64 `json:"value,omitempty"`
+	// Value is the counter value read or written (fenced counter), or the
+	// tick read (KTick).
+	Value    int64 `json:"value,omitempty"`
+	PeriodMS int64 `json:"period_ms,omitempty"`
 
 	Call   int64  `json:"call"`
 	Return int64  `json:"return"`

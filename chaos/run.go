@@ -174,6 +174,11 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 		go func() { defer wg.Done(); w.run(wctx) }()
 	}
 
+	tctx, stopTicks := context.WithCancel(ctx)
+	var tickWG sync.WaitGroup
+	tickWG.Add(1)
+	go func() { defer tickWG.Done(); sampleTicks(tctx, h, cls, rand.New(rand.NewPCG(rc.Seed, 99))) }()
+
 	progress("warm-up %v", rc.Warmup)
 	_ = sleepCtx(ctx, rc.Warmup)
 	okBefore := countOK(h.Ops())
@@ -195,6 +200,8 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 	if errors.Is(nerr, ErrUnsupported) {
 		stopWork()
 		wg.Wait()
+		stopTicks()
+		tickWG.Wait()
 		sum.Valid = true
 		sum.Skipped = fmt.Sprintf("the %s tier cannot inject this fault: %v", rc.Tier, nerr)
 		progress("skipped: %s", sum.Skipped)
@@ -205,6 +212,8 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 	_ = sleepCtx(ctx, rc.Recovery)
 	stopWork()
 	wg.Wait()
+	stopTicks()
+	tickWG.Wait()
 	stopWatch()
 	watchWG.Wait()
 	end := h.Now()
@@ -224,6 +233,7 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 	hw, windows := CheckHolderWindows(ops, rc.Eps, end)
 	verdicts = append(verdicts, hw)
 	verdicts = append(verdicts, CheckFencing(ops))
+	verdicts = append(verdicts, CheckClock(ops, rc.Eps))
 	ctr := CheckCounter(ops)
 	verdicts = append(verdicts, ctr)
 	env.Count("stale-token-rejected", ctr.Counts["stale-token-rejected"])
@@ -453,4 +463,33 @@ func checkEffective(s *Scenario, env *Env, okBefore, minOps int) Verdict {
 		v.Detail = "ineffective run"
 	}
 	return v
+}
+
+// sampleTicks reads the cluster clock linearizably every 100 ms through a
+// random node (a follower forwards to the leader) for the clock checker.
+func sampleTicks(ctx context.Context, h *History, cls clients, rng *rand.Rand) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	proc := h.NewProcess()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		i := rng.IntN(len(cls))
+		op := Op{Process: proc, Node: -1, Kind: KTick, Call: h.Now()}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := cls[i].Cluster(rctx)
+		cancel()
+		op.Return = h.Now()
+		op.Status, op.Code, op.Err = classify(err)
+		if err == nil {
+			op.Value, op.PeriodMS = int64(st.Tick), st.TickPeriodMS
+		}
+		if op.Status != StatusOK {
+			continue // a failed read tells nothing and has no effect
+		}
+		h.Add(op)
+	}
 }

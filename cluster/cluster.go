@@ -190,8 +190,16 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 		if cfg.WrapStream != nil {
 			wrapped = cfg.WrapStream(stream)
 		}
+		// MaxRPCsInFlight 1 turns pipelined replication off. With it on
+		// (the default, 2), a follower that answers an AppendEntries with
+		// Success=false can leave the leader's replication goroutine parked
+		// forever on the pipeline's unbuffered channel: that follower gets
+		// heartbeats but never another entry, and Raft.Shutdown hangs
+		// (hashicorp/raft#612). The chaos suite's leadership-transfer storm
+		// hit it. Commands are batched into entries, so pipelining buys
+		// little here (raft's own docs say as much).
 		t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: wrapped, MaxPool: 8,
-			Timeout: 10 * time.Second, Logger: newHCLogger("transport", cfg.Logger)})
+			MaxRPCsInFlight: 1, Timeout: 10 * time.Second, Logger: newHCLogger("transport", cfg.Logger)})
 		c.trans, c.stream = t, stream
 		addr = t.LocalAddr()
 	}

@@ -207,7 +207,7 @@ func TestClusterJoinAndReplicate(t *testing.T) {
 	// The leader reports every member healthy (autopilot, from gossip ping
 	// acks), with a recent last contact and its HTTP address.
 	waitFor(t, 10*time.Second, func() bool {
-		st, err := l.ClusterStatus(ctx)
+		st, err := l.ClusterStatus(ctx, true)
 		if err != nil || len(st.Members) != 3 {
 			return false
 		}
@@ -233,7 +233,7 @@ func TestClusterJoinAndReplicate(t *testing.T) {
 		if !ok || info.ID != l.cfg.NodeID || info.HTTPAddr != l.cfg.HTTPAddr || info.Self {
 			t.Fatalf("follower's leader info %+v %v", info, ok)
 		}
-		st, err := n.ClusterStatus(ctx)
+		st, err := n.ClusterStatus(ctx, true)
 		if err != nil || len(st.Members) != 3 || st.Leader != l.cfg.NodeID {
 			t.Fatalf("cluster status on follower: %v %+v", err, st)
 		}

@@ -189,7 +189,15 @@ func (n *Node) Validate(ctx context.Context, r ValidateRequest) (*ValidateResult
 }
 
 // ClusterStatus describes the cluster as this node sees it.
-func (n *Node) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
+//
+// With stale false the read is linearizable (only the leader answers, after
+// confirming its leadership), so its tick is at least every tick committed
+// before the call: the chaos suite's clock checker relies on that. With
+// stale true it is this node's own view, whatever its role.
+func (n *Node) ClusterStatus(ctx context.Context, stale bool) (*ClusterStatus, error) {
+	if err := n.readBarrier(ctx, stale); err != nil {
+		return nil, err
+	}
 	r := n.cl.Raft
 	st := r.Stats()
 	term, _ := strconv.ParseUint(st["term"], 10, 64)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
 )
 
@@ -35,6 +36,16 @@ func (a *app) clusterCmd(ctx context.Context, args []string) error {
 			return err
 		}
 		st, err := c.Cluster(ctx)
+		if client.ErrorCode(err) == node.CodeNoLeader {
+			// No leader to ask: show the contacted node's own view.
+			sc, serr := cf.staleClient(true)
+			if serr != nil {
+				return serr
+			}
+			if st, err = sc.Cluster(ctx); err == nil {
+				fmt.Fprintf(a.stderr, "warning: no leader; this is %s's own view\n", st.NodeID)
+			}
+		}
 		if err != nil {
 			return err
 		}
