@@ -1,11 +1,12 @@
 # Leasehold. The two commands a newcomer needs: `make run` and `make test`.
+SHELL     := /bin/bash
 GO        ?= go
 BIN       := bin/leasehold
 BENCH_DIR ?= $(shell mktemp -d /tmp/leasehold-bench.XXXXXX)
 BENCH_ARGS ?= --workload all --clients 64 --duration 10s
 IMAGE     ?= leasehold:latest
 
-.PHONY: run build test test-short bench bench-scale lint fuzz fuzz-ci image clean
+.PHONY: run build test test-short bench bench-scale lint fuzz fuzz-ci image clean chaos chaos-ci canaries
 
 # A single node on 127.0.0.1:7700 (HTTP), :7701 (Raft), :7702 (gossip),
 # data in ./leasehold-data. Ctrl-C stops it gracefully.
@@ -15,13 +16,40 @@ run: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/leasehold
 
-# Every test, under the race detector; then the chaos clock's own tests,
-# which only a build with the `chaos` tag has.
+# Every test, under the race detector (the chaos suite's in-process tier
+# included); then the chaos clock's own tests, which only a build with the
+# `chaos` tag has; then the chaos suite's real-process scenarios and canaries.
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m ./...
 	$(GO) vet -tags chaos ./node/
 	$(GO) test -race -count=1 -tags chaos -run Clock ./node/
+	$(MAKE) chaos-ci
+
+# The chaos suite (chaos/, see its section in the README). Output (history,
+# porcupine HTML, timeline, summary.json, node logs) goes under CHAOS_OUT.
+CHAOS_OUT ?= chaos-out/$(shell date +%Y%m%d-%H%M%S)
+CANARIES  := canary_early_expiry canary_stale_read canary_fence_reset canary_renew_token canary_tick_at_once
+
+# CI's share: every scenario once against real server processes in network
+# namespaces (needs root, iproute2 and nftables; about ten minutes), then
+# proof that the suite catches each deliberate bug (canary build tags).
+chaos-ci:
+	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_OUT=$(abspath $(CHAOS_OUT))/ci $(GO) test -count=1 -timeout 25m \
+		-run '^TestNetnsScenarios$$' -v ./chaos/ | grep -v '^        chaos: '; test $${PIPESTATUS[0]} -eq 0
+	$(MAKE) canaries
+
+canaries:
+	@for c in $(CANARIES); do echo "== $$c: the suite must catch it"; \
+		$(GO) test -count=1 -tags $$c -run '^TestCanary$$' ./chaos/ || exit 1; done
+
+# A longer randomized suite on real processes (root): eight runs of four
+# random faults each, then every scenario once. Replay a run with the seed
+# and scenario it prints.
+chaos:
+	$(GO) build -tags chaos -o bin/leasehold-chaos ./cmd/leasehold
+	./bin/leasehold-chaos chaos --tier netns --scenario random --runs 8 --out $(CHAOS_OUT)/random
+	./bin/leasehold-chaos chaos --tier netns --scenario all --out $(CHAOS_OUT)/all
 
 test-short:
 	$(GO) test -count=1 -short ./...

@@ -1,0 +1,73 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// inprocScenarios are the scenarios the fast tier runs under -race: one or
+// more per nemesis class the in-process cluster can inject (it cannot
+// pause a node or move its clock; the netns tier covers those).
+var inprocScenarios = []string{
+	"none", "partition-leader", "one-way-leader", "loss", "latency",
+	"kill-leader", "transfer-storm", "snapshot-catchup", "remove-partitioned",
+}
+
+// TestInprocScenarios runs the workloads and every checker against
+// in-process clusters with injected faults, under the race detector.
+func TestInprocScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("GAP under -short: the in-process chaos scenarios take minutes")
+	}
+	if activeCanary != "" {
+		t.Skip("a canary is compiled in: TestCanary expects failures")
+	}
+	runScenarios(t, "inproc", inprocScenarios, FactoryOptions{}, 7000)
+}
+
+// runScenarios runs the named scenarios on a tier, one subtest each, and
+// fails a subtest whose run fails any checker. Output goes to
+// $LEASEHOLD_CHAOS_OUT if set (CI keeps it), else a temporary directory.
+func runScenarios(t *testing.T, tier string, names []string, fo FactoryOptions, seed uint64) {
+	factory, err := NewFactory(tier, fo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if d := os.Getenv("LEASEHOLD_CHAOS_OUT"); d != "" {
+		dir = d
+	}
+	for i, name := range names {
+		s, err := FindScenario(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			var out strings.Builder
+			res, err := RunSuite(ctx, SuiteConfig{Scenarios: []*Scenario{s}, Seed: seed + uint64(i), Dir: dir + "/" + tier,
+				Tier: tier, New: factory, Out: &out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := res.Summaries[0]
+			t.Logf("%s: %d ops, %d ok, %.1f%% indeterminate, %d leader changes, %.0f s\n%s",
+				name, sum.Ops, sum.OK, 100*sum.InfoRate, sum.LeaderChanges, sum.Seconds, out.String())
+			if sum.Skipped != "" {
+				t.Skipf("GAP: %s", sum.Skipped)
+			}
+			if !sum.Valid {
+				for _, v := range sum.Verdicts {
+					if !v.Valid {
+						t.Errorf("%s: %s %v", v.Checker, v.Detail, v.Samples)
+					}
+				}
+				t.Errorf("replay: %s (output in %s)", sum.Replay, sum.Dir)
+			}
+		})
+	}
+}
