@@ -130,7 +130,7 @@ func TestRaftTLSRefusesPlaintextAndStrangers(t *testing.T) {
 	}
 	// A raft RPC header in plaintext: the TLS server reads it as a bad
 	// ClientHello and drops the connection.
-	conn.Write([]byte{0, 0x81, 0xa4})
+	conn.Write([]byte{0, 0x81, 0xa4, 'T', 'e', 'r', 'm', 0xcf})
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := conn.Read(make([]byte, 64)); err == nil {
 		// an alert record may come first; the connection must then close
