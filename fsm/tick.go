@@ -69,7 +69,9 @@ func (f *FSM) applyTick(c *Tick) {
 // nominal end plus GraceTicks (DESIGN.md has the bound this keeps).
 func leaseDeadline(l *Lease) uint64 {
 	if canaryEarlyExpiry {
-		return l.ExpiresTick - 1
+		// Never at or before the tick it was granted in: a timer there
+		// would never fire, and the lease would never end.
+		return max(l.ExpiresTick-1, l.AcquiredTick+1)
 	}
 	return l.ExpiresTick + GraceTicks
 }
