@@ -145,6 +145,10 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.node.GossipKey, cfg.node.RaftTLS = sec.gossipKey, sec.raft
+	if sec.http != nil && cfg.tls.ca == "" && len(cfg.node.Join) > 0 {
+		log.Warn("no --tls-ca: a follower verifies the leader's HTTPS certificate against the system roots when forwarding; " +
+			"set --tls-ca to the CA of the servers' certificates")
+	}
 	relaxGC()
 
 	var tokens *api.Tokens
