@@ -59,7 +59,8 @@ func FindScenario(name string) (*Scenario, error) {
 const faultFor = 6 * time.Second
 
 var builtin = []*Scenario{
-	{Name: "none", Class: "none", Nodes: 3, Doc: "no faults: the workloads and checkers alone",
+	{Name: "none", Class: "none", Nodes: 3, Doc: "no faults: the workloads and checkers alone (zombie counter writers must be refused by token)",
+		Expect:  map[string]int{"stale-token-rejected": 1},
 		Nemesis: func(ctx context.Context, e *Env) error { return sleepCtx(ctx, faultFor) }},
 	{Name: "partition-leader", Class: "partition", Doc: "cut the leader off from every peer; clients still reach it",
 		Expect: map[string]int{"leader-changes": 1},
@@ -217,6 +218,16 @@ var builtin = []*Scenario{
 				}
 			}
 			return nil
+		}},
+	{Name: "kill-one", Class: "crash", Doc: "SIGKILL one random follower, restart it",
+		Expect: map[string]int{"restarts": 1},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			f := e.Others(l)[e.Rng.IntN(e.C.Size()-1)]
+			return e.killRestart(ctx, []int{f}, faultFor)
 		}},
 	{Name: "kill-minority", Class: "crash", Doc: "SIGKILL two random nodes (a minority of five), restart them",
 		Expect: map[string]int{"restarts": 2},
