@@ -21,7 +21,12 @@ func tlsFor(t *testing.T, ca *testpki.CA, name string, trust *testpki.CA) *TLSCo
 func openTLS(t *testing.T, id string, bootstrap bool, tc *TLSConfig) (*Cluster, *countFSM) {
 	t.Helper()
 	f := &countFSM{}
-	c, err := Open(Config{NodeID: id, Dir: t.TempDir(), BindAddr: "127.0.0.1:0", Bootstrap: bootstrap, TLS: tc}, f)
+	// Slower than the LAN defaults: under -race on a loaded machine a
+	// leader must not step down on its own while the test watches that a
+	// stranger does not make it.
+	c, err := Open(Config{NodeID: id, Dir: t.TempDir(), BindAddr: "127.0.0.1:0", Bootstrap: bootstrap, TLS: tc,
+		HeartbeatTimeout: 1500 * time.Millisecond, ElectionTimeout: 1500 * time.Millisecond,
+		LeaderLeaseTimeout: 750 * time.Millisecond}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
