@@ -413,7 +413,7 @@ func (n *Node) ControlEvent(ev Event) (name string, st *ControlState, ok bool) {
 	}
 	n.rep.mu.RUnlock()
 	v := ev.Lease
-	st = controlFromView(v.Key, v.LeaseID, v.Holder, v.State, v.Metadata, v.TTLMS, v.RemainingMS)
+	st = controlFromView(v.LeaseID, v.Holder, v.State, v.Metadata, v.TTLMS, v.RemainingMS)
 	st.AcquiredAtMS = clusterMS(acquiredTick, period)
 	st.EndReason = v.EndReason
 	switch ev.Type {
@@ -457,7 +457,7 @@ const ReasonTimedOut = "expired"
 // clusterMS is the cluster clock at tick, modulo 2^32 (wrap-tolerant).
 func clusterMS(tick uint64, period int64) uint32 { return uint32(tick * uint64(period)) }
 
-func controlFromView(_, id, holder, state string, meta map[string]string, ttlMS, remainingMS int64) *ControlState {
+func controlFromView(id, holder, state string, meta map[string]string, ttlMS, remainingMS int64) *ControlState {
 	st := &ControlState{
 		Active: state == string(fsm.StateActive), LeaseID: id, Scope: ControlScope,
 		OwnerClientName: meta[metaClientName], OwnerInstanceID: meta[metaInstanceID],
@@ -490,7 +490,7 @@ func (n *Node) controlStateLocked(l *fsm.Lease) *ControlState {
 	if l.State == fsm.StateActive {
 		rem = remaining(l.ExpiresTick, tick, period)
 	}
-	st := controlFromView(l.Key, l.ID, l.Holder, string(l.State), l.Metadata, l.TTLMS, rem)
+	st := controlFromView(l.ID, l.Holder, string(l.State), l.Metadata, l.TTLMS, rem)
 	st.AcquiredAtMS = clusterMS(l.AcquiredTick, period)
 	st.ExpiresAtMS = clusterMS(l.ExpiresTick, period)
 	if l.State != fsm.StateActive {
