@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/node"
 )
 
 func newTestInproc(t *testing.T) *InprocCluster {
@@ -372,4 +373,40 @@ func TestInprocKillRestartKeepsLeasesWipeEmpties(t *testing.T) {
 			t.Fatalf("pause/resume: %v", err)
 		}
 	}
+}
+
+// With DeadServerTimeout set, the leader removes a killed server once gossip
+// has seen it failed that long (this needs gossip to report failed peers
+// as failed).
+func TestInprocDeadServerRemoved(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := NewInprocCluster(ctx, InprocOptions{Dir: t.TempDir(), Configure: func(_ int, cfg *node.Config) {
+		cfg.DeadServerTimeout = time.Second
+		cfg.MinQuorum = 2
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background(), false) })
+	l := leader(t, c)
+	f := others(c, l)[0]
+	if err := c.Kill(f); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	poll(t, 20*time.Second, "the dead server removed", func() bool {
+		fut := c.Node(l).Raft().GetConfiguration()
+		if fut.Error() != nil {
+			return false
+		}
+		for _, s := range fut.Configuration().Servers {
+			if string(s.ID) == c.NodeID(f) {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("killed server removed %v after the kill", time.Since(killed).Round(time.Millisecond))
+	acquireSoon(t, c, l, 10*time.Second)
 }

@@ -46,7 +46,8 @@ type Peer struct {
 	Meta
 	// Addr is the gossip address.
 	Addr string
-	// Status is alive, suspect, failed or left.
+	// Status is alive or failed (memberlist reports neither suspicion nor
+	// tells a graceful leave from a failure: both are failed).
 	Status string
 	// Since is when Status last changed.
 	Since time.Time
@@ -243,17 +244,11 @@ func (g *Gossip) Close() error {
 	return g.closeErr
 }
 
-// update records a memberlist node and calls OnChange.
-func (g *Gossip) update(n *memberlist.Node) {
-	status := "alive"
-	switch n.State {
-	case memberlist.StateSuspect:
-		status = "suspect"
-	case memberlist.StateDead:
-		status = "failed"
-	case memberlist.StateLeft:
-		status = "left"
-	}
+// update records a memberlist node with its status and calls OnChange.
+// The status comes from the callback, not from n.State: memberlist never
+// sets Node.State (it keeps the state beside the node), so n.State reads
+// alive even in NotifyLeave.
+func (g *Gossip) update(n *memberlist.Node, status string) {
 	var m Meta
 	if len(n.Meta) > 0 {
 		if err := json.Unmarshal(n.Meta, &m); err != nil {
@@ -312,9 +307,13 @@ func (d *gossipDelegate) MergeRemoteState(buf []byte, join bool) {
 
 type gossipEvents Gossip
 
-func (e *gossipEvents) NotifyJoin(n *memberlist.Node)   { (*Gossip)(e).update(n) }
-func (e *gossipEvents) NotifyLeave(n *memberlist.Node)  { (*Gossip)(e).update(n) }
-func (e *gossipEvents) NotifyUpdate(n *memberlist.Node) { (*Gossip)(e).update(n) }
+func (e *gossipEvents) NotifyJoin(n *memberlist.Node)   { (*Gossip)(e).update(n, "alive") }
+func (e *gossipEvents) NotifyUpdate(n *memberlist.Node) { (*Gossip)(e).update(n, "alive") }
+
+// NotifyLeave: memberlist calls it both for a server it declared dead and
+// for one that left gracefully, and does not say which; both are "failed"
+// here (a server that left is gone all the same).
+func (e *gossipEvents) NotifyLeave(n *memberlist.Node) { (*Gossip)(e).update(n, "failed") }
 
 type gossipPing Gossip
 
