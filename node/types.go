@@ -226,7 +226,8 @@ type Member struct {
 	Health string `json:"health"`
 	// LastContact: when it last heard from the leader (the leader: now).
 	LastContact *time.Time `json:"last_contact,omitempty"`
-	// Gossip is the gossip view: alive, suspect, failed, left or unknown.
+	// Gossip is the gossip view: alive, failed (unreachable, or left) or
+	// unknown.
 	Gossip  string `json:"gossip"`
 	Version string `json:"version,omitempty"`
 }
