@@ -449,6 +449,10 @@ type controlHub struct {
 	conns   map[*controlConn]struct{}
 	running bool
 	stop    context.CancelFunc // ends the current subscription
+	// ready, while not nil, is closed once the next subscription has
+	// started: a socket waits for it before it reads its first message,
+	// so the events its own requests cause are never missed.
+	ready chan struct{}
 }
 
 // ControlFromNode adapts an embedded *node.Node to ControlNode, for

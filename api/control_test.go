@@ -750,6 +750,9 @@ func TestControlMountedByAnApplication(t *testing.T) {
 	}
 	// The API's own clients see the application's socket's changes too.
 	obs := dialControl(t, env.srv.URL, nil)
+	// A socket reads its first message only once its hub follows the
+	// events, so an answered status means obs will see what comes next.
+	obs.reply(obs.send(map[string]any{"type": "control.status"}))
 	a.reply(a.send(map[string]any{"type": "control.release", "leaseId": l.LeaseID, "leaseToken": l.LeaseToken}))
 	obs.changed("released")
 }

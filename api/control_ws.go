@@ -293,14 +293,34 @@ func (cc *controlConn) releaseOnDisconnect() {
 
 func (h *controlHub) add(cc *controlConn) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.conns == nil {
 		h.conns = map[*controlConn]struct{}{}
 	}
 	h.conns[cc] = struct{}{}
 	if !h.running {
 		h.running = true
+		h.ready = make(chan struct{})
 		go h.run()
+	}
+	wait := h.ready
+	h.mu.Unlock()
+	if wait == nil {
+		return
+	}
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-wait:
+	case <-t.C:
+	}
+}
+
+// subscribed marks the current subscription as started (or failed).
+// Called with h.mu held.
+func (h *controlHub) subscribed() {
+	if h.ready != nil {
+		close(h.ready)
+		h.ready = nil
 	}
 }
 
@@ -311,6 +331,9 @@ func (h *controlHub) remove(cc *controlConn) {
 	if len(h.conns) == 0 && h.stop != nil {
 		h.stop()
 		h.stop = nil
+		if h.ready == nil {
+			h.ready = make(chan struct{}) // the next socket waits for a new subscription
+		}
 	}
 }
 
@@ -345,6 +368,7 @@ func (h *controlHub) run() {
 		h.mu.Lock()
 		if len(h.conns) == 0 {
 			h.running = false
+			h.subscribed()
 			h.mu.Unlock()
 			return
 		}
@@ -352,6 +376,9 @@ func (h *controlHub) run() {
 		h.stop = cancel
 		h.mu.Unlock()
 		sub, err := h.c.n.Subscribe(ctx, node.EventFilter{Key: node.ControlKey})
+		h.mu.Lock()
+		h.subscribed()
+		h.mu.Unlock()
 		if err == nil {
 			for ev := range sub.Events() {
 				failures = 0
@@ -378,12 +405,14 @@ func (h *controlHub) run() {
 			h.closeAll(websocket.StatusTryAgainLater, "cannot follow the control lease's events")
 			h.mu.Lock()
 			h.running = false
+			h.subscribed()
 			h.mu.Unlock()
 			return
 		}
 		if node.ErrorCode(err) == node.CodeUnavailable {
 			h.mu.Lock()
 			h.running = false
+			h.subscribed()
 			h.mu.Unlock()
 			return
 		}
