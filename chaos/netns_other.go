@@ -6,20 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 )
-
-// NetnsOptions configure NewNetnsCluster (Linux only; see netns.go).
-type NetnsOptions struct {
-	Nodes        int
-	Binary       string
-	Dir          string
-	RunID        string
-	ExtraFlags   []string
-	Env          []string
-	Logger       *slog.Logger
-	StartTimeout time.Duration
-}
 
 // NetnsCluster is the real-process tier; it needs Linux.
 type NetnsCluster struct{ Cluster }
