@@ -239,7 +239,7 @@ func TestSeed001WorkerOwnedLeases(t *testing.T) {
 		if r := g.handleStart("svc-crash", "hd", "0", 0); r.outcome != "R_LEASE_BUSY" {
 			t.Fatalf("while the crashed worker's lease lives: %s", r.outcome)
 		}
-		waitUntil(t, 10*time.Second, "the crashed worker's lease to expire", func() bool {
+		pollUntil(t, 10*time.Second, "the crashed worker's lease to expire", func() bool {
 			l := e.lease(200, "GET", "/v1/leases/"+crashed.LeaseID, "", "Authorization", "Bearer "+readToken)
 			return l.State == "expired"
 		})
@@ -269,7 +269,7 @@ func TestSeed001WorkerOwnedLeases(t *testing.T) {
 			queued <- do(t, e.h, "POST", "/v1/leases", `{"key":"lease:tuner","holder":"worker-b","ttl_ms":30000,"wait_ms":30000}`,
 				"Authorization", "Bearer "+writeToken)
 		}()
-		waitUntil(t, 10*time.Second, "the old incarnation's acquire to queue", func() bool {
+		pollUntil(t, 10*time.Second, "the old incarnation's acquire to queue", func() bool {
 			rec := e.call("POST", "/v1/leases", `{"key":"lease:tuner","holder":"probe","ttl_ms":30000}`, "Authorization", "Bearer "+writeToken)
 			return rec.Code == 409 && strings.Contains(rec.Body.String(), "queued")
 		})

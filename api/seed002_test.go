@@ -32,7 +32,7 @@ func TestSeed002LeaseRegistrar(t *testing.T) {
 		rel := issue("work-001", "agent-001", 60000)
 		e.lease(200, "DELETE", "/v1/leases/"+rel.LeaseID+"?reason=COMPLETED", "", with(agent, "X-Lease-Token", rel.Token)...)
 		exp := issue("work-002", "agent-001", 200)
-		waitUntil(t, 10*time.Second, "work-002's lease to expire", func() bool {
+		pollUntil(t, 10*time.Second, "work-002's lease to expire", func() bool {
 			return e.lease(200, "GET", "/v1/leases/"+exp.LeaseID, "", agent...).State == "expired"
 		})
 		for _, c := range []struct {
@@ -179,7 +179,7 @@ func TestSeed002LeaseRegistrar(t *testing.T) {
 			t.Fatalf("just released: %s", got.State)
 		}
 		for _, l := range []node.Lease{done, exp} {
-			waitUntil(t, 15*time.Second, "lease "+l.Key+" to be pruned", func() bool {
+			pollUntil(t, 15*time.Second, "lease "+l.Key+" to be pruned", func() bool {
 				return e.call("GET", "/v1/leases/"+l.LeaseID, "", agent...).Code == 404
 			})
 		}

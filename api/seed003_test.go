@@ -69,7 +69,7 @@ func TestSeed003SessionLeases(t *testing.T) {
 		// Heartbeat whenever two thirds of the TTL remain, for more than
 		// two TTLs: the session outlives its TTL because of the heartbeats.
 		for time.Since(created) < 2*ttl*time.Millisecond+200*time.Millisecond {
-			waitUntil(t, 10*time.Second, "the session to need a heartbeat", func() bool {
+			pollUntil(t, 10*time.Second, "the session to need a heartbeat", func() bool {
 				s := e.session(200, "GET", path, "")
 				if s.State != "active" {
 					t.Fatalf("session ended while heartbeating: %+v", s)
@@ -125,7 +125,7 @@ func TestSeed003SessionLeases(t *testing.T) {
 
 	var expiredAfter time.Duration
 	t.Run("Lease Expiry: without heartbeats the session stops (reason expired) and its resources are released", func(t *testing.T) {
-		waitUntil(t, 15*time.Second, "the session to expire", func() bool {
+		pollUntil(t, 15*time.Second, "the session to expire", func() bool {
 			return e.session(200, "GET", path, "").State == "expired"
 		})
 		expiredAfter = time.Since(lastSent)

@@ -48,7 +48,7 @@ func newSeedEnv(t *testing.T, opts Options, tweak ...func(*node.Config)) *seedEn
 	// Cleanups run last-registered first: the server closes before the node.
 	t.Cleanup(func() { n.Close() })
 	t.Cleanup(e.srv.Close)
-	waitUntil(t, 10*time.Second, "the node to be ready", func() bool {
+	pollUntil(t, 10*time.Second, "the node to be ready", func() bool {
 		return e.call("GET", "/readyz", "").Code == 200 &&
 			e.call("GET", "/v1/leases", "", "Authorization", "Bearer "+adminToken).Code == 200
 	})
@@ -120,20 +120,4 @@ func (e *seedEnv) metrics() map[string]float64 {
 		e.t.Fatalf("metrics: %d", rec.Code)
 	}
 	return parseExposition(e.t, rec.Body.String())
-}
-
-// waitUntil polls cond every 5 ms until it holds, failing the test after d.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	poll := time.NewTicker(5 * time.Millisecond)
-	defer poll.Stop()
-	for !cond() {
-		select {
-		case <-poll.C:
-		case <-deadline.C:
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-	}
 }
