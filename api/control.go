@@ -19,7 +19,7 @@ import (
 	"github.com/leasehold/leasehold/node"
 )
 
-// Headers of the control lease (seed 000).
+// Headers of the control lease.
 const (
 	HeaderControlLease   = "X-Control-Lease"
 	HeaderControlLeaseID = "X-Control-Lease-Id"
@@ -83,7 +83,7 @@ type ControlOptions struct {
 	ForwardDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// Control serves the control lease of seed 000: the WebSocket protocol,
+// Control serves the WebSocket control lease: the protocol,
 // the status route and the gate of protected routes. api.New mounts them at
 // /v1/control/ws, /v1/control/status and on the admin routes; an
 // application embedding a node can mount them at its own paths:
@@ -141,12 +141,13 @@ func NewControl(n ControlNode, opts ControlOptions) *Control {
 			dial = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 		}
 		c.client = &http.Client{Transport: &http.Transport{
-			Proxy:               nil,
-			DialContext:         dial,
-			MaxIdleConnsPerHost: 16,
-			IdleConnTimeout:     90 * time.Second,
-			TLSClientConfig:     opts.ForwardTLS,
-			TLSHandshakeTimeout: 5 * time.Second,
+			Proxy:                  nil,
+			DialContext:            dial,
+			MaxIdleConnsPerHost:    16,
+			IdleConnTimeout:        90 * time.Second,
+			TLSClientConfig:        opts.ForwardTLS,
+			TLSHandshakeTimeout:    5 * time.Second,
+			MaxResponseHeaderBytes: http.DefaultMaxHeaderBytes, // as the forwarder's
 		}}
 		c.overTLS = opts.ForwardTLS != nil
 	}
@@ -158,7 +159,7 @@ func NewControl(n ControlNode, opts ControlOptions) *Control {
 }
 
 // WebSocket returns the handler of the control socket (GET, upgraded to a
-// WebSocket speaking seed 000's protocol).
+// WebSocket speaking the control protocol).
 func (c *Control) WebSocket() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.auth != nil && !c.auth.authorize(w, r, ScopeWrite) {
@@ -353,14 +354,26 @@ func (c *Control) do(ctx context.Context, orig *http.Request, op *controlOp) (*n
 		return nil, e
 	}
 	defer resp.Body.Close()
+	// An answer that cannot be read says nothing of the operation's fate:
+	// a status is retryable (NO_LEADER), a change may have been applied
+	// (INDETERMINATE).
+	unreadable := func(msg string) error {
+		if op.Op == "status" {
+			return &node.Error{Code: node.CodeNoLeader, Message: msg + "; retry"}
+		}
+		return &node.Error{Code: node.CodeIndeterminate, Message: msg + "; the operation may or may not have been applied"}
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {
-		return nil, &node.Error{Code: node.CodeIndeterminate, Message: "the answer of the leader was cut: " + err.Error()}
+		return nil, unreadable("the answer of the leader was cut: " + err.Error())
 	}
 	if resp.StatusCode == http.StatusOK {
-		var w controlWire
-		if err := json.Unmarshal(b, &w); err != nil {
-			return nil, &node.Error{Code: node.CodeInternal, Message: "undecodable answer of the leader"}
+		var w *controlWire
+		if err := json.Unmarshal(b, &w); err != nil || w == nil {
+			return nil, unreadable("undecodable answer of the leader")
+		}
+		if op.Op == "acquire" && (w.LeaseID == "" || w.LeaseToken == "") {
+			return nil, unreadable("the leader's answer to an acquire names no lease")
 		}
 		return w.state(), nil
 	}
@@ -368,7 +381,7 @@ func (c *Control) do(ctx context.Context, orig *http.Request, op *controlOp) (*n
 		Error controlErr `json:"error"`
 	}
 	if err := json.Unmarshal(b, &eb); err != nil || eb.Error.Code == "" {
-		return nil, &node.Error{Code: node.CodeInternal, Message: "undecodable error answer of the leader (" + resp.Status + ")"}
+		return nil, unreadable("undecodable error answer of the leader (" + resp.Status + ")")
 	}
 	ne := &node.Error{Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field}
 	if eb.Error.Scope != "" {
@@ -415,7 +428,7 @@ func (s *server) controlRoutes() []route {
 	}
 	c := s.control
 	return []route{
-		// The control lease WebSocket (seed 000 protocol).
+		// The control lease WebSocket.
 		{"GET", "/v1/control/ws", need(ScopeWrite), func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 			c.serveSocket(w, r)
 			return nil

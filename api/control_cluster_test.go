@@ -2,8 +2,10 @@ package api
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -28,14 +30,27 @@ func (m *clusterMember) stop() {
 	})
 }
 
+// freeAddr picks a loopback port free for both TCP and UDP (gossip uses
+// both), below the kernel's ephemeral range so that no outgoing connection
+// takes it before the node binds it.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for try := 0; try < 2000; try++ {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000)))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		u, err := net.ListenPacket("udp", addr)
+		ln.Close()
+		if err != nil {
+			continue
+		}
+		u.Close()
+		return addr
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free loopback port for TCP and UDP")
+	return ""
 }
 
 // startAPICluster forms a three-node cluster (bootstrap-expect 3) whose
@@ -61,6 +76,10 @@ func startAPICluster(t *testing.T) []*clusterMember {
 		cfg.RaftAddr, cfg.GossipAddr, cfg.HTTPAddr = freeAddr(t), gossip[i], ln.Addr().String()
 		cfg.BootstrapExpect, cfg.Join = 3, gossip
 		cfg.TickPeriod = 50 * time.Millisecond
+		// Raft's default 500 ms (a 250 ms leader lease) lets a saturated
+		// machine depose leaders at random; the test crashes the leader
+		// itself, and a second election costs only seconds of its 60.
+		cfg.RaftTimeout = time.Second
 		n, err := node.Open(cfg)
 		if err != nil {
 			ln.Close()

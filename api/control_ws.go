@@ -203,9 +203,13 @@ func (cc *controlConn) replyError(requestID string, err error) {
 	cc.send(controlReply{Type: "error", RequestID: requestID, Success: false, Error: &e})
 }
 
-// handle runs one request of the client.
+// handle runs one request of the client. A request runs to its end even
+// when the socket closes meanwhile (bounded by controlOpTimeout): an
+// acquire abandoned once proposed may still commit, and its lease would
+// then be held by no socket until its TTL ran out; run to its end, the
+// socket knows it and releases it on disconnect.
 func (cc *controlConn) handle(m *controlMessage) {
-	ctx, cancel := context.WithTimeout(cc.ctx, controlOpTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(cc.ctx), controlOpTimeout)
 	defer cancel()
 	c := cc.c
 	switch m.Type {

@@ -25,7 +25,7 @@
 //   - Secret tokens (bearer, lease and session tokens) and request bodies are
 //     never logged.
 //
-// The control lease of seed 000 (a WebSocket-owned global lock that gates
+// The control lease (a WebSocket-owned global lock that gates
 // the mutating admin routes) is served at /v1/control/ws and
 // /v1/control/status when the node implements ControlNode. An application
 // embedding a node mounts the same handlers at its own paths:

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/leasehold/leasehold/node"
@@ -13,12 +14,24 @@ import (
 // followerFake is a fake node that is a follower of the given leader.
 type followerFake struct {
 	*fakeNode
+	lmu    sync.Mutex
 	leader node.LeaderInfo
 	known  bool
 }
 
-func (f *followerFake) Leader() (node.LeaderInfo, bool) { return f.leader, f.known }
-func (f *followerFake) NodeID() string                  { return "f1" }
+func (f *followerFake) Leader() (node.LeaderInfo, bool) {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
+	return f.leader, f.known
+}
+
+// setLeader makes another node the leader (an election).
+func (f *followerFake) setLeader(l node.LeaderInfo, known bool) {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
+	f.leader, f.known = l, known
+}
+func (f *followerFake) NodeID() string { return "f1" }
 
 func TestFollowerForwardsToLeader(t *testing.T) {
 	leaderNode := newFake()

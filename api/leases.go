@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/leasehold/leasehold/node"
@@ -29,6 +30,7 @@ func (s *server) acquire(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 	if err := s.decodeBody(w, r, &b, false); err != nil {
 		return err
 	}
+	s.writeDeadline(w, time.Duration(min(max(b.WaitMS, 0), 24*3600*1000))*time.Millisecond) // the node refuses more than its MaxWait
 	lease, replayed, err := s.n.Acquire(r.Context(), node.AcquireRequest{
 		Key:            b.Key,
 		Holder:         b.Holder,

@@ -123,3 +123,34 @@ func (l *streamLimiter) acquire(r *http.Request) (release func(), err error) {
 		}
 	}, nil
 }
+
+// DefaultWriteTimeout bounds writing an ordinary answer (Options.WriteTimeout).
+const DefaultWriteTimeout = 30 * time.Second
+
+// longWrites are the routes whose answers may take long: no write deadline
+// (event streams, the control WebSocket and its node-to-node forward,
+// snapshot transfers), or one set by the handler (an acquire that may wait:
+// wait_ms is in its body).
+var longWrites = map[string]bool{
+	"GET /v1/events":             true,
+	"GET /v1/control/ws":         true,
+	"POST " + controlForwardPath: true,
+	"GET /v1/cluster/snapshot":   true,
+	"PUT /v1/cluster/snapshot":   true,
+	"POST /v1/leases":            true,
+}
+
+// writeDeadline gives the answer to the current request writeTimeout plus
+// extra to be written, from now.
+func (s *server) writeDeadline(w http.ResponseWriter, extra time.Duration) {
+	if s.writeTimeout > 0 {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.writeTimeout + extra))
+	}
+}
+
+// noWriteDeadline lifts the write deadline of the current request.
+func (s *server) noWriteDeadline(w http.ResponseWriter) {
+	if s.writeTimeout > 0 {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	}
+}

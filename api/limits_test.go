@@ -209,18 +209,21 @@ func TestStreamsPerClient(t *testing.T) {
 // than the body timeout as long as data keeps coming; one that stalls for
 // longer is answered 400 and never reaches a restore.
 func TestSnapshotUploadProgressDeadline(t *testing.T) {
-	const timeout = 200 * time.Millisecond
+	// Chunks a quarter of the timeout apart: a loaded machine may delay
+	// the sender or the server's reader by most of a second between two
+	// of them before the upload would rightly count as stalled.
+	const timeout = time.Second
 	f := newFake()
 	srv := httptest.NewServer(New(f, Options{BodyTimeout: timeout}))
 	t.Cleanup(srv.Close)
 	head := "PUT /v1/cluster/snapshot HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 400\r\n\r\n"
-	chunk := strings.Repeat("s", 100)
+	chunk := strings.Repeat("s", 50)
 
-	// Four chunks 100 ms apart: 300 ms in all, more than the timeout.
+	// Eight chunks 250 ms apart: 2 s in all, more than the timeout.
 	c, br := rawRequest(t, srv.Listener.Addr().String(), head)
-	tick := time.NewTicker(timeout / 2)
+	tick := time.NewTicker(timeout / 4)
 	defer tick.Stop()
-	for range 4 {
+	for range 8 {
 		<-tick.C
 		if _, err := io.WriteString(c, chunk); err != nil {
 			t.Fatal(err)

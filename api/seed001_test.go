@@ -231,9 +231,10 @@ func TestSeed001WorkerOwnedLeases(t *testing.T) {
 	})
 
 	t.Run("5.3 Test A: kill without restart: the lease persists until its TTL, new attempts are busy until then", func(t *testing.T) {
-		// The crashed worker's lease has a 1 s TTL and is never renewed.
+		// The crashed worker's lease has a 3 s TTL (time for the busy
+		// attempt below on a loaded machine) and is never renewed.
 		sent := time.Now()
-		crashed := e.lease(201, "POST", "/v1/leases", `{"key":"lease:service:svc-crash","holder":"worker-c","ttl_ms":1000}`,
+		crashed := e.lease(201, "POST", "/v1/leases", `{"key":"lease:service:svc-crash","holder":"worker-c","ttl_ms":3000}`,
 			"Authorization", "Bearer "+writeToken)
 		g := &gateway{e: e, holder: "worker-d", tuners: 2}
 		if r := g.handleStart("svc-crash", "hd", "0", 0); r.outcome != "R_LEASE_BUSY" {
@@ -243,8 +244,8 @@ func TestSeed001WorkerOwnedLeases(t *testing.T) {
 			l := e.lease(200, "GET", "/v1/leases/"+crashed.LeaseID, "", "Authorization", "Bearer "+readToken)
 			return l.State == "expired"
 		})
-		if d := time.Since(sent); d < time.Second {
-			t.Fatalf("expired %v after the acquire was sent, TTL 1s", d)
+		if d := time.Since(sent); d < 3*time.Second {
+			t.Fatalf("expired %v after the acquire was sent, TTL 3s", d)
 		}
 		r := g.handleStart("svc-crash", "hd", "0", 0)
 		if r.outcome != "running" {

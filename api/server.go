@@ -49,11 +49,25 @@ type Options struct {
 	// requests to the leader over (embedders with a custom network; the
 	// chaos suite injects faults through it). Nil: TCP with a 2 s timeout.
 	ForwardDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ForwardTimeout bounds a request a follower forwards to the leader
+	// (an acquire: its wait_ms plus this). A forward is also abandoned as
+	// soon as another node leads. A write cut short so is answered 504
+	// INDETERMINATE, or 503 NO_LEADER when none of it was sent; a read is
+	// tried again on the new leader. Snapshot transfers have no deadline.
+	// Default DefaultForwardTimeout.
+	ForwardTimeout time.Duration
 	// BodyTimeout is how long a client has to send a request body (for a
 	// snapshot upload: between two reads); the answer to a late one is 400.
 	// Requests without a body, event streams among them, are not bounded.
 	// Default 30s; negative: no limit.
 	BodyTimeout time.Duration
+	// WriteTimeout bounds how long an answer may take to be written, from
+	// the request's arrival (a client that does not read its answers
+	// cannot hold a connection and its buffers for ever). It does not
+	// apply to event streams, control WebSockets and snapshot transfers; a
+	// local acquire gets its wait_ms on top. Default DefaultWriteTimeout;
+	// negative: no limit.
+	WriteTimeout time.Duration
 	// MaxStreamsPerClient bounds the event streams one client address has
 	// open at once (429 RESOURCE_EXHAUSTED beyond). Default 128; negative:
 	// no limit. The node bounds the total (node.Config.MaxEventStreams).
@@ -76,6 +90,8 @@ type server struct {
 	// locator and fwd forward a follower's requests to the leader.
 	locator leaderLocator
 	fwd     *forwarder
+	// writeTimeout bounds writing an answer (limits.go).
+	writeTimeout time.Duration
 	// bodyTimeout bounds reading a request body (limits.go); streams
 	// bounds event streams per client.
 	bodyTimeout time.Duration
@@ -109,6 +125,12 @@ func New(n Node, opts Options) http.Handler {
 	case s.bodyTimeout < 0:
 		s.bodyTimeout = 0
 	}
+	switch s.writeTimeout = opts.WriteTimeout; {
+	case s.writeTimeout == 0:
+		s.writeTimeout = DefaultWriteTimeout
+	case s.writeTimeout < 0:
+		s.writeTimeout = 0
+	}
 	switch s.streams.max = opts.MaxStreamsPerClient; {
 	case s.streams.max == 0:
 		s.streams.max = DefaultMaxStreamsPerClient
@@ -116,7 +138,7 @@ func New(n Node, opts Options) http.Handler {
 		s.streams.max = 0
 	}
 	if l, ok := n.(leaderLocator); ok {
-		s.locator, s.fwd = l, newForwarder(s.log, opts.ForwardTLS, opts.ForwardDial)
+		s.locator, s.fwd = l, newForwarder(s.log, l, opts.ForwardTLS, opts.ForwardDial, opts.ForwardTimeout)
 	}
 	if cn, ok := n.(ControlNode); ok {
 		co := opts.Control
@@ -235,6 +257,7 @@ func (s *server) routes() []route {
 // 405 included, carries X-Leasehold-Index and is counted in the metrics.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rw := &responseWriter{ResponseWriter: w, n: s.n, route: s.metrics.unmatched}
+	s.writeDeadline(w, 0) // every request, so none inherits its connection's last deadline
 	if r.URL.RawPath != "" {
 		// The path has escapes that decoding would make ambiguous (a holder
 		// "a/b" sent as a%2Fb): route on the escaped path and unescape the
@@ -270,6 +293,9 @@ func (s *server) wrap(rt route, counters *routeCounters) httprouter.Handle {
 			if scope := rt.scope(r); scope > ScopeNone && !s.authorize(w, r, scope) {
 				return
 			}
+		}
+		if longWrites[rt.method+" "+rt.path] {
+			s.noWriteDeadline(w)
 		}
 		if err := s.guardBody(w, r, rt.path); err != nil {
 			s.writeError(w, r, err)

@@ -119,6 +119,46 @@ func TestNoLostAcks(t *testing.T) {
 	}
 }
 
+// TestNoLostAcksAcrossRestore: a lease that may have ended before a
+// restore may come back from the file or be gone; one live through the
+// restore, or granted after it, is checked in full.
+func TestNoLostAcksAcrossRestore(t *testing.T) {
+	ops := []Op{
+		// A is released before the restore, E expires before it, B is
+		// live through it (renewed just before).
+		acq(0, "k", "A", 1, 0, 10),
+		op(0, KRelease, "k", "A", 20, 30, StatusOK, ""),
+		acq(1, "k2", "B", 2, 40, 50),
+		acq(2, "k3", "E", 3, 60, 70),
+		op(1, KRenew, "k2", "B", 1900, 1910, StatusOK, ""),
+		restore(9, map[string]string{"k": "A"}, 2000, 2010),
+		op(1, KRelease, "k2", "B", 2100, 2110, StatusOK, ""),
+		acq(3, "k", "C", 9, 2200, 2210),
+	}
+	state := map[string]struct {
+		s string
+		f uint64
+	}{"A": {"active", 7}, "B": {"released", 2}, "C": {"active", 9}}
+	lookup := func(_ context.Context, id string) (string, uint64, bool, error) {
+		st, ok := state[id]
+		return st.s, st.f, ok, nil
+	}
+	if v := CheckNoLostAcks(context.Background(), ops, lookup); !v.Valid || v.Counts["rewound-by-restore"] != 2 {
+		t.Fatalf("%+v", v)
+	}
+	state["B"] = struct {
+		s string
+		f uint64
+	}{"active", 2}
+	if v := CheckNoLostAcks(context.Background(), ops, lookup); v.Valid {
+		t.Fatalf("lost release of B, after the restore, not caught: %+v", v)
+	}
+	delete(state, "C")
+	if v := CheckNoLostAcks(context.Background(), ops, lookup); v.Valid || v.Counts["lost"] != 2 {
+		t.Fatalf("lost grant after the restore not caught: %+v", v)
+	}
+}
+
 func TestLogs(t *testing.T) {
 	if v := CheckLogs(map[string]string{"n0.log": "level=INFO msg=ok\n"}); !v.Valid {
 		t.Fatalf("clean log flagged: %+v", v)
@@ -182,5 +222,90 @@ func TestClock(t *testing.T) {
 	}
 	if v := CheckClock(good[:1], 0.01); v.Valid {
 		t.Fatal("a clock checked with one read passed")
+	}
+	// A clock that goes back (a restore that rewound the tick).
+	back := []Op{tick(10, 0, 5), tick(40, 3000, 3010), tick(12, 4000, 4010)}
+	if v := CheckClock(back, 0.01); v.Valid || v.Counts["went-back"] != 1 {
+		t.Fatalf("a clock that went back passed: %+v", v)
+	}
+	// Overlapping reads may see ticks in either order.
+	overlap := []Op{tick(10, 0, 50), tick(9, 10, 20)}
+	if v := CheckClock(overlap, 0.01); !v.Valid {
+		t.Fatalf("overlapping reads flagged: %+v", v)
+	}
+}
+
+func TestLiveness(t *testing.T) {
+	sec := int64(time.Second)
+	tick := func(v, at int64) Op {
+		return Op{Kind: KTick, Status: StatusOK, Value: v, PeriodMS: 100, Call: at - sec/100, Return: at}
+	}
+	// Steady: an advance every 100 ms for 20 s.
+	var steady []Op
+	for k := int64(0); k < 200; k++ {
+		steady = append(steady, tick(k, k*sec/10))
+	}
+	bound := 8 * time.Second
+	if v := CheckLiveness(steady, nil, bound, 20*sec); !v.Valid {
+		t.Fatalf("steady clock flagged: %+v", v)
+	}
+	// The clock stands still from 5 s to 17 s (reads see the same tick or
+	// fail) with a healthy majority: a violation.
+	var stuck []Op
+	for k := int64(0); k < 50; k++ {
+		stuck = append(stuck, tick(k, k*sec/10))
+	}
+	for at := 5 * sec; at < 17*sec; at += sec / 2 {
+		stuck = append(stuck, tick(49, at))
+	}
+	for k := int64(50); k < 80; k++ {
+		stuck = append(stuck, tick(k, 17*sec+(k-50)*sec/10))
+	}
+	v := CheckLiveness(stuck, nil, bound, 20*sec)
+	if v.Valid || v.Counts["stalls"] != 1 || v.Counts["longest-stall-ms"] < 11900 {
+		t.Fatalf("a 12 s stall with a healthy majority not caught: %+v", v)
+	}
+	// The same stall inside a window without a quorum (4 s to 16 s) is
+	// excused: it resumed 1 s after the heal.
+	evs := []Event{
+		{Time: 4 * sec, Type: "nemesis", Name: "disk-stall", Phase: "start", Detail: "x", NoQuorum: true},
+		{Time: 16 * sec, Type: "nemesis", Name: "disk-stall", Phase: "stop", Detail: "x", NoQuorum: true},
+	}
+	if v := CheckLiveness(stuck, evs, bound, 20*sec); !v.Valid {
+		t.Fatalf("a stall inside a quorum-less window flagged: %+v", v)
+	}
+	// A window that ends long before the clock resumes excuses only itself.
+	evs[1].Time = 6 * sec
+	if v := CheckLiveness(stuck, evs, bound, 20*sec); v.Valid {
+		t.Fatal("a stall 11 s past the heal not caught")
+	}
+	// A window with a quorum (not marked) excuses nothing.
+	evs[0].NoQuorum, evs[1].NoQuorum, evs[1].Time = false, false, 16*sec
+	if v := CheckLiveness(stuck, evs, bound, 20*sec); v.Valid {
+		t.Fatal("a stall in a window with a healthy majority not caught")
+	}
+	// A clock that never resumes before the end of the run.
+	if v := CheckLiveness(stuck[:60], nil, bound, 20*sec); v.Valid {
+		t.Fatal("a clock that never resumed was not caught")
+	}
+
+	// Expiry follows the clock: granted at 1 s (tick <= 10) with a TTL of
+	// 10 ticks, the lease is due by tick 22 (2.2 s on this clock).
+	grant := Op{Kind: KAcquire, Status: StatusOK, Key: "k", LeaseID: "L", TTLMS: 1000, Call: sec - 5, Return: sec}
+	read := func(at int64) Op {
+		return Op{Kind: KRead, Status: StatusOK, Key: "k", LeaseID: "L", Call: at, Return: at + 5}
+	}
+	early := append(append([]Op(nil), steady...), grant, read(2*sec))
+	if v := CheckLiveness(early, nil, bound, 20*sec); !v.Valid || v.Counts["expiry-checked"] != 1 {
+		t.Fatalf("a lease read active before it was due flagged: %+v", v)
+	}
+	late := append(append([]Op(nil), steady...), grant, read(3*sec))
+	if v := CheckLiveness(late, nil, bound, 20*sec); v.Valid || v.Counts["expiry-late"] != 1 {
+		t.Fatalf("a lease active after the clock passed its expiry not caught: %+v", v)
+	}
+	// An indeterminate renewal may take effect later: not judged.
+	vague := append(late, Op{Kind: KRenew, Status: StatusInfo, Key: "k", LeaseID: "L", TTLMS: 1000, Call: sec + 10, Return: 2 * sec})
+	if v := CheckLiveness(vague, nil, bound, 20*sec); !v.Valid {
+		t.Fatalf("a lease with an indeterminate renewal judged: %+v", v)
 	}
 }

@@ -64,6 +64,12 @@ type Cluster interface {
 	// binary built with the `chaos` tag; ErrUnsupported otherwise.
 	ClockJump(i int, d time.Duration) error
 	ClockRate(i int, r float64) error
+	// DiskFault stalls (stall: every write to node i's Raft log and
+	// stable store waits until the stall ends, as behind an fsync that
+	// does not return) or slows (delay added to each write) node i's
+	// disk; DiskFault(i, false, 0) heals it. The netns tier needs a
+	// binary built with the `chaos` tag (ErrUnsupported otherwise).
+	DiskFault(i int, stall bool, delay time.Duration) error
 
 	// Alive reports whether node i is running (not killed, not wiped).
 	Alive(i int) bool

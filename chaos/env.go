@@ -116,18 +116,28 @@ outer:
 // An ErrUnsupported from apply is returned as is (the scenario is skipped
 // on this tier).
 func (e *Env) Fault(ctx context.Context, name, detail string, d time.Duration, apply, undo func() error) error {
+	return e.fault(ctx, name, detail, false, d, apply, undo)
+}
+
+// FaultNoQuorum is Fault for a fault that leaves no healthy majority: the
+// liveness checker excuses its window.
+func (e *Env) FaultNoQuorum(ctx context.Context, name, detail string, d time.Duration, apply, undo func() error) error {
+	return e.fault(ctx, name, detail, true, d, apply, undo)
+}
+
+func (e *Env) fault(ctx context.Context, name, detail string, noQuorum bool, d time.Duration, apply, undo func() error) error {
 	if err := apply(); err != nil {
-		e.H.Note(Event{Type: "nemesis", Name: name, Phase: "start", Detail: detail, Err: err.Error()})
+		e.H.Note(Event{Type: "nemesis", Name: name, Phase: "start", Detail: detail, Err: err.Error(), NoQuorum: noQuorum})
 		return err
 	}
-	e.H.Note(Event{Type: "nemesis", Name: name, Phase: "start", Detail: detail})
+	e.H.Note(Event{Type: "nemesis", Name: name, Phase: "start", Detail: detail, NoQuorum: noQuorum})
 	e.Count("faults", 1)
 	serr := sleepCtx(ctx, d)
 	var uerr error
 	if undo != nil {
 		uerr = undo()
 	}
-	ev := Event{Type: "nemesis", Name: name, Phase: "stop", Detail: detail}
+	ev := Event{Type: "nemesis", Name: name, Phase: "stop", Detail: detail, NoQuorum: noQuorum}
 	if uerr != nil {
 		ev.Err = uerr.Error()
 	}

@@ -27,6 +27,12 @@ const (
 	// KTick is a linearizable read of the cluster clock (GET /v1/cluster):
 	// Value is the tick, PeriodMS the tick period.
 	KTick Kind = "tick"
+	// KRestore is an operator's restore of a snapshot file saved earlier
+	// in the run (the restore-under-load scenario). Restored names, per
+	// key, the lease the file has active there: the restore brings it
+	// back, with a new fencing token, if the key is free at the restore;
+	// a key in use keeps its lease (see node.Node.RestoreSnapshot).
+	KRestore Kind = "restore"
 )
 
 // Status is how an operation ended.
@@ -68,6 +74,9 @@ type Op struct {
 	// tick read (KTick).
 	Value    int64 `json:"value,omitempty"`
 	PeriodMS int64 `json:"period_ms,omitempty"`
+	// Restored is what a KRestore brings back: key -> the lease id the
+	// file has active on it.
+	Restored map[string]string `json:"restored,omitempty"`
 
 	Call   int64  `json:"call"`
 	Return int64  `json:"return"`
@@ -90,6 +99,10 @@ type Event struct {
 	Phase  string `json:"phase,omitempty"`
 	Detail string `json:"detail,omitempty"`
 	Err    string `json:"err,omitempty"`
+	// NoQuorum marks a nemesis window in which no healthy majority
+	// exists: the liveness checker excuses the clock for standing still
+	// in it (not for longer than its bound after it).
+	NoQuorum bool `json:"no_quorum,omitempty"`
 }
 
 // record is one line of history.jsonl: exactly one field is set.

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/internal/diskfault"
 	"github.com/leasehold/leasehold/node"
 )
 
@@ -69,6 +70,8 @@ type InprocCluster struct {
 	gossipAddr []string
 	apiAddr    []string
 
+	disks []*diskfault.Fault // per node, kept across restarts
+
 	mu      sync.Mutex
 	nodes   []*inprocNode
 	proxies []*frontProxy
@@ -110,6 +113,9 @@ func NewInprocCluster(ctx context.Context, opts InprocOptions) (*InprocCluster, 
 	n := opts.Nodes
 	c := &InprocCluster{opts: opts, net: newFaultNet(n), nodes: make([]*inprocNode, n),
 		proxies: make([]*frontProxy, n)}
+	for range n {
+		c.disks = append(c.disks, &diskfault.Fault{})
+	}
 	ports, err := freePorts(4 * n)
 	if err != nil {
 		return nil, err
@@ -211,6 +217,7 @@ func (c *InprocCluster) config(i int, logger *slog.Logger) node.Config {
 	cfg.WrapGossip = func(t memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
 		return newGossipTransport(t, c.net, i, c.nodeOf)
 	}
+	cfg.WrapRaftStores = c.disks[i].Wrap
 	if c.opts.Configure != nil {
 		c.opts.Configure(i, &cfg)
 	}
@@ -440,6 +447,9 @@ func (c *InprocCluster) Kill(i int) error {
 	if in == nil {
 		return nil
 	}
+	// A process dies with its stalled writes; a node closing normally
+	// must have them finish first.
+	c.disks[i].Set(false, 0)
 	c.net.mu.Lock()
 	c.net.dead[i] = true
 	c.net.mu.Unlock()
@@ -505,6 +515,16 @@ func (c *InprocCluster) ClockJump(int, time.Duration) error { return ErrUnsuppor
 
 // ClockRate is not supported in process.
 func (c *InprocCluster) ClockRate(int, float64) error { return ErrUnsupported }
+
+// DiskFault stalls or slows node i's Raft store writes (through
+// node.Config.WrapRaftStores).
+func (c *InprocCluster) DiskFault(i int, stall bool, delay time.Duration) error {
+	if err := c.check(i); err != nil {
+		return err
+	}
+	c.disks[i].Set(stall, delay)
+	return nil
+}
 
 // Alive reports whether node i runs.
 func (c *InprocCluster) Alive(i int) bool {

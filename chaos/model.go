@@ -101,6 +101,8 @@ func stepLease(s leaseState, op Op, eps float64) []interface{} {
 	rightToken := current && !op.Stale && (s.TokenFP == "" || s.TokenFP == op.TokenFP)
 
 	switch op.Kind {
+	case KRestore:
+		return stepRestore(s, op, allowed)
 	case KAcquire:
 		switch op.Status {
 		case StatusOK:
@@ -181,9 +183,38 @@ func stepLease(s leaseState, op Op, eps float64) []interface{} {
 		if s.ID != op.LeaseID || (op.Fence != 0 && s.Fence != 0 && op.Fence != s.Fence) {
 			return nil
 		}
+		if s.Fence == 0 && op.Fence != 0 {
+			// A lease a restore brought back: its new token is above
+			// every token granted before.
+			if op.Fence <= s.MaxFence {
+				return nil
+			}
+			ns := s
+			ns.Fence, ns.MaxFence = op.Fence, op.Fence
+			return one(ns)
+		}
 		return one(s)
 	}
 	return one(s)
+}
+
+// stepRestore is a restore as seen from one key whose lease in the file
+// is op.LeaseID. A lease live at the restore is kept as it is (s); a free
+// key gets the file's lease back, with a new fencing token (unknown here,
+// above every token before the restore) and a remaining time the model
+// does not know (so it may end at any time: TTL 0). The key may be free at
+// the restore once the current lease may have expired.
+func stepRestore(s leaseState, op Op, allowed func() bool) []interface{} {
+	back := leaseState{Held: true, ID: op.LeaseID, Refresh: op.Call, MaxFence: s.MaxFence}
+	switch {
+	case op.Status == StatusFail:
+		return []interface{}{s}
+	case !s.Held && op.Status == StatusOK:
+		return []interface{}{back}
+	case !s.Held || allowed():
+		return []interface{}{s, back}
+	}
+	return []interface{}{s}
 }
 
 // failOnCurrent is a renew or release that definitely failed.
@@ -232,6 +263,8 @@ func describeOp(op Op) string {
 	switch op.Kind {
 	case KAcquire:
 		fmt.Fprintf(&b, " %s ttl=%dms", op.Holder, op.TTLMS)
+	case KRestore:
+		fmt.Fprintf(&b, " (the file has %s)", op.LeaseID)
 	case KRenew, KRelease:
 		fmt.Fprintf(&b, " %s", op.LeaseID)
 		if op.Stale {
@@ -270,11 +303,32 @@ func orDefault(s, d string) string {
 
 // porcupineOps turns the lease operations of a history into porcupine's
 // form. Info operations return at infinity; failed and info reads, which
-// have no effect, are left out.
+// have no effect, are left out. A restore becomes one operation per key the
+// file has a lease on (a key without one is not changed by the restore:
+// free stays free, a live lease is kept).
 func porcupineOps(ops []Op) []porcupine.Operation {
 	var out []porcupine.Operation
 	for _, op := range ops {
 		switch op.Kind {
+		case KRestore:
+			if op.Status == StatusFail {
+				continue
+			}
+			ret := op.Return
+			if op.Status == StatusInfo {
+				ret = math.MaxInt64 / 2
+			}
+			keys := make([]string, 0, len(op.Restored))
+			for k := range op.Restored {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				o := op
+				o.Key, o.LeaseID, o.Restored = k, op.Restored[k], nil
+				out = append(out, porcupine.Operation{ClientId: op.Process, Input: o, Call: o.Call, Output: o, Return: ret})
+			}
+			continue
 		case KAcquire, KRenew, KRelease:
 		case KRead:
 			if op.Status != StatusOK {

@@ -28,6 +28,10 @@ func read(proc int, key, id string, fence uint64, call, ret int64) Op {
 	return Op{Process: proc, Kind: KRead, Key: key, LeaseID: id, Fence: fence, Call: call * ms, Return: ret * ms, Status: StatusOK}
 }
 
+func restore(proc int, restored map[string]string, call, ret int64) Op {
+	return Op{Process: proc, Kind: KRestore, Restored: restored, Call: call * ms, Return: ret * ms, Status: StatusOK}
+}
+
 func TestLeaseModel(t *testing.T) {
 	cases := []struct {
 		name string
@@ -119,6 +123,45 @@ func TestLeaseModel(t *testing.T) {
 			acq(0, "k1", "A", 1, 0, 10),
 			acq(1, "k2", "B", 2, 5, 15),
 		}, porcupine.Ok},
+		// A restore of a file in which A holds k.
+		{"restore keeps the live lease", []Op{
+			acq(0, "k", "A", 1, 0, 10),
+			op(0, KRelease, "k", "A", 20, 30, StatusOK, ""),
+			acq(1, "k", "B", 2, 40, 50),
+			restore(9, map[string]string{"k": "A"}, 100, 110),
+			held(2, "k", 120, 130),
+			op(1, KRenew, "k", "B", 140, 150, StatusOK, ""),
+		}, porcupine.Ok},
+		{"restore brings the old holder back over a live lease", []Op{
+			acq(0, "k", "A", 1, 0, 10),
+			op(0, KRelease, "k", "A", 20, 30, StatusOK, ""),
+			acq(1, "k", "B", 2, 40, 50),
+			restore(9, map[string]string{"k": "A"}, 100, 110),
+			read(2, "k", "A", 3, 120, 130),
+		}, porcupine.Illegal},
+		{"restore lets a third client in while the holder is live", []Op{
+			acq(0, "k", "A", 1, 0, 10),
+			op(0, KRelease, "k", "A", 20, 30, StatusOK, ""),
+			acq(1, "k", "B", 2, 40, 50),
+			restore(9, map[string]string{"k": "A"}, 100, 110),
+			acq(2, "k", "C", 3, 120, 130),
+		}, porcupine.Illegal},
+		{"restore brings the file's lease back on a free key, re-fenced", []Op{
+			acq(0, "k", "A", 1, 0, 10),
+			op(0, KRelease, "k", "A", 20, 30, StatusOK, ""),
+			restore(9, map[string]string{"k": "A"}, 100, 110),
+			read(2, "k", "A", 7, 120, 130),
+			held(2, "k", 140, 150),
+			op(0, KRenew, "k", "A", 160, 170, StatusOK, ""),
+			acq(1, "k", "C", 8, 1200, 1210),
+		}, porcupine.Ok},
+		{"a lease brought back keeps its old token", []Op{
+			acq(0, "k", "A", 1, 0, 10),
+			acq(1, "k2", "X", 5, 15, 18),
+			op(0, KRelease, "k", "A", 20, 30, StatusOK, ""),
+			restore(9, map[string]string{"k": "A"}, 100, 110),
+			read(2, "k", "A", 1, 120, 130),
+		}, porcupine.Illegal},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -82,9 +82,13 @@ type NetnsCluster struct {
 
 var _ Cluster = (*NetnsCluster)(nil)
 
+// clockFault is a node's chaos fault file (node/clock_chaos.go): its
+// clock, and its disk (node/disk_chaos.go).
 type clockFault struct {
 	WallOffsetNS int64   `json:"wall_offset_ns"`
 	MonoRate     float64 `json:"mono_rate"`
+	DiskStall    bool    `json:"disk_stall,omitempty"`
+	DiskDelayNS  int64   `json:"disk_delay_ns,omitempty"`
 }
 
 func (o *NetnsOptions) setDefaults() error {
@@ -523,6 +527,33 @@ func (c *NetnsCluster) ClockRate(i int, r float64) error {
 		return err
 	}
 	c.log.Info("clock rate", "node", c.NodeID(i), "rate", r)
+	return nil
+}
+
+// DiskFault stalls or slows node i's Raft store writes through its chaos
+// fault file (the binary must have the `chaos` tag; ErrUnsupported as
+// ClockJump). A node picks a change up within about 20 ms.
+func (c *NetnsCluster) DiskFault(i int, stall bool, delay time.Duration) error {
+	if _, err := c.node(i); err != nil {
+		return err
+	}
+	if delay < 0 {
+		return fmt.Errorf("chaos: disk delay %v: want >= 0", delay)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.clockSupportLocked(); err != nil {
+		return err
+	}
+	f := c.clocks[i]
+	f.DiskStall, f.DiskDelayNS = stall, int64(delay)
+	if f == c.clocks[i] {
+		return nil
+	}
+	if err := c.writeClockLocked(i, f); err != nil {
+		return err
+	}
+	c.log.Info("disk fault", "node", c.NodeID(i), "stall", stall, "delay", delay)
 	return nil
 }
 

@@ -248,9 +248,15 @@ func TestNetnsCluster(t *testing.T) {
 		if err := c.Heal(); err != nil {
 			t.Fatal(err)
 		}
-		after, err := rtt()
-		if err != nil {
-			t.Fatal(err)
+		// The best of three: a delay still applied slows every one, a
+		// loaded machine only some.
+		after := time.Hour
+		for range 3 {
+			d, err := rtt()
+			if err != nil {
+				t.Fatal(err)
+			}
+			after = min(after, d)
 		}
 		if after >= 300*time.Millisecond {
 			t.Fatalf("round trip after heal: %v", after)

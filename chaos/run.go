@@ -191,6 +191,7 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 	for i := 0; i < c.Size(); i++ {
 		_ = c.Resume(i)
 		_ = c.ClockRate(i, 1)
+		_ = c.DiskFault(i, false, 0)
 		if !c.Alive(i) {
 			if err := c.Restart(i); err == nil {
 				env.Count("restarts", 1)
@@ -234,6 +235,9 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 	verdicts = append(verdicts, hw)
 	verdicts = append(verdicts, CheckFencing(ops))
 	verdicts = append(verdicts, CheckClock(ops, rc.Eps))
+	if s.Liveness {
+		verdicts = append(verdicts, CheckLiveness(ops, h.Events(), LivenessBound, end))
+	}
 	ctr := CheckCounter(ops)
 	verdicts = append(verdicts, ctr)
 	env.Count("stale-token-rejected", ctr.Counts["stale-token-rejected"])

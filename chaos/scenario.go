@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -16,8 +17,8 @@ type Scenario struct {
 	// Nodes is the cluster size (default 5).
 	Nodes int
 	// Class is the nemesis class the scenario covers (partition, loss,
-	// latency, crash, pause, clock, transfer, membership, snapshot, wipe,
-	// none).
+	// latency, crash, pause, clock, disk, transfer, membership, snapshot,
+	// wipe, restore, none).
 	Class string
 	// Nemesis runs after the warm-up and must heal whatever it broke
 	// before it returns.
@@ -30,6 +31,10 @@ type Scenario struct {
 	Expect map[string]int
 	// Eps overrides the TTL safety fraction (clock-rate scenarios).
 	Eps float64
+	// Liveness adds the liveness checker (CheckLiveness): with a healthy
+	// majority, the cluster clock never stands still longer than
+	// LivenessBound.
+	Liveness bool
 }
 
 func (s *Scenario) nodes() int {
@@ -62,7 +67,7 @@ var builtin = []*Scenario{
 	{Name: "none", Class: "none", Nodes: 3, Doc: "no faults: the workloads and checkers alone (zombie counter writers must be refused by token)",
 		Expect:  map[string]int{"stale-token-rejected": 1},
 		Nemesis: func(ctx context.Context, e *Env) error { return sleepCtx(ctx, faultFor) }},
-	{Name: "partition-leader", Class: "partition", Doc: "cut the leader off from every peer; clients still reach it",
+	{Name: "partition-leader", Liveness: true, Class: "partition", Doc: "cut the leader off from every peer; clients still reach it",
 		Expect: map[string]int{"leader-changes": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			l, err := e.WaitLeader(ctx, 10*time.Second)
@@ -205,7 +210,7 @@ var builtin = []*Scenario{
 				return nil
 			}, e.C.Heal)
 		}},
-	{Name: "kill-leader", Class: "crash", Doc: "SIGKILL the leader, restart it; twice",
+	{Name: "kill-leader", Liveness: true, Class: "crash", Doc: "SIGKILL the leader, restart it; twice",
 		Expect: map[string]int{"leader-changes": 2, "restarts": 2},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			for r := 0; r < 2; r++ {
@@ -240,7 +245,7 @@ var builtin = []*Scenario{
 		Nemesis: func(ctx context.Context, e *Env) error {
 			return e.killRestart(ctx, e.Others(), 2*time.Second)
 		}},
-	{Name: "pause-leader", Class: "pause", Doc: "SIGSTOP the leader past the election timeout, then past a TTL",
+	{Name: "pause-leader", Liveness: true, Class: "pause", Doc: "SIGSTOP the leader past the election timeout, then past a TTL",
 		Expect: map[string]int{"leader-changes": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			for _, d := range []time.Duration{1500 * time.Millisecond, 4 * time.Second} {
@@ -257,6 +262,19 @@ var builtin = []*Scenario{
 				}
 			}
 			return nil
+		}},
+	{Name: "pause-leader-long", Class: "pause", Nodes: 3,
+		Doc:    "SIGSTOP the leader for 8 s while probes write and read through the others: none waits on it past the forward bound, and writes through a follower succeed once another node leads",
+		Expect: map[string]int{"leader-changes": 1, "follower-writes-after-election": 1},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			l, err := e.WaitLeader(ctx, 15*time.Second)
+			if err != nil {
+				return err
+			}
+			if err := e.pauseProbed(ctx, l, 8*time.Second); err != nil {
+				return err
+			}
+			return sleepCtx(ctx, 2*time.Second)
 		}},
 	{Name: "clock-jump-leader", Class: "clock", Doc: "the leader's wall clock jumps +5 min, -10 min, then strobes",
 		Nemesis: func(ctx context.Context, e *Env) error {
@@ -297,6 +315,67 @@ var builtin = []*Scenario{
 				}
 			}
 			return nil
+		}},
+	{Name: "disk-stall-leader", Class: "disk", Liveness: true,
+		Doc:    "the leader's disk stalls (every log and stable-store write blocks) for 12 s, then the next leader's for 6 s: its heartbeats keep the followers loyal while it commits nothing, so it must give leadership up",
+		Expect: map[string]int{"leader-changes": 2},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			for _, d := range []time.Duration{12 * time.Second, 6 * time.Second} {
+				l, err := e.WaitLeader(ctx, 15*time.Second)
+				if err != nil {
+					return err
+				}
+				if err := e.Fault(ctx, "disk-stall", fmt.Sprintf("leader %d for %v", l, d), d,
+					func() error { return e.C.DiskFault(l, true, 0) }, func() error { return e.C.DiskFault(l, false, 0) }); err != nil {
+					return err
+				}
+				if err := sleepCtx(ctx, 2*time.Second); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	{Name: "disk-slow-follower", Class: "disk", Liveness: true,
+		Doc: "one follower's every disk write takes 200 ms longer, another's 50 ms, for 8 s",
+		Nemesis: func(ctx context.Context, e *Env) error {
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			fs := e.Others(l)
+			perm := e.Rng.Perm(len(fs))
+			a, b := fs[perm[0]], fs[perm[1]]
+			return e.Fault(ctx, "disk-slow", fmt.Sprintf("follower %d +200ms, follower %d +50ms per write", a, b), 8*time.Second,
+				func() error {
+					if err := e.C.DiskFault(a, false, 200*time.Millisecond); err != nil {
+						return err
+					}
+					return e.C.DiskFault(b, false, 50*time.Millisecond)
+				}, func() error { return errors.Join(e.C.DiskFault(a, false, 0), e.C.DiskFault(b, false, 0)) })
+		}},
+	{Name: "disk-stall-majority", Class: "disk", Liveness: true,
+		Doc: "the disks of a majority (the leader and two followers) stall for 8 s: nothing commits; once healed the clock must resume within the liveness bound",
+		Nemesis: func(ctx context.Context, e *Env) error {
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			fs := e.Others(l)
+			perm := e.Rng.Perm(len(fs))
+			nodes := []int{l}
+			for _, k := range perm[:e.C.Size()/2] {
+				nodes = append(nodes, fs[k])
+			}
+			set := func(stall bool) func() error {
+				return func() error {
+					var errs []error
+					for _, n := range nodes {
+						errs = append(errs, e.C.DiskFault(n, stall, 0))
+					}
+					return errors.Join(errs...)
+				}
+			}
+			return e.FaultNoQuorum(ctx, "disk-stall", fmt.Sprintf("nodes %v", nodes), 8*time.Second, set(true), set(false))
 		}},
 	{Name: "transfer-storm", Class: "transfer", Doc: "for 8 s, leadership moves on right after each tick (the tick-compression trap: a new leader that ticks at once runs the clock fast)",
 		Expect: map[string]int{"leader-changes": 5, "transfers": 5},
@@ -371,6 +450,24 @@ var builtin = []*Scenario{
 			}
 			return nil
 		}},
+	{Name: "restore-under-load", Class: "restore", Nodes: 3,
+		Doc:    "save a snapshot early, restore it mid-run under load: leases live at the restore stay, the file's come back re-fenced on free keys, tokens and ticks never go back",
+		Expect: map[string]int{"restores": 1, "restore-file-leases": 1, "restore-kept": 1},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			file, err := e.saveSnapshot(ctx)
+			if err != nil {
+				return err
+			}
+			// Long enough for the holders of the file's leases to let
+			// most of them go and for other holders to take their keys.
+			if err := sleepCtx(ctx, faultFor); err != nil {
+				return err
+			}
+			if err := e.restoreSnapshot(ctx, file); err != nil {
+				return err
+			}
+			return sleepCtx(ctx, faultFor/2)
+		}},
 	{Name: "wiped-node", Class: "wipe", Doc: "a follower is killed and its data directory wiped; it is removed and rejoins empty",
 		Expect: map[string]int{"removals": 1, "wipes": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
@@ -389,6 +486,103 @@ var builtin = []*Scenario{
 			}
 			return e.rejoinWiped(ctx, f, true)
 		}},
+	{Name: "wipe-restart-original", Class: "wipe", Nodes: 3, Doc: "the leader is killed and wiped, the others SIGSTOPped while it restarts with its original command; it must neither form a cluster with them nor vote with an empty log: the leader replaces the old member and it rejoins empty",
+		Expect: map[string]int{"wipes": 1, "wiped-rejoined": 1},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			return e.wipeRestartOriginal(ctx, l, 3*time.Second)
+		}},
+}
+
+// wipeRestartOriginal kills and wipes node n, pauses every other node,
+// restarts n with its original command, resumes the others after d, then
+// waits until another node has seen n leave the voters (the leader removes
+// the old member) and come back as a healthy voter, and n serves.
+func (e *Env) wipeRestartOriginal(ctx context.Context, n int, d time.Duration) error {
+	others := e.Others(n)
+	// Pausing first: a tier that cannot pause is skipped before anything
+	// is broken.
+	if err := e.C.Pause(others[0]); err != nil {
+		return err
+	}
+	paused := []int{others[0]}
+	resume := func() error {
+		var first error
+		for _, o := range paused {
+			if err := e.C.Resume(o); err != nil && first == nil {
+				first = err
+			}
+		}
+		paused = nil
+		return first
+	}
+	defer resume()
+	if err := e.C.Wipe(n); err != nil {
+		return err
+	}
+	e.Count("wipes", 1)
+	e.Note("wipe", fmt.Sprintf("node %d killed, data wiped", n), nil)
+	for _, o := range others[1:] {
+		if err := e.C.Pause(o); err != nil {
+			return err
+		}
+		paused = append(paused, o)
+	}
+	err := e.Fault(ctx, "pause", fmt.Sprintf("nodes %v while node %d restarts wiped", others, n), d, func() error {
+		if err := e.C.Restart(n); err != nil {
+			return err
+		}
+		e.Count("restarts", 1)
+		return nil
+	}, resume)
+	if err != nil {
+		return err
+	}
+	id := e.C.NodeID(n)
+	deadline := time.Now().Add(60 * time.Second)
+	last := "no answer"
+	replaced := false
+	for {
+		for _, o := range others {
+			st, err := e.Admin(o).Cluster(ctx)
+			if err != nil {
+				last = err.Error()
+				continue
+			}
+			for _, m := range st.Members {
+				if m.ID != id {
+					continue
+				}
+				last = fmt.Sprintf("node %d sees %s as voter=%v health=%s", o, id, m.Voter, m.Health)
+				if !m.Voter {
+					replaced = true // removed, or added back as a non-voter
+				}
+				if !replaced || !m.Voter || m.Health != "healthy" {
+					continue
+				}
+				// Back as a voter after the replacement, and serving its own
+				// state.
+				if ls, err := e.Local(ctx, n, 0, time.Second); err != nil || ls.AppliedIndex == 0 {
+					last = fmt.Sprintf("%s is a voter but its local state: %v", id, err)
+					continue
+				}
+				e.Count("wiped-rejoined", 1)
+				e.Note("rejoined", last, nil)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			err := fmt.Errorf("node %d did not rejoin as a voter within 60 s: %s", n, last)
+			e.Note("rejoined", id, err)
+			return err
+		}
+		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // killRestart kills the nodes, waits d and restarts them.

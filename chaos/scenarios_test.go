@@ -10,10 +10,12 @@ import (
 
 // inprocScenarios are the scenarios the fast tier runs under -race: one or
 // more per nemesis class the in-process cluster can inject (it cannot
-// pause a node or move its clock; the netns tier covers those).
+// pause a node or move its clock; the netns tier covers those; it stalls
+// disks through node.Config.WrapRaftStores).
 var inprocScenarios = []string{
 	"none", "partition-leader", "one-way-leader", "loss", "latency",
-	"kill-leader", "transfer-storm", "snapshot-catchup", "remove-partitioned",
+	"kill-leader", "transfer-storm", "snapshot-catchup", "remove-partitioned", "restore-under-load",
+	"disk-stall-leader",
 }
 
 // TestInprocScenarios runs the workloads and every checker against

@@ -18,12 +18,12 @@ import (
 // `make chaos` runs.
 var randomScenario = &Scenario{
 	Name: "random", Class: "random",
-	Doc: "four random faults in a row (partitions, loss, latency, crashes, pauses, clock faults, transfer storms), with calm in between",
+	Doc: "four random faults in a row (partitions, loss, latency, crashes, pauses, clock faults, disk stalls, transfer storms), with calm in between",
 	Nemesis: func(ctx context.Context, e *Env) error {
 		var pool []*Scenario
 		for _, s := range builtin {
 			switch s.Class {
-			case "partition", "loss", "latency", "crash", "pause", "clock", "transfer":
+			case "partition", "loss", "latency", "crash", "pause", "clock", "disk", "transfer":
 				if s.nodes() == 5 || e.C.Size() == s.nodes() {
 					pool = append(pool, s)
 				}

@@ -57,6 +57,15 @@ type Config struct {
 	// and returns the one Raft uses; Addr must still be the address peers
 	// dial. Not used with InMemory.
 	WrapStream func(raft.StreamLayer) raft.StreamLayer
+	// WrapStores, if set, wraps Raft's log and stable stores (fault
+	// injection: see internal/diskfault). Reads and writes must reach the
+	// stores it is given.
+	WrapStores func(raft.LogStore, raft.StableStore) (raft.LogStore, raft.StableStore)
+	// Identity, if set, makes every Raft connection start with an exchange
+	// of cluster ids (see Identity): servers of two clusters never
+	// exchange Raft traffic. It wraps the TLS or TCP layer, inside
+	// WrapStream. Not used with InMemory.
+	Identity *Identity
 }
 
 // Cluster is one running Raft server.
@@ -187,8 +196,11 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 			return nil, err
 		}
 		var wrapped raft.StreamLayer = stream
+		if cfg.Identity != nil {
+			wrapped = NewIdentityStreamLayer(wrapped, *cfg.Identity, cfg.Logger.With("component", "raft-identity"))
+		}
 		if cfg.WrapStream != nil {
-			wrapped = cfg.WrapStream(stream)
+			wrapped = cfg.WrapStream(wrapped)
 		}
 		// MaxRPCsInFlight 1 turns pipelined replication off. With it on
 		// (the default, 2), a follower that answers an AppendEntries with
@@ -204,6 +216,9 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 		addr = t.LocalAddr()
 	}
 
+	if cfg.WrapStores != nil {
+		logs, stable = cfg.WrapStores(logs, stable)
+	}
 	existing, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		c.closeAll()

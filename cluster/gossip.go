@@ -29,6 +29,12 @@ type Meta struct {
 	// HasState: the server has Raft state (it belongs, or belonged, to a
 	// cluster). A server with state never takes part in a bootstrap.
 	HasState bool `json:"state,omitempty"`
+	// ClusterID is the identity of the cluster whose Raft state the server
+	// has; empty while it has none (or the cluster has no id yet).
+	ClusterID string `json:"cid,omitempty"`
+	// RaftHello: the server's Raft connections start with the cluster id
+	// exchange (Identity); false for servers of earlier versions.
+	RaftHello bool `json:"hello,omitempty"`
 }
 
 // PeerStats is a server's view of Raft, carried in gossip ping acks.

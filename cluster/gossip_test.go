@@ -63,7 +63,9 @@ func TestGossipKey(t *testing.T) {
 					t.Fatalf("%s lists %s", g.cfg.Name, p.ID)
 				}
 			}
-			if g.Alive() != 2 {
+			// Never more than the two keyed servers. (Fewer for a moment
+			// is a probe missed on a loaded machine, not a stranger.)
+			if g.Alive() > 2 {
 				t.Fatalf("%s sees %d members", g.cfg.Name, g.Alive())
 			}
 		}
@@ -72,4 +74,5 @@ func TestGossipKey(t *testing.T) {
 		}
 		<-time.After(50 * time.Millisecond)
 	}
+	waitFor(t, 10*time.Second, "a and b still see each other", func() bool { return a.Alive() == 2 && b.Alive() == 2 })
 }

@@ -85,16 +85,10 @@ func (s *tcpStreamLayer) Addr() net.Addr {
 // from the cluster's CA never reaches Raft, and its attempts are logged
 // (rate limited) with its address and the reason.
 type tlsStreamLayer struct {
-	inner  raft.StreamLayer
+	*acceptQueue
 	server *tls.Config
 	client *tls.Config
 	log    *slog.Logger
-
-	conns     chan net.Conn
-	acceptErr chan error
-	closed    chan struct{}
-	closeOnce sync.Once
-	pending   atomic.Int32
 
 	// Rejected counts inbound handshakes that failed.
 	rejected atomic.Int64
@@ -112,10 +106,11 @@ func NewTLSStreamLayer(inner raft.StreamLayer, cfg *TLSConfig, log *slog.Logger)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &tlsStreamLayer{inner: inner, log: log, conns: make(chan net.Conn),
-		acceptErr: make(chan error, 1), closed: make(chan struct{})}
+	s := &tlsStreamLayer{acceptQueue: newAcceptQueue(inner), log: log}
 	s.server, s.client = mutualTLS(cfg)
-	go s.acceptLoop()
+	go s.run(maxPendingHandshakes, s.handshake, func(raw net.Conn) {
+		s.reject(raw.RemoteAddr(), errors.New("too many handshakes in progress"))
+	})
 	return s, nil
 }
 
@@ -163,28 +158,7 @@ func verifyPeer(certs []*x509.Certificate, cas *x509.CertPool) error {
 	return nil
 }
 
-func (s *tlsStreamLayer) acceptLoop() {
-	for {
-		raw, err := s.inner.Accept()
-		if err != nil {
-			select {
-			case s.acceptErr <- err:
-			default:
-			}
-			return
-		}
-		if s.pending.Add(1) > maxPendingHandshakes {
-			s.pending.Add(-1)
-			s.reject(raw.RemoteAddr(), errors.New("too many handshakes in progress"))
-			raw.Close()
-			continue
-		}
-		go s.handshake(raw)
-	}
-}
-
 func (s *tlsStreamLayer) handshake(raw net.Conn) {
-	defer s.pending.Add(-1)
 	conn := tls.Server(raw, s.server)
 	ctx, cancel := context.WithTimeout(context.Background(), tlsHandshakeTimeout)
 	defer cancel()
@@ -200,11 +174,7 @@ func (s *tlsStreamLayer) handshake(raw net.Conn) {
 		raw.Close()
 		return
 	}
-	select {
-	case s.conns <- conn:
-	case <-s.closed:
-		conn.Close()
-	}
+	s.hand(conn)
 }
 
 // reject records a refused inbound connection. At most one line per second
@@ -221,33 +191,6 @@ func (s *tlsStreamLayer) reject(from net.Addr, err error) {
 	s.log.Warn("raft TLS: refused a connection", "remote", from.String(), "err", err, "not_logged_before", s.quiet)
 	s.lastLog, s.quiet = now, 0
 }
-
-// Accept returns the next inbound connection that completed the mutual TLS
-// handshake.
-func (s *tlsStreamLayer) Accept() (net.Conn, error) {
-	select {
-	case c := <-s.conns:
-		return c, nil
-	case err := <-s.acceptErr:
-		s.acceptErr <- err // every later Accept fails too
-		return nil, err
-	case <-s.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-// Close stops accepting and closes the inner layer.
-func (s *tlsStreamLayer) Close() error {
-	var err error
-	s.closeOnce.Do(func() {
-		close(s.closed)
-		err = s.inner.Close()
-	})
-	return err
-}
-
-// Addr is the inner layer's (advertised) address.
-func (s *tlsStreamLayer) Addr() net.Addr { return s.inner.Addr() }
 
 // Dial connects through the inner layer and completes the mutual TLS
 // handshake within timeout.

@@ -585,10 +585,11 @@ func TestApply(t *testing.T) {
 			}),
 			// Revocation is involuntary too; a waiter gets the slot when the delay ends.
 			do(withDelay(acq("D4", "k2", "alice", 50), 2), ""),
+			// It applies between ticks, so its delay counts from the next one.
 			do(&fsm.Revoke{LeaseID: "D4", Reason: "stuck"}, ""),
-			lockDelay("X4", "k2", 2000),
+			lockDelay("X4", "k2", 3000),
 			do(withWait(acq("D5", "k2", "bob", 50), 10), ""),
-			ticks(1),
+			ticks(2),
 			noticesAre(),
 			ticks(1),
 			noticesAre("D5 granted"),

@@ -50,6 +50,8 @@ func newBody(t Type) Command {
 		return new(CancelWait)
 	case TypeMember:
 		return new(Member)
+	case TypeClusterID:
+		return new(ClusterID)
 	}
 	return nil
 }
@@ -149,6 +151,10 @@ func encodeFields(e *enc, c Command) {
 		if ok = c != nil; ok {
 			c.encode(e)
 		}
+	case *ClusterID:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
 	}
 	if !ok {
 		e.fail(fmt.Errorf("fsm: cannot encode %T", c))
@@ -189,6 +195,8 @@ func decodeFields(d *dec, c Command) {
 	case *CancelWait:
 		c.decode(d)
 	case *Member:
+		c.decode(d)
+	case *ClusterID:
 		c.decode(d)
 	default:
 		d.fail(fmt.Sprintf("no decoder for %T", c)) // newBody returns none such
@@ -463,6 +471,7 @@ func (c *Tick) encode(e *enc) {
 	e.varint(c.WallMS)
 	e.varint(c.PeriodMS)
 	e.uvarint(c.RetainTicks)
+	e.uvarint(c.RetainMax)
 }
 
 func (c *Tick) decode(d *dec) {
@@ -470,6 +479,9 @@ func (c *Tick) decode(d *dec) {
 	c.WallMS = d.varint()
 	c.PeriodMS = d.varint()
 	c.RetainTicks = d.uvarint()
+	if d.version >= versionBounds {
+		c.RetainMax = d.uvarint()
+	}
 }
 
 func (c *Acquire) encode(e *enc) {
@@ -513,12 +525,14 @@ func (c *Acquire) decode(d *dec) {
 }
 
 // Quota is written after the Acquire and SessionCreate bodies of version 3
-// entries: the counts, in order.
+// entries: the counts, in order; version 4 adds the waiter limits.
 func (q *Quota) encode(e *enc) {
 	e.uvarint(q.Leases)
 	e.uvarint(q.HolderLeases)
 	e.uvarint(q.Sessions)
 	e.uvarint(q.HolderSessions)
+	e.uvarint(q.KeyWaiters)
+	e.uvarint(q.HolderWaiters)
 }
 
 func (q *Quota) decode(d *dec) {
@@ -526,6 +540,10 @@ func (q *Quota) decode(d *dec) {
 	q.HolderLeases = d.uvarint()
 	q.Sessions = d.uvarint()
 	q.HolderSessions = d.uvarint()
+	if d.version >= versionBounds {
+		q.KeyWaiters = d.uvarint()
+		q.HolderWaiters = d.uvarint()
+	}
 }
 
 func (c *Renew) encode(e *enc) {

@@ -108,15 +108,61 @@ func TestDecodeVersion1(t *testing.T) {
 	}
 }
 
-// TestEncodingGolden pins the version-3 format: field order, varints,
-// zigzag, hashes, bools, sorted maps, batch framing, and the Quota after the
-// bodies of Acquire and SessionCreate.
+// TestEncodingGolden pins the version-4 format: field order, varints,
+// zigzag, hashes, bools, sorted maps, batch framing, the Quota after the
+// bodies of Acquire and SessionCreate and the RetainMax of Tick.
 func TestEncodingGolden(t *testing.T) {
 	for _, tc := range goldenCommands() {
 		got := hex.EncodeToString(mustEncode(t, tc.c))
-		if want := "03" + tc.hex[2:] + tc.quota; got != want {
+		want := "04" + tc.hex[2:] + tc.quota + tc.v4
+		if tc.full4 != "" {
+			want = tc.full4
+		}
+		if got != want {
 			t.Errorf("%T:\n got %s\nwant %s", tc.c, got, want)
 		}
+	}
+	// The version-4 fields, set.
+	for _, tc := range []struct {
+		c    fsm.Command
+		tail string
+	}{
+		{&fsm.Tick{Tick: 1, RetainMax: 300}, "ac02"},
+		{&fsm.Acquire{Quota: fsm.Quota{KeyWaiters: 300, HolderWaiters: 2}}, "ac02" + "02"},
+	} {
+		if got := hex.EncodeToString(mustEncode(t, tc.c)); !strings.HasSuffix(got, tc.tail) {
+			t.Errorf("%T: %s does not end in %s", tc.c, got, tc.tail)
+		}
+	}
+}
+
+// TestDecodeVersion3: version-3 entries (no waiter limits, no RetainMax)
+// still decode, to the same commands with those fields zero.
+func TestDecodeVersion3(t *testing.T) {
+	for _, tc := range goldenCommands() {
+		if _, ok := tc.c.(*fsm.Batch); ok {
+			continue
+		}
+		b, err := hex.DecodeString("03" + tc.hex[2:] + tc.quota)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := fsm.Decode(b)
+		if err != nil {
+			t.Fatalf("%T: version 3 % x: %v", tc.c, b, err)
+		}
+		if !reflect.DeepEqual(c, tc.c) {
+			t.Errorf("version 3 % x:\n got %#v\nwant %#v", b, c, tc.c)
+		}
+		if tc.v4 != "" {
+			if c, err := fsm.Decode(append(b, 0, 0)); err == nil {
+				t.Errorf("version 3 with version-4 fields decoded as %#v", c)
+			}
+		}
+	}
+	b, _ := hex.DecodeString("030102020501d00fac020c024c31016b")
+	if _, err := fsm.Decode(b); err != nil {
+		t.Errorf("version-3 batch: %v", err)
 	}
 }
 
@@ -160,6 +206,8 @@ type golden struct {
 	c     fsm.Command
 	hex   string // the version-2 encoding
 	quota string // what version 3 adds at the end
+	v4    string // what version 4 adds at the end (waiter limits, RetainMax)
+	full4 string // the whole version-4 encoding, when not the above
 }
 
 func goldenCommands() []golden {
@@ -167,21 +215,22 @@ func goldenCommands() []golden {
 	tick := &fsm.Tick{Tick: 5, WallMS: -1, PeriodMS: 1000, RetainTicks: 300}
 	cancel := &fsm.CancelWait{LeaseID: "L1", Key: "k"}
 	return []golden{
-		{tick, "0202" + "05" + "01" + "d00f" + "ac02", ""},
-		{cancel, "020c" + "024c31" + "016b", ""},
-		{&fsm.SessionEnd{SessionID: "S", Force: true, WallMS: 3}, "020a" + "0153" + zero + "01" + "06", ""},
+		{tick, "0202" + "05" + "01" + "d00f" + "ac02", "", "00", ""},
+		{cancel, "020c" + "024c31" + "016b", "", "", ""},
+		{&fsm.SessionEnd{SessionID: "S", Force: true, WallMS: 3}, "020a" + "0153" + zero + "01" + "06", "", "", ""},
 		{&fsm.SessionCreate{SessionID: "S", Holder: "h", TokenHash: fsm.Hash{0: 0xab}, Metadata: map[string]string{"b": "2", "a": "1"}},
-			"0208" + "0153" + "0168" + "ab" + strings.Repeat("00", 31) + "00" + "00" + "02" + "0161" + "0131" + "0162" + "0132" + "00", "00000000"},
+			"0208" + "0153" + "0168" + "ab" + strings.Repeat("00", 31) + "00" + "00" + "02" + "0161" + "0131" + "0162" + "0132" + "00", "00000000", "0000", ""},
 		{&fsm.SessionCreate{SessionID: "S", Holder: "h", Quota: fsm.Quota{Sessions: 300, HolderSessions: 2}},
-			"0208" + "0153" + "0168" + zero + "00" + "00" + "00" + "00", "00" + "00" + "ac02" + "02"},
-		{&fsm.Heartbeat{Items: []fsm.HeartbeatItem{{LeaseID: "a"}}, WallMS: 64}, "0207" + "01" + "0161" + zero + "8001", ""},
+			"0208" + "0153" + "0168" + zero + "00" + "00" + "00" + "00", "00" + "00" + "ac02" + "02", "0000", ""},
+		{&fsm.Heartbeat{Items: []fsm.HeartbeatItem{{LeaseID: "a"}}, WallMS: 64}, "0207" + "01" + "0161" + zero + "8001", "", "", ""},
 		{&fsm.Acquire{LeaseID: "L", Key: "k", Holder: "h", Limit: 300, SealedToken: []byte{9}, WallMS: 2},
-			"0203" + "014c" + "016b" + "0168" + "ac02" + "00" + zero + zero + "00" + "00" + "00" + zero + zero + "0109" + "00" + "00" + "00" + "04", "00000000"},
+			"0203" + "014c" + "016b" + "0168" + "ac02" + "00" + zero + zero + "00" + "00" + "00" + zero + zero + "0109" + "00" + "00" + "00" + "04", "00000000", "0000", ""},
 		{&fsm.Acquire{LeaseID: "L", Key: "k", Holder: "h", Limit: 1, Quota: fsm.Quota{Leases: 1000, HolderLeases: 5}},
-			"0203" + "014c" + "016b" + "0168" + "01" + "00" + zero + zero + "00" + "00" + "00" + zero + zero + "00" + "00" + "00" + "00" + "00", "e807" + "05" + "00" + "00"},
-		{&fsm.Member{ID: "n1", Incarnation: "ab", Removed: true}, "020d" + "026e31" + "026162" + "01", ""},
-		{&fsm.Member{ID: "n1"}, "020d" + "026e31" + "00" + "00", ""},
-		{&fsm.Batch{Commands: []fsm.Command{tick, cancel}}, "0201" + "02" + "02" + "0501d00fac02" + "0c" + "024c31016b", ""},
+			"0203" + "014c" + "016b" + "0168" + "01" + "00" + zero + zero + "00" + "00" + "00" + zero + zero + "00" + "00" + "00" + "00" + "00", "e807" + "05" + "00" + "00", "0000", ""},
+		{&fsm.Member{ID: "n1", Incarnation: "ab", Removed: true}, "020d" + "026e31" + "026162" + "01", "", "", ""},
+		{&fsm.Member{ID: "n1"}, "020d" + "026e31" + "00" + "00", "", "", ""},
+		{&fsm.Batch{Commands: []fsm.Command{tick, cancel}}, "0201" + "02" + "02" + "0501d00fac02" + "0c" + "024c31016b", "", "",
+			"0401" + "02" + "02" + "0501d00fac0200" + "0c" + "024c31016b"},
 	}
 }
 

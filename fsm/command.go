@@ -12,11 +12,12 @@ import (
 )
 
 // Version is the encoding version of commands in the log. It is the first
-// byte of every entry. Encode writes version 3 (binary bodies, codec.go:
-// version 2 plus the Quota of Acquire and SessionCreate); Decode also reads
-// version 2 (binary, no Quota) and version 1 (JSON bodies) so that older
-// logs replay.
-const Version byte = 3
+// byte of every entry. Encode writes version 4 (binary bodies, codec.go:
+// version 3 plus the waiter limits of Quota and the RetainMax of Tick);
+// Decode also reads version 3 (Quota without waiter limits), version 2
+// (binary, no Quota) and version 1 (JSON bodies) so that older logs
+// replay.
+const Version byte = 4
 
 // versionJSON is the version of entries with JSON bodies.
 const versionJSON byte = 1
@@ -26,6 +27,7 @@ const versionJSON byte = 1
 const (
 	versionBinary byte = 2
 	versionQuota  byte = 3
+	versionBounds byte = 4
 )
 
 // Type says which command an entry carries. It is the second byte of every
@@ -92,6 +94,10 @@ type Tick struct {
 	PeriodMS int64 `json:"period_ms"`
 	// RetainTicks: terminal records that ended this many ticks ago are pruned.
 	RetainTicks uint64 `json:"retain_ticks"`
+	// RetainMax bounds the terminal records kept (leases and sessions
+	// together): beyond it the oldest are pruned, whatever their age.
+	// 0: no bound. Version 4 and later.
+	RetainMax uint64 `json:"retain_max,omitempty"`
 }
 
 // Quota carries the node's count limits in the commands that create
@@ -110,6 +116,10 @@ type Quota struct {
 	Sessions uint64 `json:"max_sessions,omitempty"`
 	// HolderSessions bounds the active sessions of one holder.
 	HolderSessions uint64 `json:"max_holder_sessions,omitempty"`
+	// KeyWaiters bounds the queued acquires (wait_ms) of one key, and
+	// HolderWaiters those of one holder (version 4 and later).
+	KeyWaiters    uint64 `json:"max_key_waiters,omitempty"`
+	HolderWaiters uint64 `json:"max_holder_waiters,omitempty"`
 }
 
 // Acquire asks for a lease on Key.
@@ -272,7 +282,7 @@ func Decode(b []byte) (Command, error) {
 		return nil, errors.New("fsm: entry shorter than its header")
 	}
 	switch b[0] {
-	case versionBinary, versionQuota:
+	case versionBinary, versionQuota, versionBounds:
 		return decodeBinary(b[0], Type(b[1]), b[2:])
 	case versionJSON:
 		return decodeJSON(Type(b[1]), b[2:])
@@ -317,7 +327,7 @@ func decodeJSON(t Type, body []byte) (Command, error) {
 		return &batch, nil
 	}
 	c := newBody(t)
-	if c == nil {
+	if c == nil || t == TypeClusterID { // version 1 predates cluster ids
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

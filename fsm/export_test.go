@@ -56,7 +56,7 @@ func WriteSnapshotV1(s *Snapshot, w io.Writer) error {
 	for _, k := range s.keys {
 		v := SnapKey{Key: k.key, Limit: k.limit}
 		if k.more != nil {
-			v.Blocked, v.Waiters, v.Stolen = k.more.blocked, k.more.waiters, k.more.stolen
+			v.Blocked, v.Waiters, v.Stolen = k.more.blocked, k.more.waitq.list(), k.more.stolen
 		}
 		if err := enc.Encode(v); err != nil {
 			return err
@@ -122,7 +122,7 @@ func EncodeLeaseRecord(l *Lease) []byte {
 // EncodeKeyRecord encodes the record of a key.
 func EncodeKeyRecord(k SnapKey) []byte {
 	e := enc{}
-	sk := snapKey{key: k.Key, limit: k.Limit, more: &keyMore{blocked: k.Blocked, waiters: k.Waiters, stolen: k.Stolen}}
+	sk := snapKey{key: k.Key, limit: k.Limit, more: &keyMore{blocked: k.Blocked, waitq: newWaitQueue(k.Waiters), stolen: k.Stolen}}
 	sk.encode(&e)
 	if e.err != nil {
 		panic(e.err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Limits on what one request may carry. The node validates them before
@@ -60,7 +61,7 @@ type keyState struct {
 type keyMore struct {
 	active  []string  // active lease ids in grant (fence) order, when several
 	blocked []blocked // slots in lock-delay
-	waiters []waiter  // queued acquires, first come first served
+	waitq   waitQueue // queued acquires, first come first served
 	stolen  []string  // leases that ended involuntarily, slot not yet re-granted
 }
 
@@ -118,11 +119,21 @@ func (k *keyState) blocked() []blocked {
 	return k.more.blocked
 }
 
+// waiters returns the queued acquires in order, in a new slice (O(n): for
+// snapshots and tests, not for apply).
 func (k *keyState) waiters() []waiter {
 	if k.more == nil {
 		return nil
 	}
-	return k.more.waiters
+	return k.more.waitq.list()
+}
+
+// nWaiters is the number of queued acquires.
+func (k *keyState) nWaiters() int {
+	if k.more == nil {
+		return 0
+	}
+	return k.more.waitq.len()
 }
 
 func (k *keyState) stolen() []string {
@@ -142,13 +153,13 @@ func (k *keyState) ext() *keyMore {
 
 // tidy drops the keyMore once it holds nothing.
 func (k *keyState) tidy() {
-	if m := k.more; m != nil && len(m.active) == 0 && len(m.blocked) == 0 && len(m.waiters) == 0 && len(m.stolen) == 0 {
+	if m := k.more; m != nil && len(m.active) == 0 && len(m.blocked) == 0 && m.waitq.len() == 0 && len(m.stolen) == 0 {
 		k.more = nil
 	}
 }
 
 func (k *keyState) inUse() bool {
-	return len(k.active()) > 0 || len(k.blocked()) > 0 || len(k.waiters()) > 0
+	return len(k.active()) > 0 || len(k.blocked()) > 0 || k.nWaiters() > 0
 }
 
 func (k *keyState) free() int {
@@ -181,14 +192,20 @@ type FSM struct {
 	keys     map[string]*keyState
 	idem     map[Hash]string   // idempotency hash -> lease id (granted or queued)
 	waiting  map[string]string // queued lease id -> its key
-	order    idIndex           // lease ids, for ordered listing
-	sessIDs  idIndex           // session ids, for ordered listing
-	holders  map[string]*holderIndex
-	buckets  map[uint64][]timer
-	members  map[string]MemberRecord // the member registry (member.go)
-	prune    []pruneItem
-	active   int
-	sessOpen int
+	// holderWaits is each holder's queued acquires: lease id -> key.
+	holderWaits map[string]map[string]string
+	order       idIndex          // lease ids, for ordered listing
+	keyRefs     map[string]int32 // lease records (any state) per key
+	keyIdx      idIndex          // the keys of keyRefs, so that a prefix listing seeks
+	sessIDs     idIndex          // session ids, for ordered listing
+	holders     map[string]*holderIndex
+	buckets     map[uint64][]timer
+	members     map[string]MemberRecord // the member registry (member.go)
+	// clusterID is the cluster's identity (clusterid.go); "" until set.
+	clusterID string
+	prune     []pruneItem
+	active    int
+	sessOpen  int
 
 	seq     uint32
 	events  []Event
@@ -198,14 +215,16 @@ type FSM struct {
 // New returns an empty state machine.
 func New() *FSM {
 	return &FSM{
-		leases:   make(map[string]*Lease),
-		sessions: make(map[string]*Session),
-		keys:     make(map[string]*keyState),
-		idem:     make(map[Hash]string),
-		waiting:  make(map[string]string),
-		holders:  make(map[string]*holderIndex),
-		buckets:  make(map[uint64][]timer),
-		members:  make(map[string]MemberRecord),
+		leases:      make(map[string]*Lease),
+		sessions:    make(map[string]*Session),
+		keys:        make(map[string]*keyState),
+		idem:        make(map[Hash]string),
+		waiting:     make(map[string]string),
+		holderWaits: make(map[string]map[string]string),
+		keyRefs:     make(map[string]int32),
+		holders:     make(map[string]*holderIndex),
+		buckets:     make(map[uint64][]timer),
+		members:     make(map[string]MemberRecord),
 	}
 }
 
@@ -284,6 +303,8 @@ func (f *FSM) apply1(c Command) Result {
 		return Result{}
 	case *Member:
 		return f.member(c)
+	case *ClusterID:
+		return f.clusterIDCmd(c)
 	default:
 		panic(fmt.Sprintf("fsm: no handler for %T", c))
 	}
@@ -427,3 +448,35 @@ func sortedKeys[V any](m map[string]V) []string {
 func quote(s string) string { return strconv.Quote(s) }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// addKeyRef counts a new lease record on key.
+func (f *FSM) addKeyRef(key string) {
+	if f.keyRefs[key]++; f.keyRefs[key] == 1 {
+		f.keyIdx.insert(key)
+	}
+}
+
+// dropKeyRef forgets a lease record on key.
+func (f *FSM) dropKeyRef(key string) {
+	if f.keyRefs[key]--; f.keyRefs[key] <= 0 {
+		delete(f.keyRefs, key)
+		f.keyIdx.remove(key)
+	}
+}
+
+// anyKey reports whether some lease record has key (when not empty) and a
+// key starting with prefix.
+func (f *FSM) anyKey(key, prefix string) bool {
+	if key != "" {
+		return f.keyRefs[key] > 0 && strings.HasPrefix(key, prefix)
+	}
+	if prefix == "" || f.keyRefs[prefix] > 0 {
+		return true
+	}
+	found := false
+	f.keyIdx.ascend(prefix, func(k string) bool {
+		found = strings.HasPrefix(k, prefix)
+		return false
+	})
+	return found
+}

@@ -16,10 +16,11 @@ const periodMS = 1000
 // the next index. It keeps the events and notices of the last entry and of
 // the whole run.
 type harness struct {
-	t      testing.TB
-	f      *fsm.FSM
-	index  uint64
-	retain uint64 // RetainTicks carried by every tick
+	t         testing.TB
+	f         *fsm.FSM
+	index     uint64
+	retain    uint64 // RetainTicks carried by every tick
+	retainMax uint64 // RetainMax carried by every tick
 
 	events     []fsm.Event // of the last entry
 	notices    []fsm.Notice
@@ -73,7 +74,7 @@ func (h *harness) tick(n int) {
 	h.t.Helper()
 	for range n {
 		next := h.f.Tick() + 1
-		h.one(&fsm.Tick{Tick: next, WallMS: int64(next) * periodMS, PeriodMS: periodMS, RetainTicks: h.retain})
+		h.one(&fsm.Tick{Tick: next, WallMS: int64(next) * periodMS, PeriodMS: periodMS, RetainTicks: h.retain, RetainMax: h.retainMax})
 	}
 }
 

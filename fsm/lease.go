@@ -77,14 +77,27 @@ func (f *FSM) acquire(c *Acquire) Result {
 	if !ks.inUse() {
 		ks.limit = c.Limit
 	}
-	if ks.free() > 0 && len(ks.waiters()) == 0 {
+	if ks.free() > 0 && ks.nWaiters() == 0 {
 		l := f.grant(c, ks, sess)
 		return Result{Lease: l}
 	}
 	if c.WaitTicks > 0 {
-		w := waiter{Cmd: c, Deadline: f.tick + c.WaitTicks}
-		ks.ext().waiters = append(ks.waiters(), w)
-		f.waiting[c.LeaseID] = c.Key
+		if err := f.checkWaitQuota(c.Quota, c.Key, ks, holder); err != nil {
+			f.dropKey(c.Key, ks)
+			return Result{Err: err}
+		}
+		q := c
+		if c.Holder != holder {
+			// A bound acquire names its holder through its session; the
+			// queued copy names it itself, so that the holder's waiters
+			// are counted alike on every replica, before and after a
+			// snapshot, even once the session's record is gone.
+			cc := *c
+			cc.Holder = holder
+			q = &cc
+		}
+		w := waiter{Cmd: q, Deadline: f.tick + c.WaitTicks}
+		f.queueWaiter(ks, w)
 		f.schedule(w.Deadline, kindWait, c.Key+"\x00"+c.LeaseID)
 		if !c.IdemHash.IsZero() {
 			f.idem[c.IdemHash] = c.LeaseID
@@ -109,6 +122,51 @@ func (f *FSM) checkLeaseQuota(q Quota, holder string) *Error {
 	return nil
 }
 
+// checkWaitQuota refuses to queue an acquire of holder on key when the
+// key's queue or the holder's queued acquires are at their limit.
+func (f *FSM) checkWaitQuota(q Quota, key string, ks *keyState, holder string) *Error {
+	if n := uint64(ks.nWaiters()); q.KeyWaiters > 0 && n >= q.KeyWaiters {
+		return Exhausted("waiters_per_key", q.KeyWaiters, "key %s has %d queued acquires, its limit", quote(key), n)
+	}
+	if n := uint64(len(f.holderWaits[holder])); q.HolderWaiters > 0 && n >= q.HolderWaiters {
+		return Exhausted("waiters_per_holder", q.HolderWaiters, "holder %s has %d queued acquires, its limit", quote(holder), n)
+	}
+	return nil
+}
+
+// queueWaiter appends w to the queue of its key.
+func (f *FSM) queueWaiter(ks *keyState, w waiter) {
+	c := w.Cmd
+	ks.ext().waitq.push(w)
+	f.waiting[c.LeaseID] = c.Key
+	hw := f.holderWaits[c.Holder]
+	if hw == nil {
+		hw = make(map[string]string)
+		f.holderWaits[c.Holder] = hw
+	}
+	hw[c.LeaseID] = c.Key
+}
+
+// unqueue withdraws the queued acquire id from the queue of ks and from the
+// indexes (not from the idempotency map). It does not tidy the key.
+func (f *FSM) unqueue(ks *keyState, id string) (waiter, bool) {
+	if ks == nil || ks.more == nil {
+		return waiter{}, false
+	}
+	w, ok := ks.more.waitq.remove(id)
+	if !ok {
+		return waiter{}, false
+	}
+	delete(f.waiting, id)
+	if hw := f.holderWaits[w.Cmd.Holder]; hw != nil {
+		delete(hw, id)
+		if len(hw) == 0 {
+			delete(f.holderWaits, w.Cmd.Holder)
+		}
+	}
+	return w, true
+}
+
 // busyError explains why no slot is free: LOCK_DELAY when a blocked slot is
 // what stands in the way, LEASE_HELD otherwise.
 func (f *FSM) busyError(key string, ks *keyState) *Error {
@@ -126,8 +184,8 @@ func (f *FSM) busyError(key string, ks *keyState) *Error {
 		holders = append(holders, HolderInfo{Holder: l.Holder, LeaseID: l.ID, RemainingMS: f.remainingMS(f.leaseEnd(l))})
 	}
 	msg := "key " + quote(key) + " is held"
-	if len(ks.waiters()) > 0 {
-		msg += " and " + itoa(uint64(len(ks.waiters()))) + " acquires are queued for it"
+	if n := ks.nWaiters(); n > 0 {
+		msg += " and " + itoa(uint64(n)) + " acquires are queued for it"
 	}
 	return &Error{Code: CodeLeaseHeld, Key: key, Holders: holders, Message: msg}
 }
@@ -139,34 +197,23 @@ func (f *FSM) replay(id string, c *Acquire) Result {
 		}
 		return Result{Lease: l, Replayed: true}
 	}
-	for _, key := range []string{c.Key} {
-		ks := f.keys[key]
-		if ks == nil {
-			continue
+	if w, ok := f.findWaiter(c.Key, id); ok {
+		if w.Cmd.Fingerprint != c.Fingerprint {
+			return Result{Err: Errorf(CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
 		}
-		if i := f.findWaiter(key, id); i >= 0 {
-			w := ks.waiters()[i].Cmd
-			if w.Fingerprint != c.Fingerprint {
-				return Result{Err: Errorf(CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
-			}
-			return Result{Queued: true, Replayed: true, Lease: &Lease{ID: id, Key: w.Key, Holder: w.Holder, SealedToken: w.SealedToken}}
-		}
+		return Result{Queued: true, Replayed: true, Lease: &Lease{ID: id, Key: w.Cmd.Key, Holder: c.Holder, SealedToken: w.Cmd.SealedToken}}
 	}
 	// The key differs from the queued request's: a different request.
 	return Result{Err: Errorf(CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
 }
 
-func (f *FSM) findWaiter(key, id string) int {
+// findWaiter returns the queued acquire id on key.
+func (f *FSM) findWaiter(key, id string) (waiter, bool) {
 	ks := f.keys[key]
-	if ks == nil {
-		return -1
+	if ks == nil || ks.more == nil {
+		return waiter{}, false
 	}
-	for i, w := range ks.waiters() {
-		if w.Cmd.LeaseID == id {
-			return i
-		}
-	}
-	return -1
+	return ks.more.waitq.find(id)
 }
 
 func (f *FSM) checkSession(id string, tok Hash) (*Session, *Error) {
@@ -212,6 +259,7 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
 	hi.leases.insert(l.ID)
 	f.leases[l.ID] = l
 	f.order.insert(l.ID)
+	f.addKeyRef(l.Key)
 	f.active++
 	ks.addActive(l.ID)
 	if !c.IdemHash.IsZero() {
@@ -230,10 +278,13 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
 
 // endOpts says how a lease ends.
 type endOpts struct {
-	state   State
-	reason  string
-	wallMS  int64
-	delay   bool // apply the lease's lock-delay and remember it as stolen
+	state  State
+	reason string
+	wallMS int64
+	delay  bool // apply the lease's lock-delay and remember it as stolen
+	// midTick: the end is applied between two ticks (a revoke), not by a
+	// tick; its lock-delay counts from the next tick boundary.
+	midTick bool
 	session bool // ended with its session: the session record keeps the id
 }
 
@@ -264,6 +315,14 @@ func (f *FSM) end(l *Lease, o endOpts) *Lease {
 		ks.ext().stolen = append(ks.stolen(), l.ID)
 		if l.LockDelayTicks > 0 {
 			until := f.tick + l.LockDelayTicks
+			if o.midTick {
+				// The next tick may commit right after this entry, and
+				// one tick may follow another at once after a stall:
+				// counting from the next boundary keeps the slot
+				// blocked for the whole delay after the revoke is
+				// acknowledged (DESIGN.md).
+				until++
+			}
 			ks.ext().blocked = append(ks.blocked(), blocked{Until: until, LeaseID: l.ID})
 			f.schedule(until, kindDelay, l.Key)
 		}
@@ -305,11 +364,10 @@ func (f *FSM) removeActive(ks *keyState, l *Lease) {
 // pump grants queued acquires on key while slots are free, then forgets the
 // key if nothing refers to it any more.
 func (f *FSM) pump(key string, ks *keyState) {
-	for ks.free() > 0 && len(ks.waiters()) > 0 {
-		w := ks.waiters()[0]
-		ks.ext().waiters = ks.waiters()[1:]
+	for ks.free() > 0 && ks.nWaiters() > 0 {
+		w := ks.more.waitq.front()
+		f.unqueue(ks, w.Cmd.LeaseID)
 		c := w.Cmd
-		delete(f.waiting, c.LeaseID)
 		if _, dup := f.leases[c.LeaseID]; dup {
 			// acquire only sees waiters on its own key, so the id may have
 			// been granted on another key meanwhile: never grant it twice.
@@ -454,7 +512,7 @@ func (f *FSM) revoke(c *Revoke) Result {
 	if reason == "" {
 		reason = ReasonRevoked
 	}
-	return Result{Lease: f.end(l, endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS, delay: true})}
+	return Result{Lease: f.end(l, endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS, delay: true, midTick: true})}
 }
 
 func (f *FSM) releaseHolder(c *ReleaseHolder) Result {
@@ -489,27 +547,17 @@ func (f *FSM) releaseHolder(c *ReleaseHolder) Result {
 // new one; each waiter is told with a notice. It returns how many it
 // withdrew.
 func (f *FSM) dropWaitersOf(holder string) int {
-	ids := sortedKeys(f.waiting)
+	hw := f.holderWaits[holder]
+	ids := sortedKeys(hw)
 	n := 0
 	for _, id := range ids {
-		key := f.waiting[id]
+		key := hw[id]
 		ks := f.keys[key]
-		i := f.findWaiter(key, id)
-		if ks == nil || i < 0 {
+		w, ok := f.unqueue(ks, id)
+		if !ok {
 			continue
 		}
-		c := ks.waiters()[i].Cmd
-		owner := c.Holder
-		if c.SessionID != "" {
-			if s := f.sessions[c.SessionID]; s != nil {
-				owner = s.Holder
-			}
-		}
-		if owner != holder {
-			continue
-		}
-		ks.ext().waiters = slices.Delete(slices.Clone(ks.waiters()), i, i+1)
-		delete(f.waiting, id)
+		c := w.Cmd
 		f.forgetIdem(c.IdemHash, id)
 		f.notices = append(f.notices, Notice{LeaseID: id, Err: Errorf(CodeLeaseRevoked, "all leases of holder %s were released while this acquire waited", holder)})
 		f.dropKey(key, ks)
@@ -523,10 +571,8 @@ func (f *FSM) cancelWait(c *CancelWait) {
 	if ks == nil {
 		return
 	}
-	if i := f.findWaiter(c.Key, c.LeaseID); i >= 0 {
-		f.forgetIdem(ks.waiters()[i].Cmd.IdemHash, c.LeaseID)
-		ks.ext().waiters = slices.Delete(slices.Clone(ks.waiters()), i, i+1)
-		delete(f.waiting, c.LeaseID)
+	if w, ok := f.unqueue(ks, c.LeaseID); ok {
+		f.forgetIdem(w.Cmd.IdemHash, c.LeaseID)
 		f.pump(c.Key, ks)
 	}
 }

@@ -104,7 +104,11 @@ func terminalCode(s fsm.State) fsm.Code {
 func (m *model) end(l *mLease, state fsm.State, reason string, delay bool) {
 	l.state, l.reason, l.ended = state, reason, m.tick
 	if delay && l.delay > 0 {
-		m.blocked[l.key] = append(m.blocked[l.key], m.tick+l.delay)
+		until := m.tick + l.delay
+		if state == fsm.StateRevoked {
+			until++ // a revoke applies mid-tick: the delay counts from the next tick
+		}
+		m.blocked[l.key] = append(m.blocked[l.key], until)
 	}
 }
 

@@ -69,6 +69,10 @@ type LeaseFilter struct {
 	State                          State
 	After                          string // ids strictly greater than this
 	Limit                          int    // at most this many (0: no limit)
+	// Scan bounds the records a listing that walks the id index looks at
+	// (0: no bound). When it runs out, the listing returns what matched so
+	// far, possibly nothing, with the last id it looked at as the cursor.
+	Scan int
 }
 
 // Leases returns the matching leases ordered by id, and the id to continue
@@ -81,6 +85,9 @@ func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
 			(q.Key == "" || l.Key == q.Key) && (q.Prefix == "" || strings.HasPrefix(l.Key, q.Prefix)) &&
 			(q.Holder == "" || l.Holder == q.Holder) && (q.SessionID == "" || l.SessionID == q.SessionID) &&
 			(q.State == "" || l.State == q.State)
+	}
+	if !f.anyKey(q.Key, q.Prefix) {
+		return nil, "" // no record has such a key: nothing to walk
 	}
 	var out []*Lease
 	switch {
@@ -101,12 +108,19 @@ func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
 			})
 		}
 	default:
+		var b budget
 		f.order.ascend(q.After, func(id string) bool {
+			if !b.take(q.Scan, id) {
+				return false
+			}
 			if l := f.leases[id]; match(l) {
 				out = append(out, l)
 			}
 			return q.Limit == 0 || len(out) <= q.Limit
 		})
+		if b.out && (q.Limit == 0 || len(out) <= q.Limit) {
+			return out, b.last
+		}
 	}
 	if q.Limit > 0 && len(out) > q.Limit {
 		return out[:q.Limit], out[q.Limit-1].ID
@@ -114,18 +128,54 @@ func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
 	return out, ""
 }
 
+// budget counts the ids a bounded listing looks at.
+type budget struct {
+	n    int
+	last string // the last id looked at
+	out  bool   // an id was left unexamined for want of budget
+}
+
+// take reports whether one more id (id) may be looked at under max (0: no
+// bound).
+func (b *budget) take(max int, id string) bool {
+	if max > 0 && b.n == max {
+		b.out = true
+		return false
+	}
+	b.n++
+	b.last = id
+	return true
+}
+
 // Sessions returns sessions of holder (all when empty) ordered by id, after
 // the cursor, at most limit (0: all), and the next cursor.
 func (f *FSM) Sessions(holder, after string, limit int) ([]*Session, string) {
+	return f.SessionsScan(holder, after, limit, 0)
+}
+
+// SessionsScan is Sessions looking at no more than scan sessions (0: no
+// bound); when that runs out, it returns what matched so far with the last
+// id it looked at as the cursor.
+func (f *FSM) SessionsScan(holder, after string, limit, scan int) ([]*Session, string) {
 	var out []*Session
+	var b budget
 	f.sessIDs.ascend(after, func(id string) bool {
+		if !b.take(scan, id) {
+			return false
+		}
 		if s := f.sessions[id]; s != nil && (holder == "" || s.Holder == holder) {
 			out = append(out, s)
 		}
 		return limit == 0 || len(out) <= limit
 	})
+	if b.out && (limit == 0 || len(out) <= limit) {
+		return out, b.last
+	}
 	if limit > 0 && len(out) > limit {
 		return out[:limit], out[limit-1].ID
 	}
 	return out, ""
 }
+
+// Waiting is the number of queued acquires.
+func (f *FSM) Waiting() int { return len(f.waiting) }

@@ -38,6 +38,10 @@ type snapHeader struct {
 	// the field only when it is not zero (so a snapshot written before the
 	// registry existed reads as one with none); format 1 has no members.
 	Members int `json:"-"`
+	// ClusterID is the cluster's identity (clusterid.go), written after
+	// Members (then written even when zero) only when set; format 1 has
+	// none.
+	ClusterID string `json:"-"`
 }
 
 // snapKey is a key's state as captured by Snapshot.
@@ -61,7 +65,7 @@ type Snapshot struct {
 // Snapshot captures the current state.
 func (f *FSM) Snapshot() *Snapshot {
 	s := &Snapshot{hdr: snapHeader{Format: SnapshotFormat, Index: f.index, Tick: f.tick,
-		PeriodMS: f.periodMS, WallMS: f.wallMS, Fence: f.fence}}
+		PeriodMS: f.periodMS, WallMS: f.wallMS, Fence: f.fence, ClusterID: f.clusterID}}
 	s.leases = make([]*Lease, 0, len(f.leases))
 	for _, l := range f.leases {
 		s.leases = append(s.leases, l)
@@ -75,7 +79,7 @@ func (f *FSM) Snapshot() *Snapshot {
 		sk := snapKey{key: k, limit: ks.limit}
 		if m := ks.more; m != nil {
 			// Apply changes these lists in place.
-			sk.more = &keyMore{blocked: slices.Clone(m.blocked), waiters: slices.Clone(m.waiters), stolen: slices.Clone(m.stolen)}
+			sk.more = &keyMore{blocked: slices.Clone(m.blocked), waitq: m.waitq.frozen(), stolen: slices.Clone(m.stolen)}
 		}
 		s.keys = append(s.keys, sk)
 	}
@@ -331,8 +335,9 @@ func decodeRecord(body []byte, what string, i int, fn func(*dec)) error {
 
 // keyRec is a key's state as read from a snapshot.
 type keyRec struct {
-	key string
-	ks  *keyState
+	key     string
+	ks      *keyState
+	waiters []waiter // queued by rebuild
 }
 
 // restoreBinary reads a format 2 snapshot into a new state machine. Each
@@ -438,17 +443,23 @@ func restoreBinary(br *bufio.Reader) (*FSM, error) {
 
 func (n *FSM) setHeader(hdr snapHeader) {
 	n.index, n.tick, n.periodMS, n.wallMS, n.fence = hdr.Index, hdr.Tick, hdr.PeriodMS, hdr.WallMS, hdr.Fence
+	n.clusterID = hdr.ClusterID
 }
 
 // rebuild derives every index from the records of a snapshot, each group
 // sorted by key or id without duplicates. The keys and sessions are already
 // in their maps.
 func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error {
+	seen := make(map[string]bool)
 	for i, k := range keys {
-		for _, w := range k.ks.waiters() {
+		for _, w := range k.waiters {
 			if w.Cmd == nil {
 				return fmt.Errorf("fsm: snapshot key %d: waiter without a command", i)
 			}
+			if seen[w.Cmd.LeaseID] {
+				return fmt.Errorf("fsm: snapshot key %d: lease id %s queued twice", i, w.Cmd.LeaseID)
+			}
+			seen[w.Cmd.LeaseID] = true
 		}
 	}
 	var ended []pruneItem
@@ -456,7 +467,11 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 	for _, l := range leases {
 		n.leases[l.ID] = l
 		if h := l.idemHash(); !h.IsZero() {
-			n.idem[h] = l.ID
+			// An active lease keeps its idempotency hash over an ended
+			// one (they share one only after a restore: Rebase).
+			if prev := n.leases[n.idem[h]]; prev == nil || prev.Terminal() || !l.Terminal() {
+				n.idem[h] = l.ID
+			}
 		}
 		if l.Terminal() {
 			ended = append(ended, pruneItem{tick: l.EndedTick, kind: kindLease, id: l.ID})
@@ -474,6 +489,11 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 		}
 	}
 	n.order.fromSorted(len(leases), func(i int) string { return leases[i].ID })
+	for _, l := range leases {
+		n.keyRefs[l.Key]++
+	}
+	keyList := sortedKeys(n.keyRefs)
+	n.keyIdx.fromSorted(len(keyList), func(i int) string { return keyList[i] })
 	for _, s := range sessions {
 		if s.State != SessionActive {
 			ended = append(ended, pruneItem{tick: s.EndedTick, kind: kindSession, id: s.ID})
@@ -497,8 +517,14 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 				return cmp.Compare(n.leases[a].Fence, n.leases[b].Fence)
 			})
 		}
-		for _, w := range ks.waiters() {
-			n.waiting[w.Cmd.LeaseID] = k.key
+		for _, w := range k.waiters {
+			if w.Cmd.Holder == "" && w.Cmd.SessionID != "" {
+				// Queued before waiters named their holder (lease.go).
+				if s := n.sessions[w.Cmd.SessionID]; s != nil {
+					w.Cmd.Holder = s.Holder
+				}
+			}
+			n.queueWaiter(ks, w)
 			n.schedule(w.Deadline, kindWait, k.key+"\x00"+w.Cmd.LeaseID)
 			if !w.Cmd.IdemHash.IsZero() {
 				n.idem[w.Cmd.IdemHash] = w.Cmd.LeaseID
@@ -578,8 +604,11 @@ func (h *snapHeader) encode(e *enc) {
 	e.uvarint(uint64(h.Keys))
 	e.uvarint(uint64(h.Sessions))
 	e.uvarint(uint64(h.Leases))
-	if h.Members > 0 {
+	if h.Members > 0 || h.ClusterID != "" {
 		e.uvarint(uint64(h.Members))
+	}
+	if h.ClusterID != "" {
+		e.str(h.ClusterID)
 	}
 }
 
@@ -598,8 +627,15 @@ func (h *snapHeader) decode(d *dec) {
 	h.Leases = d.records()
 	if len(d.b) > 0 {
 		// Written only when not zero, so that there is one encoding.
-		if h.Members = d.records(); h.Members == 0 && d.err == nil {
+		if h.Members = d.records(); h.Members == 0 && len(d.b) == 0 && d.err == nil {
 			d.fail("member count 0 written")
+		}
+	}
+	if len(d.b) > 0 && d.err == nil {
+		// Written only when set, so that there is one encoding.
+		h.ClusterID = d.str()
+		if err := ValidClusterID(h.ClusterID); err != nil && d.err == nil {
+			d.fail("bad cluster id: " + err.Message)
 		}
 	}
 }
@@ -631,8 +667,9 @@ func (k *snapKey) encode(e *enc) {
 		e.uvarint(b.Until)
 		e.str(b.LeaseID)
 	}
-	e.uvarint(uint64(len(m.waiters)))
-	for _, w := range m.waiters {
+	ws := m.waitq.list()
+	e.uvarint(uint64(len(ws)))
+	for _, w := range ws {
 		if w.Cmd == nil {
 			e.fail(errors.New("fsm: waiter without a command"))
 			return
@@ -658,13 +695,14 @@ func decodeKey(d *dec, k *keyRec) {
 		}
 	}
 	if n := d.count(waiterBytes); n > 0 {
-		m.waiters = make([]waiter, n)
-		for i := range m.waiters {
-			m.waiters[i].Deadline = d.uvarint()
+		ws := make([]waiter, n)
+		for i := range ws {
+			ws[i].Deadline = d.uvarint()
 			c := new(Acquire)
 			c.decode(d)
-			m.waiters[i].Cmd = c
+			ws[i].Cmd = c
 		}
+		k.waiters = ws
 	}
 	if n := d.count(1); n > 0 {
 		m.stolen = make([]string, n)

@@ -103,7 +103,7 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 	n.setHeader(hdr)
 	recs := make([]keyRec, len(keys))
 	for i, k := range keys {
-		recs[i] = keyRec{key: k.Key, ks: newKeyState(k.Limit, keyMore{blocked: k.Blocked, waiters: k.Waiters, stolen: k.Stolen})}
+		recs[i] = keyRec{key: k.Key, ks: newKeyState(k.Limit, keyMore{blocked: k.Blocked, stolen: k.Stolen}), waiters: k.Waiters}
 		n.keys[k.Key] = recs[i].ks
 	}
 	for _, x := range sessions {

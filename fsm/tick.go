@@ -63,6 +63,9 @@ func (f *FSM) applyTick(c *Tick) {
 	if c.RetainTicks > 0 {
 		f.pruneBefore(c.RetainTicks)
 	}
+	if c.RetainMax > 0 {
+		f.pruneOver(c.RetainMax)
+	}
 }
 
 // leaseDeadline is the tick whose commit expires standalone lease l: its
@@ -78,13 +81,10 @@ func leaseDeadline(l *Lease) uint64 {
 
 func (f *FSM) waitTimeout(key, id string) {
 	ks := f.keys[key]
-	i := f.findWaiter(key, id)
-	if i < 0 || ks.waiters()[i].Deadline > f.tick {
+	if w, ok := f.findWaiter(key, id); !ok || w.Deadline > f.tick {
 		return
 	}
-	w := ks.waiters()[i]
-	ks.ext().waiters = slices.Delete(slices.Clone(ks.waiters()), i, i+1)
-	delete(f.waiting, id)
+	w, _ := f.unqueue(ks, id)
 	f.forgetIdem(w.Cmd.IdemHash, id)
 	err := f.busyError(key, ks)
 	f.notices = append(f.notices, Notice{LeaseID: id, Err: err})
@@ -119,36 +119,61 @@ func (f *FSM) pruneBefore(retain uint64) {
 			break
 		}
 		n++
-		switch p.kind {
-		case kindLease:
-			l := f.leases[p.id]
-			if l == nil || !l.Terminal() {
-				continue
-			}
-			delete(f.leases, p.id)
-			f.order.remove(p.id)
-			f.forgetIdem(l.idemHash(), l.ID)
-			if ks := f.keys[l.Key]; ks != nil {
-				if m := ks.more; m != nil && len(m.stolen) > 0 {
-					if m.stolen[0] == l.ID {
-						// Leases are pruned in the order they ended, which
-						// is the order they were stolen in.
-						m.stolen[0] = ""
-						m.stolen = m.stolen[1:]
-					} else {
-						m.stolen = slices.DeleteFunc(m.stolen, func(id string) bool { return id == l.ID })
-					}
-				}
-				f.dropKey(l.Key, ks)
-			}
-		case kindSession:
-			if s := f.sessions[p.id]; s != nil && s.State != SessionActive {
-				delete(f.sessions, p.id)
-				f.sessIDs.remove(p.id)
-			}
-		}
+		f.pruneOne(p)
 	}
 	if n > 0 {
 		f.prune = f.prune[n:]
+	}
+}
+
+// pruneOver removes the terminal leases and sessions that ended first
+// until at most max are kept. It removes whole ticks' worth: records that
+// ended in the same tick are listed in f.prune in the order they ended on
+// a replica that applied them but by kind and id on one restored from a
+// snapshot, so only a cut between ticks is the same on every replica.
+func (f *FSM) pruneOver(max uint64) {
+	if uint64(len(f.prune)) <= max {
+		return
+	}
+	n := len(f.prune) - int(max)
+	for last := f.prune[n-1].tick; n < len(f.prune) && f.prune[n].tick == last; {
+		n++
+	}
+	for _, p := range f.prune[:n] {
+		f.pruneOne(p)
+	}
+	clear(f.prune[:n])
+	f.prune = f.prune[n:]
+}
+
+func (f *FSM) pruneOne(p pruneItem) {
+	switch p.kind {
+	case kindLease:
+		l := f.leases[p.id]
+		if l == nil || !l.Terminal() {
+			return
+		}
+		delete(f.leases, p.id)
+		f.order.remove(p.id)
+		f.dropKeyRef(l.Key)
+		f.forgetIdem(l.idemHash(), l.ID)
+		if ks := f.keys[l.Key]; ks != nil {
+			if m := ks.more; m != nil && len(m.stolen) > 0 {
+				if m.stolen[0] == l.ID {
+					// Leases are pruned in the order they ended, which
+					// is the order they were stolen in.
+					m.stolen[0] = ""
+					m.stolen = m.stolen[1:]
+				} else {
+					m.stolen = slices.DeleteFunc(m.stolen, func(id string) bool { return id == l.ID })
+				}
+			}
+			f.dropKey(l.Key, ks)
+		}
+	case kindSession:
+		if s := f.sessions[p.id]; s != nil && s.State != SessionActive {
+			delete(f.sessions, p.id)
+			f.sessIDs.remove(p.id)
+		}
 	}
 }

@@ -69,6 +69,14 @@ type SnapshotInfo struct {
 	// DroppedWaits counts the queued acquires of the file that the restore
 	// withdrew (RestoreSnapshot only).
 	DroppedWaits int `json:"dropped_waits,omitempty"`
+	// Refenced counts the leases of the file active after the restore,
+	// each with a new fencing token; Kept the leases live before the
+	// restore, kept as they were; Superseded the leases of the file not
+	// brought back because their key or session was live (RestoreSnapshot
+	// only).
+	Refenced   int `json:"refenced,omitempty"`
+	Kept       int `json:"kept,omitempty"`
+	Superseded int `json:"superseded,omitempty"`
 }
 
 // SnapshotState summarises the state in a snapshot.
@@ -219,21 +227,33 @@ func (n *Node) raftSnapshot(ctx context.Context) (raft.SnapshotFuture, error) {
 	}
 }
 
-// RestoreSnapshot replaces the whole cluster state with the one in a
-// snapshot file read from r. Only the leader restores (elsewhere:
-// NO_LEADER). The file is read and verified completely first (magic,
-// format, size, checksum, and that the state decodes); a bad file is
-// INVALID_ARGUMENT and changes nothing.
+// RestoreSnapshot restores the cluster state from a snapshot file read
+// from r. Only the leader restores (elsewhere: NO_LEADER). The file is read
+// and verified completely first (magic, format, size, checksum, and that
+// the state decodes); a bad file is INVALID_ARGUMENT and changes nothing.
 //
-// Every lease and session goes back to what it was when the snapshot was
-// saved, remaining times included (ticks are part of the state). What a
-// restore never rewinds:
+// A restore never goes backwards (fsm.FSM.Rebase decides, on the state
+// applied just before the restore, with writes paused):
+//   - what is live just before the restore stays as it is: every active
+//     lease and session keeps its record, fencing token and deadline, and a
+//     key in use (an active lease or a pending lock-delay) keeps its state,
+//     so nobody else can take it while its holder may still believe it
+//     holds it;
+//   - the file's other leases come back, with the remaining time they had
+//     when the file was saved, but each with a new fencing token above
+//     every token issued before the restore: a token issued before the
+//     restore is never valid again on a lease that was not live just
+//     before it. The file's leases on keys in use (or bound to a session
+//     that is live) do not come back: they end as revoked, reason
+//     "restore". Sessions of the file that are not live come back too;
 //   - the log: Raft installs the state at an index above every existing
 //     one (raft.Raft.Restore), with the current configuration; followers
 //     receive it as a snapshot;
-//   - fencing tokens: the restored fencing counter is at least the highest
-//     token granted before the restore, so a lease granted afterwards gets
-//     a higher token than any lease ever had (fsm.FSM.Rebase);
+//   - the clock: the tick never goes back (the file's deadlines move with
+//     it);
+//   - fencing tokens: the restored fencing counter is above every token
+//     granted before the restore and every re-fenced one, so a lease
+//     granted afterwards gets a higher token than any lease ever had;
 //   - event ids: events after the restore have higher ids than every
 //     event before; live event streams end with EVENTS_COMPACTED and a
 //     resume from before the restore is refused the same way, since the
@@ -277,7 +297,8 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (*SnapshotInfo,
 	}
 	n.rep.mu.RLock()
 	before := n.rep.f
-	info.DroppedWaits = f.Rebase(before, max(n.cl.Raft.LastIndex(), before.Index()))
+	st := f.RebaseStats(before, max(n.cl.Raft.LastIndex(), before.Index()))
+	info.DroppedWaits, info.Refenced, info.Kept, info.Superseded = st.DroppedWaits, st.Refenced, st.Kept, st.Superseded
 	n.rep.mu.RUnlock()
 	index := f.Index()
 
@@ -323,7 +344,8 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (*SnapshotInfo,
 	}
 	n.log.Warn("restored the cluster state from a snapshot",
 		"snapshot_index", info.Index, "snapshot_created_at", info.CreatedAt, "snapshot_node", info.NodeID,
-		"restored_index", info.RestoredIndex, "active_leases", info.State.ActiveLeases, "dropped_waits", info.DroppedWaits)
+		"restored_index", info.RestoredIndex, "active_leases", info.State.ActiveLeases, "dropped_waits", info.DroppedWaits,
+		"refenced", info.Refenced, "kept", info.Kept, "superseded", info.Superseded)
 	return info, nil
 }
 

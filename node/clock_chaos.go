@@ -15,13 +15,15 @@ import (
 // A build with the `chaos` tag has a clock the chaos suite controls: when
 // LEASEHOLD_CHAOS_CLOCK names a file, the node reads it about every 20 ms:
 //
-//	{"wall_offset_ns": <int64>, "mono_rate": <float64>}
+//	{"wall_offset_ns": <int64>, "mono_rate": <float64>,
+//	 "disk_stall": <bool>, "disk_delay_ns": <int64>}
 //
 // wall_offset_ns shifts every wall-clock reading (what only ends up in
 // display fields); mono_rate makes the monotonic clock, and so the tick
 // loop's period and timers, run at that rate relative to real time. A
 // missing file, a missing field or a rate that is not positive and finite
-// means no fault. Normal builds contain none of this (a test checks the
+// means no fault. disk_stall and disk_delay_ns stall or slow every write to
+// Raft's log and stable store (disk_chaos.go). Normal builds contain none of this (a test checks the
 // binary for chaosClockMarker).
 
 // chaosClockEnv names the environment variable that points at the file.
@@ -39,6 +41,8 @@ const chaosPoll = 20 * time.Millisecond
 type chaosFault struct {
 	WallOffsetNS int64   `json:"wall_offset_ns"`
 	MonoRate     float64 `json:"mono_rate"`
+	DiskStall    bool    `json:"disk_stall"`
+	DiskDelayNS  int64   `json:"disk_delay_ns"`
 }
 
 // chaosClock is a clock with a wall offset and a monotonic rate. Virtual
@@ -111,6 +115,7 @@ func (c *chaosClock) poll() error {
 		err = json.Unmarshal(b, &f)
 	}
 	c.set(f) // on any error: zero fault
+	setChaosDisk(f)
 	if err == nil || errors.Is(err, os.ErrNotExist) {
 		c.mu.Lock()
 		c.lastErr = ""

@@ -116,6 +116,15 @@ type Config struct {
 	MaxSessions int
 	// MaxSessionsPerHolder bounds one holder's active sessions. Default 1,000.
 	MaxSessionsPerHolder int
+	// MaxWaitersPerKey bounds the queued acquires (wait_ms) of one key,
+	// MaxWaitersPerHolder those of one holder. Default 10,000 each.
+	MaxWaitersPerKey    int
+	MaxWaitersPerHolder int
+	// MaxRetained bounds the ended leases and sessions kept for Retention:
+	// beyond it the ones that ended first are pruned early (whole ticks at
+	// a time), so churn cannot grow memory and snapshots without limit.
+	// It travels in the leader's ticks. Default 1,000,000.
+	MaxRetained int
 	// MaxEventStreams bounds the event subscriptions open on this node at
 	// once (each HTTP event stream is one). Default 1024.
 	MaxEventStreams int
@@ -135,6 +144,11 @@ type Config struct {
 	// WrapGossip wraps memberlist's transport (UDP packets and TCP streams
 	// on GossipAddr).
 	WrapGossip func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+	// WrapRaftStores wraps Raft's log and stable stores (raft.db, or the
+	// in-memory stores), for embedders and tests that inject storage
+	// faults or observe writes; the chaos suite stalls and slows writes
+	// through it. The stores it returns must pass every call on.
+	WrapRaftStores func(raft.LogStore, raft.StableStore) (raft.LogStore, raft.StableStore)
 
 	// RaftTimeout, if positive, is Raft's heartbeat and election timeout
 	// (the leader lease is half of it). 0: 500ms, tuned for a LAN. Lower
@@ -181,6 +195,9 @@ func DefaultConfig() Config {
 		MaxSessions:          100_000,
 		MaxSessionsPerHolder: 1_000,
 		MaxEventStreams:      1024,
+		MaxWaitersPerKey:     10_000,
+		MaxWaitersPerHolder:  10_000,
+		MaxRetained:          1_000_000,
 	}
 }
 
@@ -217,8 +234,9 @@ func (c Config) Validate() error {
 	if c.MaxBatch < 1 || c.MaxBatch > 4096 {
 		errs = append(errs, fmt.Errorf("max batch %d outside 1-4096", c.MaxBatch))
 	}
-	if c.MaxLeases < 0 || c.MaxLeasesPerHolder < 0 || c.MaxSessions < 0 || c.MaxSessionsPerHolder < 0 || c.MaxEventStreams < 0 {
-		errs = append(errs, errors.New("max leases, leases per holder, sessions, sessions per holder and event streams must not be negative (0: no limit)"))
+	if c.MaxLeases < 0 || c.MaxLeasesPerHolder < 0 || c.MaxSessions < 0 || c.MaxSessionsPerHolder < 0 || c.MaxEventStreams < 0 ||
+		c.MaxWaitersPerKey < 0 || c.MaxWaitersPerHolder < 0 || c.MaxRetained < 0 {
+		errs = append(errs, errors.New("max leases, leases per holder, sessions, sessions per holder, event streams, waiters per key, waiters per holder and retained records must not be negative (0: no limit)"))
 	}
 	if c.BootstrapExpect < 0 {
 		errs = append(errs, errors.New("bootstrap expect must not be negative"))

@@ -10,7 +10,7 @@ import (
 	"github.com/leasehold/leasehold/fsm"
 )
 
-// The control lease (seed 000) is an ordinary exclusive lease on a reserved
+// The control lease (a WebSocket-owned global lock) is an ordinary exclusive lease on a reserved
 // key, so it is replicated, expires by committed ticks and survives a leader
 // change like any other lease. Its id is "cl_<hex>", its holder is the id of
 // the WebSocket connection that owns it, its token is hashed in the state

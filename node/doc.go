@@ -11,7 +11,7 @@
 // default: leadership is confirmed and the answer reflects every write
 // committed before the read began. Stale reads answer from local state.
 //
-// The control lease of seed 000 (control.go) is an ordinary lease on the
+// The WebSocket control lease (control.go) is an ordinary lease on the
 // reserved key ControlKey, granted, refreshed and released only by the
 // Control* methods on behalf of a WebSocket connection (package api serves
 // the socket); the public lease operations refuse that key and control

@@ -89,7 +89,9 @@ func TestLimitPerHolderAndSessions(t *testing.T) {
 	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "a", Holder: "alice", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "b", Holder: "alice", TTLMS: 100}); err != nil {
+	// Short enough to wait for its expiry, long enough that a loaded
+	// machine does not let it expire before the refusals below.
+	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "b", Holder: "alice", TTLMS: 1500}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "c", Holder: "alice", TTLMS: 60000}); !exhausted(err, "leases_per_holder", 2) {
@@ -101,7 +103,7 @@ func TestLimitPerHolderAndSessions(t *testing.T) {
 	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "c", Holder: "bob", TTLMS: 60000}); err != nil {
 		t.Fatalf("another holder: %v", err)
 	}
-	// Lease b expires (100 ms): alice has room again.
+	// Lease b expires (1.5 s): alice has room again.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, _, err := n.Acquire(ctx, AcquireRequest{Key: "d", Holder: "alice", TTLMS: 60000})

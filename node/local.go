@@ -111,6 +111,9 @@ func (n *Node) LocalState(ctx context.Context, hashAt uint64) (*LocalState, erro
 	}
 	if h != nil {
 		st.StateHash, st.HashIndex, st.HashTick = h.sum, h.index, h.tick
+		// The hash is taken in the apply path, in the middle of a batch
+		// whose last index is stored once the whole batch has applied.
+		st.AppliedIndex = max(st.AppliedIndex, h.index)
 	}
 	return st, nil
 }

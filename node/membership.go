@@ -46,6 +46,8 @@ type clusterView struct {
 	Servers []string           `json:"servers"`
 	Members []fsm.MemberRecord `json:"members"`
 	Leader  string             `json:"leader,omitempty"`
+	// ClusterID is the sender's cluster identity ("" if none yet).
+	ClusterID string `json:"cluster_id,omitempty"`
 }
 
 func (v *clusterView) member(id string) (fsm.MemberRecord, bool) {
@@ -87,23 +89,8 @@ func loadIncarnation(cfg Config) (string, error) {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	inc := randomHex(8)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
-	}
-	_, err = f.WriteString(inc + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
+	if err := writeFileSync(path, inc+"\n"); err != nil {
+		return "", err
 	}
 	return inc, nil
 }
@@ -162,6 +149,15 @@ func (n *Node) startGossip(hadState bool, addr raft.ServerAddress) error {
 	if h, _, err := net.SplitHostPort(bind); err == nil && n.cfg.InMemory && !n.cfg.keepGossipPort {
 		bind = net.JoinHostPort(h, "0")
 	}
+	if !hadState && n.cfg.BootstrapExpect <= 1 && len(n.cfg.Join) == 0 {
+		// cluster.Open bootstrapped a new cluster just now: a new identity,
+		// whatever an earlier cluster-id file said.
+		if err := n.idn.set(randomHex(16)); err != nil {
+			return err
+		}
+		n.log.Info("a new cluster identity", "cluster_id", n.idn.get())
+		hadState = true
+	}
 	n.hadState.Store(hadState)
 	g, err := cluster.StartGossip(cluster.GossipConfig{
 		Name: n.cfg.NodeID, BindAddr: bind, Advertise: host,
@@ -215,8 +211,11 @@ func (n *Node) startGossip(hadState bool, addr raft.ServerAddress) error {
 	return nil
 }
 
-// checkAdmission refuses a new server whose id the cluster knows with other
-// data, or removed.
+// checkAdmission refuses a new server whose data directory the cluster
+// removed. One whose id the cluster still lists with another data directory
+// (wiped or replaced) starts, but takes no Raft traffic (admitRaft) until
+// the leader, seeing the new data directory in gossip, has removed the old
+// member and added this one as a new server.
 func (n *Node) checkAdmission() error {
 	m := n.mem
 	m.mu.Lock()
@@ -230,9 +229,10 @@ func (n *Node) checkAdmission() error {
 	// Without a record the cluster cannot tell (a new cluster formed by
 	// bootstrap-expect lists every server before the leader records them).
 	if v.hasServer(id) && ok && !rec.Removed && rec.Incarnation != m.incarnation {
-		return fmt.Errorf("server %q is still a member of the cluster, added with another data directory: "+
-			"this one is new (wiped or replaced). If the old data is lost for good, remove the old member first "+
-			"(leasehold cluster remove %s), then start this server again", id, id)
+		n.log.Warn("the cluster still lists this server with another data directory (wiped or replaced); "+
+			"waiting for its leader to remove the old member and add this one as a new server",
+			"server", id, "recorded_incarnation", rec.Incarnation, "incarnation", m.incarnation)
+		return nil
 	}
 	if ok && rec.Removed && rec.Incarnation == m.incarnation {
 		return fmt.Errorf("server %q was removed from the cluster; to rejoin, wipe its data directory", id)
@@ -246,7 +246,7 @@ func (n *Node) gossipMeta() cluster.Meta {
 		expect = n.cfg.BootstrapExpect
 	}
 	return cluster.Meta{ID: n.cfg.NodeID, Raft: n.mem.raftAddr, HTTP: n.cfg.HTTPAddr, Version: Version,
-		Incarnation: n.mem.incarnation, Expect: expect, HasState: n.hadState.Load()}
+		Incarnation: n.mem.incarnation, Expect: expect, HasState: n.hadState.Load(), ClusterID: n.clusterID(), RaftHello: true}
 }
 
 func (n *Node) gossipStats() cluster.PeerStats {
@@ -271,7 +271,7 @@ func (n *Node) gossipState() []byte {
 	if r == nil || !n.hadState.Load() {
 		return nil
 	}
-	v := clusterView{}
+	v := clusterView{ClusterID: n.clusterID()}
 	if fut := r.GetConfiguration(); fut.Error() == nil {
 		for _, s := range fut.Configuration().Servers {
 			v.Servers = append(v.Servers, string(s.ID))
@@ -295,6 +295,20 @@ func (n *Node) mergeState(buf []byte, _ bool) {
 	m.mu.Lock()
 	m.remote = &v
 	m.mu.Unlock()
+	// A server whose id belongs to another cluster than the one in its data
+	// directory (it bootstrapped one of its own after a wipe) learns it here.
+	_, inRegistry := v.member(n.cfg.NodeID)
+	if ours := n.clusterID(); ours != "" && v.ClusterID != "" && ours != v.ClusterID && (inRegistry || v.hasServer(n.cfg.NodeID)) {
+		err := n.otherClusterErr(ours, v.ClusterID, &v)
+		m.mu.Lock()
+		first := m.refused == nil
+		m.refused = err
+		m.mu.Unlock()
+		if first {
+			n.log.Error("this server's id belongs to another cluster", "err", err)
+		}
+		return
+	}
 	// A server with state learns here that the cluster removed it.
 	if rec, ok := v.member(n.cfg.NodeID); ok && rec.Removed && rec.Incarnation == m.incarnation && !v.hasServer(n.cfg.NodeID) {
 		err := fmt.Errorf("this server (%s) was removed from the cluster; it does not take part any more. To rejoin, stop it, wipe its data directory and start it again", n.cfg.NodeID)
@@ -334,7 +348,7 @@ func (n *Node) watchMembership() {
 	// without gossip it knows no peer's HTTP address (nothing is forwarded)
 	// and never learns that it was removed.
 	joined := len(n.cfg.Join) == 0
-	var lastJoin time.Time
+	var lastJoin, lastRefresh time.Time
 	for {
 		select {
 		case <-n.closing:
@@ -345,6 +359,21 @@ func (n *Node) watchMembership() {
 		if !n.hadState.Load() && n.cl.Raft.LastIndex() > 0 {
 			n.hadState.Store(true)
 			n.mem.gossip.UpdateMeta()
+		}
+		n.syncClusterID()
+		// A server without state that refused Raft traffic (admitRaft), and
+		// one whose Raft peer turned out to be of another cluster, exchange
+		// gossip state with every server every second while it lasts (gossip
+		// may still hold a restarted server's old metadata, and it must
+		// learn that its id belongs to this cluster); every server reaches
+		// out every 5 s to the join addresses while a server of its
+		// configuration is not alive in gossip (a server that restarted
+		// without --join finds nobody by itself).
+		gated := !n.hadState.Load() && time.Since(time.Unix(0, n.gated.Load())) < 3*time.Second
+		conflict := time.Since(time.Unix(0, n.conflictAt.Load())) < 3*time.Second
+		if (gated || conflict) && time.Since(lastRefresh) > time.Second || time.Since(lastRefresh) > 5*time.Second && n.missingServer() {
+			lastRefresh = time.Now()
+			n.refreshGossip()
 		}
 		// Join at start, and again (every 2 s) whenever gossip sees no
 		// other server: after a partition longer than gossip remembers
@@ -359,6 +388,51 @@ func (n *Node) watchMembership() {
 			n.tryBootstrap()
 		}
 	}
+}
+
+// missingServer: a server of the Raft configuration is not alive in gossip.
+func (n *Node) missingServer() bool {
+	fut := n.cl.Raft.GetConfiguration()
+	if fut.Error() != nil {
+		return false
+	}
+	alive := map[string]bool{}
+	for _, p := range n.mem.gossip.Peers() {
+		if p.Status == "alive" {
+			alive[p.ID] = true
+		}
+	}
+	for _, s := range fut.Configuration().Servers {
+		if string(s.ID) != n.cfg.NodeID && !alive[string(s.ID)] {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshGossip exchanges state with the join addresses and the alive
+// servers, in the background (one exchange at a time; a paused peer can
+// hold one for gossip's TCP timeout).
+func (n *Node) refreshGossip() {
+	if !n.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	addrs := append([]string(nil), n.cfg.Join...)
+	for _, p := range n.mem.gossip.Peers() {
+		if p.Status == "alive" && p.ID != n.cfg.NodeID && p.Addr != "" {
+			addrs = append(addrs, p.Addr)
+		}
+	}
+	if len(addrs) == 0 {
+		n.refreshing.Store(false)
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer n.refreshing.Store(false)
+		n.mem.gossip.Join(addrs)
+	}()
 }
 
 // tryBootstrap forms a new cluster when exactly BootstrapExpect new servers

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,11 +32,15 @@ type Node struct {
 
 	leaderCtx atomic.Pointer[context.Context] // set once this term's barrier applied
 
-	mem      *membership
-	hadState atomic.Bool                         // Raft state exists (gossiped)
-	raftP    atomic.Pointer[raft.Raft]           // set once Raft runs (gossip callbacks)
-	pilot    atomic.Pointer[autopilot.Autopilot] // of the current leadership term
-	apState  atomic.Pointer[autopilot.State]
+	mem        *membership
+	idn        *identity
+	gated      atomic.Int64                        // unix ns of the last Raft connection admitRaft refused
+	refreshing atomic.Bool                         // refreshGossip runs
+	conflictAt atomic.Int64                        // unix ns of the last Raft connection refused for another cluster
+	hadState   atomic.Bool                         // Raft state exists (gossiped)
+	raftP      atomic.Pointer[raft.Raft]           // set once Raft runs (gossip callbacks)
+	pilot      atomic.Pointer[autopilot.Autopilot] // of the current leadership term
+	apState    atomic.Pointer[autopilot.State]
 
 	stopClock func() // undoes startClock
 
@@ -78,6 +83,9 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.mem = &membership{incarnation: inc, failedAt: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	if n.idn, err = loadClusterID(cfg); err != nil {
+		return nil, err
+	}
 	host, err := advertiseHost(cfg)
 	if err != nil {
 		return nil, err
@@ -93,6 +101,9 @@ func Open(cfg Config) (*Node, error) {
 		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs,
 		HeartbeatTimeout: cfg.raftTimeout, ElectionTimeout: cfg.raftTimeout, LeaderLeaseTimeout: cfg.raftTimeout / 2,
 		Logger: logger, BeforeStart: n.startGossip, TLS: cfg.RaftTLS, WrapStream: cfg.WrapRaftStream,
+		WrapStores: chaosStores(cfg.WrapRaftStores),
+		Identity: &cluster.Identity{ClusterID: n.clusterID, Admit: n.admitRaft,
+			OnConflict: func(string, string) { n.conflictAt.Store(time.Now().UnixNano()) }, Legacy: n.legacyPeer},
 	}, n.rep)
 	if err != nil {
 		if n.mem.gossip != nil {
@@ -173,27 +184,232 @@ func (n *Node) isLeaderReady() bool {
 }
 
 // lead runs for one leadership term: apply a barrier so that state reflects
-// everything earlier leaders committed, then tick until leadership ends.
+// everything earlier leaders committed, record this server, then tick until
+// leadership ends. A leader must either run the clock or give leadership
+// up: a failed barrier or registry write is retried, and a watchdog hands
+// leadership on when this term has committed nothing of its own (setup or
+// ticks) for leaderStall (a stalled disk holds Raft's leader loop, and with
+// it every commit, while heartbeats still keep the followers loyal).
 func (n *Node) lead(ctx context.Context) {
-	if err := n.cl.Raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
-		if ctx.Err() == nil {
-			n.log.Warn("leadership barrier failed", "err", err)
-		}
+	progress := newProgress()
+	go n.watchdog(ctx, progress)
+	if !n.untilDone(ctx, "leadership barrier", func() error { return n.barrier(ctx) }) {
 		return
 	}
+	progress.mark()
 	// One entry the state machine sees (this server's registry record):
 	// Raft's own no-op and the barrier never reach it, so without this the
 	// applied index would trail the commit index, and linearizable reads
 	// would wait, until the first tick.
-	if _, _, err := n.propose(ctx, &fsm.Member{ID: n.cfg.NodeID, Incarnation: n.mem.incarnation}); err != nil {
-		if ctx.Err() == nil {
-			n.log.Warn("leadership: recording this server failed", "err", err)
-		}
+	if !n.untilDone(ctx, "leadership: recording this server", func() error {
+		_, _, err := n.propose(ctx, &fsm.Member{ID: n.cfg.NodeID, Incarnation: n.mem.incarnation})
+		return err
+	}) {
 		return
 	}
+	progress.mark()
 	n.leaderCtx.Store(&ctx)
 	go n.reconcileLoop(ctx)
-	n.tickLoop(ctx)
+	n.tickLoop(ctx, progress)
+}
+
+// untilDone runs step until it succeeds, with backoff, while the term
+// lasts; it reports whether it succeeded. Failures are logged at most once
+// in about ten seconds.
+func (n *Node) untilDone(ctx context.Context, what string, step func() error) bool {
+	for try := 0; ; try++ {
+		err := step()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if try%10 == 0 {
+			n.log.Warn(what+" failed; retrying", "err", err, "attempt", try+1)
+		}
+		if sleepCtx(ctx, backoff(try)) != nil {
+			return false
+		}
+	}
+}
+
+// barrier applies a Raft barrier, waiting no longer than ctx lives (a
+// stalled disk holds it indefinitely).
+func (n *Node) barrier(ctx context.Context) error {
+	fut := n.cl.Raft.Barrier(n.cfg.ApplyTimeout)
+	done := make(chan error, 1)
+	go func() { done <- fut.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// backoff is the pause before retry number try+1 of a leadership step.
+func backoff(try int) time.Duration {
+	return min(50*time.Millisecond<<min(try, 5), time.Second)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// termProgress is when a leadership term last committed an entry of its own
+// (or began), on the real monotonic clock.
+type termProgress struct {
+	base time.Time
+	last atomic.Int64 // since base
+}
+
+func newProgress() *termProgress { return &termProgress{base: time.Now()} }
+
+func (p *termProgress) mark() { p.last.Store(int64(time.Since(p.base))) }
+
+func (p *termProgress) since() time.Duration {
+	return time.Since(p.base) - time.Duration(p.last.Load())
+}
+
+// leaderStall is how long a leader may go without committing an entry of
+// its own term before it gives leadership up: a few seconds, well above a
+// healthy commit's milliseconds and Raft's failover time.
+func (n *Node) leaderStall() time.Duration {
+	return max(3*time.Second, 3*n.cfg.TickPeriod, 4*n.cfg.raftTimeout)
+}
+
+// transferWait bounds how long a leadership transfer may take before the
+// watchdog forces an election instead.
+func (n *Node) transferWait() time.Duration {
+	return max(time.Second, 2*n.cfg.raftTimeout)
+}
+
+// watchdog gives up leadership whenever this term has committed nothing
+// for leaderStall while it still leads, and again after every further
+// leaderStall without progress.
+func (n *Node) watchdog(ctx context.Context, progress *termProgress) {
+	bound := n.leaderStall()
+	t := time.NewTicker(min(bound/8, 250*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.closing:
+			return
+		case <-t.C:
+		}
+		since := progress.since()
+		// A refused server (removed, or of another cluster) commits
+		// nothing by design: handing its leadership on changes nothing.
+		if since < bound || n.cl.Raft.State() != raft.Leader || n.refusedErr() != nil {
+			continue
+		}
+		n.log.Warn("this leader has committed nothing for too long; giving up leadership",
+			"for", since.Round(time.Millisecond), "bound", bound)
+		n.stepDown(ctx)
+		progress.mark()
+	}
+}
+
+// stepDown hands leadership on: a Raft leadership transfer, and if that
+// does not happen in time (Raft's leader loop is itself stuck, e.g. in a
+// log write on a stalled disk, so it cannot even start one), a TimeoutNow
+// sent straight through the transport to the most up-to-date voter, which
+// starts an election at once. Either is safe at any time: an election
+// never loses a committed entry.
+func (n *Node) stepDown(ctx context.Context) {
+	r := n.cl.Raft
+	fut := r.LeadershipTransfer()
+	done := make(chan error, 1)
+	go func() { done <- fut.Error() }()
+	timer := time.NewTimer(n.transferWait())
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		if err == nil {
+			n.log.Info("leadership transferred")
+			return
+		}
+		n.log.Warn("leadership transfer failed; forcing an election", "err", err)
+	case <-timer.C:
+		n.log.Warn("leadership transfer did not complete in time; forcing an election")
+	case <-ctx.Done():
+		return
+	}
+	if ctx.Err() != nil || r.State() != raft.Leader {
+		return
+	}
+	for _, s := range n.electionTargets() {
+		err := n.timeoutNow(s)
+		if err == nil {
+			n.log.Warn("forced an election: sent TimeoutNow", "to", s.ID)
+			return
+		}
+		n.log.Warn("TimeoutNow failed", "to", s.ID, "err", err)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// electionTargets are the other voters, the most up-to-date healthy ones
+// first (as autopilot last saw them).
+func (n *Node) electionTargets() []raft.Server {
+	fut := n.cl.Raft.GetConfiguration()
+	if fut.Error() != nil {
+		return nil
+	}
+	var out []raft.Server
+	for _, s := range fut.Configuration().Servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.NodeID {
+			out = append(out, s)
+		}
+	}
+	type rank struct {
+		healthy bool
+		index   uint64
+	}
+	ranks := map[raft.ServerID]rank{}
+	if st := n.apState.Load(); st != nil {
+		for id, srv := range st.Servers {
+			ranks[id] = rank{srv.Health.Healthy, srv.Stats.LastIndex}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := ranks[out[i].ID], ranks[out[j].ID]
+		if a.healthy != b.healthy {
+			return a.healthy
+		}
+		return a.index > b.index
+	})
+	return out
+}
+
+// timeoutNow tells s to start an election now, as the last step of a
+// leadership transfer does, bounded by transferWait.
+func (n *Node) timeoutNow(s raft.Server) error {
+	tr := n.cl.Transport()
+	req := &raft.TimeoutNowRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(n.cfg.NodeID),
+			Addr: tr.EncodePeer(raft.ServerID(n.cfg.NodeID), n.cl.Addr)},
+	}
+	done := make(chan error, 1)
+	go func() { done <- tr.TimeoutNow(s.ID, s.Address, req, &raft.TimeoutNowResponse{}) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(n.transferWait()):
+		return errors.New("no answer in time")
+	}
 }
 
 // tickLoop is the cluster clock. It waits one period after gaining
@@ -202,8 +418,9 @@ func (n *Node) lead(ctx context.Context) {
 // proposes tick k+1 only after tick k has applied here, and never sooner
 // than one period after it proposed tick k: committed ticks are therefore
 // never closer than one period in real time, except that one tick may follow
-// its predecessor quickly after a stall (fsm.GraceTicks covers it).
-func (n *Node) tickLoop(ctx context.Context) {
+// its predecessor quickly after a stall (fsm.GraceTicks covers it). Every
+// tick it commits counts as progress for the watchdog.
+func (n *Node) tickLoop(ctx context.Context, progress *termProgress) {
 	period := n.period()
 	if period != n.cfg.TickPeriod {
 		n.log.Warn("the cluster's tick period was fixed by its first tick; ignoring the configured one",
@@ -220,23 +437,36 @@ func (n *Node) tickLoop(ctx context.Context) {
 	n.rep.mu.RUnlock()
 	timer := newClockTimer(first)
 	defer timer.Stop()
+	ticked := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		}
+		// Both cases may have been ready: a term that has ended must not
+		// propose (a tick of an old loop committed in a later term would
+		// crowd that term's first tick).
+		if ctx.Err() != nil {
+			return
+		}
 		sent := monoNow()
 		n.rep.mu.RLock()
 		next := n.rep.f.Tick() + 1
 		n.rep.mu.RUnlock()
 		_, _, err := n.propose(ctx, &fsm.Tick{Tick: next, WallMS: wallNow().UnixMilli(),
-			PeriodMS: period.Milliseconds(), RetainTicks: retain})
+			PeriodMS: period.Milliseconds(), RetainTicks: retain, RetainMax: uint64(n.cfg.MaxRetained)})
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			n.log.Warn("tick not committed", "tick", next, "err", err)
+		} else {
+			if !ticked {
+				n.log.Info("first tick of this leadership term committed", "tick", next)
+				ticked = true
+			}
+			progress.mark()
 		}
 		timer.Reset(max(sent.Add(period).Sub(monoNow()), 0))
 	}

@@ -453,5 +453,6 @@ func (n *Node) quota() fsm.Quota {
 	return fsm.Quota{
 		Leases: uint64(n.cfg.MaxLeases), HolderLeases: uint64(n.cfg.MaxLeasesPerHolder),
 		Sessions: uint64(n.cfg.MaxSessions), HolderSessions: uint64(n.cfg.MaxSessionsPerHolder),
+		KeyWaiters: uint64(n.cfg.MaxWaitersPerKey), HolderWaiters: uint64(n.cfg.MaxWaitersPerHolder),
 	}
 }

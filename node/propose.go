@@ -10,6 +10,10 @@ import (
 )
 
 type proposal struct {
+	// ctx is the proposer's: the batcher drops a proposal whose ctx has
+	// ended before it reaches Raft (a leadership term's ctx ends with
+	// the term, so an ended term proposes nothing more).
+	ctx   context.Context
 	cmd   fsm.Command
 	start time.Time
 	done  chan propResult
@@ -23,13 +27,22 @@ type propResult struct {
 
 // propose commits cmd through Raft and returns its result once it has been
 // applied on this node. Errors are *Error: NO_LEADER when the command was
-// certainly not applied, INDETERMINATE when it may have been.
+// certainly not applied, INDETERMINATE when it may have been; UNAVAILABLE
+// (not applied) on a server the cluster removed or whose id belongs to
+// another cluster (refusedErr): it writes nothing, not even as the leader
+// of a cluster of its own.
 func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64, error) {
-	p := &proposal{cmd: cmd, start: time.Now(), done: make(chan propResult, 1)}
+	if err := n.refusedErr(); err != nil {
+		return fsm.Result{}, 0, &Error{Code: fsm.CodeUnavailable, Message: err.Error()}
+	}
+	p := &proposal{ctx: ctx, cmd: cmd, start: time.Now(), done: make(chan propResult, 1)}
 	select {
 	case <-n.closing:
 		return fsm.Result{}, 0, errShuttingDown()
 	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return fsm.Result{}, 0, err
 	}
 	select {
 	case n.propCh <- p:
@@ -106,6 +119,15 @@ func (n *Node) batcher() {
 				break collect
 			}
 		}
+		// Drop what was abandoned while it queued, checked after the whole
+		// batch is taken: whatever a new leadership term proposes was
+		// queued after the previous term's ctx ended, so no proposal of an
+		// ended term can follow it into the log.
+		batch = n.dropAbandoned(batch)
+		if len(batch) == 0 {
+			<-n.inflight
+			continue
+		}
 		var cmd fsm.Command = batch[0].cmd
 		if len(batch) > 1 {
 			b := &fsm.Batch{Commands: make([]fsm.Command, len(batch))}
@@ -125,6 +147,21 @@ func (n *Node) batcher() {
 		fut := n.cl.Raft.Apply(data, n.cfg.ApplyTimeout)
 		go n.await(fut, append([]*proposal(nil), batch...))
 	}
+}
+
+// dropAbandoned answers and removes the proposals whose ctx has ended; none
+// was sent to Raft.
+func (n *Node) dropAbandoned(batch []*proposal) []*proposal {
+	kept := batch[:0]
+	for _, p := range batch {
+		if p.ctx != nil && p.ctx.Err() != nil {
+			p.done <- propResult{err: &Error{Code: CodeNoLeader, Message: "the request was abandoned before it was proposed; it was not applied"}}
+			continue
+		}
+		kept = append(kept, p)
+	}
+	clear(batch[len(kept):])
+	return kept
 }
 
 func (n *Node) await(fut raft.ApplyFuture, batch []*proposal) {

@@ -11,10 +11,14 @@ import (
 // readBarrier makes a linearizable read possible: this node confirms it is
 // still the leader (a quorum answered after the read began) and waits until
 // it has applied everything committed before that moment. A stale read
-// skips it and answers from whatever this node has applied.
+// skips it and answers from whatever this node has applied. A server the
+// cluster refused (refusedErr) serves no linearizable read.
 func (n *Node) readBarrier(ctx context.Context, stale bool) error {
 	if stale || canaryStaleRead {
 		return nil
+	}
+	if err := n.refusedErr(); err != nil {
+		return &Error{Code: fsm.CodeUnavailable, Message: err.Error()}
 	}
 	if n.cl.Raft.State() != raft.Leader || !n.isLeaderReady() {
 		return n.noLeader()
@@ -81,17 +85,40 @@ func (n *Node) ListLeases(ctx context.Context, r ListRequest, stale bool) (*Leas
 	if err := n.readBarrier(ctx, stale); err != nil {
 		return nil, err
 	}
-	n.rep.mu.RLock()
-	defer n.rep.mu.RUnlock()
-	ls, next := n.rep.f.Leases(fsm.LeaseFilter{Key: r.Key, Prefix: r.Prefix, Holder: r.Holder,
-		SessionID: r.SessionID, State: fsm.State(r.State), After: r.After, Limit: r.Limit})
-	now := wallNow()
-	out := &LeaseList{Leases: make([]*Lease, len(ls)), Next: next}
-	for i, l := range ls {
-		out.Leases[i] = n.rep.view(l, now)
+	out := &LeaseList{Leases: []*Lease{}}
+	after := r.After
+	for scanned := 0; ; scanned += listChunk {
+		// One chunk per read lock, so that a listing whose filter matches
+		// little (a prefix that matches nothing) never holds off Apply
+		// for more than a chunk's worth of records.
+		if err := n.rep.scanSlot(ctx); err != nil {
+			return nil, err
+		}
+		n.rep.mu.RLock()
+		ls, next := n.rep.f.Leases(fsm.LeaseFilter{Key: r.Key, Prefix: r.Prefix, Holder: r.Holder,
+			SessionID: r.SessionID, State: fsm.State(r.State), After: after, Limit: r.Limit - len(out.Leases), Scan: listChunk})
+		now := wallNow()
+		for _, l := range ls {
+			out.Leases = append(out.Leases, n.rep.view(l, now))
+		}
+		n.rep.mu.RUnlock()
+		<-n.rep.scans
+		out.Next = next
+		if next == "" || len(out.Leases) >= r.Limit || scanned+listChunk >= listScan || ctx.Err() != nil {
+			return out, nil
+		}
+		after = next
 	}
-	return out, nil
 }
+
+// A listing looks at up to listChunk records under one read lock and at
+// most listScan records in all; a page that ran out of the latter holds
+// what matched so far (possibly nothing) and a cursor to go on from.
+// (Variables for the tests.)
+var (
+	listChunk = 1024
+	listScan  = 64 * 1024
+)
 
 // GetSession returns a session in any retained state.
 func (n *Node) GetSession(ctx context.Context, id string, stale bool) (*Session, error) {
@@ -121,15 +148,25 @@ func (n *Node) ListSessions(ctx context.Context, holder, after string, limit int
 	if err := n.readBarrier(ctx, stale); err != nil {
 		return nil, err
 	}
-	n.rep.mu.RLock()
-	defer n.rep.mu.RUnlock()
-	ss, next := n.rep.f.Sessions(holder, after, limit)
-	now, tick, period := wallNow(), n.rep.f.Tick(), n.rep.period()
-	out := &SessionList{Sessions: make([]*Session, len(ss)), Next: next}
-	for i, s := range ss {
-		out.Sessions[i] = sessionView(s, tick, period, now)
+	out := &SessionList{Sessions: []*Session{}}
+	for scanned := 0; ; scanned += listChunk {
+		if err := n.rep.scanSlot(ctx); err != nil {
+			return nil, err
+		}
+		n.rep.mu.RLock()
+		ss, next := n.rep.f.SessionsScan(holder, after, limit-len(out.Sessions), listChunk)
+		now, tick, period := wallNow(), n.rep.f.Tick(), n.rep.period()
+		for _, s := range ss {
+			out.Sessions = append(out.Sessions, sessionView(s, tick, period, now))
+		}
+		n.rep.mu.RUnlock()
+		<-n.rep.scans
+		out.Next = next
+		if next == "" || len(out.Sessions) >= limit || scanned+listChunk >= listScan || ctx.Err() != nil {
+			return out, nil
+		}
+		after = next
 	}
-	return out, nil
 }
 
 // Validate answers whether a fencing token (with a key) or a lease token
@@ -300,4 +337,15 @@ func (n *Node) Stats() Stats {
 	s.ApplySum, s.ApplyCount = c.applySum, c.applyN
 	c.mu.Unlock()
 	return s
+}
+
+// scanSlot waits for one of the slots that bound the listing chunks
+// running at once; the caller gives it back with <-r.scans.
+func (r *replica) scanSlot(ctx context.Context) error {
+	select {
+	case r.scans <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

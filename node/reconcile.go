@@ -51,6 +51,7 @@ func (n *Node) reconcile(ctx context.Context) {
 	if fut.Error() != nil {
 		return
 	}
+	n.recordClusterID(ctx, fut.Configuration())
 	inConf := map[string]bool{}
 	for _, s := range fut.Configuration().Servers {
 		inConf[string(s.ID)] = true
@@ -63,10 +64,22 @@ func (n *Node) reconcile(ctx context.Context) {
 			if p.Status == "alive" && p.Incarnation != "" && !known {
 				n.proposeMember(ctx, &fsm.Member{ID: p.ID, Incarnation: p.Incarnation})
 			}
+			// A member that came back with another data directory (wiped or
+			// replaced) has lost its log: it must neither vote nor count
+			// toward a quorum. Remove the old member (a tombstone of the
+			// old data directory); the new one is added back as a new server
+			// below if it may be.
+			if p.Status == "alive" && p.Incarnation != "" && known && !rec.Removed &&
+				rec.Incarnation != p.Incarnation && p.ID != n.cfg.NodeID {
+				n.replaceWiped(ctx, p, rec)
+			}
 		case p.Status != "alive" || p.Raft == "" || p.Incarnation == "":
 		case known && rec.Removed && rec.Incarnation == p.Incarnation:
 			// Removed: it stays out until its data directory is wiped.
-		case !p.HasState || known && rec.Incarnation == p.Incarnation:
+		case p.ClusterID != "" && p.ClusterID != n.clusterID() && n.clusterID() != "":
+			n.log.Warn("a server of another cluster is in gossip; Raft traffic with it is refused",
+				"server", p.ID, "its_cluster", p.ClusterID, "cluster", n.clusterID(), "raft_addr", p.Raft)
+		case !p.HasState || known && rec.Incarnation == p.Incarnation || p.ClusterID != "" && p.ClusterID == n.clusterID():
 			// A new server (or one added before whose join did not finish).
 			if err := n.proposeMember(ctx, &fsm.Member{ID: p.ID, Incarnation: p.Incarnation}); err != nil {
 				continue
@@ -82,6 +95,23 @@ func (n *Node) reconcile(ctx context.Context) {
 				"server", p.ID, "raft_addr", p.Raft)
 		}
 	}
+}
+
+// replaceWiped removes server p, whose data directory is not the one the
+// registry recorded (rec): the old data directory is tombstoned, so the new
+// one can join as a new server.
+func (n *Node) replaceWiped(ctx context.Context, p cluster.Peer, rec fsm.MemberRecord) {
+	n.log.Warn("a member came back with another data directory (wiped or replaced); removing the old member",
+		"server", p.ID, "recorded_incarnation", rec.Incarnation, "incarnation", p.Incarnation, "its_cluster", p.ClusterID)
+	if res, _, err := n.propose(ctx, &fsm.Member{ID: p.ID, Incarnation: rec.Incarnation, Removed: true}); err != nil || res.Err != nil {
+		n.log.Warn("removing a wiped member: recording failed", "server", p.ID, "err", err)
+		return
+	}
+	if err := n.cl.Raft.RemoveServer(raft.ServerID(p.ID), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		n.log.Warn("removing a wiped member failed", "server", p.ID, "err", err)
+		return
+	}
+	n.log.Info("removed the old member of a wiped server", "server", p.ID)
 }
 
 func (n *Node) memberRecord(id string) (fsm.MemberRecord, bool) {

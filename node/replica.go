@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -26,6 +27,9 @@ type replica struct {
 	defaultPeriod int64
 	notices       func([]fsm.Notice)
 	stats         *counters
+	// scans bounds the listing chunks (read.go) running at once, so that
+	// listings, however many, leave processors to Apply and the ticks.
+	scans chan struct{}
 
 	// pos is the index of the last entry processed (any type): the state
 	// is the one after it. Written under mu; read by hash requests.
@@ -49,7 +53,8 @@ var (
 )
 
 func newReplica(h *hub, stats *counters, notices func([]fsm.Notice)) *replica {
-	return &replica{f: fsm.New(), appliedCond: make(chan struct{}), hub: h, stats: stats, notices: notices}
+	return &replica{f: fsm.New(), appliedCond: make(chan struct{}), hub: h, stats: stats, notices: notices,
+		scans: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
 }
 
 // Apply implements raft.FSM.

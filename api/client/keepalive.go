@@ -63,8 +63,8 @@ type KeepAliveOptions struct {
 //
 // The server starts a TTL no earlier than it receives the request, and its
 // ticks never run faster than real time, so a lease acquired or renewed by
-// a request sent at s cannot end before s + TTL (see the README's time
-// model). KeepAlive keeps that bound from the send time of the last
+// a request sent at s cannot end before s + TTL (see the time model in
+// docs/design.md). KeepAlive keeps that bound from the send time of the last
 // successful acquire or renewal (never from the time an answer arrived, and
 // never from expires_at) and closes Lost at the bound minus the margin at
 // the latest: from a timer, whether or not a renewal is still in flight or

@@ -288,7 +288,7 @@ func TestHoldRenewsAndForwardsSignals(t *testing.T) {
 func holdStopsBeforeExpiry(t *testing.T, helper string, renew func() (int, string), within time.Duration) {
 	start := time.Now()
 	f, _, _, done := startHold(t, helper, holdTestTTL, renew)
-	err := waitDone(t, done, 10*time.Second)
+	err := waitDone(t, done, 3*holdTestTTL)
 	if exitCode(err) != 1 || !strings.Contains(err.Error(), "lost") {
 		t.Fatalf("err = %v, want exit 1 for a lost lease", err)
 	}
@@ -304,9 +304,12 @@ func holdStopsBeforeExpiry(t *testing.T, helper string, renew func() (int, strin
 	}
 }
 
-// holdTestTTL: stop at 2.7s, SIGKILL at 2.85s, expiry no earlier than 3s.
-// The 300ms margin is what absorbs a loaded machine under -race.
-const holdTestTTL = 3 * time.Second
+// holdTestTTL: stop at 7.2s, SIGKILL at 7.6s, expiry no earlier than 8s.
+// The margin (TTL/10) is what absorbs a loaded machine under -race: after
+// the SIGKILL, the command's death, hold noticing it and its release
+// reaching the server get half of it, 400 ms (with a 3 s TTL that was
+// 150 ms, less than a saturated machine may delay one goroutine).
+const holdTestTTL = 8 * time.Second
 
 func TestHoldStopsCommandWhenRenewalsFail(t *testing.T) {
 	holdStopsBeforeExpiry(t, "block", renewFails(503, "NO_LEADER"), holdTestTTL)

@@ -29,6 +29,7 @@ type serverConfig struct {
 	logFormat     string // text or json
 	// HTTP hardening (api.Options, http.Server).
 	bodyTimeout      time.Duration
+	writeTimeout     time.Duration
 	idleTimeout      time.Duration
 	streamsPerClient int
 	tls              serverTLSFlags
@@ -77,8 +78,12 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 	fs.IntVar(&cfg.node.MaxLeasesPerHolder, "max-leases-per-holder", def.MaxLeasesPerHolder, "most active leases of one holder; 0: no limit")
 	fs.IntVar(&cfg.node.MaxSessions, "max-sessions", def.MaxSessions, "most active sessions in the cluster; 0: no limit")
 	fs.IntVar(&cfg.node.MaxSessionsPerHolder, "max-sessions-per-holder", def.MaxSessionsPerHolder, "most active sessions of one holder; 0: no limit")
+	fs.IntVar(&cfg.node.MaxWaitersPerKey, "max-waiters-per-key", def.MaxWaitersPerKey, "most queued acquires (wait_ms) of one key; 0: no limit")
+	fs.IntVar(&cfg.node.MaxWaitersPerHolder, "max-waiters-per-holder", def.MaxWaitersPerHolder, "most queued acquires (wait_ms) of one holder; 0: no limit")
+	fs.IntVar(&cfg.node.MaxRetained, "max-retained", def.MaxRetained, "most ended leases and sessions kept for --retention; the oldest are pruned first; 0: no limit")
 	fs.IntVar(&cfg.node.MaxEventStreams, "max-event-streams", def.MaxEventStreams, "most event streams open on this server; 0: no limit")
 	fs.IntVar(&cfg.streamsPerClient, "max-event-streams-per-client", api.DefaultMaxStreamsPerClient, "most event streams one client address keeps open on this server; 0: no limit")
+	fs.DurationVar(&cfg.writeTimeout, "http-write-timeout", api.DefaultWriteTimeout, "how long an answer may take to be written (not event streams, control WebSockets, snapshot transfers; an acquire gets its wait_ms on top); 0: no limit")
 	fs.DurationVar(&cfg.bodyTimeout, "http-body-timeout", api.DefaultBodyTimeout, "how long a client has to send a request body (a snapshot upload: between reads); 0: no limit")
 	fs.DurationVar(&cfg.idleTimeout, "http-idle-timeout", 2*time.Minute, "idle keep-alive connections are closed after this long")
 	fs.StringVar(&cfg.tokensFile, "tokens-file", "", "bearer tokens file (JSON; see 'leasehold token create'); none: auth is off")
@@ -104,8 +109,8 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 	if cfg.httpAddr == "" {
 		return cfg, usageErrorf("--http-addr is required")
 	}
-	if cfg.streamsPerClient < 0 || cfg.bodyTimeout < 0 || cfg.idleTimeout <= 0 {
-		return cfg, usageErrorf("--max-event-streams-per-client and --http-body-timeout must not be negative, --http-idle-timeout must be positive")
+	if cfg.streamsPerClient < 0 || cfg.bodyTimeout < 0 || cfg.writeTimeout < 0 || cfg.idleTimeout <= 0 {
+		return cfg, usageErrorf("--max-event-streams-per-client, --http-body-timeout and --http-write-timeout must not be negative, --http-idle-timeout must be positive")
 	}
 	if err := cfg.tls.check(); err != nil {
 		return cfg, err
@@ -193,7 +198,7 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("open node: %w", err)
 	}
 	handler := api.New(api.FromNode(n), api.Options{Logger: log.With("component", "http"), Tokens: tokens,
-		BodyTimeout: orNegative(cfg.bodyTimeout), MaxStreamsPerClient: orNegative(cfg.streamsPerClient), ForwardTLS: sec.forward})
+		BodyTimeout: orNegative(cfg.bodyTimeout), WriteTimeout: orNegative(cfg.writeTimeout), MaxStreamsPerClient: orNegative(cfg.streamsPerClient), ForwardTLS: sec.forward})
 
 	// Request contexts derive from streams, which is cancelled once the
 	// grace period of a shutdown is over: event streams and waiting acquires
@@ -271,7 +276,8 @@ func orNegative[T int | time.Duration](v T) T {
 // after --http-idle-timeout. It has no ReadTimeout or WriteTimeout: they
 // would cut event streams, WebSocket connections and long-polling acquires;
 // bodies get a per-request read deadline in the handler (--http-body-timeout,
-// lifted once they are read). Request contexts derive from base.
+// lifted once they are read) and answers of the ordinary routes a write
+// deadline (--http-write-timeout). Request contexts derive from base.
 func newHTTPServer(handler http.Handler, cfg serverConfig, base context.Context, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           handler,

@@ -49,12 +49,16 @@ func (a *app) snapshotCmd(ctx context.Context, args []string) error {
 		return printSnapshotInfo(a.stdout, info)
 	case "restore":
 		fs := a.newFlagSet("snapshot restore", "--yes FILE",
-			"Replace the state of the whole cluster with the snapshot in FILE (admin\n"+
-				"scope; any node, the leader does it). Every lease and session goes back to\n"+
-				"what it was when the snapshot was saved, remaining times included; leases\n"+
-				"acquired since are gone. Fencing tokens still only increase. The file is\n"+
-				"checked here and again by the server before anything changes. --yes is\n"+
-				"required: nothing is asked interactively.")
+			"Restore the state of the whole cluster from the snapshot in FILE (admin\n"+
+				"scope; any node, the leader does it). A restore never goes backwards:\n"+
+				"leases and sessions live at the restore stay as they are, with their\n"+
+				"tokens, and keys in use stay held or in lock-delay; the file's other\n"+
+				"leases and sessions come back with the remaining time they had when it was\n"+
+				"saved, each lease with a new fencing token above every earlier one; the\n"+
+				"file's leases on keys in use end (revoked, reason \"restore\"). The clock and\n"+
+				"fencing tokens only go forward. The file is checked here and again by the\n"+
+				"server before anything changes. --yes is required: nothing is asked\n"+
+				"interactively.")
 		var cf clientFlags
 		cf.register(fs)
 		yes := fs.Bool("yes", false, "confirm that the whole cluster state is to be replaced")
@@ -63,8 +67,8 @@ func (a *app) snapshotCmd(ctx context.Context, args []string) error {
 			return err
 		}
 		if !*yes {
-			return usageErrorf("snapshot restore replaces the state of the whole cluster with %s: "+
-				"every lease and session goes back to what it was when it was saved; add --yes to do it", file)
+			return usageErrorf("snapshot restore restores the state of the whole cluster from %s: "+
+				"the leases and sessions of the file that are not live come back; add --yes to do it", file)
 		}
 		c, err := cf.client()
 		if err != nil {
@@ -187,6 +191,11 @@ func printSnapshotInfo(w io.Writer, info *node.SnapshotInfo) error {
 	}
 	if info.DroppedWaits > 0 {
 		p.add("dropped_queued_acquires", info.DroppedWaits)
+	}
+	if info.RestoredIndex > 0 {
+		p.add("leases_kept", info.Kept)
+		p.add("leases_refenced", info.Refenced)
+		p.add("leases_superseded", info.Superseded)
 	}
 	return p.flush()
 }

@@ -190,7 +190,7 @@ func plaintextRefusal(httpAddr, raftAddr, gossipAddr string, f *serverTLSFlags) 
 		return exposed, nil
 	}
 	return exposed, fmt.Errorf("refusing to serve plaintext beyond loopback:\n  %s\n"+
-		"configure them (see README, Security), or pass --insecure-plaintext (LEASEHOLD_INSECURE_PLAINTEXT=true) "+
+		"configure them (see docs/security.md), or pass --insecure-plaintext (LEASEHOLD_INSECURE_PLAINTEXT=true) "+
 		"on a network where everyone who can reach these ports is trusted", strings.Join(exposed, "\n  "))
 }
 

@@ -1,0 +1,252 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Identity makes every Raft connection start with an exchange of cluster
+// ids, so that servers of two clusters never exchange Raft traffic: the
+// dialer sends its cluster id, the acceptor answers with its own and
+// whether it takes the connection. When both ids are set and differ, both
+// sides close it. A server without an id yet (a new server that has not
+// received the cluster's state) talks to any cluster.
+//
+// Servers of a version before this exchange (a rolling upgrade) neither
+// send nor expect it: a connection whose first byte is not the exchange's
+// is taken as such a peer's, of unknown cluster (Admit still applies), and
+// Dial skips the exchange toward a peer Legacy names.
+type Identity struct {
+	// ClusterID returns this server's cluster id; "" while it has none.
+	// Called for every connection; must be safe for concurrent use.
+	ClusterID func() string
+	// Admit, if set, may refuse an inbound connection that the ids allow
+	// (a server with no Raft state that the cluster does not know yet);
+	// its error is what the dialer is told. Nil admits.
+	Admit func(peerCluster string) error
+	// OnConflict, if set, is called (at most once a second) when a peer of
+	// another cluster is refused, in either direction.
+	OnConflict func(peerAddr, peerCluster string)
+	// Legacy, if set, tells whether the peer at a Raft address runs a
+	// version without the exchange (from gossip); Dial then connects
+	// without it.
+	Legacy func(addr raft.ServerAddress) bool
+}
+
+// identityMagic starts the dialer's hello. Raft's own first byte is an RPC
+// type (0-3), so a peer that does not speak this exchange is told apart.
+var identityMagic = [4]byte{'L', 'H', 'C', '1'}
+
+const (
+	identityOK      byte = 0
+	identityRefused byte = 1
+
+	identityTimeout = 5 * time.Second
+	maxPendingHello = 64
+)
+
+// ErrOtherCluster is returned by Dial when the peer belongs to another
+// cluster (or refused this server).
+var ErrOtherCluster = errors.New("cluster: raft peer refused the connection")
+
+// NewIdentityStreamLayer wraps inner so that every connection starts with
+// the cluster id exchange (see Identity).
+func NewIdentityStreamLayer(inner raft.StreamLayer, id Identity, log *slog.Logger) raft.StreamLayer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &identityLayer{acceptQueue: newAcceptQueue(inner), id: id, log: log}
+	go s.run(maxPendingHello, s.hello, func(net.Conn) {})
+	return s
+}
+
+type identityLayer struct {
+	*acceptQueue
+	id  Identity
+	log *slog.Logger
+
+	logMu   sync.Mutex
+	lastLog time.Time
+	quiet   int
+}
+
+func (s *identityLayer) local() string {
+	if s.id.ClusterID == nil {
+		return ""
+	}
+	return s.id.ClusterID()
+}
+
+func writeHello(w io.Writer, prefix []byte, id string) error {
+	if len(id) > 255 {
+		return errors.New("cluster id too long")
+	}
+	b := append(append([]byte(nil), prefix...), byte(len(id)))
+	b = append(b, id...)
+	_, err := w.Write(b)
+	return err
+}
+
+func readID(r io.Reader) (string, error) {
+	var n [1]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return "", err
+	}
+	b := make([]byte, n[0])
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// Dial connects and exchanges ids within timeout (at most 5 s).
+func (s *identityLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	start := time.Now()
+	conn, err := s.inner.Dial(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if s.id.Legacy != nil && s.id.Legacy(addr) {
+		return conn, nil
+	}
+	left := timeout - time.Since(start)
+	if timeout <= 0 || left > identityTimeout {
+		left = identityTimeout
+	}
+	conn.SetDeadline(time.Now().Add(left))
+	ours := s.local()
+	if err := writeHello(conn, identityMagic[:], ours); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("raft hello to %s: %w", addr, err)
+	}
+	var st [1]byte
+	if _, err := io.ReadFull(conn, st[:]); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("raft hello to %s: %w", addr, err)
+	}
+	theirs, err := readID(conn)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("raft hello to %s: %w", addr, err)
+	}
+	if st[0] != identityOK {
+		conn.Close()
+		if ours != "" && theirs != "" && ours != theirs {
+			s.conflict(string(addr), theirs)
+		}
+		return nil, fmt.Errorf("%w: %s (cluster %q) refused this server (cluster %q)", ErrOtherCluster, addr, theirs, ours)
+	}
+	if ours != "" && theirs != "" && ours != theirs {
+		conn.Close()
+		s.conflict(string(addr), theirs)
+		return nil, fmt.Errorf("%w: %s belongs to cluster %q, this server to %q", ErrOtherCluster, addr, theirs, ours)
+	}
+	conn.SetDeadline(time.Time{})
+	return conn, nil
+}
+
+// hello runs the acceptor's side of the exchange, then hands the connection
+// to Accept.
+func (s *identityLayer) hello(conn net.Conn) {
+	conn.SetDeadline(time.Now().Add(identityTimeout))
+	var magic [4]byte
+	if _, err := io.ReadFull(conn, magic[:1]); err != nil {
+		conn.Close()
+		return
+	}
+	if magic[0] != identityMagic[0] {
+		// A peer of a version without the exchange: Raft reads the byte.
+		if s.id.Admit != nil {
+			if err := s.id.Admit(""); err != nil {
+				s.logRefused(conn.RemoteAddr().String(), err)
+				conn.Close()
+				return
+			}
+		}
+		conn.SetDeadline(time.Time{})
+		s.hand(&prefixConn{Conn: conn, first: magic[0], pending: true})
+		return
+	}
+	if _, err := io.ReadFull(conn, magic[1:]); err != nil || magic != identityMagic {
+		conn.Close()
+		return
+	}
+	theirs, err := readID(conn)
+	if err != nil {
+		conn.Close()
+		return
+	}
+	ours := s.local()
+	refuse := ours != "" && theirs != "" && ours != theirs
+	if refuse {
+		s.conflict(conn.RemoteAddr().String(), theirs)
+	} else if s.id.Admit != nil {
+		if err := s.id.Admit(theirs); err != nil {
+			refuse = true
+			s.logRefused(conn.RemoteAddr().String(), err)
+		}
+	}
+	st := identityOK
+	if refuse {
+		st = identityRefused
+	}
+	if err := writeHello(conn, []byte{st}, ours); err != nil || refuse {
+		conn.Close()
+		return
+	}
+	conn.SetDeadline(time.Time{})
+	s.hand(conn)
+}
+
+// prefixConn gives back the byte read to tell a peer's version.
+type prefixConn struct {
+	net.Conn
+	first   byte
+	pending bool
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if c.pending && len(b) > 0 {
+		c.pending = false
+		b[0] = c.first
+		return 1, nil
+	}
+	return c.Conn.Read(b)
+}
+
+func (s *identityLayer) conflict(addr, theirs string) {
+	if !s.allowLog() {
+		return
+	}
+	s.log.Warn("raft: refused a connection with a server of another cluster",
+		"peer", addr, "peer_cluster", theirs, "cluster", s.local())
+	if s.id.OnConflict != nil {
+		s.id.OnConflict(addr, theirs)
+	}
+}
+
+func (s *identityLayer) logRefused(addr string, err error) {
+	if s.allowLog() {
+		s.log.Warn("raft: refused a connection", "peer", addr, "err", err)
+	}
+}
+
+// allowLog: at most one line a second.
+func (s *identityLayer) allowLog() bool {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	now := time.Now()
+	if now.Sub(s.lastLog) < time.Second {
+		s.quiet++
+		return false
+	}
+	s.lastLog, s.quiet = now, 0
+	return true
+}

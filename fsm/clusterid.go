@@ -1,0 +1,57 @@
+package fsm
+
+// The cluster identity: a random id the cluster's first leader decides
+// (node creates it at bootstrap) and the log carries in a ClusterID command.
+// Servers exchange it on every Raft connection and in gossip, so that two
+// clusters never exchange Raft traffic (a wiped server that bootstrapped a
+// cluster of its own under an old id, say). The first ClusterID applied
+// wins; later ones with another id change nothing. Snapshots carry it.
+
+// MaxClusterIDBytes bounds a cluster id.
+const MaxClusterIDBytes = 64
+
+// ClusterID records the cluster's identity, once.
+type ClusterID struct {
+	// ID is 1-64 bytes of printable ASCII (0x21-0x7E).
+	ID string `json:"id"`
+}
+
+// TypeClusterID is the type of a ClusterID entry.
+const TypeClusterID Type = 14
+
+func (*ClusterID) Type() Type { return TypeClusterID }
+
+// ValidClusterID checks a cluster id: 1-64 bytes of printable ASCII
+// without spaces.
+func ValidClusterID(id string) *Error {
+	if id == "" || len(id) > MaxClusterIDBytes {
+		return InvalidField("id", "cluster id must be 1-%d bytes, got %d", MaxClusterIDBytes, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if b := id[i]; b <= 0x20 || b > 0x7E {
+			return InvalidField("id", "cluster id must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// clusterIDCmd applies a ClusterID: the first one sets the identity; one
+// with another id afterwards is refused (INVALID_ARGUMENT) and changes nothing.
+func (f *FSM) clusterIDCmd(c *ClusterID) Result {
+	if err := ValidClusterID(c.ID); err != nil {
+		return Result{Err: err}
+	}
+	if f.clusterID != "" && f.clusterID != c.ID {
+		return Result{Err: InvalidField("id", "the cluster id is %s already", f.clusterID)}
+	}
+	f.clusterID = c.ID
+	return Result{}
+}
+
+// ClusterID returns the cluster's identity; empty until a ClusterID
+// command applied (state written before identities existed has none).
+func (f *FSM) ClusterID() string { return f.clusterID }
+
+func (c *ClusterID) encode(e *enc) { e.str(c.ID) }
+
+func (c *ClusterID) decode(d *dec) { c.ID = d.str() }
