@@ -17,6 +17,24 @@ type hubEvent struct {
 	endTick uint64
 	ttlMS   int64
 	period  int64
+	// shared is the event as subscribers see it, rendered by the first
+	// subscriber that delivers it and reused by every other one: a
+	// thousand subscribers cost one rendering, not a thousand.
+	shared *sharedEvent
+}
+
+type sharedEvent struct {
+	once sync.Once
+	ev   Event
+}
+
+// render returns the subscriber view of e, computed once per event.
+func (e *hubEvent) render() Event {
+	if e.shared == nil {
+		return renderEvent(e)
+	}
+	e.shared.once.Do(func() { e.shared.ev = renderEvent(e) })
+	return e.shared.ev
 }
 
 type eventID struct {
@@ -86,6 +104,7 @@ func (h *hub) publish(evs []hubEvent) {
 			h.ring[h.start%n] = hubEvent{}
 			h.start++
 		}
+		e.shared = &sharedEvent{}
 		h.ring[h.end%n] = e
 		h.end++
 	}
@@ -158,7 +177,8 @@ type Subscription struct {
 
 // Events returns the channel of events. It is closed when the subscription
 // ends: Close was called, the node closed, or the subscriber fell so far
-// behind that history was overwritten (Err says which).
+// behind that history was overwritten (Err says which). An event's Lease and
+// Session are shared with every other subscriber: treat them as read-only.
 func (s *Subscription) Events() <-chan Event { return s.ch }
 
 // Err reports why the subscription ended, nil while it runs or after Close.
@@ -265,7 +285,7 @@ func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, after eventI
 				continue
 			}
 			select {
-			case s.ch <- renderEvent(&batch[i]):
+			case s.ch <- batch[i].render():
 			case <-ctx.Done():
 				return
 			}

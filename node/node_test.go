@@ -368,6 +368,41 @@ func TestEventsResume(t *testing.T) {
 	}
 }
 
+// TestEventsRenderedOnce: subscribers of one event share one rendering of
+// it (the fan-out to a thousand streams must not render it a thousand
+// times), and it is the same as what a lone subscriber sees.
+func TestEventsRenderedOnce(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	var subs []*Subscription
+	for range 3 {
+		sub, err := n.Subscribe(ctx, EventFilter{Key: "once"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		subs = append(subs, sub)
+	}
+	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "once", Holder: "a", TTLMS: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first Event
+	for i, sub := range subs {
+		ev := <-sub.Events()
+		if ev.Type != "acquired" || ev.Lease == nil || ev.Lease.LeaseID != l.LeaseID || ev.Lease.Token != "" {
+			t.Fatalf("subscriber %d: event %+v", i, ev)
+		}
+		if i == 0 {
+			first = ev
+			continue
+		}
+		if ev.Lease != first.Lease || ev.ID != first.ID {
+			t.Fatalf("subscriber %d got its own rendering (%p, %s), want the shared one (%p, %s)", i, ev.Lease, ev.ID, first.Lease, first.ID)
+		}
+	}
+}
+
 func TestBadInputChangesNothing(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
