@@ -21,6 +21,6 @@
 //     answered as 500 INTERNAL.
 //   - The JSON field names are the contract's; adding a field is
 //     compatible, renaming or removing one is not.
-//   - Values hold no goroutines or locks; they are safe to copy and to
-//     read concurrently.
+//   - The types are plain data (no goroutines, no locks): safe to copy
+//     and to read concurrently.
 package wire
