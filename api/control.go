@@ -242,17 +242,10 @@ func controlErrorOf(err error) (controlErr, int) {
 			e.OwnerClientName, e.RemainingMS = &name, &rem
 			e.RequiredHeader = HeaderControlLease
 		}
-		return e, controlStatusFor(e.Code)
+		return e, statusFor(e.Code)
 	}
 	ne, status, _ := toAPIError(err)
 	return controlErr{Code: ne.Code, Message: ne.Message, Field: ne.Field}, status
-}
-
-func controlStatusFor(code node.Code) int {
-	if code == node.CodeLeaseInvalid {
-		return http.StatusForbidden
-	}
-	return statusFor(code)
 }
 
 // writeControlError answers a REST request with the seed's lock error

@@ -6,7 +6,7 @@
 // interface it declares, and encodes answers and errors. Every business rule
 // (what a valid key is, who may release what, when a lease expires) belongs
 // to the node; the handler translates its errors to status codes in one place
-// (see statusFor).
+// (statusFor, which is package wire's one table, wire.HTTPStatus).
 //
 // Guarantees callers may rely on:
 //

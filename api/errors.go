@@ -9,47 +9,16 @@ import (
 	"strconv"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // retryAfterSeconds is the Retry-After sent with 503 answers: leader
 // elections on a healthy network settle well within it.
 const retryAfterSeconds = "1"
 
-// statusFor maps a contract error code to its HTTP status. Codes it does not
-// know are 500.
-func statusFor(code node.Code) int {
-	switch code {
-	case node.CodeInvalidArgument:
-		return http.StatusBadRequest
-	case node.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case node.CodePermissionDenied, node.CodeLeaseTokenInvalid:
-		return http.StatusForbidden
-	case node.CodeLeaseNotFound, node.CodeSessionNotFound, node.CodeNotFound:
-		return http.StatusNotFound
-	case node.CodeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case node.CodeLeaseHeld, node.CodeLimitMismatch, node.CodeLockDelay,
-		node.CodeLeaseExpired, node.CodeLeaseReleased, node.CodeLeaseRevoked,
-		node.CodeSessionEnded, node.CodeIdempotencyConflict, node.CodeControlLocked,
-		node.CodeIndexPassed:
-		return http.StatusConflict
-	case node.CodeEventsCompacted:
-		return http.StatusGone
-	case node.CodePayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case node.CodeResourceExhausted:
-		return http.StatusTooManyRequests
-	case node.CodeLeaseRequired:
-		return http.StatusPreconditionRequired
-	case node.CodeNoLeader, node.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case node.CodeIndeterminate:
-		return http.StatusGatewayTimeout
-	default:
-		return http.StatusInternalServerError
-	}
-}
+// statusFor maps a contract error code to its HTTP status: the one table,
+// wire.HTTPStatus. Codes it does not know are 500.
+func statusFor(code node.Code) int { return wire.HTTPStatus(code) }
 
 // errorBody is the JSON shape of every error answer.
 type errorBody struct {

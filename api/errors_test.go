@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestStatusFor is the contract's error table: every code to its status.
@@ -45,6 +46,7 @@ func TestStatusFor(t *testing.T) {
 		{node.CodeUnavailable, 503},
 		{node.CodeMethodNotAllowed, 405},
 		{node.CodeInternal, 500},
+		{node.CodeLeaseInvalid, 403},
 		{"SOMETHING_NEW", 500},
 		{"", 500},
 	}
@@ -52,6 +54,31 @@ func TestStatusFor(t *testing.T) {
 		if got := statusFor(tt.code); got != tt.want {
 			t.Errorf("statusFor(%q) = %d, want %d", tt.code, got, tt.want)
 		}
+	}
+}
+
+// TestErrorStatusIsWireTable: every contract code answered through a real
+// route, and through the control lease's error path, gets the status of
+// wire's one table and keeps its code (INTERNAL's message is replaced).
+func TestErrorStatusIsWireTable(t *testing.T) {
+	for _, code := range wire.Codes() {
+		t.Run(string(code), func(t *testing.T) {
+			want := wire.HTTPStatus(code)
+			if want < 400 || want == http.StatusInternalServerError && code != node.CodeInternal {
+				t.Fatalf("wire.HTTPStatus(%s) = %d", code, want)
+			}
+			if got := statusFor(code); got != want {
+				t.Errorf("statusFor(%s) = %d, table %d", code, got, want)
+			}
+			ce, status := controlErrorOf(&node.ControlError{Err: &node.Error{Code: code, Message: "m"}})
+			if status != want || ce.Code != code {
+				t.Errorf("control error %s: %d %s, table %d", code, status, ce.Code, want)
+			}
+			f := newFake()
+			f.err = &node.Error{Code: code, Message: "m"}
+			rec := do(t, New(f, Options{Logger: slog.New(slog.DiscardHandler)}), "GET", "/v1/leases/ls_1", "")
+			wantError(t, rec, want, code, "")
+		})
 	}
 }
 

@@ -7,16 +7,17 @@ import (
 	"strings"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Contract error codes the lease model reads meaning into.
 const (
-	codeLeaseHeld     = "LEASE_HELD"
-	codeLeaseExpired  = "LEASE_EXPIRED"
-	codeLeaseReleased = "LEASE_RELEASED"
-	codeLeaseRevoked  = "LEASE_REVOKED"
-	codeNotFound      = "LEASE_NOT_FOUND"
-	codeTokenInvalid  = "LEASE_TOKEN_INVALID"
+	codeLeaseHeld     = string(wire.CodeLeaseHeld)
+	codeLeaseExpired  = string(wire.CodeLeaseExpired)
+	codeLeaseReleased = string(wire.CodeLeaseReleased)
+	codeLeaseRevoked  = string(wire.CodeLeaseRevoked)
+	codeNotFound      = string(wire.CodeLeaseNotFound)
+	codeTokenInvalid  = string(wire.CodeLeaseTokenInvalid)
 )
 
 // unknownID stands for a lease granted by an info acquire: nobody learned

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fsm"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // saveSnapshot saves a snapshot file of the cluster through the leader's
@@ -39,7 +39,7 @@ func (e *Env) saveSnapshot(ctx context.Context) ([]byte, error) {
 // fileLeases decodes a snapshot file and names, per key, the lease it has
 // active (the workload's keys have limit 1).
 func fileLeases(file []byte) (map[string]string, error) {
-	_, body, err := node.ReadSnapshotFile(bytes.NewReader(file))
+	_, body, err := wire.ReadSnapshotFile(bytes.NewReader(file))
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (e *Env) restoreSnapshot(ctx context.Context, file []byte) error {
 			e.Count("restore-refenced", info.Refenced)
 			e.Count("restore-superseded", info.Superseded)
 			return nil
-		case op.Status == StatusFail && (op.Code == "NO_LEADER" || op.Code == "UNAVAILABLE") && attempt < 5:
+		case op.Status == StatusFail && (op.Code == string(wire.CodeNoLeader) || op.Code == string(wire.CodeUnavailable)) && attempt < 5:
 			e.Note("snapshot-restore", fmt.Sprintf("node %d, attempt %d: nothing changed; trying again", l, attempt), err)
 			if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
 				return err

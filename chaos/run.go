@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // ClusterFactory starts a cluster of the given size for one run, writing
@@ -325,9 +325,9 @@ func checkRecovery(ctx context.Context, c Cluster, env *Env, h *History) Verdict
 	deadline := start.Add(30 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
-		l, err := cl.Acquire(ctx, node.AcquireRequest{Key: fmt.Sprintf("chaos-recovery/%d", h.Now()), Holder: "recovery", TTLMS: 1000})
+		l, err := cl.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprintf("chaos-recovery/%d", h.Now()), Holder: "recovery", TTLMS: 1000})
 		if err == nil {
-			_, err = cl.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
+			_, err = cl.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
 		}
 		if err == nil && env.Leader(ctx) >= 0 {
 			v.Counts["ms"] = int(time.Since(start).Milliseconds())
@@ -355,7 +355,7 @@ func lookupVia(c Cluster) LeaseLookup {
 			if err == nil {
 				return l.State, l.FencingToken, true, nil
 			}
-			if client.ErrorCode(err) == node.CodeLeaseNotFound {
+			if client.ErrorCode(err) == wire.CodeLeaseNotFound {
 				return "", 0, false, nil
 			}
 			last = err

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // CodeStaleFence is the fenced resource's refusal of a token below the
@@ -191,7 +191,7 @@ func (w *leaseWorker) do(ctx context.Context, op Op, f func(ctx context.Context,
 		w.newProcess()
 		w.node = w.rng.IntN(len(w.cl))
 	case StatusFail:
-		if op.Code == "" || op.Code == "NO_LEADER" || op.Code == "UNAVAILABLE" {
+		if op.Code == "" || op.Code == string(wire.CodeNoLeader) || op.Code == string(wire.CodeUnavailable) {
 			w.node = w.rng.IntN(len(w.cl))
 		}
 	}
@@ -240,7 +240,7 @@ func (w *leaseWorker) step(ctx context.Context) {
 		case r < 0.8:
 			op := w.do(ctx, Op{Kind: KRelease, Key: l.key, Holder: w.holder, LeaseID: l.id, TokenFP: fingerprint(l.token)},
 				func(ctx context.Context, _ *Op) error {
-					_, err := cl().Release(ctx, node.ReleaseRequest{LeaseID: l.id, Token: l.token})
+					_, err := cl().Release(ctx, wire.ReleaseRequest{LeaseID: l.id, Token: l.token})
 					return err
 				})
 			if op.Status != StatusInfo && w.held == l {
@@ -257,10 +257,10 @@ func (w *leaseWorker) step(ctx context.Context) {
 	switch {
 	case r < 0.6:
 		ttl := w.cfg.TTLs[w.rng.IntN(len(w.cfg.TTLs))]
-		var got *node.Lease
+		var got *wire.Lease
 		op := w.do(ctx, Op{Kind: KAcquire, Key: key, Holder: w.holder, TTLMS: ttl},
 			func(ctx context.Context, o *Op) error {
-				l, err := cl().Acquire(ctx, node.AcquireRequest{Key: key, Holder: w.holder, TTLMS: ttl})
+				l, err := cl().Acquire(ctx, wire.AcquireRequest{Key: key, Holder: w.holder, TTLMS: ttl})
 				if err == nil {
 					got = l
 					o.LeaseID, o.Fence, o.TokenFP = l.LeaseID, l.FencingToken, fingerprint(l.Token)
@@ -292,7 +292,7 @@ func (w *leaseWorker) retire() {
 func (w *leaseWorker) read(ctx context.Context, key string) {
 	op := w.do(ctx, Op{Kind: KRead, Key: key},
 		func(ctx context.Context, o *Op) error {
-			list, err := w.cl[w.node].List(ctx, node.ListRequest{Key: key, State: "active", Limit: 10})
+			list, err := w.cl[w.node].List(ctx, wire.ListRequest{Key: key, State: "active", Limit: 10})
 			if err == nil && len(list.Leases) > 0 {
 				o.LeaseID, o.Fence = list.Leases[0].LeaseID, list.Leases[0].FencingToken
 			}
@@ -372,10 +372,10 @@ func (w *counterWorker) run(ctx context.Context) {
 func (w *counterWorker) cycle(ctx context.Context) {
 	key := fmt.Sprintf("%s/counter", w.cfg.Prefix)
 	ttl := w.cfg.TTLs[0]
-	var got *node.Lease
+	var got *wire.Lease
 	op := w.do(ctx, Op{Kind: KAcquire, Key: key, Holder: w.holder, TTLMS: ttl},
 		func(ctx context.Context, o *Op) error {
-			l, err := w.cl[w.node].Acquire(ctx, node.AcquireRequest{Key: key, Holder: w.holder, TTLMS: ttl})
+			l, err := w.cl[w.node].Acquire(ctx, wire.AcquireRequest{Key: key, Holder: w.holder, TTLMS: ttl})
 			if err == nil {
 				got = l
 				o.LeaseID, o.Fence, o.TokenFP = l.LeaseID, l.FencingToken, fingerprint(l.Token)
@@ -399,10 +399,10 @@ func (w *counterWorker) cycle(ctx context.Context) {
 	w.release(ctx, key, got)
 }
 
-func (w *counterWorker) release(ctx context.Context, key string, l *node.Lease) {
+func (w *counterWorker) release(ctx context.Context, key string, l *wire.Lease) {
 	w.do(ctx, Op{Kind: KRelease, Key: key, Holder: w.holder, LeaseID: l.LeaseID, TokenFP: fingerprint(l.Token)},
 		func(ctx context.Context, _ *Op) error {
-			_, err := w.cl[w.node].Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
+			_, err := w.cl[w.node].Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
 			return err
 		})
 }

@@ -12,6 +12,12 @@
 // clock and every TTL, expiry, lock-delay, wait and retention is counted in
 // committed ticks. See DESIGN.md for the reasoning behind the expiry bound.
 //
+// A refused command is a business failure returned as an *Error value in
+// the apply result, never a panic. The error codes and the Error type are
+// package wire's (named here by aliases): the state machine knows codes,
+// not how a transport renders them; wire, its only non-standard import,
+// links no HTTP and no network.
+//
 // An FSM is not safe for concurrent use; the caller serialises Apply and
 // guards reads (package node does both).
 package fsm

@@ -1,83 +1,53 @@
 package fsm
 
-import "fmt"
+import (
+	"fmt"
 
-// Code is a stable, machine-readable error code. The HTTP API maps each code
-// to a status; the codes themselves are part of the external contract.
-type Code string
+	"github.com/leasehold/leasehold/wire"
+)
 
-// Error codes of the contract. Codes produced by layers above the state
-// machine (auth, transport, leadership) live here too so that each code has
-// exactly one home.
+// Code is a contract error code. The codes, the Error type and HolderInfo
+// are defined in package wire, their one home, and named here so that the
+// state machine's code reads as before.
+type Code = wire.Code
+
+// The error codes the state machine and the layers above it produce.
 const (
-	CodeInvalidArgument     Code = "INVALID_ARGUMENT"
-	CodeUnauthenticated     Code = "UNAUTHENTICATED"
-	CodePermissionDenied    Code = "PERMISSION_DENIED"
-	CodeLeaseTokenInvalid   Code = "LEASE_TOKEN_INVALID"
-	CodeLeaseNotFound       Code = "LEASE_NOT_FOUND"
-	CodeSessionNotFound     Code = "SESSION_NOT_FOUND"
-	CodeLeaseHeld           Code = "LEASE_HELD"
-	CodeLimitMismatch       Code = "LIMIT_MISMATCH"
-	CodeLockDelay           Code = "LOCK_DELAY"
-	CodeLeaseExpired        Code = "LEASE_EXPIRED"
-	CodeLeaseReleased       Code = "LEASE_RELEASED"
-	CodeLeaseRevoked        Code = "LEASE_REVOKED"
-	CodeSessionEnded        Code = "SESSION_ENDED"
-	CodeIdempotencyConflict Code = "IDEMPOTENCY_CONFLICT"
-	CodePayloadTooLarge     Code = "PAYLOAD_TOO_LARGE"
-	CodeResourceExhausted   Code = "RESOURCE_EXHAUSTED"
-	CodeLeaseRequired       Code = "LEASE_REQUIRED"
-	CodeControlLocked       Code = "CONTROL_LOCKED"
-	CodeNoLeader            Code = "NO_LEADER"
-	CodeIndeterminate       Code = "INDETERMINATE"
-	CodeEventsCompacted     Code = "EVENTS_COMPACTED"
-	CodeUnavailable         Code = "UNAVAILABLE"
-	CodeNotFound            Code = "NOT_FOUND"
-	CodeMethodNotAllowed    Code = "METHOD_NOT_ALLOWED"
-	CodeInternal            Code = "INTERNAL"
-	// CodeIndexPassed: a node's state hash was asked for at an index it
-	// has applied past (GET /v1/cluster/local?hash_at=N).
-	CodeIndexPassed Code = "INDEX_PASSED"
+	CodeInvalidArgument     = wire.CodeInvalidArgument
+	CodeUnauthenticated     = wire.CodeUnauthenticated
+	CodePermissionDenied    = wire.CodePermissionDenied
+	CodeLeaseTokenInvalid   = wire.CodeLeaseTokenInvalid
+	CodeLeaseNotFound       = wire.CodeLeaseNotFound
+	CodeSessionNotFound     = wire.CodeSessionNotFound
+	CodeLeaseHeld           = wire.CodeLeaseHeld
+	CodeLimitMismatch       = wire.CodeLimitMismatch
+	CodeLockDelay           = wire.CodeLockDelay
+	CodeLeaseExpired        = wire.CodeLeaseExpired
+	CodeLeaseReleased       = wire.CodeLeaseReleased
+	CodeLeaseRevoked        = wire.CodeLeaseRevoked
+	CodeSessionEnded        = wire.CodeSessionEnded
+	CodeIdempotencyConflict = wire.CodeIdempotencyConflict
+	CodePayloadTooLarge     = wire.CodePayloadTooLarge
+	CodeResourceExhausted   = wire.CodeResourceExhausted
+	CodeLeaseRequired       = wire.CodeLeaseRequired
+	CodeControlLocked       = wire.CodeControlLocked
+	CodeNoLeader            = wire.CodeNoLeader
+	CodeIndeterminate       = wire.CodeIndeterminate
+	CodeEventsCompacted     = wire.CodeEventsCompacted
+	CodeUnavailable         = wire.CodeUnavailable
+	CodeNotFound            = wire.CodeNotFound
+	CodeMethodNotAllowed    = wire.CodeMethodNotAllowed
+	CodeInternal            = wire.CodeInternal
+	CodeIndexPassed         = wire.CodeIndexPassed
 )
 
 // HolderInfo names a current holder of a key in a LEASE_HELD error. It never
 // carries a token.
-type HolderInfo struct {
-	Holder      string `json:"holder"`
-	LeaseID     string `json:"lease_id"`
-	RemainingMS int64  `json:"remaining_ms"`
-}
+type HolderInfo = wire.HolderInfo
 
 // Error is a business failure: the request was understood and refused, and
-// it changed nothing. Field, Key, Holders, RemainingMS and Limit are set only
-// where the code calls for them (RESOURCE_EXHAUSTED: Field names the limit
-// reached, Limit is its value).
-type Error struct {
-	Code        Code         `json:"code"`
-	Message     string       `json:"message"`
-	Field       string       `json:"field,omitempty"`
-	Key         string       `json:"key,omitempty"`
-	Holders     []HolderInfo `json:"holders,omitempty"`
-	RemainingMS int64        `json:"remaining_ms,omitempty"`
-	// AppliedIndex is the node's applied index, on INDEX_PASSED and on a
-	// state hash that timed out.
-	AppliedIndex uint64 `json:"applied_index,omitempty"`
-	// Limit is the value of the limit a RESOURCE_EXHAUSTED names in Field.
-	Limit uint64 `json:"limit,omitempty"`
-}
-
-func (e *Error) Error() string {
-	if e.Field != "" {
-		return fmt.Sprintf("%s: %s (field %s)", e.Code, e.Message, e.Field)
-	}
-	return fmt.Sprintf("%s: %s", e.Code, e.Message)
-}
-
-// Is lets errors.Is match on the code: errors.Is(err, &fsm.Error{Code: c}).
-func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Code == e.Code
-}
+// it changed nothing. Compare codes with errors.Is(err, &fsm.Error{Code: c}).
+type Error = wire.Error
 
 // Errorf builds an *Error with a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {

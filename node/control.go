@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // The control lease (a WebSocket-owned global lock) is an ordinary exclusive lease on a reserved
@@ -36,8 +37,8 @@ const (
 )
 
 // CodeLeaseInvalid is the seed's code for a wrong control lease token or id
-// (403). It lives here, not in fsm, because only the control layer uses it.
-const CodeLeaseInvalid Code = "LEASE_INVALID"
+// (403). Only the control layer uses it.
+const CodeLeaseInvalid = wire.CodeLeaseInvalid
 
 // Metadata keys of a control lease record.
 const (

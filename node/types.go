@@ -1,252 +1,68 @@
 package node
 
 import (
-	"errors"
-	"time"
-
-	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Error is the error type of every operation: a contract error code with a
 // message and, where the code calls for them, details. Compare codes with
 // errors.As, or errors.Is(err, &node.Error{Code: node.CodeLeaseHeld}).
-type Error = fsm.Error
+type Error = wire.Error
 
 // Code is a contract error code.
-type Code = fsm.Code
+type Code = wire.Code
 
 // HolderInfo names a current holder in a LEASE_HELD error.
-type HolderInfo = fsm.HolderInfo
+type HolderInfo = wire.HolderInfo
 
 // The contract's error codes, re-exported for callers of the embedded API.
 const (
-	CodeInvalidArgument     = fsm.CodeInvalidArgument
-	CodeUnauthenticated     = fsm.CodeUnauthenticated
-	CodePermissionDenied    = fsm.CodePermissionDenied
-	CodeLeaseTokenInvalid   = fsm.CodeLeaseTokenInvalid
-	CodeLeaseNotFound       = fsm.CodeLeaseNotFound
-	CodeSessionNotFound     = fsm.CodeSessionNotFound
-	CodeLeaseHeld           = fsm.CodeLeaseHeld
-	CodeLimitMismatch       = fsm.CodeLimitMismatch
-	CodeLockDelay           = fsm.CodeLockDelay
-	CodeLeaseExpired        = fsm.CodeLeaseExpired
-	CodeLeaseReleased       = fsm.CodeLeaseReleased
-	CodeLeaseRevoked        = fsm.CodeLeaseRevoked
-	CodeSessionEnded        = fsm.CodeSessionEnded
-	CodeIdempotencyConflict = fsm.CodeIdempotencyConflict
-	CodePayloadTooLarge     = fsm.CodePayloadTooLarge
-	CodeResourceExhausted   = fsm.CodeResourceExhausted
-	CodeLeaseRequired       = fsm.CodeLeaseRequired
-	CodeControlLocked       = fsm.CodeControlLocked
-	CodeNoLeader            = fsm.CodeNoLeader
-	CodeIndeterminate       = fsm.CodeIndeterminate
-	CodeEventsCompacted     = fsm.CodeEventsCompacted
-	CodeNotFound            = fsm.CodeNotFound
-	CodeMethodNotAllowed    = fsm.CodeMethodNotAllowed
-	CodeUnavailable         = fsm.CodeUnavailable
-	CodeInternal            = fsm.CodeInternal
+	CodeInvalidArgument     = wire.CodeInvalidArgument
+	CodeUnauthenticated     = wire.CodeUnauthenticated
+	CodePermissionDenied    = wire.CodePermissionDenied
+	CodeLeaseTokenInvalid   = wire.CodeLeaseTokenInvalid
+	CodeLeaseNotFound       = wire.CodeLeaseNotFound
+	CodeSessionNotFound     = wire.CodeSessionNotFound
+	CodeLeaseHeld           = wire.CodeLeaseHeld
+	CodeLimitMismatch       = wire.CodeLimitMismatch
+	CodeLockDelay           = wire.CodeLockDelay
+	CodeLeaseExpired        = wire.CodeLeaseExpired
+	CodeLeaseReleased       = wire.CodeLeaseReleased
+	CodeLeaseRevoked        = wire.CodeLeaseRevoked
+	CodeSessionEnded        = wire.CodeSessionEnded
+	CodeIdempotencyConflict = wire.CodeIdempotencyConflict
+	CodePayloadTooLarge     = wire.CodePayloadTooLarge
+	CodeResourceExhausted   = wire.CodeResourceExhausted
+	CodeLeaseRequired       = wire.CodeLeaseRequired
+	CodeControlLocked       = wire.CodeControlLocked
+	CodeNoLeader            = wire.CodeNoLeader
+	CodeIndeterminate       = wire.CodeIndeterminate
+	CodeEventsCompacted     = wire.CodeEventsCompacted
+	CodeNotFound            = wire.CodeNotFound
+	CodeMethodNotAllowed    = wire.CodeMethodNotAllowed
+	CodeUnavailable         = wire.CodeUnavailable
+	CodeInternal            = wire.CodeInternal
 )
 
-// Lease is the contract's lease object. Times are display estimates; the
-// authoritative countdown is RemainingMS, derived from committed ticks.
-type Lease struct {
-	LeaseID             string            `json:"lease_id"`
-	Key                 string            `json:"key"`
-	Holder              string            `json:"holder"`
-	Limit               uint32            `json:"limit"`
-	SessionID           string            `json:"session_id,omitempty"`
-	State               string            `json:"state"`
-	FencingToken        uint64            `json:"fencing_token"`
-	TTLMS               int64             `json:"ttl_ms"`
-	RemainingMS         int64             `json:"remaining_ms"`
-	ExpiresAt           time.Time         `json:"expires_at"`
-	AcquiredAt          time.Time         `json:"acquired_at"`
-	LastRenewedAt       *time.Time        `json:"last_renewed_at,omitempty"`
-	EndedAt             *time.Time        `json:"ended_at,omitempty"`
-	HeartbeatIntervalMS int64             `json:"heartbeat_interval_ms"`
-	RenewalCount        uint32            `json:"renewal_count"`
-	Metadata            map[string]string `json:"metadata,omitempty"`
-	EndReason           string            `json:"end_reason,omitempty"`
-	// Token is the secret lease token: set only in the response that
-	// granted the lease (and on an idempotent replay of that request).
-	Token string `json:"token,omitempty"`
-}
-
-// Session is the contract's session object.
-type Session struct {
-	SessionID           string            `json:"session_id"`
-	Holder              string            `json:"holder"`
-	State               string            `json:"state"`
-	TTLMS               int64             `json:"ttl_ms"`
-	RemainingMS         int64             `json:"remaining_ms"`
-	ExpiresAt           time.Time         `json:"expires_at"`
-	HeartbeatIntervalMS int64             `json:"heartbeat_interval_ms"`
-	LastHeartbeat       *time.Time        `json:"last_heartbeat,omitempty"`
-	HeartbeatCount      uint64            `json:"heartbeat_count"`
-	CreatedAt           time.Time         `json:"created_at"`
-	EndedAt             *time.Time        `json:"ended_at,omitempty"`
-	EndReason           string            `json:"end_reason,omitempty"`
-	Metadata            map[string]string `json:"metadata,omitempty"`
-	LeaseIDs            []string          `json:"lease_ids"`
-	// Token is the secret session token: set only when the session is created.
-	Token string `json:"token,omitempty"`
-}
-
-// AcquireRequest asks for a lease. Either TTLMS (a standalone lease) or
-// SessionID with SessionToken (a lease bound to the session) is required.
-type AcquireRequest struct {
-	Key            string            `json:"key"`
-	Holder         string            `json:"holder"`
-	TTLMS          int64             `json:"ttl_ms,omitempty"`
-	SessionID      string            `json:"session_id,omitempty"`
-	SessionToken   string            `json:"-"`
-	Limit          uint32            `json:"limit,omitempty"`
-	Metadata       map[string]string `json:"metadata,omitempty"`
-	IdempotencyKey string            `json:"idempotency_key,omitempty"`
-	WaitMS         int64             `json:"wait_ms,omitempty"`
-	LockDelayMS    int64             `json:"lock_delay_ms,omitempty"`
-}
-
-// ReleaseRequest ends a lease. Token is the lease token; for a bound lease
-// SessionToken may be given instead.
-type ReleaseRequest struct {
-	LeaseID      string
-	Token        string
-	SessionToken string
-	Reason       string
-}
-
-// HeartbeatItem names one lease of a bulk heartbeat.
-type HeartbeatItem struct {
-	LeaseID string `json:"lease_id"`
-	Token   string `json:"token"`
-}
-
-// HeartbeatResult is the outcome for one lease of a bulk heartbeat: on
-// success the lease's new countdown, otherwise Error. It is deliberately
-// smaller than a Lease: a heartbeat may carry thousands of leases.
-type HeartbeatResult struct {
-	LeaseID      string     `json:"lease_id"`
-	OK           bool       `json:"ok"`
-	FencingToken uint64     `json:"fencing_token,omitempty"`
-	RemainingMS  int64      `json:"remaining_ms,omitempty"`
-	ExpiresAt    *time.Time `json:"expires_at,omitempty"`
-	RenewalCount uint32     `json:"renewal_count,omitempty"`
-	Error        *Error     `json:"error,omitempty"`
-}
-
-// SessionRequest creates a session.
-type SessionRequest struct {
-	Holder   string            `json:"holder"`
-	TTLMS    int64             `json:"ttl_ms"`
-	Metadata map[string]string `json:"metadata,omitempty"`
-}
-
-// ListRequest filters a lease listing. Empty fields match everything.
-type ListRequest struct {
-	Key       string
-	Prefix    string
-	Holder    string
-	SessionID string
-	State     string
-	After     string // cursor: the "next" of the previous page
-	Limit     int    // page size; 0 means the default (100), at most 1000
-}
-
-// LeaseList is one page of a listing; Next is empty on the last page.
-type LeaseList struct {
-	Leases []*Lease `json:"leases"`
-	Next   string   `json:"next,omitempty"`
-}
-
-// SessionList is one page of sessions.
-type SessionList struct {
-	Sessions []*Session `json:"sessions"`
-	Next     string     `json:"next,omitempty"`
-}
-
-// ValidateRequest asks whether a fencing token (with Key) or a lease token
-// (with LeaseID) is currently valid.
-type ValidateRequest struct {
-	Key          string `json:"key,omitempty"`
-	FencingToken uint64 `json:"fencing_token,omitempty"`
-	LeaseID      string `json:"lease_id,omitempty"`
-	Token        string `json:"token,omitempty"`
-}
-
-// ValidateResult answers a ValidateRequest. Current is the lease the answer
-// is about (the active lease on the key, or the named lease), nil if none.
-type ValidateResult struct {
-	Valid   bool   `json:"valid"`
-	Reason  string `json:"reason"`
-	Current *Lease `json:"current"`
-}
-
-// Event is one change in the event stream. ID ("<index>-<seq>") orders
-// events identically on every node and is what Last-Event-ID resumes from.
-type Event struct {
-	ID       string    `json:"id"`
-	Index    uint64    `json:"index"`
-	Type     string    `json:"type"`
-	Tick     uint64    `json:"tick"`
-	Time     time.Time `json:"time"`
-	Key      string    `json:"key,omitempty"`
-	Lease    *Lease    `json:"lease,omitempty"`
-	Session  *Session  `json:"session,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Previous string    `json:"previous,omitempty"`
-}
-
-// EventFilter selects events. After resumes strictly after an event id
-// ("<index>-<seq>", as in Last-Event-ID) or, with AfterIndex, after every
-// event of that Raft index. Neither set: only new events.
-type EventFilter struct {
-	Key        string
-	Prefix     string
-	Holder     string
-	After      string
-	AfterIndex uint64
-	FromStart  bool // with neither After nor AfterIndex: replay what history is kept
-}
-
-// Member is one server of the cluster.
-type Member struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	HTTPAddr string `json:"http_addr,omitempty"`
-	// Voter: a voting member; false for a non-voter being caught up (and
-	// for servers outside the configuration).
-	Voter  bool `json:"voter"`
-	Leader bool `json:"leader"`
-	// Health: healthy (in contact with the leader and caught up), unhealthy,
-	// failed (gossip cannot reach it), unknown; for a server gossip knows
-	// but the configuration does not: joining, removed (its data directory
-	// was removed from the cluster) or refused (not admitted: another
-	// cluster's state, or a wiped server under a member's id).
-	Health string `json:"health"`
-	// LastContact: when it last heard from the leader (the leader: now).
-	LastContact *time.Time `json:"last_contact,omitempty"`
-	// Gossip is the gossip view: alive, failed (unreachable, or left) or
-	// unknown.
-	Gossip  string `json:"gossip"`
-	Version string `json:"version,omitempty"`
-}
-
-// ClusterStatus is the answer of GET /v1/cluster.
-type ClusterStatus struct {
-	NodeID        string   `json:"node_id"`
-	Leader        string   `json:"leader"`
-	LeaderAddr    string   `json:"leader_addr"`
-	State         string   `json:"state"`
-	Term          uint64   `json:"term"`
-	CommitIndex   uint64   `json:"commit_index"`
-	AppliedIndex  uint64   `json:"applied_index"`
-	Tick          uint64   `json:"tick"`
-	TickPeriodMS  int64    `json:"tick_period_ms"`
-	Members       []Member `json:"members"`
-	ActiveLeases  int      `json:"active_leases"`
-	ActiveSession int      `json:"active_sessions"`
-}
+// The request and response types of the contract; see package wire.
+type (
+	Lease           = wire.Lease
+	Session         = wire.Session
+	AcquireRequest  = wire.AcquireRequest
+	ReleaseRequest  = wire.ReleaseRequest
+	HeartbeatItem   = wire.HeartbeatItem
+	HeartbeatResult = wire.HeartbeatResult
+	SessionRequest  = wire.SessionRequest
+	ListRequest     = wire.ListRequest
+	LeaseList       = wire.LeaseList
+	SessionList     = wire.SessionList
+	ValidateRequest = wire.ValidateRequest
+	ValidateResult  = wire.ValidateResult
+	Event           = wire.Event
+	EventFilter     = wire.EventFilter
+	Member          = wire.Member
+	ClusterStatus   = wire.ClusterStatus
+)
 
 // Stats are counters for /metrics. Totals count since the process started.
 type Stats struct {
@@ -275,10 +91,4 @@ type Stats struct {
 }
 
 // ErrorCode returns the contract code of err, or "" when it carries none.
-func ErrorCode(err error) Code {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
-}
+func ErrorCode(err error) Code { return wire.ErrorCode(err) }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // counted wraps a handler and counts the requests it sees.
@@ -41,7 +41,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func writeErr(w http.ResponseWriter, status int, code node.Code, msg string) {
+func writeErr(w http.ResponseWriter, status int, code wire.Code, msg string) {
 	writeJSON(w, status, map[string]any{"error": map[string]any{"code": code, "message": msg}})
 }
 
@@ -71,9 +71,9 @@ func TestErrorDecoding(t *testing.T) {
 		name       string
 		handler    http.HandlerFunc
 		status     int
-		code       node.Code
+		code       wire.Code
 		retryAfter time.Duration
-		check      func(t *testing.T, ne *node.Error)
+		check      func(t *testing.T, ne *wire.Error)
 	}{
 		{
 			name: "lease held with details",
@@ -83,8 +83,8 @@ func TestErrorDecoding(t *testing.T) {
 					"holders": []map[string]any{{"holder": "h1", "lease_id": "ls_1", "remaining_ms": 1500}},
 				}})
 			},
-			status: 409, code: node.CodeLeaseHeld,
-			check: func(t *testing.T, ne *node.Error) {
+			status: 409, code: wire.CodeLeaseHeld,
+			check: func(t *testing.T, ne *wire.Error) {
 				if ne.Key != "k" || len(ne.Holders) != 1 || ne.Holders[0].Holder != "h1" || ne.Holders[0].RemainingMS != 1500 {
 					t.Errorf("details not decoded: %+v", ne)
 				}
@@ -95,8 +95,8 @@ func TestErrorDecoding(t *testing.T) {
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				writeJSON(w, 400, map[string]any{"error": map[string]any{"code": "INVALID_ARGUMENT", "message": "bad", "field": "ttl_ms"}})
 			},
-			status: 400, code: node.CodeInvalidArgument,
-			check: func(t *testing.T, ne *node.Error) {
+			status: 400, code: wire.CodeInvalidArgument,
+			check: func(t *testing.T, ne *wire.Error) {
 				if ne.Field != "ttl_ms" {
 					t.Errorf("field = %q", ne.Field)
 				}
@@ -106,9 +106,9 @@ func TestErrorDecoding(t *testing.T) {
 			name: "no leader with retry-after",
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Retry-After", "2")
-				writeErr(w, 503, node.CodeNoLeader, "no leader")
+				writeErr(w, 503, wire.CodeNoLeader, "no leader")
 			},
-			status: 503, code: node.CodeNoLeader, retryAfter: 2 * time.Second,
+			status: 503, code: wire.CodeNoLeader, retryAfter: 2 * time.Second,
 		},
 		{
 			name: "non-json body from a proxy",
@@ -117,7 +117,7 @@ func TestErrorDecoding(t *testing.T) {
 				io.WriteString(w, "<html>bad gateway</html>")
 			},
 			status: 502, code: "UNAVAILABLE",
-			check: func(t *testing.T, ne *node.Error) {
+			check: func(t *testing.T, ne *wire.Error) {
 				if !strings.Contains(ne.Message, "bad gateway") {
 					t.Errorf("message = %q", ne.Message)
 				}
@@ -126,7 +126,7 @@ func TestErrorDecoding(t *testing.T) {
 		{
 			name:    "empty 404",
 			handler: func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) },
-			status:  404, code: node.CodeNotFound,
+			status:  404, code: wire.CodeNotFound,
 		},
 	}
 	for _, tt := range tests {
@@ -144,11 +144,11 @@ func TestErrorDecoding(t *testing.T) {
 			if ae.RetryAfter != tt.retryAfter {
 				t.Errorf("retry after = %v, want %v", ae.RetryAfter, tt.retryAfter)
 			}
-			var ne *node.Error
+			var ne *wire.Error
 			if !errors.As(err, &ne) || ne.Code != tt.code || ErrorCode(err) != tt.code {
 				t.Fatalf("node error = %+v, want code %s", ne, tt.code)
 			}
-			if !errors.Is(err, &node.Error{Code: tt.code}) {
+			if !errors.Is(err, &wire.Error{Code: tt.code}) {
 				t.Errorf("errors.Is does not match code %s", tt.code)
 			}
 			if !strings.HasPrefix(err.Error(), string(tt.code)+": ") {
@@ -164,11 +164,11 @@ func TestErrorDecoding(t *testing.T) {
 func TestFailover(t *testing.T) {
 	noLeader := func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
-		writeErr(w, 503, node.CodeNoLeader, "no leader")
+		writeErr(w, 503, wire.CodeNoLeader, "no leader")
 	}
 	ok := func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
-		writeJSON(w, 200, node.Lease{LeaseID: "ls_1", State: "active"})
+		writeJSON(w, 200, wire.Lease{LeaseID: "ls_1", State: "active"})
 	}
 	// hangUp reads the request, then drops the connection without answering:
 	// the request may have been applied.
@@ -181,7 +181,7 @@ func TestFailover(t *testing.T) {
 	}
 	acquire := func(key string) func(c *Client) error {
 		return func(c *Client) error {
-			_, err := c.Acquire(context.Background(), node.AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000, IdempotencyKey: key})
+			_, err := c.Acquire(context.Background(), wire.AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000, IdempotencyKey: key})
 			return err
 		}
 	}
@@ -235,8 +235,8 @@ func TestFailover(t *testing.T) {
 }
 
 func TestFailoverRemembersWorkingAddress(t *testing.T) {
-	s1, c1 := server(t, func(w http.ResponseWriter, r *http.Request) { writeErr(w, 503, node.CodeNoLeader, "no leader") })
-	s2, c2 := server(t, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, node.Lease{LeaseID: "ls_1"}) })
+	s1, c1 := server(t, func(w http.ResponseWriter, r *http.Request) { writeErr(w, 503, wire.CodeNoLeader, "no leader") })
+	s2, c2 := server(t, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, wire.Lease{LeaseID: "ls_1"}) })
 	c := newClient(t, s1.URL, s2.URL)
 	for range 3 {
 		if _, err := c.Get(context.Background(), "ls_1"); err != nil {
@@ -255,7 +255,7 @@ func TestUnretriedWriteMovesTheNextRequest(t *testing.T) {
 			conn.Close()
 		}
 	})
-	s2, c2 := server(t, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, node.Lease{LeaseID: "ls_1"}) })
+	s2, c2 := server(t, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, wire.Lease{LeaseID: "ls_1"}) })
 	c := newClient(t, s1.URL, s2.URL)
 	if _, err := c.Renew(context.Background(), "ls_1", "tok", 0); err == nil {
 		t.Fatal("renew after a hang-up succeeded")
@@ -269,11 +269,11 @@ func TestUnretriedWriteMovesTheNextRequest(t *testing.T) {
 }
 
 func TestAllAddressesFail(t *testing.T) {
-	s1, _ := server(t, func(w http.ResponseWriter, r *http.Request) { writeErr(w, 503, node.CodeNoLeader, "one") })
-	s2, _ := server(t, func(w http.ResponseWriter, r *http.Request) { writeErr(w, 503, node.CodeNoLeader, "two") })
+	s1, _ := server(t, func(w http.ResponseWriter, r *http.Request) { writeErr(w, 503, wire.CodeNoLeader, "one") })
+	s2, _ := server(t, func(w http.ResponseWriter, r *http.Request) { writeErr(w, 503, wire.CodeNoLeader, "two") })
 	c := newClient(t, s1.URL, s2.URL)
 	_, err := c.Cluster(context.Background())
-	if ErrorCode(err) != node.CodeNoLeader || !strings.Contains(err.Error(), "two") {
+	if ErrorCode(err) != wire.CodeNoLeader || !strings.Contains(err.Error(), "two") {
 		t.Fatalf("err = %v, want the last node's NO_LEADER", err)
 	}
 }
@@ -298,9 +298,9 @@ func TestRequestShapes(t *testing.T) {
 		case r.URL.Path == "/v1/heartbeat":
 			writeJSON(w, 200, map[string]any{"results": []map[string]any{{"lease_id": "ls_1", "ok": true}}})
 		case strings.HasPrefix(r.URL.Path, "/v1/sessions"):
-			writeJSON(w, 200, node.Session{SessionID: "ss_1"})
+			writeJSON(w, 200, wire.Session{SessionID: "ss_1"})
 		default:
-			writeJSON(w, 200, node.Lease{LeaseID: "ls_1"})
+			writeJSON(w, 200, wire.Lease{LeaseID: "ls_1"})
 		}
 	})
 	ctx := context.Background()
@@ -320,7 +320,7 @@ func TestRequestShapes(t *testing.T) {
 		{
 			name: "session-bound acquire",
 			op: func() error {
-				_, err := c.Acquire(ctx, node.AcquireRequest{Key: "a/b", Holder: "h", SessionID: "ss_1", SessionToken: "stok", WaitMS: 10})
+				_, err := c.Acquire(ctx, wire.AcquireRequest{Key: "a/b", Holder: "h", SessionID: "ss_1", SessionToken: "stok", WaitMS: 10})
 				return err
 			},
 			method: "POST", path: "/v1/leases",
@@ -337,7 +337,7 @@ func TestRequestShapes(t *testing.T) {
 		{
 			name: "release bound lease with session token",
 			op: func() error {
-				_, err := c.Release(ctx, node.ReleaseRequest{LeaseID: "ls_1", SessionToken: "stok", Reason: "done"})
+				_, err := c.Release(ctx, wire.ReleaseRequest{LeaseID: "ls_1", SessionToken: "stok", Reason: "done"})
 				return err
 			},
 			method: "DELETE", path: "/v1/leases/ls_1",
@@ -354,7 +354,7 @@ func TestRequestShapes(t *testing.T) {
 		{
 			name: "list with filters and stale",
 			op: func() error {
-				_, err := c.List(ctx, node.ListRequest{Prefix: "jobs/", State: "active", Limit: 10, After: "cur"})
+				_, err := c.List(ctx, wire.ListRequest{Prefix: "jobs/", State: "active", Limit: 10, After: "cur"})
 				return err
 			},
 			method: "GET", path: "/v1/leases", query: "after=cur&limit=10&prefix=jobs%2F&stale=true&state=active",
@@ -379,7 +379,7 @@ func TestRequestShapes(t *testing.T) {
 		{
 			name: "bulk heartbeat",
 			op: func() error {
-				res, err := c.Heartbeat(ctx, []node.HeartbeatItem{{LeaseID: "ls_1", Token: "t1"}})
+				res, err := c.Heartbeat(ctx, []wire.HeartbeatItem{{LeaseID: "ls_1", Token: "t1"}})
 				if err == nil && (len(res) != 1 || !res[0].OK) {
 					t.Errorf("results = %+v", res)
 				}
@@ -421,7 +421,7 @@ func TestRequestShapes(t *testing.T) {
 
 func TestDecodeResultsBareArray(t *testing.T) {
 	res, err := decodeResults(json.RawMessage(`[{"lease_id":"ls_1","ok":false,"error":{"code":"LEASE_EXPIRED","message":"gone"}}]`))
-	if err != nil || len(res) != 1 || res[0].Error == nil || res[0].Error.Code != node.CodeLeaseExpired {
+	if err != nil || len(res) != 1 || res[0].Error == nil || res[0].Error.Code != wire.CodeLeaseExpired {
 		t.Fatalf("res = %+v, err = %v", res, err)
 	}
 }

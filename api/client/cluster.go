@@ -4,13 +4,13 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Cluster reads the cluster's status as the leader sees it (a follower forwards the request; with Options.StaleReads, as the contacted node sees it) (GET
 // /v1/cluster).
-func (c *Client) Cluster(ctx context.Context) (*node.ClusterStatus, error) {
-	var st node.ClusterStatus
+func (c *Client) Cluster(ctx context.Context) (*wire.ClusterStatus, error) {
+	var st wire.ClusterStatus
 	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/cluster", retry: retrySafe, read: true}, &st); err != nil {
 		return nil, err
 	}

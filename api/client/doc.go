@@ -6,11 +6,13 @@
 // request provably never left this process (the connection was refused), so
 // a write is never sent twice unless the server can tell the copies apart.
 //
-// Request and response bodies use the types of package node, so code that
-// embeds a node and code that talks to one over HTTP read the same. Every
+// Request and response bodies use the types of package wire, which package
+// node names too (node.Lease is wire.Lease), so code that embeds a node and
+// code that talks to one over HTTP read the same; the client links none of
+// the server's dependencies (Raft, storage, gossip, the HTTP router). Every
 // error answered by a server is an *APIError wrapping the decoded
-// *node.Error: errors.As(err, &nodeErr) and
-// errors.Is(err, &node.Error{Code: node.CodeLeaseHeld}) both work, and the
+// *wire.Error: errors.As(err, &wireErr) and
+// errors.Is(err, &wire.Error{Code: wire.CodeLeaseHeld}) both work, and the
 // HTTP status stays available on the *APIError.
 //
 // Two helpers carry out what the README asks of a holder. KeepAlive (and

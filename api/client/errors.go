@@ -11,15 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
-// codeUnavailable is used for a 502/503 whose body is not a contract error
-// (a proxy in between, or a node that is starting).
-const codeUnavailable node.Code = "UNAVAILABLE"
-
 // APIError is a non-2xx answer from a node. It unwraps to the decoded
-// *node.Error, so errors.As and errors.Is on node errors see through it.
+// *wire.Error, so errors.As and errors.Is on node errors see through it.
 type APIError struct {
 	// StatusCode is the HTTP status of the answer.
 	StatusCode int
@@ -30,12 +26,12 @@ type APIError struct {
 	// Err is the decoded error; never nil. A body that is not a contract
 	// error gets a code derived from the status and the body's start as
 	// message.
-	Err *node.Error
+	Err *wire.Error
 }
 
 func (e *APIError) Error() string { return e.Err.Error() }
 
-// Unwrap returns the *node.Error.
+// Unwrap returns the *wire.Error.
 func (e *APIError) Unwrap() error { return e.Err }
 
 // StatusCode returns the HTTP status of an error answered by a node, or 0 if
@@ -49,13 +45,7 @@ func StatusCode(err error) int {
 }
 
 // ErrorCode returns the contract code of err, or "" if err carries none.
-func ErrorCode(err error) node.Code {
-	var ne *node.Error
-	if errors.As(err, &ne) {
-		return ne.Code
-	}
-	return ""
-}
+func ErrorCode(err error) wire.Code { return wire.ErrorCode(err) }
 
 func decodeError(addr string, resp *http.Response) error {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -66,7 +56,7 @@ func decodeError(addr string, resp *http.Response) error {
 		}
 	}
 	var env struct {
-		Error *node.Error `json:"error"`
+		Error *wire.Error `json:"error"`
 	}
 	if json.Unmarshal(data, &env) == nil && env.Error != nil && env.Error.Code != "" {
 		ae.Err = env.Error
@@ -79,26 +69,6 @@ func decodeError(addr string, resp *http.Response) error {
 	if msg == "" {
 		msg = http.StatusText(resp.StatusCode)
 	}
-	ae.Err = &node.Error{Code: codeForStatus(resp.StatusCode), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg)}
+	ae.Err = &wire.Error{Code: wire.CodeForStatus(resp.StatusCode), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg)}
 	return ae
-}
-
-func codeForStatus(status int) node.Code {
-	switch status {
-	case http.StatusBadRequest:
-		return node.CodeInvalidArgument
-	case http.StatusUnauthorized:
-		return node.CodeUnauthenticated
-	case http.StatusForbidden:
-		return node.CodePermissionDenied
-	case http.StatusNotFound:
-		return node.CodeNotFound
-	case http.StatusRequestEntityTooLarge:
-		return node.CodePayloadTooLarge
-	case http.StatusBadGateway, http.StatusServiceUnavailable:
-		return codeUnavailable
-	case http.StatusGatewayTimeout:
-		return node.CodeIndeterminate
-	}
-	return node.CodeInternal
 }

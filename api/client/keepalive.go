@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // ErrNotRenewed is the reason a KeepAlive reports its lease lost when no
@@ -109,7 +109,7 @@ type KeepAlive struct {
 // which renews first.
 //
 // ctx bounds the keep-alive's whole life.
-func (c *Client) KeepAlive(ctx context.Context, lease *node.Lease, sent time.Time, opts KeepAliveOptions) (*KeepAlive, error) {
+func (c *Client) KeepAlive(ctx context.Context, lease *wire.Lease, sent time.Time, opts KeepAliveOptions) (*KeepAlive, error) {
 	if lease == nil || lease.LeaseID == "" || lease.Token == "" {
 		return nil, errors.New("client: keep-alive needs a lease with its id and token")
 	}
@@ -139,7 +139,7 @@ func (c *Client) KeepAlive(ctx context.Context, lease *node.Lease, sent time.Tim
 // that fails it releases the lease, best effort, and returns the error.
 // Set req.IdempotencyKey to let the acquire fail over between nodes. ctx
 // bounds the acquire and then the keep-alive's whole life.
-func (c *Client) AcquireKeepAlive(ctx context.Context, req node.AcquireRequest, opts KeepAliveOptions) (*KeepAlive, error) {
+func (c *Client) AcquireKeepAlive(ctx context.Context, req wire.AcquireRequest, opts KeepAliveOptions) (*KeepAlive, error) {
 	if req.SessionID != "" || req.TTLMS <= 0 {
 		return nil, errors.New("client: keep-alive needs a standalone lease with ttl_ms")
 	}
@@ -178,10 +178,10 @@ func (c *Client) AcquireKeepAlive(ctx context.Context, req node.AcquireRequest, 
 	return c.KeepAlive(ctx, lease, sent, opts)
 }
 
-func (c *Client) releaseQuietly(ctx context.Context, lease *node.Lease, reason string) {
+func (c *Client) releaseQuietly(ctx context.Context, lease *wire.Lease, reason string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_, _ = c.Release(rctx, node.ReleaseRequest{LeaseID: lease.LeaseID, Token: lease.Token, Reason: reason})
+	_, _ = c.Release(rctx, wire.ReleaseRequest{LeaseID: lease.LeaseID, Token: lease.Token, Reason: reason})
 }
 
 // newKeepAlive checks the options against the TTL and fills in defaults;
@@ -218,7 +218,7 @@ func newKeepAlive(c *Client, ttl time.Duration, hbMS int64, opts KeepAliveOption
 
 // granted is how long after its send time a request that answered l
 // guarantees the lease: the TTL, or less if the answer says less.
-func (k *KeepAlive) granted(l *node.Lease) time.Duration {
+func (k *KeepAlive) granted(l *wire.Lease) time.Duration {
 	g := k.ttl
 	if l.TTLMS > 0 {
 		g = min(g, time.Duration(l.TTLMS)*time.Millisecond)
@@ -265,7 +265,7 @@ func (k *KeepAlive) Lost() <-chan struct{} { return k.lost }
 // Err returns nil while the lease is kept alive, then why Lost closed:
 // ErrNotRenewed (wrapped, with the last renewal failure in its text), the
 // server's *APIError (ErrorCode LEASE_EXPIRED, LEASE_RELEASED,
-// LEASE_REVOKED, LEASE_TOKEN_INVALID or LEASE_NOT_FOUND), a *node.Error
+// LEASE_REVOKED, LEASE_TOKEN_INVALID or LEASE_NOT_FOUND), a *wire.Error
 // with one of the first three codes when a renewal answered a lease that
 // is no longer active, the context's error (wrapped), or
 // ErrKeepAliveStopped.
@@ -295,7 +295,7 @@ func (k *KeepAlive) Stop() {
 // already gone returns the server's error (LEASE_EXPIRED, say).
 func (k *KeepAlive) Release(ctx context.Context, reason string) error {
 	k.Stop()
-	_, err := k.c.Release(ctx, node.ReleaseRequest{LeaseID: k.id, Token: k.token, Reason: reason})
+	_, err := k.c.Release(ctx, wire.ReleaseRequest{LeaseID: k.id, Token: k.token, Reason: reason})
 	return err
 }
 
@@ -313,7 +313,7 @@ func (k *KeepAlive) lose(err error) {
 
 type renewResult struct {
 	sent  time.Time
-	lease *node.Lease
+	lease *wire.Lease
 	err   error
 }
 
@@ -415,8 +415,8 @@ func (k *KeepAlive) untilRenewal(sent, deadline time.Time) time.Duration {
 // same lease with the same token and no TTL only pushes the lease's end
 // later, and a holder counting from the first copy's send time has a
 // deadline before either copy's end.
-func (c *Client) renewRetrying(ctx context.Context, leaseID, token string, attempt time.Duration) (*node.Lease, error) {
-	var l node.Lease
+func (c *Client) renewRetrying(ctx context.Context, leaseID, token string, attempt time.Duration) (*wire.Lease, error) {
+	var l wire.Lease
 	err := c.do(ctx, call{
 		method:  http.MethodPost,
 		path:    "/v1/leases/" + escape(leaseID) + "/renew",
@@ -434,8 +434,8 @@ func (c *Client) renewRetrying(ctx context.Context, leaseID, token string, attem
 // this holder, so retrying cannot help.
 func leaseGone(err error) bool {
 	switch ErrorCode(err) {
-	case node.CodeLeaseExpired, node.CodeLeaseReleased, node.CodeLeaseRevoked,
-		node.CodeLeaseTokenInvalid, node.CodeLeaseNotFound:
+	case wire.CodeLeaseExpired, wire.CodeLeaseReleased, wire.CodeLeaseRevoked,
+		wire.CodeLeaseTokenInvalid, wire.CodeLeaseNotFound:
 		return true
 	}
 	return false
@@ -443,12 +443,12 @@ func leaseGone(err error) bool {
 
 // stateError describes a renewal answered with a lease no longer active.
 func stateError(id, state string) error {
-	code := node.CodeLeaseExpired
+	code := wire.CodeLeaseExpired
 	switch state {
 	case "released":
-		code = node.CodeLeaseReleased
+		code = wire.CodeLeaseReleased
 	case "revoked":
-		code = node.CodeLeaseRevoked
+		code = wire.CodeLeaseRevoked
 	}
-	return &node.Error{Code: code, Message: fmt.Sprintf("lease %s is %s", id, state)}
+	return &wire.Error{Code: code, Message: fmt.Sprintf("lease %s is %s", id, state)}
 }

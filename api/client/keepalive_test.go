@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // renewLog records when a fake server received renewals it answered OK.
@@ -38,8 +38,8 @@ func (l *renewLog) last() time.Time {
 	return l.times[len(l.times)-1]
 }
 
-func activeLease(ttl time.Duration) *node.Lease {
-	return &node.Lease{
+func activeLease(ttl time.Duration) *wire.Lease {
+	return &wire.Lease{
 		LeaseID: "ls_1", Key: "camera/7", Holder: "h", Limit: 1, State: "active", FencingToken: 42,
 		TTLMS: ttl.Milliseconds(), RemainingMS: ttl.Milliseconds(), HeartbeatIntervalMS: ttl.Milliseconds() / 3,
 		Token: "tok",
@@ -257,15 +257,15 @@ func TestKeepAliveServerSaysLeaseIsGone(t *testing.T) {
 	tests := []struct {
 		name   string
 		status int
-		code   node.Code
+		code   wire.Code
 		state  string // answer 200 with a lease in this state instead
 	}{
-		{"expired", 409, node.CodeLeaseExpired, ""},
-		{"released", 409, node.CodeLeaseReleased, ""},
-		{"revoked", 409, node.CodeLeaseRevoked, ""},
-		{"token invalid", 403, node.CodeLeaseTokenInvalid, ""},
-		{"pruned", 404, node.CodeLeaseNotFound, ""},
-		{"answer says revoked", 200, node.CodeLeaseRevoked, "revoked"},
+		{"expired", 409, wire.CodeLeaseExpired, ""},
+		{"released", 409, wire.CodeLeaseReleased, ""},
+		{"revoked", 409, wire.CodeLeaseRevoked, ""},
+		{"token invalid", 403, wire.CodeLeaseTokenInvalid, ""},
+		{"pruned", 404, wire.CodeLeaseNotFound, ""},
+		{"answer says revoked", 200, wire.CodeLeaseRevoked, "revoked"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -301,7 +301,7 @@ func TestKeepAliveRetriesTransientFailures(t *testing.T) {
 	s, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if n.Add(1) <= 2 {
-			writeErr(w, 503, node.CodeNoLeader, "no leader")
+			writeErr(w, 503, wire.CodeNoLeader, "no leader")
 			return
 		}
 		log.add(time.Now())
@@ -310,7 +310,7 @@ func TestKeepAliveRetriesTransientFailures(t *testing.T) {
 	c := newClient(t, s.URL)
 	var reported atomic.Int64
 	ka := startKeepAlive(t, c, ttl, KeepAliveOptions{OnRenewError: func(err error) {
-		if ErrorCode(err) != node.CodeNoLeader {
+		if ErrorCode(err) != wire.CodeNoLeader {
 			t.Errorf("reported error %v", err)
 		}
 		reported.Add(1)
@@ -443,22 +443,22 @@ func TestKeepAliveDeadlineAlreadyPassed(t *testing.T) {
 func TestKeepAliveRejectsBadArguments(t *testing.T) {
 	c := newClient(t, "127.0.0.1:1")
 	now := time.Now()
-	mod := func(f func(l *node.Lease)) *node.Lease {
+	mod := func(f func(l *wire.Lease)) *wire.Lease {
 		l := activeLease(time.Second)
 		f(l)
 		return l
 	}
 	tests := []struct {
 		name  string
-		lease *node.Lease
+		lease *wire.Lease
 		sent  time.Time
 		opts  KeepAliveOptions
 	}{
 		{"nil lease", nil, now, KeepAliveOptions{}},
-		{"no token", mod(func(l *node.Lease) { l.Token = "" }), now, KeepAliveOptions{}},
-		{"session-bound", mod(func(l *node.Lease) { l.SessionID = "ss_1" }), now, KeepAliveOptions{}},
-		{"ended", mod(func(l *node.Lease) { l.State = "expired" }), now, KeepAliveOptions{}},
-		{"no ttl", mod(func(l *node.Lease) { l.TTLMS = 0 }), now, KeepAliveOptions{}},
+		{"no token", mod(func(l *wire.Lease) { l.Token = "" }), now, KeepAliveOptions{}},
+		{"session-bound", mod(func(l *wire.Lease) { l.SessionID = "ss_1" }), now, KeepAliveOptions{}},
+		{"ended", mod(func(l *wire.Lease) { l.State = "expired" }), now, KeepAliveOptions{}},
+		{"no ttl", mod(func(l *wire.Lease) { l.TTLMS = 0 }), now, KeepAliveOptions{}},
 		{"no send time", activeLease(time.Second), time.Time{}, KeepAliveOptions{}},
 		{"margin as long as the ttl", activeLease(time.Second), now, KeepAliveOptions{Margin: time.Second}},
 		{"interval past the deadline", activeLease(time.Second), now, KeepAliveOptions{Interval: 900 * time.Millisecond}},
@@ -495,7 +495,7 @@ func TestAcquireKeepAlive(t *testing.T) {
 	const longWait = 1600 * time.Millisecond
 	type fake struct {
 		acquireDelay time.Duration
-		renewCode    node.Code // "" answers OK
+		renewCode    wire.Code // "" answers OK
 	}
 	run := func(t *testing.T, f fake) (*KeepAlive, error, *renewLog, *atomic.Int64) {
 		var log renewLog
@@ -523,7 +523,7 @@ func TestAcquireKeepAlive(t *testing.T) {
 			}
 		})
 		c := newClient(t, s.URL)
-		ka, err := c.AcquireKeepAlive(context.Background(), node.AcquireRequest{Key: "camera/7", Holder: "h", TTLMS: ttl.Milliseconds(), WaitMS: 5000}, KeepAliveOptions{})
+		ka, err := c.AcquireKeepAlive(context.Background(), wire.AcquireRequest{Key: "camera/7", Holder: "h", TTLMS: ttl.Milliseconds(), WaitMS: 5000}, KeepAliveOptions{})
 		if ka != nil {
 			t.Cleanup(ka.Stop)
 		}
@@ -564,11 +564,11 @@ func TestAcquireKeepAlive(t *testing.T) {
 		}
 	})
 	t.Run("long wait and renewal fails", func(t *testing.T) {
-		ka, err, _, releases := run(t, fake{acquireDelay: longWait, renewCode: node.CodeLeaseRevoked})
+		ka, err, _, releases := run(t, fake{acquireDelay: longWait, renewCode: wire.CodeLeaseRevoked})
 		if err == nil || ka != nil {
 			t.Fatalf("ka %v, err %v; want an error", ka, err)
 		}
-		if ErrorCode(err) != node.CodeLeaseRevoked {
+		if ErrorCode(err) != wire.CodeLeaseRevoked {
 			t.Errorf("err = %v", err)
 		}
 		if releases.Load() != 1 {
@@ -577,7 +577,7 @@ func TestAcquireKeepAlive(t *testing.T) {
 	})
 	t.Run("bound lease refused", func(t *testing.T) {
 		c := newClient(t, "127.0.0.1:1")
-		if _, err := c.AcquireKeepAlive(context.Background(), node.AcquireRequest{Key: "k", Holder: "h", SessionID: "ss_1"}, KeepAliveOptions{}); err == nil {
+		if _, err := c.AcquireKeepAlive(context.Background(), wire.AcquireRequest{Key: "k", Holder: "h", SessionID: "ss_1"}, KeepAliveOptions{}); err == nil {
 			t.Fatal("accepted a session-bound acquire")
 		}
 	})

@@ -9,14 +9,14 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Acquire asks for a lease (POST /v1/leases). The returned lease carries its
 // secret Token. req.SessionToken is sent as X-Session-Token for a
 // session-bound lease. With req.IdempotencyKey set the request may be sent
 // to several nodes in turn; without it, only until one may have received it.
-func (c *Client) Acquire(ctx context.Context, req node.AcquireRequest) (*node.Lease, error) {
+func (c *Client) Acquire(ctx context.Context, req wire.AcquireRequest) (*wire.Lease, error) {
 	cl := call{
 		method: http.MethodPost,
 		path:   "/v1/leases",
@@ -27,7 +27,7 @@ func (c *Client) Acquire(ctx context.Context, req node.AcquireRequest) (*node.Le
 	if req.IdempotencyKey != "" {
 		cl.retry = retrySafe
 	}
-	var l node.Lease
+	var l wire.Lease
 	if err := c.do(ctx, cl, &l); err != nil {
 		return nil, err
 	}
@@ -35,8 +35,8 @@ func (c *Client) Acquire(ctx context.Context, req node.AcquireRequest) (*node.Le
 }
 
 // Get reads one lease in any retained state (GET /v1/leases/:id).
-func (c *Client) Get(ctx context.Context, leaseID string) (*node.Lease, error) {
-	var l node.Lease
+func (c *Client) Get(ctx context.Context, leaseID string) (*wire.Lease, error) {
+	var l wire.Lease
 	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/leases/" + escape(leaseID), retry: retrySafe, read: true}, &l)
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func (c *Client) Get(ctx context.Context, leaseID string) (*node.Lease, error) {
 
 // List reads one page of leases (GET /v1/leases). req.Limit is the page
 // size; pass the returned Next as req.After for the next page.
-func (c *Client) List(ctx context.Context, req node.ListRequest) (*node.LeaseList, error) {
+func (c *Client) List(ctx context.Context, req wire.ListRequest) (*wire.LeaseList, error) {
 	q := url.Values{}
 	set := func(k, v string) {
 		if v != "" {
@@ -62,7 +62,7 @@ func (c *Client) List(ctx context.Context, req node.ListRequest) (*node.LeaseLis
 	if req.Limit > 0 {
 		q.Set("limit", strconv.Itoa(req.Limit))
 	}
-	var out node.LeaseList
+	var out wire.LeaseList
 	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/leases", query: q, retry: retrySafe, read: true}, &out); err != nil {
 		return nil, err
 	}
@@ -71,14 +71,14 @@ func (c *Client) List(ctx context.Context, req node.ListRequest) (*node.LeaseLis
 
 // Renew renews a standalone lease with its lease token (POST
 // /v1/leases/:id/renew). ttlMS > 0 changes the lease's TTL; 0 keeps it.
-func (c *Client) Renew(ctx context.Context, leaseID, token string, ttlMS int64) (*node.Lease, error) {
+func (c *Client) Renew(ctx context.Context, leaseID, token string, ttlMS int64) (*wire.Lease, error) {
 	var body any
 	if ttlMS > 0 {
 		body = struct {
 			TTLMS int64 `json:"ttl_ms"`
 		}{ttlMS}
 	}
-	var l node.Lease
+	var l wire.Lease
 	err := c.do(ctx, call{
 		method: http.MethodPost,
 		path:   "/v1/leases/" + escape(leaseID) + "/renew",
@@ -94,12 +94,12 @@ func (c *Client) Renew(ctx context.Context, leaseID, token string, ttlMS int64) 
 // Release ends a lease (DELETE /v1/leases/:id) with its lease token or, for
 // a session-bound lease, the session token. It returns the lease as the
 // server reports it after the release (nil if the server sends no body).
-func (c *Client) Release(ctx context.Context, req node.ReleaseRequest) (*node.Lease, error) {
+func (c *Client) Release(ctx context.Context, req wire.ReleaseRequest) (*wire.Lease, error) {
 	var body any
 	if req.Reason != "" {
 		body = reasonBody{req.Reason}
 	}
-	var l *node.Lease
+	var l *wire.Lease
 	err := c.do(ctx, call{
 		method: http.MethodDelete,
 		path:   "/v1/leases/" + escape(req.LeaseID),
@@ -111,8 +111,8 @@ func (c *Client) Release(ctx context.Context, req node.ReleaseRequest) (*node.Le
 
 // Revoke force-ends a lease as an operator (POST /v1/leases/:id/revoke,
 // admin scope).
-func (c *Client) Revoke(ctx context.Context, leaseID, reason string) (*node.Lease, error) {
-	var l *node.Lease
+func (c *Client) Revoke(ctx context.Context, leaseID, reason string) (*wire.Lease, error) {
+	var l *wire.Lease
 	err := c.do(ctx, call{
 		method: http.MethodPost,
 		path:   "/v1/leases/" + escape(leaseID) + "/revoke",
@@ -129,12 +129,12 @@ type reasonBody struct {
 // Heartbeat renews many standalone leases at once (POST /v1/heartbeat). The
 // error is about the request as a whole; each item's outcome is in its
 // result.
-func (c *Client) Heartbeat(ctx context.Context, items []node.HeartbeatItem) ([]node.HeartbeatResult, error) {
+func (c *Client) Heartbeat(ctx context.Context, items []wire.HeartbeatItem) ([]wire.HeartbeatResult, error) {
 	if items == nil {
-		items = []node.HeartbeatItem{}
+		items = []wire.HeartbeatItem{}
 	}
 	body := struct {
-		Leases []node.HeartbeatItem `json:"leases"`
+		Leases []wire.HeartbeatItem `json:"leases"`
 	}{items}
 	var raw json.RawMessage
 	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/heartbeat", body: body}, &raw); err != nil {
@@ -144,8 +144,8 @@ func (c *Client) Heartbeat(ctx context.Context, items []node.HeartbeatItem) ([]n
 }
 
 // decodeResults accepts {"results": [...]} or a bare array.
-func decodeResults(raw json.RawMessage) ([]node.HeartbeatResult, error) {
-	var res []node.HeartbeatResult
+func decodeResults(raw json.RawMessage) ([]wire.HeartbeatResult, error) {
+	var res []wire.HeartbeatResult
 	if len(raw) == 0 {
 		return nil, errors.New("client: empty heartbeat response")
 	}
@@ -156,7 +156,7 @@ func decodeResults(raw json.RawMessage) ([]node.HeartbeatResult, error) {
 		return res, nil
 	}
 	var obj struct {
-		Results []node.HeartbeatResult `json:"results"`
+		Results []wire.HeartbeatResult `json:"results"`
 	}
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return nil, errors.New("client: decode heartbeat response: " + err.Error())
@@ -167,8 +167,8 @@ func decodeResults(raw json.RawMessage) ([]node.HeartbeatResult, error) {
 // Validate asks whether a fencing token (with Key) or a lease token (with
 // LeaseID) is currently valid (POST /v1/validate). It changes nothing, so it
 // is retried on other nodes like a read.
-func (c *Client) Validate(ctx context.Context, req node.ValidateRequest) (*node.ValidateResult, error) {
-	var out node.ValidateResult
+func (c *Client) Validate(ctx context.Context, req wire.ValidateRequest) (*wire.ValidateResult, error) {
+	var out wire.ValidateResult
 	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/validate", body: req, retry: retrySafe}, &out); err != nil {
 		return nil, err
 	}

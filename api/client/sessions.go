@@ -5,13 +5,13 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // CreateSession creates a session (POST /v1/sessions). The returned session
 // carries its secret Token, which binds leases to it and keeps it alive.
-func (c *Client) CreateSession(ctx context.Context, req node.SessionRequest) (*node.Session, error) {
-	var s node.Session
+func (c *Client) CreateSession(ctx context.Context, req wire.SessionRequest) (*wire.Session, error) {
+	var s wire.Session
 	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/sessions", body: req}, &s); err != nil {
 		return nil, err
 	}
@@ -19,8 +19,8 @@ func (c *Client) CreateSession(ctx context.Context, req node.SessionRequest) (*n
 }
 
 // GetSession reads one session (GET /v1/sessions/:id).
-func (c *Client) GetSession(ctx context.Context, sessionID string) (*node.Session, error) {
-	var s node.Session
+func (c *Client) GetSession(ctx context.Context, sessionID string) (*wire.Session, error) {
+	var s wire.Session
 	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/sessions/" + escape(sessionID), retry: retrySafe, read: true}, &s)
 	if err != nil {
 		return nil, err
@@ -30,7 +30,7 @@ func (c *Client) GetSession(ctx context.Context, sessionID string) (*node.Sessio
 
 // ListSessions reads one page of sessions (GET /v1/sessions), optionally of
 // one holder; after is the Next of the previous page.
-func (c *Client) ListSessions(ctx context.Context, holder, after string) (*node.SessionList, error) {
+func (c *Client) ListSessions(ctx context.Context, holder, after string) (*wire.SessionList, error) {
 	q := url.Values{}
 	if holder != "" {
 		q.Set("holder", holder)
@@ -38,7 +38,7 @@ func (c *Client) ListSessions(ctx context.Context, holder, after string) (*node.
 	if after != "" {
 		q.Set("after", after)
 	}
-	var out node.SessionList
+	var out wire.SessionList
 	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/sessions", query: q, retry: retrySafe, read: true}, &out); err != nil {
 		return nil, err
 	}
@@ -47,8 +47,8 @@ func (c *Client) ListSessions(ctx context.Context, holder, after string) (*node.
 
 // SessionHeartbeat renews a session and so every lease bound to it (POST
 // /v1/sessions/:id/heartbeat, X-Session-Token).
-func (c *Client) SessionHeartbeat(ctx context.Context, sessionID, token string) (*node.Session, error) {
-	var s node.Session
+func (c *Client) SessionHeartbeat(ctx context.Context, sessionID, token string) (*wire.Session, error) {
+	var s wire.Session
 	err := c.do(ctx, call{
 		method: http.MethodPost,
 		path:   "/v1/sessions/" + escape(sessionID) + "/heartbeat",
@@ -63,8 +63,8 @@ func (c *Client) SessionHeartbeat(ctx context.Context, sessionID, token string) 
 // EndSession ends a session and all its leases (DELETE /v1/sessions/:id).
 // With token empty no X-Session-Token is sent: an operator's forced end,
 // which needs admin scope.
-func (c *Client) EndSession(ctx context.Context, sessionID, token string) (*node.Session, error) {
-	var s *node.Session
+func (c *Client) EndSession(ctx context.Context, sessionID, token string) (*wire.Session, error) {
+	var s *wire.Session
 	err := c.do(ctx, call{
 		method: http.MethodDelete,
 		path:   "/v1/sessions/" + escape(sessionID),

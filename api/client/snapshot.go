@@ -7,7 +7,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 const snapshotPath = "/v1/cluster/snapshot"
@@ -18,14 +18,14 @@ const snapshotPath = "/v1/cluster/snapshot"
 // its header's size and checksum is an error (w then holds a partial
 // file). There is no per-attempt timeout, only ctx, since a large state
 // takes a while.
-func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (*node.SnapshotInfo, error) {
+func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (*wire.SnapshotInfo, error) {
 	resp, cancel, err := c.send(ctx, call{method: http.MethodGet, path: snapshotPath, retry: retrySafe, admin: true, stream: true})
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
 	defer resp.Body.Close()
-	info, body, err := node.ReadSnapshotFile(io.TeeReader(resp.Body, w))
+	info, body, err := wire.ReadSnapshotFile(io.TeeReader(resp.Body, w))
 	if err == nil {
 		_, err = io.Copy(io.Discard, body)
 	}
@@ -42,7 +42,7 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (*node.SnapshotI
 // made at all and nothing of r was read; otherwise its error is final (a
 // 504 INDETERMINATE means it may have happened: look before retrying). There
 // is no per-attempt timeout, only ctx.
-func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader) (*node.SnapshotInfo, error) {
+func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader) (*wire.SnapshotInfo, error) {
 	start := int(c.next.Load())
 	var lastErr error
 	for i := range c.addrs {
@@ -61,7 +61,7 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader) (*node.Snapsh
 	return nil, lastErr
 }
 
-func (c *Client) restoreAt(ctx context.Context, base string, body io.Reader) (*node.SnapshotInfo, error) {
+func (c *Client) restoreAt(ctx context.Context, base string, body io.Reader) (*wire.SnapshotInfo, error) {
 	// NopCloser: the transport closes a request body it is done with, and
 	// r is the caller's.
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+snapshotPath, io.NopCloser(body))
@@ -84,7 +84,7 @@ func (c *Client) restoreAt(ctx context.Context, base string, body io.Reader) (*n
 	if resp.StatusCode/100 != 2 {
 		return nil, decodeError(base, resp)
 	}
-	var info node.SnapshotInfo
+	var info wire.SnapshotInfo
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&info); err != nil {
 		return nil, fmt.Errorf("client: decode response: %w", err)
 	}

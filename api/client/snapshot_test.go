@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // testSnapshotFile builds a snapshot file around body (the client checks
@@ -25,7 +25,7 @@ func testSnapshotFile(body string) []byte {
 func TestSaveSnapshot(t *testing.T) {
 	file := testSnapshotFile(strings.Repeat("state", 30000))
 	down, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, 503, node.CodeNoLeader, "no leader")
+		writeErr(w, 503, wire.CodeNoLeader, "no leader")
 	})
 	up, hits := server(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != "GET" || r.URL.Path != "/v1/cluster/snapshot" || r.Header.Get("Authorization") != "Bearer bearer-secret" {
@@ -65,7 +65,7 @@ func TestRestoreSnapshot(t *testing.T) {
 			r.Header.Get("Content-Type") != "application/octet-stream" || r.Header.Get("Authorization") != "Bearer bearer-secret" {
 			t.Errorf("request %s %s %q %v", r.Method, r.URL, body, r.Header)
 		}
-		writeJSON(w, 200, node.SnapshotInfo{Format: 1, Index: 77, RestoredIndex: 500})
+		writeJSON(w, 200, wire.SnapshotInfo{Format: 1, Index: 77, RestoredIndex: 500})
 	})
 	// A node that cannot be reached at all: the restore moves on.
 	c := newClient(t, refusedAddr(t), ok.URL)
@@ -77,17 +77,17 @@ func TestRestoreSnapshot(t *testing.T) {
 	// A node that answered: never sent again elsewhere.
 	busy, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
-		writeErr(w, 503, node.CodeNoLeader, "no leader")
+		writeErr(w, 503, wire.CodeNoLeader, "no leader")
 	})
-	ok2, hits2 := server(t, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, node.SnapshotInfo{}) })
+	ok2, hits2 := server(t, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, wire.SnapshotInfo{}) })
 	_, err = newClient(t, busy.URL, ok2.URL).RestoreSnapshot(context.Background(), bytes.NewReader(file))
-	if ErrorCode(err) != node.CodeNoLeader || hits2.n.Load() != 0 {
+	if ErrorCode(err) != wire.CodeNoLeader || hits2.n.Load() != 0 {
 		t.Fatalf("restore after a 503: %v, other node hit %d times", err, hits2.n.Load())
 	}
 	bad, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, 400, node.CodeInvalidArgument, "invalid snapshot file: checksum mismatch")
+		writeErr(w, 400, wire.CodeInvalidArgument, "invalid snapshot file: checksum mismatch")
 	})
-	if _, err := newClient(t, bad.URL).RestoreSnapshot(context.Background(), strings.NewReader("x")); ErrorCode(err) != node.CodeInvalidArgument {
+	if _, err := newClient(t, bad.URL).RestoreSnapshot(context.Background(), strings.NewReader("x")); ErrorCode(err) != wire.CodeInvalidArgument {
 		t.Fatalf("bad file: %v", err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // WatchOptions selects the events of a Watch and where it starts.
@@ -49,7 +49,7 @@ const (
 // EVENTS_COMPACTED) makes Watch reconnect with backoff, resuming after the
 // last event delivered, so fn sees each event once.
 // fn runs on Watch's goroutine; a slow fn slows the stream.
-func (c *Client) Watch(ctx context.Context, opts WatchOptions, fn func(node.Event) error) error {
+func (c *Client) Watch(ctx context.Context, opts WatchOptions, fn func(wire.Event) error) error {
 	last := opts.LastEventID
 	backoff := watchMinBackoff
 	everOpened := false
@@ -101,7 +101,7 @@ func (e fnError) Error() string { return e.err.Error() }
 // watchOnce opens one stream and reads it until it ends. opened reports
 // whether a node accepted the stream; err is nil when the server closed the
 // stream cleanly.
-func (c *Client) watchOnce(ctx context.Context, opts WatchOptions, last *string, fn func(node.Event) error) (opened bool, err error) {
+func (c *Client) watchOnce(ctx context.Context, opts WatchOptions, last *string, fn func(wire.Event) error) (opened bool, err error) {
 	q := url.Values{}
 	for k, v := range map[string]string{"key": opts.Key, "prefix": opts.Prefix, "holder": opts.Holder} {
 		if v != "" {
@@ -126,7 +126,7 @@ func (c *Client) watchOnce(ctx context.Context, opts WatchOptions, last *string,
 		if event == "stream_error" || event == "error" {
 			return decodeStreamError(data)
 		}
-		var ev node.Event
+		var ev wire.Event
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return fmt.Errorf("client: decode event: %w", err)
 		}
@@ -145,11 +145,11 @@ func (c *Client) watchOnce(ctx context.Context, opts WatchOptions, last *string,
 
 func decodeStreamError(data []byte) error {
 	var env struct {
-		Error *node.Error `json:"error"`
+		Error *wire.Error `json:"error"`
 	}
 	if json.Unmarshal(data, &env) == nil && env.Error != nil {
 		status := http.StatusInternalServerError
-		if env.Error.Code == node.CodeEventsCompacted {
+		if env.Error.Code == wire.CodeEventsCompacted {
 			status = http.StatusGone
 		}
 		return &APIError{StatusCode: status, Err: env.Error}

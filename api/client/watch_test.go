@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func TestReadSSE(t *testing.T) {
@@ -39,7 +39,7 @@ func TestReadSSE(t *testing.T) {
 	}
 }
 
-func sse(w http.ResponseWriter, ev node.Event) {
+func sse(w http.ResponseWriter, ev wire.Event) {
 	data, _ := json.Marshal(ev)
 	fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", ev.ID, ev.Type, data)
 	w.(http.Flusher).Flush()
@@ -62,14 +62,14 @@ func testWatchResumes(t *testing.T, streamError bool) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		switch conns.Add(1) {
 		case 1:
-			sse(w, node.Event{ID: "5-0", Index: 5, Type: "acquired"})
-			sse(w, node.Event{ID: "5-1", Index: 5, Type: "released"})
+			sse(w, wire.Event{ID: "5-0", Index: 5, Type: "acquired"})
+			sse(w, wire.Event{ID: "5-1", Index: 5, Type: "released"})
 			if streamError {
 				fmt.Fprintf(w, "event: stream_error\ndata: {\"error\":{\"code\":\"UNAVAILABLE\",\"message\":\"too slow\"}}\n\n")
 			}
 			// then the stream ends
 		default:
-			sse(w, node.Event{ID: "7-0", Index: 7, Type: "expired"})
+			sse(w, wire.Event{ID: "7-0", Index: 7, Type: "expired"})
 			<-r.Context().Done()
 		}
 	})
@@ -80,7 +80,7 @@ func testWatchResumes(t *testing.T, streamError bool) {
 	reconnects := 0
 	done := errors.New("done")
 	err := c.Watch(ctx, WatchOptions{Prefix: "jobs/", LastEventID: "4-0", OnReconnect: func(error, time.Duration) { reconnects++ }},
-		func(ev node.Event) error {
+		func(ev wire.Event) error {
 			got = append(got, ev.ID+" "+ev.Type)
 			if len(got) == 3 {
 				return done
@@ -106,11 +106,11 @@ func TestWatchStopsOnCompacted(t *testing.T) {
 		if r.URL.Query().Get("after_index") != "3" {
 			t.Errorf("after_index = %q", r.URL.Query().Get("after_index"))
 		}
-		writeErr(w, http.StatusGone, node.CodeEventsCompacted, "history starts at 10")
+		writeErr(w, http.StatusGone, wire.CodeEventsCompacted, "history starts at 10")
 	})
 	c := newClient(t, s.URL)
-	err := c.Watch(context.Background(), WatchOptions{AfterIndex: 3}, func(node.Event) error { return nil })
-	if ErrorCode(err) != node.CodeEventsCompacted || StatusCode(err) != http.StatusGone {
+	err := c.Watch(context.Background(), WatchOptions{AfterIndex: 3}, func(wire.Event) error { return nil })
+	if ErrorCode(err) != wire.CodeEventsCompacted || StatusCode(err) != http.StatusGone {
 		t.Fatalf("err = %v, want 410 EVENTS_COMPACTED", err)
 	}
 	if cnt.n.Load() != 1 {
@@ -127,8 +127,8 @@ func TestWatchStopsOnCompactedStreamError(t *testing.T) {
 		fmt.Fprintf(w, "event: stream_error\ndata: {\"error\":{\"code\":\"EVENTS_COMPACTED\",\"message\":\"gone\"}}\n\n")
 	})
 	c := newClient(t, s.URL)
-	err := c.Watch(context.Background(), WatchOptions{FromStart: true}, func(node.Event) error { return nil })
-	if ErrorCode(err) != node.CodeEventsCompacted {
+	err := c.Watch(context.Background(), WatchOptions{FromStart: true}, func(wire.Event) error { return nil })
+	if ErrorCode(err) != wire.CodeEventsCompacted {
 		t.Fatalf("err = %v, want EVENTS_COMPACTED", err)
 	}
 }
@@ -144,7 +144,7 @@ func TestWatchEndsWithContext(t *testing.T) {
 	c := newClient(t, s.URL)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- c.Watch(ctx, WatchOptions{}, func(node.Event) error { return nil }) }()
+	go func() { errc <- c.Watch(ctx, WatchOptions{}, func(wire.Event) error { return nil }) }()
 	<-started
 	cancel()
 	select {
@@ -166,12 +166,12 @@ func TestWatchRetriesTooManyStreams(t *testing.T) {
 		switch conns.Add(1) {
 		case 1:
 			w.Header().Set("Content-Type", "text/event-stream")
-			sse(w, node.Event{ID: "5-0", Index: 5, Type: "acquired"})
+			sse(w, wire.Event{ID: "5-0", Index: 5, Type: "acquired"})
 		case 2:
-			writeErr(w, http.StatusTooManyRequests, node.CodeResourceExhausted, "too many streams")
+			writeErr(w, http.StatusTooManyRequests, wire.CodeResourceExhausted, "too many streams")
 		default:
 			w.Header().Set("Content-Type", "text/event-stream")
-			sse(w, node.Event{ID: "6-0", Index: 6, Type: "released"})
+			sse(w, wire.Event{ID: "6-0", Index: 6, Type: "released"})
 			<-r.Context().Done()
 		}
 	})
@@ -182,7 +182,7 @@ func TestWatchRetriesTooManyStreams(t *testing.T) {
 	var reasons []error
 	done := errors.New("done")
 	err := c.Watch(ctx, WatchOptions{OnReconnect: func(err error, _ time.Duration) { reasons = append(reasons, err) }},
-		func(ev node.Event) error {
+		func(ev wire.Event) error {
 			if got = append(got, ev.ID); len(got) == 2 {
 				return done
 			}
@@ -191,7 +191,7 @@ func TestWatchRetriesTooManyStreams(t *testing.T) {
 	if !errors.Is(err, done) || fmt.Sprint(got) != "[5-0 6-0]" {
 		t.Fatalf("err %v, events %v", err, got)
 	}
-	if len(reasons) != 2 || ErrorCode(reasons[1]) != node.CodeResourceExhausted {
+	if len(reasons) != 2 || ErrorCode(reasons[1]) != wire.CodeResourceExhausted {
 		t.Fatalf("reconnects %v, want a broken stream then 429", reasons)
 	}
 }
