@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 	"net/url"
+	"time"
 
 	"github.com/leasehold/leasehold/node"
 )
