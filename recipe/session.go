@@ -120,3 +120,7 @@ func (s *Session) release(ctx context.Context, l *node.Lease) error {
 	_, err := s.b.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, SessionToken: s.s.Token})
 	return err
 }
+
+// KeepAlive returns the session's keep-alive (its LeaseID is the session
+// id): Release on it is Close, Stop is Orphan.
+func (s *Session) KeepAlive() *client.KeepAlive { return s.ka }
