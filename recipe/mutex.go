@@ -73,6 +73,11 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 	if err := fresh(); err != nil {
 		return err
 	}
+	// A wait on the server ends with the session: a lease granted then
+	// would already be lost.
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.s.Context(), cancel)()
 	backoff := 50 * time.Millisecond
 	// Every turn either waits on the server (wait_ms), sleeps, or returns;
 	// ctx bounds them all.
@@ -80,7 +85,7 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 		if err := l.s.alive(); err != nil {
 			return err
 		}
-		lease, err := l.s.acquire(ctx, req)
+		lease, err := l.s.acquire(actx, req)
 		if err == nil {
 			if err := l.s.alive(); err != nil {
 				return err // the lease, bound to the session, is gone with it
@@ -89,6 +94,9 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 			l.lease = lease
 			l.mu.Unlock()
 			return nil
+		}
+		if err := l.s.alive(); err != nil {
+			return err
 		}
 		if ctx.Err() != nil {
 			// An acquire that may have been granted is bound to the

@@ -40,6 +40,7 @@ type holdOptions struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	verbose        bool
+	prog           string // in messages; "" means "hold"
 }
 
 func (a *app) holdCmd(ctx context.Context, args []string) error {
@@ -152,13 +153,17 @@ func keepAliveUntilDone(ctx context.Context, start func(context.Context) (*clien
 // it when ka is lost, and releases ka when the command is done. env is added
 // to the command's environment.
 func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []string, sigs <-chan os.Signal, logf func(string, ...any)) error {
+	prog := o.prog
+	if prog == "" {
+		prog = "hold"
+	}
 	// release gives the lease back; after a loss it tries only briefly, as
 	// the lease is most likely gone or the cluster unreachable.
 	release := func(reason string, timeout time.Duration) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		if err := ka.Release(rctx, reason); err != nil && !leaseGone(err) {
-			fmt.Fprintf(o.stderr, "hold: release %s: %v (it expires by itself)\n", ka.LeaseID(), err)
+			fmt.Fprintf(o.stderr, "%s: release %s: %v (it expires by itself)\n", prog, ka.LeaseID(), err)
 			return
 		}
 		logf("released %s", ka.LeaseID())
@@ -169,7 +174,7 @@ func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []st
 	cmd.Env = append(os.Environ(), env...)
 	setProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
-		release("hold: command did not start", 5*time.Second)
+		release(prog+": command did not start", 5*time.Second)
 		return &exitError{code: 127, msg: err.Error()}
 	}
 	exited := make(chan error, 1)
@@ -185,7 +190,7 @@ func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []st
 			if lost != nil {
 				// Nothing of the group may outlive the lease.
 				_ = signalGroup(cmd.Process, syscall.SIGKILL)
-				release("hold: lease lost", time.Second)
+				release(prog+": lease lost", time.Second)
 				return &exitError{code: 1, msg: fmt.Sprintf("lease on %s lost: %v; command stopped", o.key, lost)}
 			}
 			release("", 5*time.Second)
@@ -204,7 +209,7 @@ func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []st
 		case <-lostC:
 			lostC = nil
 			lost = ka.Err()
-			fmt.Fprintf(o.stderr, "hold: lease on %s lost (%v): stopping %s\n", o.key, lost, o.command[0])
+			fmt.Fprintf(o.stderr, "%s: lease on %s lost (%v): stopping %s\n", prog, o.key, lost, o.command[0])
 			_ = signalGroup(cmd.Process, syscall.SIGTERM)
 			// Half the margin after the deadline: still before the
 			// earliest instant the server could end the lease.

@@ -60,7 +60,7 @@ func (a *app) lockCmd(ctx context.Context, args []string) error {
 	defer signal.Stop(sigs)
 	return lockRun(ctx, c, lockOptions{holdOptions: holdOptions{
 		key: pos[0], holder: *holder, ttl: *ttl, wait: *wait, limit: uint32(*limit),
-		command: pos[1:], stdin: os.Stdin, stdout: a.stdout, stderr: a.stderr, verbose: *verbose,
+		command: pos[1:], stdin: os.Stdin, stdout: a.stdout, stderr: a.stderr, verbose: *verbose, prog: "lock",
 	}, noWait: *noWait}, sigs)
 }
 
