@@ -56,10 +56,13 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 		l.mu.Unlock()
 	}()
 	var req node.AcquireRequest
+	// A server configured with a lower cap than MaxWait refuses the wait
+	// (INVALID_ARGUMENT, field wait_ms): halve it until accepted.
+	waitCap := MaxWait
 	fresh := func() error {
 		req = node.AcquireRequest{Key: l.key, Limit: l.limit, Metadata: meta, IdempotencyKey: "recipe-" + randomHex(12)}
 		if wait {
-			w := MaxWait
+			w := waitCap
 			if dl, ok := ctx.Deadline(); ok {
 				w = min(w, time.Until(dl))
 			}
@@ -119,6 +122,12 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 			if errors.As(err, &e) && e.RemainingMS > 0 {
 				delay = time.Duration(e.RemainingMS) * time.Millisecond
 			}
+		case node.CodeInvalidArgument:
+			var e *node.Error
+			if !errors.As(err, &e) || e.Field != "wait_ms" || req.WaitMS <= 1000 {
+				return err
+			}
+			waitCap = time.Duration(req.WaitMS/2) * time.Millisecond
 		case node.CodeNoLeader, node.CodeUnavailable, node.CodeIndeterminate, "":
 			// Retry the same request: its idempotency key makes a
 			// duplicate harmless (an INDETERMINATE acquire that was
