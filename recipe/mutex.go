@@ -82,6 +82,7 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 	defer cancel()
 	defer context.AfterFunc(l.s.Context(), cancel)()
 	backoff := 50 * time.Millisecond
+	tries := 0
 	// Every turn either waits on the server (wait_ms), sleeps, or returns;
 	// ctx bounds them all.
 	for {
@@ -131,7 +132,11 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 		case node.CodeNoLeader, node.CodeUnavailable, node.CodeIndeterminate, "":
 			// Retry the same request: its idempotency key makes a
 			// duplicate harmless (an INDETERMINATE acquire that was
-			// granted is answered again, with its token).
+			// granted is answered again, with its token). Without wait
+			// (TryLock), a few times only.
+			if tries++; !wait && tries > 3 {
+				return err
+			}
 			if err := sleepCtx(ctx, backoff); err != nil {
 				return err
 			}
