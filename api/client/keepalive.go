@@ -74,8 +74,8 @@ type KeepAliveOptions struct {
 //
 // A KeepAlive is safe for concurrent use.
 type KeepAlive struct {
-	c                 *Client
-	id, key, token    string
+	r                 Renewer
+	id, key           string
 	fencing           uint64
 	ttl, margin       time.Duration
 	interval, timeout time.Duration
@@ -122,14 +122,64 @@ func (c *Client) KeepAlive(ctx context.Context, lease *wire.Lease, sent time.Tim
 	if sent.IsZero() {
 		return nil, errors.New("client: keep-alive needs the send time of the acquire or renewal")
 	}
-	k, err := newKeepAlive(c, time.Duration(lease.TTLMS)*time.Millisecond, lease.HeartbeatIntervalMS, opts)
+	return KeepAliveWith(ctx, leaseRenewer{c, lease.LeaseID, lease.Token}, lease, sent, opts)
+}
+
+// Renewer renews one thing a KeepAlive keeps alive: a lease through this
+// package's Client, a lease on an embedded node, a session. Both methods
+// must be safe for concurrent use.
+type Renewer interface {
+	// Renew renews once without changing the TTL and returns the answer:
+	// at least its State, and TTLMS and RemainingMS when known (a session
+	// answers with its own). attempt bounds one attempt against one node
+	// (ignored where there is only one); ctx bounds the whole renewal.
+	// The errors that end the keep-alive are the contract's LEASE_EXPIRED,
+	// LEASE_RELEASED, LEASE_REVOKED, LEASE_TOKEN_INVALID, LEASE_NOT_FOUND,
+	// SESSION_NOT_FOUND and SESSION_ENDED; any other is retried until the
+	// deadline. A renewal sent twice must be harmless (it only pushes the
+	// end later), since it may be retried on another node.
+	Renew(ctx context.Context, attempt time.Duration) (*wire.Lease, error)
+	// Release gives the lease (or session) back, with a reason that may
+	// be empty.
+	Release(ctx context.Context, reason string) error
+}
+
+// KeepAliveWith is KeepAlive for a lease renewed by r instead of by this
+// package's HTTP client: a lease on an embedded node, or a session (see
+// KeepAliveSession). lease describes the thing kept alive as answered by
+// the request sent at sent: LeaseID and Key name it, TTLMS (required),
+// RemainingMS and HeartbeatIntervalMS time it, FencingToken is reported
+// by FencingToken. The deadline rule is KeepAlive's.
+func KeepAliveWith(ctx context.Context, r Renewer, lease *wire.Lease, sent time.Time, opts KeepAliveOptions) (*KeepAlive, error) {
+	if r == nil || lease == nil {
+		return nil, errors.New("client: keep-alive needs a renewer and a lease")
+	}
+	if sent.IsZero() {
+		return nil, errors.New("client: keep-alive needs the send time of the acquire or renewal")
+	}
+	k, err := newKeepAlive(r, time.Duration(lease.TTLMS)*time.Millisecond, lease.HeartbeatIntervalMS, opts)
 	if err != nil {
 		return nil, err
 	}
-	k.id, k.key, k.token, k.fencing = lease.LeaseID, lease.Key, lease.Token, lease.FencingToken
+	k.id, k.key, k.fencing = lease.LeaseID, lease.Key, lease.FencingToken
 	k.expiry = sent.Add(k.granted(lease))
 	k.start(ctx, sent)
 	return k, nil
+}
+
+// leaseRenewer renews a standalone lease through a Client.
+type leaseRenewer struct {
+	c         *Client
+	id, token string
+}
+
+func (r leaseRenewer) Renew(ctx context.Context, attempt time.Duration) (*wire.Lease, error) {
+	return r.c.renewRetrying(ctx, r.id, r.token, attempt)
+}
+
+func (r leaseRenewer) Release(ctx context.Context, reason string) error {
+	_, err := r.c.Release(ctx, wire.ReleaseRequest{LeaseID: r.id, Token: r.token, Reason: reason})
+	return err
 }
 
 // AcquireKeepAlive acquires a standalone lease (req.TTLMS set, no session)
@@ -144,7 +194,7 @@ func (c *Client) AcquireKeepAlive(ctx context.Context, req wire.AcquireRequest, 
 		return nil, errors.New("client: keep-alive needs a standalone lease with ttl_ms")
 	}
 	// Check the options before anything is acquired.
-	if _, err := newKeepAlive(c, time.Duration(req.TTLMS)*time.Millisecond, 0, opts); err != nil {
+	if _, err := newKeepAlive(nil, time.Duration(req.TTLMS)*time.Millisecond, 0, opts); err != nil {
 		return nil, err
 	}
 	sent := time.Now()
@@ -152,7 +202,7 @@ func (c *Client) AcquireKeepAlive(ctx context.Context, req wire.AcquireRequest, 
 	if err != nil {
 		return nil, err
 	}
-	probe, err := newKeepAlive(c, time.Duration(lease.TTLMS)*time.Millisecond, lease.HeartbeatIntervalMS, opts)
+	probe, err := newKeepAlive(nil, time.Duration(lease.TTLMS)*time.Millisecond, lease.HeartbeatIntervalMS, opts)
 	if err != nil {
 		c.releaseQuietly(ctx, lease, "keep-alive: invalid lease")
 		return nil, err
@@ -186,11 +236,11 @@ func (c *Client) releaseQuietly(ctx context.Context, lease *wire.Lease, reason s
 
 // newKeepAlive checks the options against the TTL and fills in defaults;
 // hbMS is the lease's suggested heartbeat interval (0 if unknown).
-func newKeepAlive(c *Client, ttl time.Duration, hbMS int64, opts KeepAliveOptions) (*KeepAlive, error) {
+func newKeepAlive(r Renewer, ttl time.Duration, hbMS int64, opts KeepAliveOptions) (*KeepAlive, error) {
 	if ttl <= 0 {
 		return nil, errors.New("client: keep-alive needs the lease's ttl_ms")
 	}
-	k := &KeepAlive{c: c, ttl: ttl, margin: opts.Margin, interval: opts.Interval, timeout: opts.RenewTimeout, onErr: opts.OnRenewError}
+	k := &KeepAlive{r: r, ttl: ttl, margin: opts.Margin, interval: opts.Interval, timeout: opts.RenewTimeout, onErr: opts.OnRenewError}
 	switch {
 	case k.margin == 0:
 		k.margin = DefaultMargin(ttl)
@@ -295,8 +345,7 @@ func (k *KeepAlive) Stop() {
 // already gone returns the server's error (LEASE_EXPIRED, say).
 func (k *KeepAlive) Release(ctx context.Context, reason string) error {
 	k.Stop()
-	_, err := k.c.Release(ctx, wire.ReleaseRequest{LeaseID: k.id, Token: k.token, Reason: reason})
-	return err
+	return k.r.Release(ctx, reason)
 }
 
 // lose records why the lease is lost and closes Lost, once.
@@ -365,7 +414,7 @@ func (k *KeepAlive) run(ctx context.Context, sent time.Time) {
 			renewing = true
 			go func(sent, deadline time.Time) {
 				rctx, cancel := context.WithDeadline(inner, deadline)
-				l, err := k.c.renewRetrying(rctx, k.id, k.token, k.timeout)
+				l, err := k.r.Renew(rctx, k.timeout)
 				cancel()
 				if err != nil && k.onErr != nil && inner.Err() == nil && !leaseGone(err) {
 					k.onErr(err)
@@ -435,7 +484,8 @@ func (c *Client) renewRetrying(ctx context.Context, leaseID, token string, attem
 func leaseGone(err error) bool {
 	switch ErrorCode(err) {
 	case wire.CodeLeaseExpired, wire.CodeLeaseReleased, wire.CodeLeaseRevoked,
-		wire.CodeLeaseTokenInvalid, wire.CodeLeaseNotFound:
+		wire.CodeLeaseTokenInvalid, wire.CodeLeaseNotFound,
+		wire.CodeSessionNotFound, wire.CodeSessionEnded:
 		return true
 	}
 	return false
@@ -449,6 +499,8 @@ func stateError(id, state string) error {
 		code = wire.CodeLeaseReleased
 	case "revoked":
 		code = wire.CodeLeaseRevoked
+	case "ended":
+		code = wire.CodeSessionEnded
 	}
 	return &wire.Error{Code: code, Message: fmt.Sprintf("lease %s is %s", id, state)}
 }

@@ -611,3 +611,53 @@ func TestKeepAliveRenewsEarlyWhenLittleIsLeft(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the renewal to count", func() bool { return ka.Deadline().Sub(sent) > 2*time.Second })
 }
+
+// TestKeepAliveSession: a session is kept alive by its heartbeat (with a
+// node answering 503 in the list), with the session token, and reported lost
+// when the server says it ended, whether by an error or by its state.
+func TestKeepAliveSession(t *testing.T) {
+	for _, ended := range []string{"error", "state"} {
+		t.Run(ended, func(t *testing.T) {
+			var beats atomic.Int64
+			handler := func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				if r.Method != http.MethodPost || r.URL.Path != "/v1/sessions/ss_1/heartbeat" || r.Header.Get("X-Session-Token") != "stok" {
+					t.Errorf("unexpected request %s %s token %q", r.Method, r.URL.Path, r.Header.Get("X-Session-Token"))
+				}
+				switch n := beats.Add(1); {
+				case n < 3:
+					writeJSON(w, 200, wire.Session{SessionID: "ss_1", State: "active", TTLMS: 60_000, RemainingMS: 60_000})
+				case ended == "state":
+					writeJSON(w, 200, wire.Session{SessionID: "ss_1", State: "ended"})
+				default:
+					writeErr(w, 409, wire.CodeSessionEnded, "ended")
+				}
+			}
+			down, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				writeErr(w, 503, wire.CodeNoLeader, "no leader")
+			})
+			up, _ := server(t, handler)
+			c, err := New([]string{down.URL, up.URL}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &wire.Session{SessionID: "ss_1", Holder: "h", State: "active", TTLMS: 60_000, RemainingMS: 60_000, Token: "stok"}
+			ka, err := c.KeepAliveSession(context.Background(), s, time.Now(), KeepAliveOptions{Interval: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(ka.Stop)
+			if ka.LeaseID() != "ss_1" {
+				t.Errorf("LeaseID %q, want the session id", ka.LeaseID())
+			}
+			waitLost(t, ka, 10*time.Second)
+			if ErrorCode(ka.Err()) != wire.CodeSessionEnded {
+				t.Errorf("err = %v, want SESSION_ENDED", ka.Err())
+			}
+			if beats.Load() < 3 {
+				t.Errorf("%d heartbeats reached the live node, want 3", beats.Load())
+			}
+		})
+	}
+}

@@ -2,8 +2,11 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/leasehold/leasehold/wire"
 )
@@ -72,4 +75,64 @@ func (c *Client) EndSession(ctx context.Context, sessionID, token string) (*wire
 		admin:  token == "",
 	}, &s)
 	return s, err
+}
+
+// KeepAliveSession keeps a session alive (its heartbeat, and so every
+// lease bound to it) with KeepAlive's deadline rule: s is the answer of
+// the create or heartbeat sent at sent. Lost closes before the server could
+// end the session and so grant any of its leases to someone else. Release
+// ends the session (and its leases). The KeepAlive's LeaseID is the
+// session id.
+func (c *Client) KeepAliveSession(ctx context.Context, s *wire.Session, sent time.Time, opts KeepAliveOptions) (*KeepAlive, error) {
+	if s == nil || s.SessionID == "" || s.Token == "" {
+		return nil, errors.New("client: keep-alive needs a session with its id and token")
+	}
+	if s.State != "" && s.State != "active" {
+		return nil, fmt.Errorf("client: keep-alive of a session that is %s", s.State)
+	}
+	return KeepAliveWith(ctx, sessionRenewer{c, s.SessionID, s.Token}, SessionAsLease(s), sent, opts)
+}
+
+// SessionAsLease describes a session as a KeepAlive (KeepAliveWith) reads
+// the thing it keeps alive: its id, state and timing.
+func SessionAsLease(s *wire.Session) *wire.Lease {
+	return &wire.Lease{LeaseID: s.SessionID, Holder: s.Holder, State: s.State, TTLMS: s.TTLMS,
+		RemainingMS: s.RemainingMS, HeartbeatIntervalMS: s.HeartbeatIntervalMS}
+}
+
+// SessionRenewal turns the answer of a session heartbeat into a Renewer's
+// answer: a session no longer active is an error with code SESSION_ENDED.
+func SessionRenewal(s *wire.Session, err error) (*wire.Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	if s.State != "" && s.State != "active" {
+		return nil, &wire.Error{Code: wire.CodeSessionEnded, Message: fmt.Sprintf("session %s is %s", s.SessionID, s.State)}
+	}
+	return SessionAsLease(s), nil
+}
+
+type sessionRenewer struct {
+	c         *Client
+	id, token string
+}
+
+// Renew sends the heartbeat to the next address after a transport failure,
+// an attempt that ran out of time, or a 503: a duplicate heartbeat only
+// pushes the session's end later.
+func (r sessionRenewer) Renew(ctx context.Context, attempt time.Duration) (*wire.Lease, error) {
+	var s wire.Session
+	err := r.c.do(ctx, call{
+		method:  http.MethodPost,
+		path:    "/v1/sessions/" + escape(r.id) + "/heartbeat",
+		header:  headers("X-Session-Token", r.token),
+		retry:   retrySafe,
+		timeout: attempt,
+	}, &s)
+	return SessionRenewal(&s, err)
+}
+
+func (r sessionRenewer) Release(ctx context.Context, _ string) error {
+	_, err := r.c.EndSession(ctx, r.id, r.token)
+	return err
 }

@@ -17,74 +17,12 @@ import (
 	"github.com/leasehold/leasehold/node"
 )
 
-// holdDeadline is the holder's own, conservative view of its lease. The
-// server counts a TTL from when it applies a renewal, which is after the
-// holder sent it, and a tick never runs faster than real time; so the lease
-// cannot end before (send time of the last successful renewal + TTL). The
-// holder stops its command a margin before that instant and kills it half
-// a margin before, so that the command is gone before anyone else can be
-// granted the lease. All times carry the monotonic clock reading of
-// time.Now, so wall-clock jumps do not move them.
-type holdDeadline struct {
-	margin time.Duration // stop the command this long before expiry
-	grace  time.Duration // from SIGTERM to SIGKILL; less than margin
-	expiry time.Time     // earliest possible server-side expiry
-}
+// minHoldTTL is the smallest --ttl: the keep-alive's safety margin (at
+// least client.MinMargin) must leave room for renewals.
+const minHoldTTL = 3 * client.MinMargin
 
-// minHoldMargin is the smallest safety margin: scheduling, signal delivery
-// and process exit must fit into it.
-const minHoldMargin = 100 * time.Millisecond
-
-func newHoldDeadline(ttl time.Duration) holdDeadline {
-	margin := max(ttl/10, minHoldMargin)
-	margin = min(margin, ttl/2)
-	return holdDeadline{margin: margin, grace: margin / 2}
-}
-
-// renewed records a successful acquire or renewal sent at sent whose lease
-// then had at least ttl left. An answer about an earlier request never moves
-// the deadline back.
-func (d *holdDeadline) renewed(sent time.Time, ttl time.Duration) {
-	if e := sent.Add(ttl); e.After(d.expiry) {
-		d.expiry = e
-	}
-}
-
-// stopAt is when the command gets SIGTERM unless a renewal succeeds first.
-func (d holdDeadline) stopAt() time.Time { return d.expiry.Add(-d.margin) }
-
-// killAt is when a command that ignored SIGTERM gets SIGKILL; still before
-// the earliest expiry.
-func (d holdDeadline) killAt() time.Time { return d.stopAt().Add(d.grace) }
-
-// expired reports whether the command must be stopped at now.
-func (d holdDeadline) expired(now time.Time) bool { return !now.Before(d.stopAt()) }
-
-// grantedTTL is what a renewal answer guarantees from its send time: the
-// requested TTL, or less if the server reports less remaining.
-func grantedTTL(ttl time.Duration, l *node.Lease) time.Duration {
-	if l != nil && l.RemainingMS > 0 {
-		return min(ttl, time.Duration(l.RemainingMS)*time.Millisecond)
-	}
-	return ttl
-}
-
-// renewInterval is the period of renewals: the lease's suggested heartbeat
-// interval, else TTL/3.
-func renewInterval(ttl time.Duration, l *node.Lease) time.Duration {
-	if l != nil && l.HeartbeatIntervalMS > 0 {
-		return min(time.Duration(l.HeartbeatIntervalMS)*time.Millisecond, ttl/3)
-	}
-	return ttl / 3
-}
-
-// retryInterval is how soon a failed renewal is retried.
-func retryInterval(interval time.Duration) time.Duration {
-	return min(max(interval/4, 50*time.Millisecond), time.Second)
-}
-
-// leaseGone reports whether a renewal error means the lease no longer
-// exists for this holder (no point in retrying).
+// leaseGone reports whether an error means the lease no longer exists for
+// this holder.
 func leaseGone(err error) bool {
 	switch client.ErrorCode(err) {
 	case node.CodeLeaseExpired, node.CodeLeaseReleased, node.CodeLeaseRevoked,
@@ -102,6 +40,7 @@ type holdOptions struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	verbose        bool
+	prog           string // in messages; "" means "hold"
 }
 
 func (a *app) holdCmd(ctx context.Context, args []string) error {
@@ -124,8 +63,8 @@ func (a *app) holdCmd(ctx context.Context, args []string) error {
 	if len(pos) < 2 {
 		return usageErrorf("usage: leasehold hold [flags] KEY -- CMD [ARGS...]")
 	}
-	if *ttl < 3*minHoldMargin {
-		return usageErrorf("--ttl must be at least %s", 3*minHoldMargin)
+	if *ttl < minHoldTTL {
+		return usageErrorf("--ttl must be at least %s", minHoldTTL)
 	}
 	if *limit > 1<<32-1 {
 		return usageErrorf("--limit too large")
@@ -143,15 +82,15 @@ func (a *app) holdCmd(ctx context.Context, args []string) error {
 	}, sigs)
 }
 
-type renewResult struct {
-	sent  time.Time
-	lease *node.Lease
-	err   error
-}
-
 // holdRun is hold after flag parsing. sigs delivers the signals to forward
 // to the command. A cancelled ctx whose cause is not a signal (those arrive
 // on sigs) is forwarded as SIGTERM.
+//
+// The lease is acquired and kept alive by the client's KeepAlive
+// (AcquireKeepAlive): its Lost closes a safety margin before the server
+// could end the lease, counted from the send time of the last successful
+// renewal. Then the command's group gets SIGTERM, and SIGKILL half a margin
+// later, still before the earliest expiry.
 func holdRun(ctx context.Context, c *client.Client, o holdOptions, sigs <-chan os.Signal) error {
 	// The command's output may be copied by exec's goroutines while hold
 	// writes its own messages.
@@ -165,87 +104,93 @@ func holdRun(ctx context.Context, c *client.Client, o holdOptions, sigs <-chan o
 		Key: o.key, Holder: o.holder, TTLMS: millis(o.ttl), Limit: o.limit,
 		WaitMS: millis(o.wait), IdempotencyKey: "hold-" + randomID(16),
 	}
-	sent := time.Now()
-	lease, err := c.Acquire(ctx, req)
+	ka, err := keepAliveUntilDone(ctx, func(kctx context.Context) (*client.KeepAlive, error) {
+		return c.AcquireKeepAlive(kctx, req, client.KeepAliveOptions{
+			OnRenewError: func(err error) { logf("renewal failed (%v)", err) },
+		})
+	})
 	if err != nil {
 		return err
 	}
-	dl := newHoldDeadline(o.ttl)
-	dl.renewed(sent, grantedTTL(o.ttl, lease))
-	interval := renewInterval(o.ttl, lease)
-	logf("acquired %s (lease %s, fencing token %d)", o.key, lease.LeaseID, lease.FencingToken)
+	logf("acquired %s (lease %s, fencing token %d)", o.key, ka.LeaseID(), ka.FencingToken())
+	env := []string{
+		"LEASEHOLD_FENCING_TOKEN=" + strconv.FormatUint(ka.FencingToken(), 10),
+		"LEASEHOLD_LEASE_ID=" + ka.LeaseID(),
+		"LEASEHOLD_KEY=" + o.key,
+	}
+	return runUnder(ctx, ka, o, env, sigs, logf)
+}
 
+// keepAliveUntilDone starts a keep-alive with start, whose context ctx
+// bounds only until the keep-alive has started: after that, cancelling ctx
+// stops the command (the caller forwards it), not the keep-alive, which
+// must last until the command is gone.
+func keepAliveUntilDone(ctx context.Context, start func(context.Context) (*client.KeepAlive, error)) (*client.KeepAlive, error) {
+	kctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	started := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			cancel(context.Cause(ctx))
+		case <-started:
+		}
+	}()
+	ka, err := start(kctx)
+	close(started)
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	if kctx.Err() != nil {
+		// ctx ended just as the keep-alive started.
+		_ = ka.Release(context.WithoutCancel(ctx), "cancelled")
+		return nil, context.Cause(kctx)
+	}
+	return ka, nil
+}
+
+// runUnder runs o.command while ka keeps its lease (or session) alive, stops
+// it when ka is lost, and releases ka when the command is done. env is added
+// to the command's environment.
+func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []string, sigs <-chan os.Signal, logf func(string, ...any)) error {
+	prog := o.prog
+	if prog == "" {
+		prog = "hold"
+	}
 	// release gives the lease back; after a loss it tries only briefly, as
 	// the lease is most likely gone or the cluster unreachable.
 	release := func(reason string, timeout time.Duration) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
-		_, err := c.Release(rctx, node.ReleaseRequest{LeaseID: lease.LeaseID, Token: lease.Token, Reason: reason})
-		if err != nil && !leaseGone(err) {
-			fmt.Fprintf(o.stderr, "hold: release %s: %v (it expires by itself)\n", lease.LeaseID, err)
+		if err := ka.Release(rctx, reason); err != nil && !leaseGone(err) {
+			fmt.Fprintf(o.stderr, "%s: release %s: %v (it expires by itself)\n", prog, ka.LeaseID(), err)
 			return
 		}
-		logf("released %s", lease.LeaseID)
-	}
-
-	// A long wait for the lease may have eaten into the first TTL: renew
-	// once before starting the command.
-	if time.Until(dl.stopAt()) < o.ttl/2 {
-		sent := time.Now()
-		rctx, cancel := context.WithDeadline(ctx, dl.stopAt())
-		l, err := c.Renew(rctx, lease.LeaseID, lease.Token, 0)
-		cancel()
-		if err != nil || l.State != "active" {
-			release("hold: could not renew before starting", time.Second)
-			return fmt.Errorf("lease on %s acquired but not renewable in time: %v", o.key, err)
-		}
-		dl.renewed(sent, grantedTTL(o.ttl, l))
+		logf("released %s", ka.LeaseID())
 	}
 
 	cmd := exec.Command(o.command[0], o.command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.stdin, o.stdout, o.stderr
-	cmd.Env = append(os.Environ(),
-		"LEASEHOLD_FENCING_TOKEN="+strconv.FormatUint(lease.FencingToken, 10),
-		"LEASEHOLD_LEASE_ID="+lease.LeaseID,
-		"LEASEHOLD_KEY="+o.key,
-	)
+	cmd.Env = append(os.Environ(), env...)
 	setProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
-		release("hold: command did not start", 5*time.Second)
+		release(prog+": command did not start", 5*time.Second)
 		return &exitError{code: 127, msg: err.Error()}
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
-	renewTimer := time.NewTimer(time.Until(sent.Add(interval)))
-	defer renewTimer.Stop()
-	stopTimer := time.NewTimer(time.Until(dl.stopAt()))
-	defer stopTimer.Stop()
+	lostC := ka.Lost()
 	var killTimer <-chan time.Time
-	renewed := make(chan renewResult, 1)
-	renewing := false
 	var lost error // why the lease was given up; the command is being stopped
 	ctxDone := ctx.Done()
-
-	loseLease := func(why error) {
-		if lost != nil {
-			return
-		}
-		lost = why
-		fmt.Fprintf(o.stderr, "hold: lease on %s lost (%v): stopping %s\n", o.key, why, o.command[0])
-		_ = signalGroup(cmd.Process, syscall.SIGTERM)
-		killTimer = time.After(time.Until(dl.killAt()))
-		renewTimer.Stop()
-		stopTimer.Stop()
-	}
-
 	for {
 		select {
 		case err := <-exited:
 			if lost != nil {
 				// Nothing of the group may outlive the lease.
 				_ = signalGroup(cmd.Process, syscall.SIGKILL)
-				release("hold: lease lost", time.Second)
+				release(prog+": lease lost", time.Second)
 				return &exitError{code: 1, msg: fmt.Sprintf("lease on %s lost: %v; command stopped", o.key, lost)}
 			}
 			release("", 5*time.Second)
@@ -261,48 +206,15 @@ func holdRun(ctx context.Context, c *client.Client, o holdOptions, sigs <-chan o
 				_ = signalGroup(cmd.Process, syscall.SIGTERM)
 			}
 
-		case <-renewTimer.C:
-			if lost != nil || renewing {
-				continue
-			}
-			renewing = true
-			// Give up on an attempt after one interval, so that a node that
-			// hangs leaves time to retry (on the next address).
-			sent := time.Now()
-			deadline := sent.Add(interval)
-			if stop := dl.stopAt(); stop.Before(deadline) {
-				deadline = stop
-			}
-			go func() {
-				rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-				defer cancel()
-				l, err := c.Renew(rctx, lease.LeaseID, lease.Token, 0)
-				renewed <- renewResult{sent, l, err}
-			}()
-
-		case r := <-renewed:
-			renewing = false
-			if lost != nil {
-				continue
-			}
-			switch {
-			case r.err == nil && r.lease.State == "active":
-				dl.renewed(r.sent, grantedTTL(o.ttl, r.lease))
-				stopTimer.Reset(time.Until(dl.stopAt()))
-				renewTimer.Reset(time.Until(r.sent.Add(interval)))
-			case r.err == nil:
-				loseLease(fmt.Errorf("lease is %s", r.lease.State))
-			case leaseGone(r.err):
-				loseLease(r.err)
-			default:
-				logf("renewal failed (%v); %s left before stopping", r.err, time.Until(dl.stopAt()).Round(time.Millisecond))
-				renewTimer.Reset(retryInterval(interval))
-			}
-
-		case <-stopTimer.C:
-			if lost == nil && dl.expired(time.Now()) {
-				loseLease(errors.New("no successful renewal in time"))
-			}
+		case <-lostC:
+			lostC = nil
+			lost = ka.Err()
+			fmt.Fprintf(o.stderr, "%s: lease on %s lost (%v): stopping %s\n", prog, o.key, lost, o.command[0])
+			_ = signalGroup(cmd.Process, syscall.SIGTERM)
+			// Half the margin after the deadline: still before the
+			// earliest instant the server could end the lease.
+			grace := client.DefaultMargin(o.ttl) / 2
+			killTimer = time.After(time.Until(ka.Deadline().Add(grace)))
 
 		case <-killTimer:
 			killTimer = nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -48,86 +47,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(99)
-}
-
-func TestHoldDeadlineMargins(t *testing.T) {
-	for _, tt := range []struct {
-		ttl, margin, grace time.Duration
-	}{
-		{10 * time.Second, time.Second, 500 * time.Millisecond},
-		{time.Second, 100 * time.Millisecond, 50 * time.Millisecond},
-		{300 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond},
-		{time.Minute, 6 * time.Second, 3 * time.Second},
-	} {
-		d := newHoldDeadline(tt.ttl)
-		if d.margin != tt.margin || d.grace != tt.grace {
-			t.Errorf("ttl %v: margin %v grace %v, want %v %v", tt.ttl, d.margin, d.grace, tt.margin, tt.grace)
-		}
-	}
-}
-
-func TestHoldDeadline(t *testing.T) {
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) time.Time { return base.Add(d) }
-	d := newHoldDeadline(10 * time.Second)
-	d.renewed(at(0), 10*time.Second)
-	if !d.stopAt().Equal(at(9*time.Second)) || !d.killAt().Equal(at(9500*time.Millisecond)) {
-		t.Fatalf("stop %v kill %v", d.stopAt().Sub(base), d.killAt().Sub(base))
-	}
-	if d.expired(at(9*time.Second-time.Nanosecond)) || !d.expired(at(9*time.Second)) {
-		t.Error("expired() disagrees with stopAt")
-	}
-	// A renewal sent at 3s extends from its send time, not its answer time.
-	d.renewed(at(3*time.Second), 10*time.Second)
-	if !d.stopAt().Equal(at(12 * time.Second)) {
-		t.Errorf("stop %v, want 12s", d.stopAt().Sub(base))
-	}
-	// A late answer to an earlier request never moves the deadline back.
-	d.renewed(at(2*time.Second), 10*time.Second)
-	if !d.stopAt().Equal(at(12 * time.Second)) {
-		t.Errorf("stop %v after a stale answer, want 12s", d.stopAt().Sub(base))
-	}
-	// The server reporting less remaining than asked shortens the grant.
-	d.renewed(at(4*time.Second), grantedTTL(10*time.Second, &node.Lease{RemainingMS: 5000}))
-	if !d.stopAt().Equal(at(12 * time.Second)) {
-		t.Errorf("stop %v, want 12s (4s + 5s is earlier)", d.stopAt().Sub(base))
-	}
-	if g := grantedTTL(10*time.Second, &node.Lease{RemainingMS: 20000}); g != 10*time.Second {
-		t.Errorf("grantedTTL trusts more than asked: %v", g)
-	}
-}
-
-// TestHoldDeadlineNeverOutlivesTheLease drives the deadline with a simulated
-// clock: renewals with random request and answer delays, some lost. The
-// server's expiry is counted from when it applied the renewal. Whatever
-// happens, the holder kills its command before the server can expire the
-// lease.
-func TestHoldDeadlineNeverOutlivesTheLease(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for run := range 200 {
-		ttl := time.Duration(1+rng.IntN(30)) * time.Second
-		d := newHoldDeadline(ttl)
-		now := time.Unix(0, 0)
-		serverExpiry := now.Add(ttl) // the acquire, applied at once
-		d.renewed(now, ttl)
-		interval := renewInterval(ttl, nil)
-		for step := 0; step < 50 && !d.expired(now); step++ {
-			sent := now
-			applied := sent.Add(time.Duration(rng.Int64N(int64(ttl / 2))))
-			answered := applied.Add(time.Duration(rng.Int64N(int64(ttl / 2))))
-			lost := rng.IntN(4) == 0
-			if !lost {
-				serverExpiry = applied.Add(ttl)
-			}
-			if !lost && !answered.After(d.stopAt()) {
-				d.renewed(sent, ttl)
-			}
-			if !d.killAt().Before(serverExpiry) {
-				t.Fatalf("run %d step %d: kill at %v, server expiry %v", run, step, d.killAt(), serverExpiry)
-			}
-			now = answered.Add(interval)
-		}
-	}
 }
 
 // fakeLeaseServer answers acquire, renew and release for lease ls_1.

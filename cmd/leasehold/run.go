@@ -43,6 +43,8 @@ func commands() []command {
 		{"cluster", "status|members|remove|transfer-leadership", (*app).clusterCmd},
 		{"snapshot", "save|restore|inspect a snapshot of the whole state (admin)", (*app).snapshotCmd},
 		{"hold", "run a command while holding a lease", (*app).holdCmd},
+		{"lock", "run a command while holding a lock (or a semaphore slot), waiting for it", (*app).lockCmd},
+		{"keep-alive", "keep a lease or a session alive until interrupted", (*app).keepAliveCmd},
 		{"bench", "benchmark a running node", (*app).benchCmd},
 		{"chaos", "run the fault-injection suite against a cluster it starts", (*app).chaosCmd},
 		{"token", "create a bearer token for the tokens file", (*app).tokenCmd},

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/api/client"
+	"github.com/leasehold/leasehold/node"
+)
+
+// startTestNode runs a single in-memory node with the API on loopback and
+// returns a client for it.
+func startTestNode(t *testing.T) (*client.Client, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	cfg := node.DefaultConfig()
+	cfg.InMemory, cfg.DataDir, cfg.RaftAddr = true, "", ""
+	cfg.GossipAddr = "127.0.0.1:0"
+	cfg.TickPeriod = 50 * time.Millisecond
+	n, err := node.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.New(api.FromNode(n), api.Options{}))
+	t.Cleanup(func() { n.Close() })
+	t.Cleanup(srv.Close)
+	c, err := client.New([]string{srv.URL}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() bool {
+		_, err := c.List(context.Background(), node.ListRequest{})
+		return err == nil
+	})
+	return c, srv.URL
+}
+
+// TestHoldAfterWaitingLongerThanTTL is the reported misfire: a blocker
+// holds K for 4 s; hold --ttl 3s --wait 10s K -- echo ran waited, then
+// said "acquired but not renewable in time" and never ran the command (its
+// own copy of the deadline logic gave the first renewal a deadline already
+// past). On the client's keep-alive it renews first and runs the command.
+func TestHoldAfterWaitingLongerThanTTL(t *testing.T) {
+	c, _ := startTestNode(t)
+	ctx := context.Background()
+	blocker, err := c.Acquire(ctx, node.AcquireRequest{Key: "K", Holder: "blocker", TTLMS: 30_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(4 * time.Second)
+		_, _ = c.Release(ctx, node.ReleaseRequest{LeaseID: blocker.LeaseID, Token: blocker.Token})
+	}()
+	var out, errb bytes.Buffer
+	err = holdRun(ctx, c, holdOptions{
+		key: "K", holder: "h", ttl: 3 * time.Second, wait: 10 * time.Second,
+		command: []string{"echo", "ran"}, stdin: strings.NewReader(""), stdout: &out, stderr: &errb,
+	}, make(chan os.Signal))
+	if err != nil {
+		t.Fatalf("hold: %v (stderr %q)", err, errb.String())
+	}
+	if out.String() != "ran\n" {
+		t.Fatalf("command output %q, want %q", out.String(), "ran\n")
+	}
+	ls, err := c.List(ctx, node.ListRequest{Key: "K", State: "active"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls.Leases) != 0 {
+		t.Errorf("K still held after hold: %+v", ls.Leases[0])
+	}
+}
+
+// TestLockWaitsRunsAndReleases: lock waits for a held key by default (here
+// past the session's TTL), runs the command with the fencing token, and
+// frees the key; --no-wait fails at once on a held key.
+func TestLockWaitsRunsAndReleases(t *testing.T) {
+	c, _ := startTestNode(t)
+	ctx := context.Background()
+	blocker, err := c.Acquire(ctx, node.AcquireRequest{Key: "K", Holder: "blocker", TTLMS: 30_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(noWait bool, limit uint32) (string, error) {
+		var out, errb bytes.Buffer
+		err := lockRun(ctx, c, lockOptions{holdOptions: holdOptions{
+			key: "K", holder: "h", ttl: time.Second, limit: limit,
+			command: []string{"sh", "-c", "echo token=$LEASEHOLD_FENCING_TOKEN"}, stdin: strings.NewReader(""),
+			stdout: &out, stderr: &errb,
+		}, noWait: noWait}, make(chan os.Signal))
+		return out.String(), err
+	}
+	if _, err := run(true, 0); err == nil || !strings.Contains(err.Error(), "LEASE_HELD") {
+		t.Fatalf("--no-wait on a held key: %v, want LEASE_HELD", err)
+	}
+	go func() {
+		time.Sleep(2 * time.Second) // twice the lock's session TTL
+		_, _ = c.Release(ctx, node.ReleaseRequest{LeaseID: blocker.LeaseID, Token: blocker.Token})
+	}()
+	out, err := run(false, 0)
+	if err != nil {
+		t.Fatalf("lock: %v", err)
+	}
+	tok, perr := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(out, "token="), "\n"), 10, 64)
+	if perr != nil || tok <= blocker.FencingToken {
+		t.Errorf("command output %q, want a fencing token above the blocker's %d", out, blocker.FencingToken)
+	}
+	ls, err := c.List(ctx, node.ListRequest{Key: "K", State: "active"})
+	if err != nil || len(ls.Leases) != 0 {
+		t.Fatalf("K after lock: %v %+v", err, ls)
+	}
+	// A semaphore of two slots admits lock next to another holder.
+	other, err := c.Acquire(ctx, node.AcquireRequest{Key: "K", Holder: "other", TTLMS: 30_000, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(true, 2); err != nil {
+		t.Fatalf("lock --limit 2 --no-wait next to one holder: %v", err)
+	}
+	_, _ = c.Release(ctx, node.ReleaseRequest{LeaseID: other.LeaseID, Token: other.Token})
+}
+
+// TestKeepAliveCommand keeps a lease alive past its TTL, then reports its
+// loss (exit 1) once an operator revokes it.
+func TestKeepAliveCommand(t *testing.T) {
+	c, url := startTestNode(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, node.AcquireRequest{Key: "ka", Holder: "h", TTLMS: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, lookupEnv: func(string) (string, bool) { return "", false }}
+	done := make(chan error, 1)
+	go func() {
+		done <- a.run(ctx, []string{"keep-alive", "--addr", url, "--lease-token", l.Token, l.LeaseID})
+	}()
+	time.Sleep(3 * time.Second) // two TTLs
+	got, err := c.Get(ctx, l.LeaseID)
+	if err != nil || got.State != "active" {
+		t.Fatalf("lease after two TTLs under keep-alive: %v %+v", err, got)
+	}
+	if _, err := c.Revoke(ctx, l.LeaseID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if exitCode(err) != 1 || !strings.Contains(err.Error(), "lost") {
+			t.Fatalf("keep-alive ended with %v, want exit 1 for a lost lease", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("keep-alive did not notice the revocation")
+	}
+}
