@@ -208,9 +208,9 @@ func flagNames(fs *flag.FlagSet) []string {
 	return names
 }
 
-// suggest returns the candidate closest to name, if it is close enough to be
-// a typo (at most two edits, fewer than name has letters) or name is a
-// prefix of exactly one candidate; "" otherwise.
+// suggest returns the one candidate name is a prefix of, else the candidate
+// closest to name if it is close enough to be a typo (at most two edits,
+// fewer than name has letters); "" otherwise.
 func suggest(name string, candidates []string) string {
 	best, bestD := "", 3
 	var prefixed []string
@@ -222,7 +222,7 @@ func suggest(name string, candidates []string) string {
 			best, bestD = c, d
 		}
 	}
-	if best == "" && len(prefixed) == 1 {
+	if len(prefixed) == 1 {
 		return prefixed[0]
 	}
 	return best
