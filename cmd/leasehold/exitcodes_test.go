@@ -163,4 +163,3 @@ func TestInUserUnits(t *testing.T) {
 		}
 	}
 }
-
