@@ -50,6 +50,7 @@ func commands() []command {
 		{"bench", "benchmark a running node", (*app).benchCmd},
 		{"chaos", "run the fault-injection suite against a cluster it starts", (*app).chaosCmd},
 		{"token", "create a bearer token for the tokens file", (*app).tokenCmd},
+		{"health", "check that a node is ready (for container health checks)", (*app).healthCmd},
 		{"version", "print the version", (*app).versionCmd},
 	}
 }
