@@ -102,11 +102,12 @@ func classify(err error) failure {
 
 // unreachable reports whether err is a transport failure: no node answered
 // (refused, reset, DNS, TLS handshake) or none answered in time.
+// (Not net.Error: a syscall.Errno is one, so a missing file would count.)
 func unreachable(err error) bool {
 	var ue *url.Error
-	var ne net.Error
 	var oe *net.OpError
-	return errors.As(err, &ue) || errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, context.DeadlineExceeded)
+	var de *net.DNSError
+	return errors.As(err, &ue) || errors.As(err, &oe) || errors.As(err, &de) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // jsonErrors marks an error of a command run with --json: report prints it

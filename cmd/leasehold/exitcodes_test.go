@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -161,5 +164,17 @@ func TestInUserUnits(t *testing.T) {
 		if got := shortDuration(dd); got != want {
 			t.Errorf("shortDuration(%s) = %s, want %s", d, got, want)
 		}
+	}
+}
+
+// TestLocalErrorsAreNotUnreachable: a file error is a plain failure (1), not
+// "unreachable" (5), though its errno looks like a net.Error.
+func TestLocalErrorsAreNotUnreachable(t *testing.T) {
+	_, err := os.Open(filepath.Join(t.TempDir(), "missing"))
+	if f := classify(err); f.status != exitFailure {
+		t.Errorf("missing file: exit %d", f.status)
+	}
+	if f := classify(fmt.Errorf("get: %w", context.DeadlineExceeded)); f.status != exitUnavailable {
+		t.Errorf("deadline: exit %d", f.status)
 	}
 }
