@@ -5,6 +5,10 @@ BIN       := bin/leasehold
 BENCH_DIR ?= $(shell mktemp -d /tmp/leasehold-bench.XXXXXX)
 BENCH_ARGS ?= --workload all --clients 64 --duration 10s
 IMAGE     ?= leasehold:latest
+# Stamped into the binary: `leasehold version` prints both.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 .PHONY: run build test test-short bench bench-scale hostile lint fuzz fuzz-ci image clean chaos chaos-ci canaries
 
@@ -14,25 +18,25 @@ run: build
 	./$(BIN) server
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/leasehold
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/leasehold
 
 # Every test, under the race detector (the chaos package, with the suite's
-# in-process tier, on its own: it loads the machine); then the chaos clock's own tests, which only a build with the
-# `chaos` tag has; then the chaos suite's real-process scenarios and canaries.
+# in-process tier, on its own: it loads the machine); then the chaos clock's
+# own tests, which only a build with the `chaos` tag has. The chaos suite's
+# real-process scenarios and canaries are `make chaos-ci` (CI runs both).
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/chaos$$')
 	$(GO) test -race -count=1 -timeout 20m ./chaos/
 	$(GO) vet -tags chaos ./node/
 	$(GO) test -race -count=1 -tags chaos -run Clock ./node/
-	$(MAKE) chaos-ci
 
 # The chaos suite (chaos/, see docs/chaos.md). Output (history,
 # porcupine HTML, timeline, summary.json, node logs) goes under CHAOS_OUT.
 CHAOS_OUT ?= chaos-out/$(shell date +%Y%m%d-%H%M%S)
 CANARIES  := canary_early_expiry canary_stale_read canary_fence_reset canary_renew_token canary_tick_at_once
 
-# CI's share: every scenario once against real server processes in network
+# CI runs it after `make test`: every scenario once against real server processes in network
 # namespaces (needs root, iproute2 and nftables; about ten minutes), then
 # proof that the suite catches each deliberate bug (canary build tags).
 chaos-ci:
@@ -94,7 +98,7 @@ fuzz-ci:
 # The container image (deploy/Dockerfile, FROM scratch: nothing is pulled):
 # a static binary built here, copied into the image. deploy/README.md has the rest.
 image:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o deploy/leasehold ./cmd/leasehold
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o deploy/leasehold ./cmd/leasehold
 	mkdir -p deploy/.empty
 	docker build -t $(IMAGE) deploy
 

@@ -79,7 +79,7 @@ func TestClientCommands(t *testing.T) {
 	t.Run("error prints code and holders", func(t *testing.T) {
 		a, _, errb := testApp(env)
 		code := report(a.run(context.Background(), []string{"acquire", "busy"}), errb)
-		if code != 1 {
+		if code != exitBusy {
 			t.Errorf("exit %d", code)
 		}
 		lines := strings.Split(errb.String(), "\n")
@@ -106,7 +106,7 @@ func TestClientCommands(t *testing.T) {
 	t.Run("unreachable node", func(t *testing.T) {
 		a, _, errb := testApp(map[string]string{"LEASEHOLD_ADDR": "127.0.0.1:1"})
 		code := report(a.run(context.Background(), []string{"get", "ls_1", "--timeout", "2s"}), errb)
-		if code != 1 || !strings.HasPrefix(errb.String(), "error: ") {
+		if code != exitUnavailable || !strings.HasPrefix(errb.String(), "error: ") {
 			t.Errorf("exit %d, stderr %q", code, errb)
 		}
 	})

@@ -9,8 +9,6 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
-
-	"github.com/leasehold/leasehold/node"
 )
 
 // app is what every subcommand runs with: its output streams and where it
@@ -18,6 +16,12 @@ import (
 type app struct {
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
+	// json is set when the command runs with --json: its errors are then
+	// printed as JSON too.
+	json bool
+	// global holds the client flags given before the subcommand, applied
+	// by parse to the subcommand's flags.
+	global [][2]string
 }
 
 // command is one subcommand.
@@ -48,6 +52,7 @@ func commands() []command {
 		{"bench", "benchmark a running node", (*app).benchCmd},
 		{"chaos", "run the fault-injection suite against a cluster it starts", (*app).chaosCmd},
 		{"token", "create a bearer token for the tokens file", (*app).tokenCmd},
+		{"health", "check that a node is ready (for container health checks)", (*app).healthCmd},
 		{"version", "print the version", (*app).versionCmd},
 	}
 }
@@ -58,8 +63,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return a.run(ctx, args)
 }
 
+// run runs one command line. An error of a command run with --json comes
+// back marked for report to print as JSON.
 func (a *app) run(ctx context.Context, args []string) error {
+	a.json = jsonRequested(args)
+	err := a.dispatch(ctx, args)
+	if err != nil {
+		err = inUserUnits(err, args)
+		if a.json {
+			err = &jsonErrors{err}
+		}
+	}
+	return err
+}
+
+func (a *app) dispatch(ctx context.Context, args []string) error {
+	if len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		switch args[0] {
+		case "-h", "-help", "--help", "-version", "--version":
+		default:
+			// Client flags before the subcommand.
+			set, rest, err := globalFlags(args)
+			if err != nil {
+				return err
+			}
+			a.global, args = set, rest
+		}
+	}
 	if len(args) == 0 {
+		if a.json {
+			return usageErrorf("no command given (run 'leasehold help')")
+		}
 		a.usage(a.stderr)
 		return errUsageShown
 	}
@@ -71,10 +105,15 @@ func (a *app) run(ctx context.Context, args []string) error {
 	case "-version", "--version":
 		name = "version"
 	}
+	var names []string
 	for _, c := range commands() {
 		if c.name == name {
 			return c.run(a, ctx, args[1:])
 		}
+		names = append(names, c.name)
+	}
+	if s := suggest(name, append(names, "help")); s != "" {
+		return usageErrorf("unknown command %q: did you mean %q? (run 'leasehold help')", name, s)
 	}
 	return usageErrorf("unknown command %q (run 'leasehold help')", name)
 }
@@ -86,8 +125,12 @@ func (a *app) usage(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
 	}
 	tw.Flush()
-	fmt.Fprint(w, "\nRun 'leasehold COMMAND -h' for a command's flags. Client commands read\n"+
-		"LEASEHOLD_ADDR and LEASEHOLD_TOKEN; server flags read LEASEHOLD_<FLAG>.\n")
+	fmt.Fprint(w, "\nRun 'leasehold COMMAND -h' for a command's flags. Client flags (--addr,\n"+
+		"--token, --json, --timeout, --tls-*) may also come before COMMAND. Client\n"+
+		"commands read LEASEHOLD_ADDR and LEASEHOLD_TOKEN; server flags read\n"+
+		"LEASEHOLD_<FLAG>. Exit status: 0 ok, 1 failure, 2 usage or bad input,\n"+
+		"3 held or busy, 4 not found or ended, 5 no leader or unreachable,\n"+
+		"6 not authorized, 130 interrupted (docs/cli.md).\n")
 }
 
 // usageError is a command line the program cannot run: exit status 2.
@@ -114,43 +157,6 @@ func (e *exitError) Error() string {
 		return fmt.Sprintf("exit status %d", e.code)
 	}
 	return e.msg
-}
-
-// report prints err the way the command line promises and returns the exit
-// status: 0 on success, 2 for usage errors, 1 for other errors (an
-// exitError chooses its own).
-func report(err error, stderr io.Writer) int {
-	var ue *usageError
-	var ee *exitError
-	var ne *node.Error
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsageShown):
-		return 2
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "error: %s\n", ue.msg)
-		return 2
-	case errors.As(err, &ee):
-		if ee.msg != "" {
-			fmt.Fprintf(stderr, "error: %s\n", ee.msg)
-		}
-		return ee.code
-	case errors.Is(err, context.Canceled):
-		fmt.Fprintln(stderr, "error: interrupted")
-		return 1
-	case errors.As(err, &ne):
-		fmt.Fprintf(stderr, "error: %s\n", ne.Error())
-		for _, h := range ne.Holders {
-			fmt.Fprintf(stderr, "  held by %s (lease %s, %s left)\n", h.Holder, h.LeaseID, msString(h.RemainingMS))
-		}
-		if ne.Code == node.CodeLockDelay && ne.RemainingMS > 0 {
-			fmt.Fprintf(stderr, "  lock-delay ends in %s\n", msString(ne.RemainingMS))
-		}
-		return 1
-	}
-	fmt.Fprintf(stderr, "error: %s\n", err)
-	return 1
 }
 
 // envName is the environment variable a flag reads: --http-addr ->
@@ -188,15 +194,23 @@ func (a *app) parse(fs *flag.FlagSet, args []string, envFlags []string, maxPos i
 			return nil, usageErrorf("%s=%q: %v", envName(name), v, err)
 		}
 	}
+	for _, g := range a.global {
+		if fs.Lookup(g[0]) == nil {
+			return nil, usageErrorf("--%s (given before the command) does not apply to %s", g[0], fs.Name())
+		}
+		if err := fs.Set(g[0], g[1]); err != nil {
+			return nil, usageErrorf("--%s %q: %v", g[0], g[1], err)
+		}
+	}
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, errUsageShown
+		if err := a.parseFlags(fs, args); err != nil {
+			return nil, err
 		}
 		rest := fs.Args()
+		if f := fs.Lookup("json"); f != nil {
+			a.json = f.Value.String() == "true"
+		}
 		if len(rest) == 0 {
 			return pos, nil
 		}
@@ -210,6 +224,33 @@ func (a *app) parse(fs *flag.FlagSet, args []string, envFlags []string, maxPos i
 			return append(pos, args...), nil
 		}
 	}
+}
+
+// parseFlags is fs.Parse(args). Under --json a bad flag comes back as a
+// usage error (printed as JSON) instead of the flag package's text.
+func (a *app) parseFlags(fs *flag.FlagSet, args []string) error {
+	if !a.json {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return errUsageShown
+		}
+		return nil
+	}
+	out := fs.Output()
+	var buf strings.Builder
+	fs.SetOutput(&buf)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(out, buf.String())
+		return err
+	case err != nil:
+		return usageErrorf("%s: %v", fs.Name(), err)
+	}
+	return nil
 }
 
 // allFlags lists the names of every flag of fs.

@@ -216,11 +216,11 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		"join", cfg.node.Join, "bootstrap_expect", cfg.node.BootstrapExpect, "auth", tokens != nil,
 		"https", sec.http != nil, "client_certs", sec.http != nil && sec.http.ClientCAs != nil,
 		"raft_mtls", sec.raft != nil, "gossip_encrypted", len(sec.gossipKey) > 0)
+	notify := a.newNotifier(log)
 	go func() {
-		select {
-		case <-n.Ready():
+		// READY=1 for systemd (Type=notify) on the condition of /readyz.
+		if notify.notifyWhenReady(streams, n.Ready(), n.ReadyErr, 100*time.Millisecond) {
 			log.Info("ready: leader known and log applied")
-		case <-streams.Done():
 		}
 	}()
 
@@ -232,6 +232,7 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		runErr = fmt.Errorf("http server: %w", err)
 		log.Error("http server failed; shutting down", "err", err)
 	}
+	notify.send("STOPPING=1")
 	if err := shutdownHTTP(srv, endStreams); err != nil {
 		log.Warn("http shutdown", "err", err)
 	}

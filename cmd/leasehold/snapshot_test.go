@@ -79,7 +79,7 @@ func TestSnapshotCommands(t *testing.T) {
 	data, _ := os.ReadFile(file)
 	data[len(data)-1] ^= 1
 	os.WriteFile(bad, data, 0o600)
-	if _, errs, code = run("snapshot", "restore", "--yes", bad); code != 1 || !strings.Contains(errs, "checksum") {
+	if _, errs, code = run("snapshot", "restore", "--yes", bad); code != exitUsage || !strings.Contains(errs, "checksum") {
 		t.Fatalf("restore of a damaged file: exit %d: %s", code, errs)
 	}
 	if l, _ := n.GetLease(ctx, kept.LeaseID, false); l == nil || l.State != "released" {

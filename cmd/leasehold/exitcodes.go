@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/node"
+)
+
+// Exit statuses of every subcommand (docs/cli.md). hold and lock exit with
+// their command's status once it ran.
+const (
+	exitOK          = 0
+	exitFailure     = 1   // anything else: an internal error, a file that cannot be written, validate's "invalid"
+	exitUsage       = 2   // bad command line or input the server refused (INVALID_ARGUMENT, ...)
+	exitBusy        = 3   // held or busy: LEASE_HELD, LOCK_DELAY, RESOURCE_EXHAUSTED, ...
+	exitNotFound    = 4   // no such lease or session, or it has ended
+	exitUnavailable = 5   // no leader, no node reachable, or an outcome not known
+	exitDenied      = 6   // not authenticated or not allowed, or a wrong lease token
+	exitInterrupted = 130 // SIGINT or SIGTERM
+)
+
+// codeExit maps each contract error code to its exit status.
+var codeExit = map[node.Code]int{
+	node.CodeInvalidArgument:     exitUsage,
+	node.CodePayloadTooLarge:     exitUsage,
+	node.CodeIdempotencyConflict: exitUsage,
+	node.CodeMethodNotAllowed:    exitUsage,
+	node.CodeLeaseHeld:           exitBusy,
+	node.CodeLockDelay:           exitBusy,
+	node.CodeLimitMismatch:       exitBusy,
+	node.CodeResourceExhausted:   exitBusy,
+	node.CodeControlLocked:       exitBusy,
+	node.CodeLeaseRequired:       exitBusy,
+	node.CodeLeaseNotFound:       exitNotFound,
+	node.CodeSessionNotFound:     exitNotFound,
+	node.CodeNotFound:            exitNotFound,
+	node.CodeLeaseExpired:        exitNotFound,
+	node.CodeLeaseReleased:       exitNotFound,
+	node.CodeLeaseRevoked:        exitNotFound,
+	node.CodeSessionEnded:        exitNotFound,
+	node.CodeEventsCompacted:     exitNotFound,
+	node.CodeNoLeader:            exitUnavailable,
+	node.CodeUnavailable:         exitUnavailable,
+	node.CodeIndeterminate:       exitUnavailable,
+	node.CodeUnauthenticated:     exitDenied,
+	node.CodePermissionDenied:    exitDenied,
+	node.CodeLeaseTokenInvalid:   exitDenied,
+}
+
+// Codes of the --json error object for failures that are not a server's
+// answer.
+const (
+	codeUsage       node.Code = "USAGE"
+	codeInterrupted node.Code = "INTERRUPTED"
+	codeFailed      node.Code = "FAILED"
+)
+
+// failure is what report says about an error: the exit status, the error
+// object (--json) and whether anything is to be printed at all.
+type failure struct {
+	status int
+	err    node.Error
+	quiet  bool // already explained (flag usage) or deliberately silent
+}
+
+// classify turns err into its exit status and error object.
+func classify(err error) failure {
+	var ue *usageError
+	var ee *exitError
+	var ne *node.Error
+	switch {
+	case errors.Is(err, errUsageShown):
+		return failure{status: exitUsage, err: node.Error{Code: codeUsage, Message: "usage"}, quiet: true}
+	case errors.As(err, &ue):
+		return failure{status: exitUsage, err: node.Error{Code: codeUsage, Message: ue.msg}}
+	case errors.As(err, &ee):
+		return failure{status: ee.code, err: node.Error{Code: codeFailed, Message: ee.msg}, quiet: ee.msg == ""}
+	case errors.Is(err, context.Canceled):
+		return failure{status: exitInterrupted, err: node.Error{Code: codeInterrupted, Message: "interrupted"}}
+	case errors.As(err, &ne):
+		st, ok := codeExit[ne.Code]
+		if !ok {
+			st = exitFailure
+		}
+		return failure{status: st, err: *ne}
+	case unreachable(err):
+		return failure{status: exitUnavailable, err: node.Error{Code: node.CodeUnavailable, Message: err.Error()}}
+	}
+	return failure{status: exitFailure, err: node.Error{Code: codeFailed, Message: err.Error()}}
+}
+
+// unreachable reports whether err is a transport failure: no node answered
+// (refused, reset, DNS, TLS handshake) or none answered in time.
+// (Not net.Error: a syscall.Errno is one, so a missing file would count.)
+func unreachable(err error) bool {
+	var ue *url.Error
+	var oe *net.OpError
+	var de *net.DNSError
+	return errors.As(err, &ue) || errors.As(err, &oe) || errors.As(err, &de) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// jsonErrors marks an error of a command run with --json: report prints it
+// as a JSON object.
+type jsonErrors struct{ err error }
+
+func (e *jsonErrors) Error() string { return e.err.Error() }
+func (e *jsonErrors) Unwrap() error { return e.err }
+
+// errorJSON is the object printed on stderr for a failure under --json: the
+// API's error envelope (code, message and the code's details) plus the
+// exit status.
+type errorJSON struct {
+	Error struct {
+		node.Error
+		ExitStatus int `json:"exit_status"`
+	} `json:"error"`
+}
+
+// report prints err the way the command line promises (docs/cli.md) and
+// returns the exit status: a line "error: ..." on stderr, or under --json
+// one JSON object {"error": {...}} on stderr.
+func report(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	f := classify(err)
+	var je *jsonErrors
+	if errors.As(err, &je) {
+		if f.err.Message != "" || !f.quiet {
+			var out errorJSON
+			out.Error.Error, out.Error.ExitStatus = f.err, f.status
+			_ = json.NewEncoder(stderr).Encode(out) // one line
+
+		}
+		return f.status
+	}
+	if f.quiet {
+		return f.status
+	}
+	var ne *node.Error
+	if errors.As(err, &ne) && !errors.As(err, new(*exitError)) {
+		fmt.Fprintf(stderr, "error: %s\n", ne.Error())
+		for _, h := range ne.Holders {
+			fmt.Fprintf(stderr, "  held by %s (lease %s, %s left)\n", h.Holder, h.LeaseID, msString(h.RemainingMS))
+		}
+		if ne.Code == node.CodeLockDelay && ne.RemainingMS > 0 {
+			fmt.Fprintf(stderr, "  lock-delay ends in %s\n", msString(ne.RemainingMS))
+		}
+		return f.status
+	}
+	fmt.Fprintf(stderr, "error: %s\n", f.err.Message)
+	return f.status
+}
+
+// jsonRequested guesses from the command line whether --json is set, for
+// errors that happen before the flags are parsed (a parse error itself).
+// Arguments after "--" are another program's.
+func jsonRequested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-json", "--json", "-json=true", "--json=true":
+			return true
+		}
+	}
+	return false
+}
+
+// globalFlags parses the client flags given before the subcommand
+// (leasehold --addr X --json get ID): they return as name=value pairs, which
+// parse applies to the subcommand's flag set, and the rest of args.
+func globalFlags(args []string) (set [][2]string, rest []string, err error) {
+	fs := flag.NewFlagSet("leasehold", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var cf clientFlags
+	cf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, usageErrorf("%v (before the command, only the client flags: %s)", err, strings.Join(flagNames(fs), " "))
+	}
+	// Visit walks in name order; keep the command line's order instead so
+	// that a repeated flag ends with its last value.
+	seen := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { seen[f.Name] = true })
+	for _, a := range args[:len(args)-len(fs.Args())] {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if seen[name] {
+			set = append(set, [2]string{name, fs.Lookup(name).Value.String()})
+			delete(seen, name)
+		}
+	}
+	return set, fs.Args(), nil
+}
+
+func flagNames(fs *flag.FlagSet) []string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, "--"+f.Name) })
+	return names
+}
+
+// suggest returns the one candidate name is a prefix of, else the candidate
+// closest to name if it is close enough to be a typo (at most two edits,
+// fewer than name has letters); "" otherwise.
+func suggest(name string, candidates []string) string {
+	best, bestD := "", 3
+	var prefixed []string
+	for _, c := range candidates {
+		if strings.HasPrefix(c, name) && name != "" {
+			prefixed = append(prefixed, c)
+		}
+		if d := editDistance(name, c); d < bestD && d < len(name) {
+			best, bestD = c, d
+		}
+	}
+	if len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance between a and b:
+// insertions, deletions, substitutions and transpositions of adjacent
+// letters each count one.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	d := make([][]int, len(ra)+1)
+	for i := range d {
+		d[i] = make([]int, len(rb)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(ra)][len(rb)]
+}
+
+// durationFields names the duration flag behind each millisecond field of
+// the API, for errors in the units the user typed.
+var durationFields = map[string]string{
+	"ttl_ms":        "ttl",
+	"wait_ms":       "wait",
+	"lock_delay_ms": "lock-delay",
+}
+
+// rangeMessage matches the server's bounds message: "ttl_ms must be
+// 1000-86400000, got 90000000".
+var rangeMessage = regexp.MustCompile(`^\S+ must be (\d+)-(\d+), got (-?\d+)$`)
+
+// inUserUnits rewrites an INVALID_ARGUMENT about a millisecond field that a
+// duration flag set into the flag's terms: "ttl 25h exceeds the maximum
+// 24h". args is the command line the flag's text is looked up in. Other
+// errors return unchanged.
+func inUserUnits(err error, args []string) error {
+	var ne *node.Error
+	if !errors.As(err, &ne) || ne.Code != node.CodeInvalidArgument {
+		return err
+	}
+	flagName, ok := durationFields[ne.Field]
+	if !ok {
+		return err
+	}
+	m := rangeMessage.FindStringSubmatch(ne.Message)
+	if m == nil {
+		return err
+	}
+	lo, _ := strconv.ParseInt(m[1], 10, 64)
+	hi, _ := strconv.ParseInt(m[2], 10, 64)
+	got, _ := strconv.ParseInt(m[3], 10, 64)
+	typed := flagText(args, flagName)
+	if typed == "" {
+		typed = shortDuration(time.Duration(got) * time.Millisecond)
+	}
+	out := *ne
+	switch {
+	case got > hi:
+		out.Message = fmt.Sprintf("%s %s exceeds the maximum %s", flagName, typed, shortDuration(time.Duration(hi)*time.Millisecond))
+	case got < lo:
+		out.Message = fmt.Sprintf("%s %s is below the minimum %s", flagName, typed, shortDuration(time.Duration(lo)*time.Millisecond))
+	default:
+		return err
+	}
+	return &out
+}
+
+// flagText returns the text given to --name on the command line (its last
+// occurrence before "--"), or "".
+func flagText(args []string, name string) string {
+	var v string
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		n, val, hasVal := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if n != name {
+			continue
+		}
+		if hasVal {
+			v = val
+		} else if i+1 < len(args) {
+			v = args[i+1]
+		}
+	}
+	return v
+}
+
+// shortDuration prints d without zero trailing units: 24h, 1h30m, 5m, 1.5s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
