@@ -356,13 +356,12 @@ func (n *Node) ControlBreak(ctx context.Context, by string) (*ControlState, erro
 	if by == "" {
 		by = "anonymous"
 	}
+	if fsm.ValidHolder(by) != nil { // control characters, invalid UTF-8
+		by = strconv.Quote(by)
+	}
 	reason := ControlBreakReason + by
-	if len(reason) > fsm.MaxReasonBytes || fsm.ValidReason(reason) != nil {
-		reason = ControlBreakReason + strconv.Quote(by)
-		if len(reason) > fsm.MaxReasonBytes {
-			reason = reason[:fsm.MaxReasonBytes]
-		}
-		reason = strings.ToValidUTF8(reason, "")
+	if len(reason) > fsm.MaxReasonBytes {
+		reason = strings.ToValidUTF8(reason[:fsm.MaxReasonBytes], "")
 	}
 	if err := n.readBarrier(ctx, false); err != nil {
 		return nil, err
