@@ -22,13 +22,13 @@ const forgedForward = `{"op":"acquire","acquire":{"holder":"mallory","wsClientId
 // that forges the forwarding header gets 404 and takes no lease.
 func TestControlForwardNotAClientRoute(t *testing.T) {
 	env := newControlEnv(t, Options{Tokens: testTokens(t)})
-	for _, tok := range []string{readToken, writeToken, adminToken} {
+	for scope, tok := range map[string]string{"read": readToken, "write": writeToken, "admin": adminToken} {
 		for _, body := range []string{forgedForward,
 			`{"op":"acquire","acquire":{"holder":"mallory","wsClientId":7,"ttlMs":5000}}`} {
 			code, b := restDo(t, "POST", env.srv.URL+controlForwardPath, body,
 				"Authorization", "Bearer "+tok, headerForwarded, "c2", "Content-Type", "application/json")
 			if code != http.StatusNotFound && code != http.StatusForbidden {
-				t.Fatalf("forged forward with a %s token: %d %s", tok, code, b)
+				t.Fatalf("forged forward with a %s token: %d %s", scope, code, b)
 			}
 		}
 	}
@@ -74,7 +74,7 @@ func TestControlPeerHandlerBounds(t *testing.T) {
 	}
 	// Within the bounds it is granted.
 	code, b := post(`{"op":"acquire","acquire":{"holder":"ws_x","ttlMs":60000}}`)
-	if code != http.StatusOK || !bytes.Contains(b2(b), []byte(`"leaseToken"`)) {
+	if code != http.StatusOK || !strings.Contains(b, `"leaseToken"`) {
 		t.Fatalf("acquire within the bounds: %d %s", code, b)
 	}
 	// Other paths and methods are not served.
@@ -84,8 +84,6 @@ func TestControlPeerHandlerBounds(t *testing.T) {
 		t.Fatalf("GET on the node-to-node route: %d", rec.Code)
 	}
 }
-
-func b2(s string) []byte { return []byte(s) }
 
 // TestControlBreak: an admin breaks a control lease whose owner holds it
 // (without its token, while the lease gates admin routes); the lease ends
@@ -105,10 +103,10 @@ func TestControlBreak(t *testing.T) {
 	l := acquire(t, owner, "stuck", "ttlMs", 60000)
 
 	// Nobody but an admin.
-	for _, tok := range []string{readToken, writeToken} {
+	for scope, tok := range map[string]string{"read": readToken, "write": writeToken} {
 		code, b := restDo(t, "POST", env.srv.URL+controlBreakPath, "", "Authorization", "Bearer "+tok)
 		if code != 403 || !bytes.Contains(b, []byte(node.CodePermissionDenied)) {
-			t.Fatalf("break with a %s token: %d %s", tok, code, b)
+			t.Fatalf("break with a %s token: %d %s", scope, code, b)
 		}
 	}
 	if code, b := restDo(t, "POST", env.srv.URL+controlBreakPath, ""); code != 401 {
