@@ -57,8 +57,7 @@ func (n *Node) ServePeer(h http.Handler) {
 		return
 	default:
 	}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: nil}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	go p.srv.Serve(ln)
 }
 
@@ -84,5 +83,10 @@ func (n *Node) DialPeer(ctx context.Context, network, addr string) (net.Conn, er
 	if network != "tcp" && network != "tcp4" && network != "tcp6" {
 		return nil, errors.New("node: node-to-node streams are TCP")
 	}
-	return n.cl.DialPeer(ctx, addr)
+	conn, err := n.cl.DialPeer(ctx, addr)
+	if err != nil {
+		// Nothing was sent: a dial error, as the forwarders tell it apart.
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	return conn, nil
 }
