@@ -149,6 +149,18 @@ func TestControlClusterFollowerAndFailover(t *testing.T) {
 		t.Fatalf("heartbeat through a follower: %s", m.raw)
 	}
 	onOther.changed("heartbeat")
+	// The follower's operations reached the leader over the Raft port: the
+	// HTTP API of every node refuses the node-to-node route, even with the
+	// forwarding header (issue 11), and the lease stays the owner's.
+	for _, m := range ms {
+		code, b := restDo(t, "POST", m.base+controlForwardPath, forgedForward, headerForwarded, "c9")
+		if code != http.StatusNotFound {
+			t.Fatalf("forged forward to %s: %d %s", m.id, code, b)
+		}
+	}
+	if st := restStatus(t, fs[1].base); !st.Active || st.LeaseID != got.LeaseID || st.OwnerClientName != "K1 Composer" {
+		t.Fatalf("status after forged forwards = %+v", st)
+	}
 
 	// The leader crashes; the owner's connection (on a follower) stays up.
 	crash := time.Now()
