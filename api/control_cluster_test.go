@@ -243,4 +243,27 @@ func TestControlClusterFollowerAndFailover(t *testing.T) {
 		}
 		return true
 	})
+
+	// A client of the remaining follower takes the lease and its socket
+	// stays silent; an admin breaks it through that node (a follower unless
+	// leadership moved: the break is forwarded like any admin write).
+	var sf *clusterMember
+	for _, m := range fs {
+		if m != nl {
+			sf = m
+		}
+	}
+	stuck := dialControl(t, sf.base, nil)
+	held := acquire(t, stuck, "stuck", "ttlMs", 60000)
+	var brk []byte
+	pollUntil(t, 60*time.Second, "the break answered by a leader", func() bool {
+		var code int
+		code, brk = restDo(t, "POST", sf.base+controlBreakPath, "")
+		return code != 503 && code != 504
+	})
+	var broken node.ControlState
+	if err := json.Unmarshal(brk, &broken); err != nil || broken.Active || broken.LeaseID != held.LeaseID {
+		t.Fatalf("break through a follower: %s", brk)
+	}
+	stuck.changed("revoked")
 }
