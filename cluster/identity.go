@@ -64,9 +64,6 @@ var ErrOtherCluster = errors.New("cluster: raft peer refused the connection")
 // NewIdentityStreamLayer wraps inner so that every connection starts with
 // the cluster id exchange (see Identity).
 func NewIdentityStreamLayer(inner raft.StreamLayer, id Identity, log *slog.Logger) raft.StreamLayer {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	return newIdentityLayer(inner, id, log)
 }
 
