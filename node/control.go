@@ -335,14 +335,24 @@ func (n *Node) controlPrecheck(holder, leaseID, token string) error {
 	return nil
 }
 
-func checkControlCreds(leaseID, token string) *Error {
+// checkControlCreds: a lease id that is not a control lease's is
+// LEASE_INVALID (a *ControlError, as every refusal of the seed's codes);
+// a missing or oversized token INVALID_ARGUMENT.
+func checkControlCreds(leaseID, token string) error {
 	if leaseID == "" || len(leaseID) > fsm.MaxIDBytes || !IsControlLeaseID(leaseID) {
-		return controlInvalid("leaseId " + strconv.Quote(leaseID) + " is not a control lease").Err
+		return controlInvalid("leaseId " + strconv.Quote(truncateID(leaseID)) + " is not a control lease")
 	}
 	if token == "" || len(token) > MaxControlTokenBytes {
 		return fsm.InvalidField("leaseToken", "leaseToken is required (1-%d bytes)", MaxControlTokenBytes)
 	}
 	return nil
+}
+
+func truncateID(id string) string {
+	if len(id) > fsm.MaxIDBytes {
+		return id[:fsm.MaxIDBytes] + "..."
+	}
+	return id
 }
 
 // ControlBreak ends the active control lease by operator force: the way
