@@ -55,7 +55,9 @@ type Config struct {
 	// Raft accepts or dials) for embedders that route, shape or observe
 	// the traffic between servers themselves. It gets the layer in use
 	// and returns the one Raft uses; Addr must still be the address peers
-	// dial. Not used with InMemory.
+	// dial. Not used with InMemory. The node-to-node streams (PeerListener,
+	// DialPeer) are told apart beneath it, by the identity layer, and do
+	// not pass through it.
 	WrapStream func(raft.StreamLayer) raft.StreamLayer
 	// WrapStores, if set, wraps Raft's log and stable stores (fault
 	// injection: see internal/diskfault). Reads and writes must reach the

@@ -145,6 +145,9 @@ type Config struct {
 	//
 	// WrapRaftStream wraps Raft's stream layer (every connection Raft
 	// accepts on RaftAddr or dials to a peer), whatever layer is in use.
+	// The node-to-node streams of the same port (DialPeer, ServePeer) are
+	// told apart beneath it and do not pass through it: do not rely on it
+	// to authenticate servers (RaftTLS does, for both).
 	WrapRaftStream func(raft.StreamLayer) raft.StreamLayer
 	// WrapGossip wraps memberlist's transport (UDP packets and TCP streams
 	// on GossipAddr).
