@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -32,13 +33,24 @@ const (
 	// DefaultControlMaxSockets bounds the open control sockets of a node.
 	DefaultControlMaxSockets = 256
 	// DefaultControlMaxTTL bounds the ttlMs a client may ask for.
-	DefaultControlMaxTTL = time.Minute
+	DefaultControlMaxTTL = node.DefaultControlMaxTTL
 )
 
 // controlForwardPath is the node-to-node route a follower sends its
-// sockets' control operations to; the leader answers it only when it
-// carries X-Leasehold-Forwarded-By.
+// sockets' control operations to. It is served only on the node-to-node
+// streams of the Raft port (node.Node.ServePeer), never on the public HTTP
+// listener: no client token of any scope reaches it.
 const controlForwardPath = "/v1/control/forward"
+
+// controlBreakPath is the admin route that breaks a stuck control lease.
+const controlBreakPath = "/v1/control/break"
+
+// peerNode is implemented by nodes that carry node-to-node requests over
+// their Raft port (*node.Node through FromNode or ControlFromNode).
+type peerNode interface {
+	ServePeer(h http.Handler)
+	DialPeer(ctx context.Context, network, addr string) (net.Conn, error)
+}
 
 // ControlNode is what the control lease needs from a node; *node.Node
 // (through FromNode) provides it.
@@ -54,6 +66,9 @@ type ControlNode interface {
 	ControlEvent(ev node.Event) (name string, st *node.ControlState, ok bool)
 	// ControlClock is the cluster clock in ms modulo 2^32.
 	ControlClock() uint32
+	// ControlBreak ends the active control lease by an admin's force; by
+	// names the admin (see node.Node.ControlBreak).
+	ControlBreak(ctx context.Context, by string) (*node.ControlState, error)
 	Subscribe(ctx context.Context, f node.EventFilter) (Subscription, error)
 }
 
@@ -75,11 +90,12 @@ type ControlOptions struct {
 	// from a browser (see websocket.AcceptOptions); requests without an
 	// Origin header and same-host origins are always allowed.
 	OriginPatterns []string
-	// ForwardTLS is the client side of TLS for a follower's operations sent
-	// to the leader (as Options.ForwardTLS); api.New passes its own.
+	// ForwardTLS and ForwardDial are not used: a follower sends its
+	// sockets' operations to the leader over the Raft port's node-to-node
+	// streams (which have the Raft transport's mutual TLS), not over the
+	// leader's HTTP API.
 	ForwardTLS *tls.Config
-	// ForwardDial, if set, opens the connections to the leader (as
-	// Options.ForwardDial); api.New passes its own.
+	// See ForwardTLS.
 	ForwardDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
@@ -93,8 +109,10 @@ type ControlOptions struct {
 //	mux.Handle("GET /api/v1/control/status", ctl.Status())
 //	mux.Handle("POST /api/v1/presets", ctl.Gate(presetsHandler))
 //
-// On a follower the socket's operations go to the leader's HTTP API (which
-// must be api.New's handler at the address the leader advertises). A
+// On a follower the socket's operations go to the leader over the Raft
+// port's node-to-node streams (node.Node.DialPeer and ServePeer; NewControl
+// registers the leader's side): only servers of the cluster reach them. A
+// node without such streams answers a follower's operations NO_LEADER. A
 // Control is safe for concurrent use.
 type Control struct {
 	n       ControlNode
@@ -106,8 +124,7 @@ type Control struct {
 	origins []string
 
 	locator leaderLocator
-	client  *http.Client
-	overTLS bool
+	client  *http.Client // to the leader's node-to-node streams; nil: none
 	nodeID  string
 
 	sockets atomic.Int64
@@ -136,26 +153,36 @@ func NewControl(n ControlNode, opts ControlOptions) *Control {
 	}
 	if l, ok := n.(leaderLocator); ok {
 		c.locator = l
-		dial := opts.ForwardDial
-		if dial == nil {
-			dial = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		if p, ok := n.(peerNode); ok {
+			c.client = &http.Client{Transport: &http.Transport{
+				Proxy:                  nil,
+				DialContext:            p.DialPeer,
+				MaxIdleConnsPerHost:    16,
+				IdleConnTimeout:        90 * time.Second,
+				MaxResponseHeaderBytes: http.DefaultMaxHeaderBytes, // as the forwarder's
+			}}
+			p.ServePeer(c.PeerHandler())
 		}
-		c.client = &http.Client{Transport: &http.Transport{
-			Proxy:                  nil,
-			DialContext:            dial,
-			MaxIdleConnsPerHost:    16,
-			IdleConnTimeout:        90 * time.Second,
-			TLSClientConfig:        opts.ForwardTLS,
-			TLSHandshakeTimeout:    5 * time.Second,
-			MaxResponseHeaderBytes: http.DefaultMaxHeaderBytes, // as the forwarder's
-		}}
-		c.overTLS = opts.ForwardTLS != nil
 	}
 	if id, ok := n.(interface{ NodeID() string }); ok {
 		c.nodeID = id.NodeID()
 	}
 	c.hub.c = c
 	return c
+}
+
+// PeerHandler returns the handler of the node-to-node requests of the
+// control lease (a follower's socket operations, run on the leader). It
+// must only be served where every request comes from a server of the
+// cluster: NewControl registers it with the node's ServePeer.
+func (c *Control) PeerHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+controlForwardPath, c.serveForward)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErrorBody(w, http.StatusNotFound, &node.Error{Code: node.CodeNotFound,
+			Message: "no node-to-node route " + r.Method + " " + r.URL.Path})
+	})
+	return mux
 }
 
 // WebSocket returns the handler of the control socket (GET, upgraded to a
@@ -289,12 +316,22 @@ func (w *controlWire) state() *node.ControlState {
 	return &st
 }
 
-// local runs op on this node.
+// local runs op on this node. The socket's bounds are checked again here
+// (the node checks its own): an operation a follower sent is held to this
+// node's.
 func (c *Control) local(ctx context.Context, op *controlOp) (*node.ControlState, error) {
 	switch op.Op {
 	case "acquire":
 		if op.Acquire == nil {
 			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "acquire", Message: "acquire is required"}
+		}
+		if t := op.Acquire.TTLMS; t != 0 && (t < node.MinControlTTL.Milliseconds() || t > c.maxTTL.Milliseconds()) {
+			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "ttlMs",
+				Message: fmt.Sprintf("ttlMs must be %d-%d, got %d", node.MinControlTTL.Milliseconds(), c.maxTTL.Milliseconds(), t)}
+		}
+		if op.Acquire.HeartbeatIntervalMS < 0 {
+			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "heartbeatIntervalMs",
+				Message: "heartbeatIntervalMs must be positive"}
 		}
 		return c.n.ControlAcquire(ctx, *op.Acquire)
 	case "heartbeat":
@@ -309,35 +346,32 @@ func (c *Control) local(ctx context.Context, op *controlOp) (*node.ControlState,
 
 // do runs op where it can be applied: here when this node leads (or no
 // leader is known: the node then answers NO_LEADER), otherwise on the
-// leader over HTTP. orig is the client's request, whose Authorization is
-// passed on.
+// leader over a node-to-node stream (the client's own request, orig, is
+// not passed on: this node authorised it).
 func (c *Control) do(ctx context.Context, orig *http.Request, op *controlOp) (*node.ControlState, error) {
 	if c.locator == nil {
 		return c.local(ctx, op)
 	}
-	info, ok := c.locator.Leader()
-	if !ok || info.Self || info.HTTPAddr == "" {
+	info, _ := c.locator.Leader()
+	if info.Self || info.RaftAddr == "" {
 		return c.local(ctx, op)
+	}
+	if c.client == nil {
+		return nil, &node.Error{Code: node.CodeNoLeader, Message: "this node leads no control lease operation and has no node-to-node stream to the leader"}
 	}
 	body, err := json.Marshal(op)
 	if err != nil {
 		return nil, err
 	}
-	u := url.URL{Scheme: "http", Host: info.HTTPAddr, Path: controlForwardPath}
-	if c.overTLS || orig != nil && orig.TLS != nil {
-		u.Scheme = "https"
-	}
+	// The host is the leader's Raft address: the transport dials it with
+	// DialPeer. TLS, when on, is the Raft port's own.
+	u := url.URL{Scheme: "http", Host: info.RaftAddr, Path: controlForwardPath}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(headerForwarded, c.nodeID)
-	if orig != nil {
-		if a := orig.Header.Get("Authorization"); a != "" {
-			req.Header.Set("Authorization", a)
-		}
-	}
 	resp, err := c.client.Do(req)
 	if err != nil {
 		if op.Op == "status" {
@@ -390,15 +424,12 @@ func (c *Control) do(ctx context.Context, orig *http.Request, op *controlOp) (*n
 	return nil, ne
 }
 
-// serveForward answers a follower's control operation (controlForwardPath).
+// serveForward answers a follower's control operation (controlForwardPath):
+// served only by PeerHandler, on node-to-node streams.
 func (c *Control) serveForward(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get(headerForwarded) == "" {
-		writeErrorBody(w, http.StatusNotFound, &node.Error{Code: node.CodeNotFound,
-			Message: "no route " + r.Method + " " + r.URL.Path + " (node-to-node only)"})
-		return
-	}
 	var op controlOp
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	// An operation is one socket message's fields plus the holder.
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, c.maxMsg+1024))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&op); err != nil {
 		writeControlError(w, decodeError(err), c.n.ControlClock())
@@ -431,19 +462,27 @@ func (s *server) controlRoutes() []route {
 			c.Status().ServeHTTP(w, r)
 			return nil
 		}},
-		// Node-to-node: a follower's socket operation, run on the leader.
-		{"POST", controlForwardPath, need(ScopeWrite), func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
-			c.serveForward(w, r)
+		// Admin: end a stuck control lease (not behind the control lease,
+		// which it breaks). Its revoked event names the admin token.
+		{"POST", controlBreakPath, need(ScopeAdmin), func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+			st, err := c.n.ControlBreak(r.Context(), s.tokenName(r))
+			if err != nil {
+				writeControlError(w, err, c.n.ControlClock())
+				return nil
+			}
+			st.LeaseToken = ""
+			writeJSON(w, http.StatusOK, st)
 			return nil
 		}},
 	}
 }
 
 // controlGated reports whether a route is behind the control lease: the
-// mutating admin routes (any request but a GET that needs the admin scope).
-// Reads stay open to everyone, as the seed's mutability matrix says.
+// mutating admin routes (any request but a GET that needs the admin scope)
+// but the break of the control lease itself. Reads stay open to everyone,
+// as the seed's mutability matrix says.
 func controlGated(rt route, r *http.Request) bool {
-	return r.Method != http.MethodGet && rt.scope(r) == ScopeAdmin
+	return r.Method != http.MethodGet && rt.scope(r) == ScopeAdmin && rt.path != controlBreakPath
 }
 
 // controlHub feeds control.stateChanged to every socket of this node from

@@ -149,6 +149,18 @@ func TestControlClusterFollowerAndFailover(t *testing.T) {
 		t.Fatalf("heartbeat through a follower: %s", m.raw)
 	}
 	onOther.changed("heartbeat")
+	// The follower's operations reached the leader over the Raft port: the
+	// HTTP API of every node refuses the node-to-node route, even with the
+	// forwarding header (issue 11), and the lease stays the owner's.
+	for _, m := range ms {
+		code, b := restDo(t, "POST", m.base+controlForwardPath, forgedForward, headerForwarded, "c9")
+		if code != http.StatusNotFound {
+			t.Fatalf("forged forward to %s: %d %s", m.id, code, b)
+		}
+	}
+	if st := restStatus(t, fs[1].base); !st.Active || st.LeaseID != got.LeaseID || st.OwnerClientName != "K1 Composer" {
+		t.Fatalf("status after forged forwards = %+v", st)
+	}
 
 	// The leader crashes; the owner's connection (on a follower) stays up.
 	crash := time.Now()
@@ -231,4 +243,27 @@ func TestControlClusterFollowerAndFailover(t *testing.T) {
 		}
 		return true
 	})
+
+	// A client of the remaining follower takes the lease and its socket
+	// stays silent; an admin breaks it through that node (a follower unless
+	// leadership moved: the break is forwarded like any admin write).
+	var sf *clusterMember
+	for _, m := range fs {
+		if m != nl {
+			sf = m
+		}
+	}
+	stuck := dialControl(t, sf.base, nil)
+	held := acquire(t, stuck, "stuck", "ttlMs", 60000)
+	var brk []byte
+	pollUntil(t, 60*time.Second, "the break answered by a leader", func() bool {
+		var code int
+		code, brk = restDo(t, "POST", sf.base+controlBreakPath, "")
+		return code != 503 && code != 504
+	})
+	var broken node.ControlState
+	if err := json.Unmarshal(brk, &broken); err != nil || broken.Active || broken.LeaseID != held.LeaseID {
+		t.Fatalf("break through a follower: %s", brk)
+	}
+	stuck.changed("revoked")
 }

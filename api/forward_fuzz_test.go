@@ -318,19 +318,26 @@ func FuzzForwardLeaderAnswer(f *testing.F) {
 
 // controlFollower is a follower of the fuzz leader as the control lease
 // sees it: every operation goes to the leader (its local methods are
-// never called).
+// never called), over a "node-to-node stream" that is plain TCP to the
+// fuzz leader.
 type controlFollower struct {
 	ControlNode
 	addr string
 }
 
 func (c *controlFollower) Leader() (node.LeaderInfo, bool) {
-	return node.LeaderInfo{ID: "l1", HTTPAddr: c.addr}, true
+	return node.LeaderInfo{ID: "l1", RaftAddr: c.addr}, true
 }
+
+func (c *controlFollower) DialPeer(ctx context.Context, network, addr string) (net.Conn, error) {
+	return (&net.Dialer{}).DialContext(ctx, network, addr)
+}
+
+func (c *controlFollower) ServePeer(http.Handler) {}
 
 // FuzzControlForwardAnswer plays a malicious leader to a follower's
 // control operations (a socket's acquire, heartbeat, release or status,
-// sent to the leader's /v1/control/forward): the follower never panics,
+// sent to the leader's node-to-node /v1/control/forward): the follower never panics,
 // ends within its deadline, reports success only for a 200 that holds a
 // state (an acquire's with its lease), and otherwise either the leader's
 // own error or NO_LEADER / INDETERMINATE, never a code the contract does

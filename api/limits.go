@@ -128,16 +128,14 @@ func (l *streamLimiter) acquire(r *http.Request) (release func(), err error) {
 const DefaultWriteTimeout = 30 * time.Second
 
 // longWrites are the routes whose answers may take long: no write deadline
-// (event streams, the control WebSocket and its node-to-node forward,
-// snapshot transfers), or one set by the handler (an acquire that may wait:
+// (event streams, the control WebSocket, snapshot transfers), or one set by the handler (an acquire that may wait:
 // wait_ms is in its body).
 var longWrites = map[string]bool{
-	"GET /v1/events":             true,
-	"GET /v1/control/ws":         true,
-	"POST " + controlForwardPath: true,
-	"GET /v1/cluster/snapshot":   true,
-	"PUT /v1/cluster/snapshot":   true,
-	"POST /v1/leases":            true,
+	"GET /v1/events":           true,
+	"GET /v1/control/ws":       true,
+	"GET /v1/cluster/snapshot": true,
+	"PUT /v1/cluster/snapshot": true,
+	"POST /v1/leases":          true,
 }
 
 // writeDeadline gives the answer to the current request writeTimeout plus

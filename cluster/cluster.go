@@ -55,7 +55,9 @@ type Config struct {
 	// Raft accepts or dials) for embedders that route, shape or observe
 	// the traffic between servers themselves. It gets the layer in use
 	// and returns the one Raft uses; Addr must still be the address peers
-	// dial. Not used with InMemory.
+	// dial. Not used with InMemory. The node-to-node streams (PeerListener,
+	// DialPeer) are told apart beneath it, by the identity layer, and do
+	// not pass through it.
 	WrapStream func(raft.StreamLayer) raft.StreamLayer
 	// WrapStores, if set, wraps Raft's log and stable stores (fault
 	// injection: see internal/diskfault). Reads and writes must reach the
@@ -80,6 +82,8 @@ type Cluster struct {
 	cfg       Config
 	trans     raft.Transport
 	stream    raft.StreamLayer // nil with InMemory
+	idl       *identityLayer   // nil with InMemory or without Identity
+	peerLn    *peerListener
 	closers   []io.Closer
 	notifyCh  chan bool
 	logger    *slog.Logger
@@ -197,7 +201,9 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 		}
 		var wrapped raft.StreamLayer = stream
 		if cfg.Identity != nil {
-			wrapped = NewIdentityStreamLayer(wrapped, *cfg.Identity, cfg.Logger.With("component", "raft-identity"))
+			c.idl = newIdentityLayer(wrapped, *cfg.Identity, cfg.Logger.With("component", "raft-identity"))
+			c.peerLn = &peerListener{s: c.idl, closed: make(chan struct{})}
+			wrapped = c.idl
 		}
 		if cfg.WrapStream != nil {
 			wrapped = cfg.WrapStream(wrapped)
@@ -247,6 +253,54 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 	c.Raft = r
 	go c.watchLeadership()
 	return c, nil
+}
+
+// PeerListener accepts the node-to-node streams other servers of this
+// cluster open to this one (DialPeer): connections to the Raft port that
+// passed its checks (mutual TLS when Raft TLS is on, the cluster id
+// exchange) and carry HTTP between servers instead of Raft. Nil with
+// InMemory or without Identity. Closing it leaves Raft running.
+func (c *Cluster) PeerListener() net.Listener {
+	if c.peerLn == nil {
+		return nil
+	}
+	return c.peerLn
+}
+
+// DialPeer opens a node-to-node stream to the server whose Raft address is
+// addr (see PeerListener), through the same checks as Raft's own
+// connections. It fails at once with InMemory or without Identity.
+func (c *Cluster) DialPeer(ctx context.Context, addr string) (net.Conn, error) {
+	if c.idl == nil {
+		return nil, errors.New("cluster: no node-to-node streams (in-memory transport or no identity)")
+	}
+	timeout := identityTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+		if timeout <= 0 {
+			return nil, context.DeadlineExceeded
+		}
+	}
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		conn, err := c.idl.dialPeer(raft.ServerAddress(addr), timeout)
+		ch <- res{conn, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 // BootstrapWith forms a new cluster of the given voters. It fails when

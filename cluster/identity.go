@@ -44,6 +44,11 @@ type Identity struct {
 // type (0-3), so a peer that does not speak this exchange is told apart.
 var identityMagic = [4]byte{'L', 'H', 'C', '1'}
 
+// peerMagic starts the hello of a node-to-node stream (see
+// Cluster.PeerListener): the same exchange of cluster ids, after which the
+// connection carries HTTP between servers instead of Raft.
+var peerMagic = [4]byte{'L', 'H', 'P', '1'}
+
 const (
 	identityOK      byte = 0
 	identityRefused byte = 1
@@ -59,10 +64,14 @@ var ErrOtherCluster = errors.New("cluster: raft peer refused the connection")
 // NewIdentityStreamLayer wraps inner so that every connection starts with
 // the cluster id exchange (see Identity).
 func NewIdentityStreamLayer(inner raft.StreamLayer, id Identity, log *slog.Logger) raft.StreamLayer {
+	return newIdentityLayer(inner, id, log)
+}
+
+func newIdentityLayer(inner raft.StreamLayer, id Identity, log *slog.Logger) *identityLayer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &identityLayer{acceptQueue: newAcceptQueue(inner), id: id, log: log}
+	s := &identityLayer{acceptQueue: newAcceptQueue(inner), id: id, log: log, peers: make(chan net.Conn)}
 	go s.run(maxPendingHello, s.hello, func(net.Conn) {})
 	return s
 }
@@ -71,6 +80,8 @@ type identityLayer struct {
 	*acceptQueue
 	id  Identity
 	log *slog.Logger
+	// peers receives the node-to-node streams that passed the exchange.
+	peers chan net.Conn
 
 	logMu   sync.Mutex
 	lastLog time.Time
@@ -108,12 +119,28 @@ func readID(r io.Reader) (string, error) {
 
 // Dial connects and exchanges ids within timeout (at most 5 s).
 func (s *identityLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return s.dial(addr, timeout, identityMagic)
+}
+
+// ErrPeerLegacy is returned by DialPeer toward a server whose version has
+// no node-to-node streams.
+var ErrPeerLegacy = errors.New("cluster: the server runs a version without node-to-node streams")
+
+// dialPeer opens a node-to-node stream to the server at Raft address addr.
+func (s *identityLayer) dialPeer(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if s.id.Legacy != nil && s.id.Legacy(addr) {
+		return nil, fmt.Errorf("%w: %s", ErrPeerLegacy, addr)
+	}
+	return s.dial(addr, timeout, peerMagic)
+}
+
+func (s *identityLayer) dial(addr raft.ServerAddress, timeout time.Duration, magic [4]byte) (net.Conn, error) {
 	start := time.Now()
 	conn, err := s.inner.Dial(addr, timeout)
 	if err != nil {
 		return nil, err
 	}
-	if s.id.Legacy != nil && s.id.Legacy(addr) {
+	if magic == identityMagic && s.id.Legacy != nil && s.id.Legacy(addr) {
 		return conn, nil
 	}
 	left := timeout - time.Since(start)
@@ -122,7 +149,7 @@ func (s *identityLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (ne
 	}
 	conn.SetDeadline(time.Now().Add(left))
 	ours := s.local()
-	if err := writeHello(conn, identityMagic[:], ours); err != nil {
+	if err := writeHello(conn, magic[:], ours); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("raft hello to %s: %w", addr, err)
 	}
@@ -174,7 +201,7 @@ func (s *identityLayer) hello(conn net.Conn) {
 		s.hand(&prefixConn{Conn: conn, first: magic[0], pending: true})
 		return
 	}
-	if _, err := io.ReadFull(conn, magic[1:]); err != nil || magic != identityMagic {
+	if _, err := io.ReadFull(conn, magic[1:]); err != nil || magic != identityMagic && magic != peerMagic {
 		conn.Close()
 		return
 	}
@@ -187,7 +214,7 @@ func (s *identityLayer) hello(conn net.Conn) {
 	refuse := ours != "" && theirs != "" && ours != theirs
 	if refuse {
 		s.conflict(conn.RemoteAddr().String(), theirs)
-	} else if s.id.Admit != nil {
+	} else if s.id.Admit != nil && magic == identityMagic {
 		if err := s.id.Admit(theirs); err != nil {
 			refuse = true
 			s.logRefused(conn.RemoteAddr().String(), err)
@@ -202,8 +229,46 @@ func (s *identityLayer) hello(conn net.Conn) {
 		return
 	}
 	conn.SetDeadline(time.Time{})
+	if magic == peerMagic {
+		t := time.NewTimer(identityTimeout)
+		defer t.Stop()
+		select {
+		case s.peers <- conn:
+		case <-t.C: // nobody serves node-to-node streams
+			conn.Close()
+		case <-s.closed:
+			conn.Close()
+		}
+		return
+	}
 	s.hand(conn)
 }
+
+// peerListener is the accepting side of the node-to-node streams.
+type peerListener struct {
+	s         *identityLayer
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *peerListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.s.peers:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-l.s.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops this listener; the Raft layer is closed by its own Close.
+func (l *peerListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *peerListener) Addr() net.Addr { return l.s.Addr() }
 
 // prefixConn gives back the byte read to tell a peer's version.
 type prefixConn struct {

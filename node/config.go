@@ -76,6 +76,11 @@ type Config struct {
 	Retention time.Duration
 	// MinTTL and MaxTTL bound lease and session TTLs. Defaults 1s and 24h.
 	MinTTL, MaxTTL time.Duration
+	// ControlMaxTTL bounds the control lease's TTL where the leader
+	// grants it, whatever the node that took the request allowed (the
+	// WebSocket's own bound, api.ControlOptions.MaxTTL, is checked first).
+	// Default (and when 0) DefaultControlMaxTTL; at most MaxTTL.
+	ControlMaxTTL time.Duration
 	// MaxWait bounds wait_ms. Default 5m.
 	MaxWait time.Duration
 	// MaxLockDelay bounds lock_delay_ms. Default 1h.
@@ -140,6 +145,9 @@ type Config struct {
 	//
 	// WrapRaftStream wraps Raft's stream layer (every connection Raft
 	// accepts on RaftAddr or dials to a peer), whatever layer is in use.
+	// The node-to-node streams of the same port (DialPeer, ServePeer) are
+	// told apart beneath it and do not pass through it: do not rely on it
+	// to authenticate servers (RaftTLS does, for both).
 	WrapRaftStream func(raft.StreamLayer) raft.StreamLayer
 	// WrapGossip wraps memberlist's transport (UDP packets and TCP streams
 	// on GossipAddr).
@@ -182,6 +190,7 @@ func DefaultConfig() Config {
 		Retention:         time.Hour,
 		MinTTL:            time.Second,
 		MaxTTL:            24 * time.Hour,
+		ControlMaxTTL:     DefaultControlMaxTTL,
 		MaxWait:           5 * time.Minute,
 		MaxLockDelay:      time.Hour,
 		EventHistory:      100000,
@@ -221,6 +230,9 @@ func (c Config) Validate() error {
 	}
 	if c.MinTTL <= 0 || c.MaxTTL < c.MinTTL {
 		errs = append(errs, fmt.Errorf("ttl bounds %v-%v invalid", c.MinTTL, c.MaxTTL))
+	}
+	if c.ControlMaxTTL < 0 {
+		errs = append(errs, fmt.Errorf("control max TTL %v is negative", c.ControlMaxTTL))
 	}
 	if c.MaxWait < 0 || c.MaxLockDelay < 0 {
 		errs = append(errs, errors.New("max wait and max lock delay must not be negative"))

@@ -34,7 +34,18 @@ const (
 	DefaultControlHeartbeat = 1000 * time.Millisecond
 	// MaxControlNameBytes bounds clientName and clientInstanceId.
 	MaxControlNameBytes = 128
+	// DefaultControlMaxTTL is the default of Config.ControlMaxTTL (and of
+	// the WebSocket's bound, api.DefaultControlMaxTTL).
+	DefaultControlMaxTTL = time.Minute
+	// MinControlTTL is the shortest ttlMs a client may ask for.
+	MinControlTTL = time.Second
+	// MaxControlTokenBytes bounds the leaseToken of a control operation.
+	MaxControlTokenBytes = 128
 )
+
+// ControlBreakReason starts the end reason of a control lease an admin
+// broke (ControlBreak); the admin's name follows it.
+const ControlBreakReason = "broken_by_admin:"
 
 // CodeLeaseInvalid is the seed's code for a wrong control lease token or id
 // (403). Only the control layer uses it.
@@ -138,11 +149,22 @@ func (n *Node) validateControlAcquire(r *ControlAcquireRequest) *Error {
 	if r.TTLMS == 0 {
 		r.TTLMS = DefaultControlTTL.Milliseconds()
 	}
+	// The WebSocket's bounds again, where the lease is granted: a request
+	// that reached the leader by another way cannot exceed them.
+	if most := n.controlMaxTTL().Milliseconds(); r.TTLMS < MinControlTTL.Milliseconds() || r.TTLMS > most {
+		return fsm.InvalidField("ttlMs", "ttlMs must be %d-%d, got %d", MinControlTTL.Milliseconds(), most, r.TTLMS)
+	}
 	if err := n.checkTTL("ttlMs", r.TTLMS); err != nil {
 		return err
 	}
 	if r.TTLMS > int64(^uint32(0)) {
 		return fsm.InvalidField("ttlMs", "ttlMs must fit in 32 bits")
+	}
+	if r.LeaseID != "" && (len(r.LeaseID) > fsm.MaxIDBytes || !IsControlLeaseID(r.LeaseID)) {
+		return fsm.InvalidField("leaseId", "leaseId must name a control lease (at most %d bytes)", fsm.MaxIDBytes)
+	}
+	if len(r.Token) > MaxControlTokenBytes {
+		return fsm.InvalidField("leaseToken", "leaseToken must be at most %d bytes", MaxControlTokenBytes)
 	}
 	if r.HeartbeatIntervalMS == 0 {
 		r.HeartbeatIntervalMS = min(DefaultControlHeartbeat.Milliseconds(), r.TTLMS/3)
@@ -151,6 +173,15 @@ func (n *Node) validateControlAcquire(r *ControlAcquireRequest) *Error {
 		return fsm.InvalidField("heartbeatIntervalMs", "heartbeatIntervalMs must be 1-%d (half the TTL), got %d", r.TTLMS/2, r.HeartbeatIntervalMS)
 	}
 	return nil
+}
+
+// controlMaxTTL is the longest TTL the control lease is granted for.
+func (n *Node) controlMaxTTL() time.Duration {
+	most := n.cfg.ControlMaxTTL
+	if most <= 0 {
+		most = DefaultControlMaxTTL
+	}
+	return min(most, n.cfg.MaxTTL)
 }
 
 func validControlName(field, s string) *Error {
@@ -305,14 +336,64 @@ func (n *Node) controlPrecheck(holder, leaseID, token string) error {
 	return nil
 }
 
-func checkControlCreds(leaseID, token string) *Error {
+// checkControlCreds: a lease id that is not a control lease's is
+// LEASE_INVALID (a *ControlError, as every refusal of the seed's codes);
+// a missing or oversized token INVALID_ARGUMENT.
+func checkControlCreds(leaseID, token string) error {
 	if leaseID == "" || len(leaseID) > fsm.MaxIDBytes || !IsControlLeaseID(leaseID) {
-		return controlInvalid("leaseId " + strconv.Quote(leaseID) + " is not a control lease").Err
+		return controlInvalid("leaseId " + strconv.Quote(truncateID(leaseID)) + " is not a control lease")
 	}
-	if token == "" {
-		return fsm.InvalidField("leaseToken", "leaseToken is required")
+	if token == "" || len(token) > MaxControlTokenBytes {
+		return fsm.InvalidField("leaseToken", "leaseToken is required (1-%d bytes)", MaxControlTokenBytes)
 	}
 	return nil
+}
+
+func truncateID(id string) string {
+	if len(id) > fsm.MaxIDBytes {
+		return id[:fsm.MaxIDBytes] + "..."
+	}
+	return id
+}
+
+// ControlBreak ends the active control lease by operator force: the way
+// out when its owner is stuck (a socket that stays open without acting).
+// by names who broke it (an admin token's name, never a secret; "" is
+// "anonymous"): the lease ends revoked with the reason ControlBreakReason
+// followed by by, which its revoked event carries. It needs no control
+// lease token. With no active control lease the answer is
+// LEASE_NOT_FOUND. Writes need the leader: a follower answers NO_LEADER.
+func (n *Node) ControlBreak(ctx context.Context, by string) (*ControlState, error) {
+	if by == "" {
+		by = "anonymous"
+	}
+	if fsm.ValidHolder(by) != nil { // control characters, invalid UTF-8
+		by = strconv.Quote(by)
+	}
+	reason := ControlBreakReason + by
+	if len(reason) > fsm.MaxReasonBytes {
+		reason = strings.ToValidUTF8(reason[:fsm.MaxReasonBytes], "")
+	}
+	if err := n.readBarrier(ctx, false); err != nil {
+		return nil, err
+	}
+	n.rep.mu.RLock()
+	var id string
+	for _, l := range n.rep.f.ActiveOnKey(ControlKey) {
+		id = l.ID
+	}
+	n.rep.mu.RUnlock()
+	if id == "" {
+		return nil, fsm.Errorf(CodeLeaseNotFound, "no control lease is active")
+	}
+	res, _, err := n.propose(ctx, &fsm.Revoke{LeaseID: id, Reason: reason, WallMS: wallNow().UnixMilli()})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	return n.controlView(res.Lease), nil
 }
 
 // controlRefusal turns the state machine's refusal of a renew or release

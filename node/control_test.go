@@ -148,6 +148,64 @@ func TestControlBadInputChangesNothing(t *testing.T) {
 	}
 }
 
+// TestControlAcquireBoundsAtApply: the WebSocket's bounds hold where the
+// leader grants the control lease, whoever sent the request: a TTL over
+// ControlMaxTTL (issue 11: a day), under a second, an oversized token or a
+// lease id that is not a control lease's is refused and takes nothing.
+func TestControlAcquireBoundsAtApply(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.ControlMaxTTL = 30 * time.Second
+	n := openNode(t, cfg)
+	ctx := context.Background()
+	for _, r := range []ControlAcquireRequest{
+		{Holder: "mallory", WSClientID: 7, TTLMS: 86400000},
+		{Holder: "ws_a", TTLMS: 30001},
+		{Holder: "ws_a", TTLMS: 999},
+		{Holder: "ws_a", TTLMS: 5000, LeaseID: "cl_1", Token: strings.Repeat("t", MaxControlTokenBytes+1)},
+		{Holder: "ws_a", TTLMS: 5000, LeaseID: "ls_1", Token: "t"},
+	} {
+		if _, err := n.ControlAcquire(ctx, r); ErrorCode(err) != CodeInvalidArgument {
+			t.Errorf("%+v: %v", r, err)
+		}
+	}
+	if _, err := n.ControlHeartbeat(ctx, "ws_a", "cl_1", strings.Repeat("t", MaxControlTokenBytes+1)); ErrorCode(err) != CodeInvalidArgument {
+		t.Errorf("heartbeat with an oversized token: %v", err)
+	}
+	if s, _ := n.ControlStatus(ctx, true); s.Active {
+		t.Fatal("an out-of-bounds acquire took the control lease")
+	}
+	st, err := n.ControlAcquire(ctx, ControlAcquireRequest{Holder: "ws_a", TTLMS: 30000})
+	if err != nil || !st.Active || st.TTLMS != 30000 {
+		t.Fatalf("acquire at the bound: %+v, %v", st, err)
+	}
+}
+
+// TestControlBreakNode: ControlBreak ends the active control lease revoked,
+// with the admin's name in its end reason; with none active it is
+// LEASE_NOT_FOUND.
+func TestControlBreakNode(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	if _, err := n.ControlBreak(ctx, "ops"); ErrorCode(err) != CodeLeaseNotFound {
+		t.Fatalf("break with no lease: %v", err)
+	}
+	a, err := n.ControlAcquire(ctx, ControlAcquireRequest{Holder: "ws_a", TTLMS: 30000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := n.ControlBreak(ctx, "ops\nteam")
+	if err != nil || st.Active || st.LeaseID != a.LeaseID || st.State != "revoked" || !strings.HasPrefix(st.EndReason, ControlBreakReason) ||
+		!strings.Contains(st.EndReason, "ops") {
+		t.Fatalf("break: %+v, %v", st, err)
+	}
+	if s, _ := n.ControlStatus(ctx, false); s.Active {
+		t.Fatal("the control lease is still active after the break")
+	}
+	if err := n.ControlCheck("", ""); err != nil {
+		t.Fatalf("gate after the break: %v", err)
+	}
+}
+
 // TestClusterControlLeaseSurvivesFailover: the control lease granted on the
 // leader keeps its id, token and countdown on the next leader; a follower
 // refuses to propose (NO_LEADER) and the API forwards for it.

@@ -479,6 +479,9 @@ func (n *Node) tryBootstrap() {
 type LeaderInfo struct {
 	ID       string `json:"id"`
 	HTTPAddr string `json:"http_addr"`
+	// RaftAddr is the leader's Raft address, where its node-to-node
+	// streams are served (DialPeer).
+	RaftAddr string `json:"-"`
 	// Self: this node is the leader.
 	Self bool `json:"self"`
 }
@@ -487,18 +490,18 @@ type LeaderInfo struct {
 // known (or its HTTP address is not known yet). An application embedding a
 // follower uses it to send writes to the leader.
 func (n *Node) Leader() (LeaderInfo, bool) {
-	_, id := n.cl.Raft.LeaderWithID()
+	addr, id := n.cl.Raft.LeaderWithID()
 	if id == "" {
 		return LeaderInfo{}, false
 	}
 	if string(id) == n.cfg.NodeID {
-		return LeaderInfo{ID: string(id), HTTPAddr: n.cfg.HTTPAddr, Self: n.cl.Raft.State() == raft.Leader}, true
+		return LeaderInfo{ID: string(id), HTTPAddr: n.cfg.HTTPAddr, RaftAddr: string(addr), Self: n.cl.Raft.State() == raft.Leader}, true
 	}
 	p, ok := n.mem.gossip.Peer(string(id))
 	if !ok || p.HTTP == "" {
-		return LeaderInfo{ID: string(id)}, false
+		return LeaderInfo{ID: string(id), RaftAddr: string(addr)}, false
 	}
-	return LeaderInfo{ID: string(id), HTTPAddr: p.HTTP}, true
+	return LeaderInfo{ID: string(id), HTTPAddr: p.HTTP, RaftAddr: string(addr)}, true
 }
 
 // proposeMember records a server in the replicated member registry.

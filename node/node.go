@@ -23,6 +23,7 @@ type Node struct {
 	hub   *hub
 	stats *counters
 	cl    *cluster.Cluster
+	peer  peerServer
 
 	propCh   chan *proposal
 	inflight chan struct{}
@@ -484,6 +485,7 @@ func (n *Node) period() time.Duration {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closing)
+		n.closePeer()
 		n.closeErr = n.cl.Close()
 		n.mem.gossip.Close()
 		n.hub.close()

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/internal/testpki"
 	"github.com/leasehold/leasehold/node"
@@ -182,6 +183,53 @@ func TestProcessTLSCluster(t *testing.T) {
 	var l node.Lease
 	if err := json.Unmarshal([]byte(out), &l); err != nil || l.FencingToken == 0 || l.Token == "" {
 		t.Fatalf("acquire output %q: %v", out, err)
+	}
+	// A control socket on the follower: its acquire reaches the leader over
+	// the Raft port's node-to-node stream (mutual TLS), and the HTTP API
+	// does not serve that route to a client, even one with a certificate.
+	{
+		cf := clientTLSFlags{ca: clientFiles.CA, cert: clientFiles.Cert, key: clientFiles.Key}
+		tc, err := cf.config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+		defer hc.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ws, _, err := websocket.Dial(ctx, "wss://"+follower.http+"/v1/control/ws", &websocket.DialOptions{HTTPClient: hc})
+		if err != nil {
+			t.Fatalf("control socket on the follower: %v", err)
+		}
+		defer ws.CloseNow()
+		if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"control.acquire","requestId":"r1","clientName":"tls"}`)); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			_, b, err := ws.Read(ctx)
+			if err != nil {
+				t.Fatalf("control acquire through the follower: %v\nfollower log:\n%s", err, tail(follower.log(), 16<<10))
+			}
+			var m struct {
+				Type, RequestID string
+			}
+			if json.Unmarshal(b, &m) == nil && m.RequestID == "r1" {
+				if m.Type != "control.acquired" {
+					t.Fatalf("control acquire through the follower: %s", b)
+				}
+				break
+			}
+		}
+		resp, err := hc.Post("https://"+leader.http+"/v1/control/forward", "application/json",
+			strings.NewReader(`{"op":"acquire","acquire":{"holder":"mallory","ttlMs":5000}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("the node-to-node route on the leader's HTTP API: %d", resp.StatusCode)
+		}
+		ws.Close(websocket.StatusNormalClosure, "")
 	}
 	// ... and with flags and an https:// URL, on the leader.
 	out, err = runCLI(t, nil, "get", "--addr", "https://"+leader.http, "--tls-ca", clientFiles.CA,

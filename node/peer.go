@@ -1,0 +1,92 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Node-to-node HTTP. Requests one server makes of another on behalf of the
+// cluster (a follower's control lease operations, run by the leader) do not
+// travel on the public HTTP listener, where any client could send them:
+// they travel over the Raft port, on streams that pass the same checks as
+// Raft's own connections (mutual TLS when Raft TLS is on, the cluster id
+// exchange; see cluster.Cluster.PeerListener). A client token of any scope
+// reaches none of them.
+
+// peerServer serves the handler the API registers (ServePeer) on the
+// node-to-node streams.
+type peerServer struct {
+	mu  sync.Mutex
+	h   http.Handler
+	srv *http.Server
+}
+
+func (p *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	h := p.h
+	p.mu.Unlock()
+	if h == nil {
+		http.Error(w, "no node-to-node handler on this server", http.StatusNotFound)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// ServePeer makes h the handler of the node-to-node requests other servers
+// of the cluster send this one (the last call wins). Every request h gets
+// comes from a server of this cluster (see DialPeer); none from a client.
+// With InMemory there are no such requests.
+func (n *Node) ServePeer(h http.Handler) {
+	ln := n.cl.PeerListener()
+	if ln == nil {
+		return
+	}
+	p := &n.peer
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.h = h
+	if p.srv != nil {
+		return
+	}
+	select {
+	case <-n.closing:
+		return
+	default:
+	}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go p.srv.Serve(ln)
+}
+
+// closePeer stops serving node-to-node requests.
+func (n *Node) closePeer() {
+	p := &n.peer
+	p.mu.Lock()
+	srv := p.srv
+	p.srv = nil
+	p.h = nil
+	p.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
+}
+
+// DialPeer opens a node-to-node stream to the server whose Raft address is
+// addr (LeaderInfo.RaftAddr): network must be "tcp" (as a
+// net.Dialer.DialContext, so that an http.Transport can use it; the
+// request's host is then the Raft address). The stream passes the checks
+// of the Raft port.
+func (n *Node) DialPeer(ctx context.Context, network, addr string) (net.Conn, error) {
+	if network != "tcp" && network != "tcp4" && network != "tcp6" {
+		return nil, errors.New("node: node-to-node streams are TCP")
+	}
+	conn, err := n.cl.DialPeer(ctx, addr)
+	if err != nil {
+		// Nothing was sent: a dial error, as the forwarders tell it apart.
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	return conn, nil
+}
