@@ -327,7 +327,7 @@ func decodeJSON(t Type, body []byte) (Command, error) {
 		return &batch, nil
 	}
 	c := newBody(t)
-	if c == nil || t == TypeClusterID { // version 1 predates cluster ids
+	if c == nil || t == TypeClusterID || t == TypeSealCheck { // version 1 predates both
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
