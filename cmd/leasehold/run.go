@@ -46,6 +46,7 @@ func commands() []command {
 		{"bench", "benchmark a running node", (*app).benchCmd},
 		{"chaos", "run the fault-injection suite against a cluster it starts", (*app).chaosCmd},
 		{"token", "create a bearer token for the tokens file", (*app).tokenCmd},
+		{"keygen", "print a fresh random sealing (or gossip) key", (*app).keygenCmd},
 		{"version", "print the version", (*app).versionCmd},
 	}
 }
