@@ -155,8 +155,8 @@ func TestSealKeyRetryAcrossRestartAndWrongKey(t *testing.T) {
 	}{{"another key", sealKeyOf(2)}, {"no key", nil}} {
 		c := cfg
 		c.SealKey = bad.key
-		if err := refusal(t, c); !strings.Contains(err, "sealing key") {
-			t.Fatalf("%s: refusal %q does not name the sealing key", bad.name, err)
+		if err, atOpen := refusal(t, c); !atOpen || !strings.Contains(err, "sealing key") {
+			t.Fatalf("%s: refusal %q (at open: %v) does not name the sealing key", bad.name, err, atOpen)
 		}
 	}
 
@@ -169,23 +169,23 @@ func TestSealKeyRetryAcrossRestartAndWrongKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	n3.Close()
-	if err := refusal(t, cfg); !strings.Contains(err, "sealing key") {
-		t.Fatalf("old key after a rotation: refusal %q", err)
+	if err, atOpen := refusal(t, cfg); !atOpen || !strings.Contains(err, "sealing key") {
+		t.Fatalf("old key after a rotation: refusal %q (at open: %v)", err, atOpen)
 	}
 }
 
 // refusal opens a node with cfg and returns the error it refuses with: from
-// Open, or from ReadyErr and a write once the check value is applied.
-func refusal(t *testing.T, cfg Config) string {
+// Open (atOpen), or from ReadyErr and a write once the check value is
+// applied.
+func refusal(t *testing.T, cfg Config) (msg string, atOpen bool) {
 	t.Helper()
 	n, err := Open(cfg)
 	if err != nil {
-		return err.Error()
+		return err.Error(), true
 	}
 	defer n.Close()
-	var msg string
 	waitFor(t, 30*time.Second, func() bool {
-		if e := n.refusedErr(); e != nil {
+		if e := n.ReadyErr(); e != nil && strings.Contains(e.Error(), "sealing key") {
 			msg = e.Error()
 			return true
 		}
@@ -194,7 +194,7 @@ func refusal(t *testing.T, cfg Config) string {
 	if _, _, err := n.Acquire(context.Background(), AcquireRequest{Key: "x", Holder: "h", TTLMS: 1000}); err == nil || !strings.Contains(err.Error(), "sealing key") {
 		t.Fatalf("a refused server wrote: %v", err)
 	}
-	return msg
+	return msg, false
 }
 
 // sealRecorded: the state records this server's check value.
@@ -277,5 +277,41 @@ func TestSealKeyRetryAcrossFailover(t *testing.T) {
 	l2, replayed, err := nl.Acquire(ctx, req)
 	if err != nil || !replayed || l2.LeaseID != l.LeaseID || l2.Token != l.Token {
 		t.Fatalf("retry after failover: %v replayed=%v %+v", err, replayed, l2)
+	}
+}
+
+// TestSealKeyWrongKeyJoinerRefuses: a server that joins a keyed cluster
+// with another key refuses to serve, with an error naming the sealing key,
+// while the others keep serving.
+func TestSealKeyWrongKeyJoinerRefuses(t *testing.T) {
+	c := newTestCluster(t)
+	cfg1 := clusterConfig("n1")
+	cfg1.SealKey = sealKeyOf(4)
+	n1 := c.start(cfg1)
+	<-n1.Ready()
+	waitFor(t, 30*time.Second, n1.sealRecorded)
+	var bad *Node
+	for _, id := range []string{"n2", "n3"} {
+		cfg := clusterConfig(id)
+		cfg.SealKey = sealKeyOf(4)
+		if id == "n3" {
+			cfg.SealKey = sealKeyOf(5)
+		}
+		cfg.Join = []string{n1.mem.gossip.Addr()}
+		n := c.start(cfg)
+		if id == "n3" {
+			bad = n
+		}
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		e := bad.ReadyErr()
+		return e != nil && strings.Contains(e.Error(), "sealing key")
+	})
+	ctx := context.Background()
+	if _, _, err := bad.Acquire(ctx, AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000}); err == nil || !strings.Contains(err.Error(), "sealing key") {
+		t.Fatalf("the wrong-key server wrote: %v", err)
+	}
+	if _, _, err := c.leader("n3").Acquire(ctx, AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000, IdempotencyKey: "i"}); err != nil {
+		t.Fatal(err)
 	}
 }
