@@ -33,6 +33,23 @@ func loadSealKey(path string, log *slog.Logger) ([]byte, error) {
 	return k, nil
 }
 
+// setupSealKey returns the sealing key of --seal-key-file, or nil (the node
+// derives one from the gossip key when there is one), and says at start which
+// it is; without either it warns that backups let guesses be tested.
+func setupSealKey(file string, gossipKey []byte, log *slog.Logger) ([]byte, error) {
+	switch {
+	case file != "":
+		return loadSealKey(file, log)
+	case len(gossipKey) > 0:
+		log.Info("no --seal-key-file: the sealing key is derived from the gossip key (changing the gossip key is a sealing key rotation)")
+	default:
+		log.Warn("no --seal-key-file and no gossip key: idempotency keys are stored as unkeyed SHA-256 in the Raft log, snapshots and backups; " +
+			"whoever holds a copy can test guessed idempotency keys offline and recover the tokens of idempotent acquires. " +
+			"Make a key with 'leasehold keygen' and pass --seal-key-file (the same file) on every server (docs/security.md)")
+	}
+	return nil, nil
+}
+
 // keygenCmd prints a fresh random sealing key.
 func (a *app) keygenCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("keygen", "", "Print a fresh random key: the standard base64 of 32 random bytes, one line.\n"+

@@ -158,17 +158,8 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		log.Warn("no --tls-ca: a follower verifies the leader's HTTPS certificate against the system roots when forwarding; " +
 			"set --tls-ca to the CA of the servers' certificates")
 	}
-	switch {
-	case cfg.sealKeyFile != "":
-		if cfg.node.SealKey, err = loadSealKey(cfg.sealKeyFile, log); err != nil {
-			return err
-		}
-	case len(sec.gossipKey) > 0:
-		log.Info("no --seal-key-file: the sealing key is derived from the gossip key (rotating the gossip key rotates it)")
-	default:
-		log.Warn("no --seal-key-file and no gossip key: idempotency keys are stored as unkeyed SHA-256 in the log, snapshots and backups, " +
-			"so whoever holds a copy can test guessed idempotency keys offline and recover the lease tokens of idempotent acquires; " +
-			"make a key with 'leasehold keygen' and pass --seal-key-file on every server")
+	if cfg.node.SealKey, err = setupSealKey(cfg.sealKeyFile, sec.gossipKey, log); err != nil {
+		return err
 	}
 	relaxGC()
 
