@@ -35,6 +35,9 @@ type Meta struct {
 	// RaftHello: the server's Raft connections start with the cluster id
 	// exchange (Identity); false for servers of earlier versions.
 	RaftHello bool `json:"hello,omitempty"`
+	// SealCheck: the server's version knows the SealCheck log entry (the
+	// sealing key's check value); false for servers of earlier versions.
+	SealCheck bool `json:"seal,omitempty"`
 }
 
 // PeerStats is a server's view of Raft, carried in gossip ping acks.

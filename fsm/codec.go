@@ -52,6 +52,8 @@ func newBody(t Type) Command {
 		return new(Member)
 	case TypeClusterID:
 		return new(ClusterID)
+	case TypeSealCheck:
+		return new(SealCheck)
 	}
 	return nil
 }
@@ -155,6 +157,10 @@ func encodeFields(e *enc, c Command) {
 		if ok = c != nil; ok {
 			c.encode(e)
 		}
+	case *SealCheck:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
 	}
 	if !ok {
 		e.fail(fmt.Errorf("fsm: cannot encode %T", c))
@@ -197,6 +203,8 @@ func decodeFields(d *dec, c Command) {
 	case *Member:
 		c.decode(d)
 	case *ClusterID:
+		c.decode(d)
+	case *SealCheck:
 		c.decode(d)
 	default:
 		d.fail(fmt.Sprintf("no decoder for %T", c)) // newBody returns none such

@@ -54,8 +54,9 @@ const (
 // MaxBatch bounds the number of commands in one Batch entry.
 const MaxBatch = 4096
 
-// Hash is a SHA-256 digest: of a secret token, or of an idempotency key. It
-// is 32 raw bytes in the log and lowercase hex in JSON.
+// Hash is a 32-byte digest: the SHA-256 of a secret token, or the value that
+// names an idempotent request (see Acquire.IdemHash). It is 32 raw bytes in
+// the log and lowercase hex in JSON.
 type Hash [32]byte
 
 // HashOf returns the SHA-256 of s.
@@ -136,12 +137,17 @@ type Acquire struct {
 	TTLMS     int64             `json:"ttl_ms,omitempty"`
 	TTLTicks  uint64            `json:"ttl_ticks,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
-	// IdemHash is the hash of (holder, idempotency key); zero when none.
+	// IdemHash names the idempotent request (holder, session, idempotency
+	// key); zero when none. The state machine only compares it: the node
+	// decides what it is (node/seal.go): an HMAC under the cluster's sealing
+	// key, or, in entries written without one, an unkeyed SHA-256. Either
+	// replays as written.
 	IdemHash Hash `json:"idem_hash,omitzero"`
 	// Fingerprint identifies the request for idempotency comparison.
 	Fingerprint Hash `json:"fingerprint,omitzero"`
 	// SealedToken is the token encrypted under a key derived from the
-	// idempotency key, so that a replay can return it; never the clear token.
+	// idempotency key (and the sealing key, when the cluster has one), so
+	// that a replay can return it; never the clear token.
 	SealedToken    []byte `json:"sealed_token,omitempty"`
 	WaitTicks      uint64 `json:"wait_ticks,omitempty"`
 	LockDelayMS    int64  `json:"lock_delay_ms,omitempty"`
@@ -327,7 +333,7 @@ func decodeJSON(t Type, body []byte) (Command, error) {
 		return &batch, nil
 	}
 	c := newBody(t)
-	if c == nil || t == TypeClusterID { // version 1 predates cluster ids
+	if c == nil || t == TypeClusterID || t == TypeSealCheck { // version 1 predates both
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

@@ -203,6 +203,8 @@ type FSM struct {
 	members     map[string]MemberRecord // the member registry (member.go)
 	// clusterID is the cluster's identity (clusterid.go); "" until set.
 	clusterID string
+	// sealCheck is the sealing key's check value (sealcheck.go); "" until set.
+	sealCheck string
 	prune     []pruneItem
 	active    int
 	sessOpen  int
@@ -305,6 +307,8 @@ func (f *FSM) apply1(c Command) Result {
 		return f.member(c)
 	case *ClusterID:
 		return f.clusterIDCmd(c)
+	case *SealCheck:
+		return f.sealCheckCmd(c)
 	default:
 		panic(fmt.Sprintf("fsm: no handler for %T", c))
 	}

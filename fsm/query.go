@@ -27,6 +27,13 @@ func (f *FSM) Fence() uint64 { return f.fence }
 // Lease returns a lease record (any retained state) or nil.
 func (f *FSM) Lease(id string) *Lease { return f.leases[id] }
 
+// IdemLease returns the id of the lease (granted or queued) that an
+// idempotent acquire with idempotency hash h created, if it is retained.
+func (f *FSM) IdemLease(h Hash) (string, bool) {
+	id, ok := f.idem[h]
+	return id, ok
+}
+
 // Session returns a session record (any retained state) or nil.
 func (f *FSM) Session(id string) *Session { return f.sessions[id] }
 

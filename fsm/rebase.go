@@ -226,7 +226,7 @@ func (f *FSM) RebaseStats(cur *FSM, index uint64) RebaseStats {
 	f.order, f.sessIDs, f.holders, f.buckets, f.prune = n.order, n.sessIDs, n.holders, n.buckets, n.prune
 	f.members, f.active, f.sessOpen = n.members, n.active, n.sessOpen
 	f.holderWaits, f.keyRefs, f.keyIdx = n.holderWaits, n.keyRefs, n.keyIdx
-	f.clusterID = cur.clusterID
+	f.clusterID, f.sealCheck = cur.clusterID, cur.sealCheck
 	f.events, f.notices = f.events[:0], nil
 	return st
 }

@@ -42,6 +42,9 @@ type snapHeader struct {
 	// Members (then written even when zero) only when set; format 1 has
 	// none.
 	ClusterID string `json:"-"`
+	// SealCheck is the sealing key's check value (sealcheck.go), written
+	// after ClusterID (then written even when empty) only when set.
+	SealCheck string `json:"-"`
 }
 
 // snapKey is a key's state as captured by Snapshot.
@@ -65,7 +68,7 @@ type Snapshot struct {
 // Snapshot captures the current state.
 func (f *FSM) Snapshot() *Snapshot {
 	s := &Snapshot{hdr: snapHeader{Format: SnapshotFormat, Index: f.index, Tick: f.tick,
-		PeriodMS: f.periodMS, WallMS: f.wallMS, Fence: f.fence, ClusterID: f.clusterID}}
+		PeriodMS: f.periodMS, WallMS: f.wallMS, Fence: f.fence, ClusterID: f.clusterID, SealCheck: f.sealCheck}}
 	s.leases = make([]*Lease, 0, len(f.leases))
 	for _, l := range f.leases {
 		s.leases = append(s.leases, l)
@@ -443,7 +446,7 @@ func restoreBinary(br *bufio.Reader) (*FSM, error) {
 
 func (n *FSM) setHeader(hdr snapHeader) {
 	n.index, n.tick, n.periodMS, n.wallMS, n.fence = hdr.Index, hdr.Tick, hdr.PeriodMS, hdr.WallMS, hdr.Fence
-	n.clusterID = hdr.ClusterID
+	n.clusterID, n.sealCheck = hdr.ClusterID, hdr.SealCheck
 }
 
 // rebuild derives every index from the records of a snapshot, each group
@@ -604,11 +607,14 @@ func (h *snapHeader) encode(e *enc) {
 	e.uvarint(uint64(h.Keys))
 	e.uvarint(uint64(h.Sessions))
 	e.uvarint(uint64(h.Leases))
-	if h.Members > 0 || h.ClusterID != "" {
+	if h.Members > 0 || h.ClusterID != "" || h.SealCheck != "" {
 		e.uvarint(uint64(h.Members))
 	}
-	if h.ClusterID != "" {
+	if h.ClusterID != "" || h.SealCheck != "" {
 		e.str(h.ClusterID)
+	}
+	if h.SealCheck != "" {
+		e.bytes([]byte(h.SealCheck))
 	}
 }
 
@@ -633,9 +639,16 @@ func (h *snapHeader) decode(d *dec) {
 	}
 	if len(d.b) > 0 && d.err == nil {
 		// Written only when set, so that there is one encoding.
+		// An empty id is written only before a seal check.
 		h.ClusterID = d.str()
-		if err := ValidClusterID(h.ClusterID); err != nil && d.err == nil {
+		if err := ValidClusterID(h.ClusterID); err != nil && d.err == nil && (h.ClusterID != "" || len(d.b) == 0) {
 			d.fail("bad cluster id: " + err.Message)
+		}
+	}
+	if len(d.b) > 0 && d.err == nil {
+		h.SealCheck = string(d.bytes())
+		if n := len(h.SealCheck); (n == 0 || n > MaxSealCheckBytes) && d.err == nil {
+			d.fail(fmt.Sprintf("seal check of %d bytes", n))
 		}
 	}
 }

@@ -71,7 +71,7 @@ type Lease struct {
 
 // leaseIdem identifies the idempotent acquire that created a lease.
 type leaseIdem struct {
-	hash        Hash // of (holder, session, idempotency key)
+	hash        Hash // names (holder, session, idempotency key): Acquire.IdemHash
 	fingerprint Hash // of the request
 }
 

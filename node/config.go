@@ -62,6 +62,19 @@ type Config struct {
 	// GossipKey, if set, encrypts gossip (16, 24 or 32 bytes; every server
 	// needs the same key).
 	GossipKey []byte
+	// SealKey is the cluster's sealing key (32 bytes, the same on every
+	// server, kept apart from the data directory): the idempotency hash and
+	// the key that seals an idempotent acquire's token are HMACs under it,
+	// so the log, snapshots and backups reveal no idempotency key or token
+	// without it. nil: derived from GossipKey when that is set; else the
+	// unkeyed legacy scheme (whoever has a backup can test guessed
+	// idempotency keys offline). See seal.go.
+	SealKey []byte
+	// SealKeyRotate lets this server, as leader, record its sealing key's
+	// check value over a different one (a key rotation). Without it a
+	// server whose key does not match the recorded check refuses to serve.
+	// Default false.
+	SealKeyRotate bool
 	// RaftTLS, if set, runs Raft traffic over mutual TLS: every peer must
 	// present a certificate from RaftTLS.CAs (see cluster.TLSConfig). nil:
 	// plain TCP. Ignored with InMemory.
@@ -275,6 +288,9 @@ func (c Config) Validate() error {
 	case 0, 16, 24, 32:
 	default:
 		errs = append(errs, fmt.Errorf("gossip key is %d bytes; want 16, 24 or 32", len(c.GossipKey)))
+	}
+	if len(c.SealKey) != 0 && len(c.SealKey) != SealKeyBytes {
+		errs = append(errs, fmt.Errorf("seal key is %d bytes; want %d", len(c.SealKey), SealKeyBytes))
 	}
 	if c.RaftTLS != nil && (c.RaftTLS.Certificate == nil || c.RaftTLS.CAs == nil) {
 		errs = append(errs, errors.New("raft TLS needs both a certificate and a CA pool"))

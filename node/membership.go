@@ -246,7 +246,7 @@ func (n *Node) gossipMeta() cluster.Meta {
 		expect = n.cfg.BootstrapExpect
 	}
 	return cluster.Meta{ID: n.cfg.NodeID, Raft: n.mem.raftAddr, HTTP: n.cfg.HTTPAddr, Version: Version,
-		Incarnation: n.mem.incarnation, Expect: expect, HasState: n.hadState.Load(), ClusterID: n.clusterID(), RaftHello: true}
+		Incarnation: n.mem.incarnation, Expect: expect, HasState: n.hadState.Load(), ClusterID: n.clusterID(), RaftHello: true, SealCheck: true}
 }
 
 func (n *Node) gossipStats() cluster.PeerStats {
@@ -329,8 +329,12 @@ func (n *Node) membershipChanged() {
 	}
 }
 
-// refusedErr is set when the cluster removed this server.
+// refusedErr is set when the cluster removed this server, or when its
+// sealing key does not match the cluster's (checkSeal).
 func (n *Node) refusedErr() error {
+	if e := n.sealRefused.Load(); e != nil {
+		return *e
+	}
 	n.mem.mu.Lock()
 	defer n.mem.mu.Unlock()
 	return n.mem.refused
@@ -361,6 +365,7 @@ func (n *Node) watchMembership() {
 			n.mem.gossip.UpdateMeta()
 		}
 		n.syncClusterID()
+		n.checkSeal()
 		// A server without state that refused Raft traffic (admitRaft), and
 		// one whose Raft peer turned out to be of another cluster, exchange
 		// gossip state with every server every second while it lasts (gossip

@@ -33,15 +33,17 @@ type Node struct {
 
 	leaderCtx atomic.Pointer[context.Context] // set once this term's barrier applied
 
-	mem        *membership
-	idn        *identity
-	gated      atomic.Int64                        // unix ns of the last Raft connection admitRaft refused
-	refreshing atomic.Bool                         // refreshGossip runs
-	conflictAt atomic.Int64                        // unix ns of the last Raft connection refused for another cluster
-	hadState   atomic.Bool                         // Raft state exists (gossiped)
-	raftP      atomic.Pointer[raft.Raft]           // set once Raft runs (gossip callbacks)
-	pilot      atomic.Pointer[autopilot.Autopilot] // of the current leadership term
-	apState    atomic.Pointer[autopilot.State]
+	mem         *membership
+	idn         *identity
+	seal        sealer
+	sealRefused atomic.Pointer[error]               // set while the sealing key does not match the recorded check
+	gated       atomic.Int64                        // unix ns of the last Raft connection admitRaft refused
+	refreshing  atomic.Bool                         // refreshGossip runs
+	conflictAt  atomic.Int64                        // unix ns of the last Raft connection refused for another cluster
+	hadState    atomic.Bool                         // Raft state exists (gossiped)
+	raftP       atomic.Pointer[raft.Raft]           // set once Raft runs (gossip callbacks)
+	pilot       atomic.Pointer[autopilot.Autopilot] // of the current leadership term
+	apState     atomic.Pointer[autopilot.State]
 
 	stopClock func() // undoes startClock
 
@@ -87,6 +89,9 @@ func Open(cfg Config) (*Node, error) {
 	if n.idn, err = loadClusterID(cfg); err != nil {
 		return nil, err
 	}
+	if n.seal, err = newSealer(cfg); err != nil {
+		return nil, err
+	}
 	host, err := advertiseHost(cfg)
 	if err != nil {
 		return nil, err
@@ -121,6 +126,13 @@ func Open(cfg Config) (*Node, error) {
 	go n.batcher()
 	go n.watchReady()
 	go n.watchMembership()
+	// A restart restored the latest snapshot already: a server whose
+	// sealing key is not the one it records does not start. (One that
+	// learns the check from the log later refuses to serve then.)
+	if err := n.checkSeal(); err != nil {
+		n.Close()
+		return nil, err
+	}
 	return n, nil
 }
 

@@ -110,9 +110,10 @@ func (n *Node) Acquire(ctx context.Context, r AcquireRequest) (*Lease, bool, err
 	var sealKeyBytes []byte
 	if r.IdempotencyKey != "" {
 		who := r.Holder + "\x00" + r.SessionID
-		cmd.IdemHash = idemHash(who, r.IdempotencyKey)
+		s := n.sealerFor(who, r.IdempotencyKey)
+		cmd.IdemHash = s.idemHash(who, r.IdempotencyKey)
 		cmd.Fingerprint = fingerprint(&r, r.Limit)
-		sealKeyBytes = sealKey(who, r.IdempotencyKey, cmd.Fingerprint)
+		sealKeyBytes = s.sealKey(who, r.IdempotencyKey, cmd.Fingerprint)
 		cmd.SealedToken = seal(sealKeyBytes, token)
 	}
 	var wait chan fsm.Notice

@@ -52,6 +52,11 @@ func (n *Node) reconcile(ctx context.Context) {
 		return
 	}
 	n.recordClusterID(ctx, fut.Configuration())
+	ids := make([]string, 0, len(fut.Configuration().Servers))
+	for _, s := range fut.Configuration().Servers {
+		ids = append(ids, string(s.ID))
+	}
+	n.recordSealCheck(ctx, ids)
 	inConf := map[string]bool{}
 	for _, s := range fut.Configuration().Servers {
 		inConf[string(s.ID)] = true

@@ -37,11 +37,6 @@ func hashToken(tok string) fsm.Hash {
 	return fsm.HashOf("token\x00" + tok)
 }
 
-// idemHash names an idempotent request in the log without revealing the key.
-func idemHash(holder, key string) fsm.Hash {
-	return fsm.HashOf("idem\x00" + holder + "\x00" + key)
-}
-
 // fingerprint identifies what an acquire asks for, so that a replay can be
 // told from a different request under the same idempotency key. wait_ms is
 // left out: a retry may wait differently for the same lease.
@@ -57,13 +52,6 @@ func fingerprint(r *AcquireRequest, limit uint32) fsm.Hash {
 	}
 	b, _ := json.Marshal([]any{r.Key, r.Holder, limit, r.TTLMS, r.SessionID, r.LockDelayMS, meta})
 	return sha256.Sum256(b)
-}
-
-// sealKey derives the key that seals an idempotent acquire's token: only a
-// requester presenting the same idempotency key and request can open it.
-func sealKey(holder, idemKey string, fp fsm.Hash) []byte {
-	k := sha256.Sum256([]byte("seal\x00" + holder + "\x00" + idemKey + "\x00" + hex.EncodeToString(fp[:])))
-	return k[:]
 }
 
 func seal(key []byte, token string) []byte {

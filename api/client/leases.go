@@ -14,14 +14,17 @@ import (
 
 // Acquire asks for a lease (POST /v1/leases). The returned lease carries its
 // secret Token. req.SessionToken is sent as X-Session-Token for a
-// session-bound lease. With req.IdempotencyKey set the request may be sent
+// session-bound lease. req.IdempotencyKey is sent in the JSON body. With
+// req.IdempotencyKey set the request may be sent
 // to several nodes in turn; without it, only until one may have received it.
 func (c *Client) Acquire(ctx context.Context, req wire.AcquireRequest) (*wire.Lease, error) {
 	cl := call{
 		method: http.MethodPost,
 		path:   "/v1/leases",
 		body:   req,
-		header: headers("X-Session-Token", req.SessionToken, "Idempotency-Key", req.IdempotencyKey),
+		// The idempotency key travels in the body (idempotency_key), never
+		// in a header: proxies and access logs record headers.
+		header: headers("X-Session-Token", req.SessionToken),
 		extra:  time.Duration(req.WaitMS) * time.Millisecond,
 	}
 	if req.IdempotencyKey != "" {

@@ -53,6 +53,7 @@ func commands() []command {
 		{"chaos", "run the fault-injection suite against a cluster it starts", (*app).chaosCmd},
 		{"token", "create a bearer token for the tokens file", (*app).tokenCmd},
 		{"health", "check that a node is ready (for container health checks)", (*app).healthCmd},
+		{"keygen", "print a fresh random sealing (or gossip) key", (*app).keygenCmd},
 		{"version", "print the version", (*app).versionCmd},
 	}
 }

@@ -25,6 +25,7 @@ type serverConfig struct {
 	httpAddr      string      // where HTTP listens
 	httpAdvertise string      // what peers are told; empty: the bound address
 	tokensFile    string
+	sealKeyFile   string
 	logLevel      slog.Level
 	logFormat     string // text or json
 	// HTTP hardening (api.Options, http.Server).
@@ -86,6 +87,9 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 	fs.DurationVar(&cfg.writeTimeout, "http-write-timeout", api.DefaultWriteTimeout, "how long an answer may take to be written (not event streams, control WebSockets, snapshot transfers; an acquire gets its wait_ms on top); 0: no limit")
 	fs.DurationVar(&cfg.bodyTimeout, "http-body-timeout", api.DefaultBodyTimeout, "how long a client has to send a request body (a snapshot upload: between reads); 0: no limit")
 	fs.DurationVar(&cfg.idleTimeout, "http-idle-timeout", 2*time.Minute, "idle keep-alive connections are closed after this long")
+	fs.StringVar(&cfg.sealKeyFile, "seal-key-file", "", "file holding the base64 sealing key ('leasehold keygen'), the same on every server, kept apart from the data directory and backups "+
+		"(default: derived from the gossip key; neither: idempotency keys are unkeyed SHA-256 in the log and backups)")
+	fs.BoolVar(&cfg.node.SealKeyRotate, "seal-key-rotate", false, "record this server's sealing key over the cluster's when it leads (a key rotation; see docs/security.md)")
 	fs.StringVar(&cfg.tokensFile, "tokens-file", "", "bearer tokens file (JSON; see 'leasehold token create'); none: auth is off")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
@@ -154,6 +158,9 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		log.Warn("no --tls-ca: a follower verifies the leader's HTTPS certificate against the system roots when forwarding; " +
 			"set --tls-ca to the CA of the servers' certificates")
 	}
+	if cfg.node.SealKey, err = setupSealKey(cfg.sealKeyFile, sec.gossipKey, log); err != nil {
+		return err
+	}
 	relaxGC()
 
 	var tokens *api.Tokens
@@ -215,7 +222,8 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		"raft_addr", cfg.node.RaftAddr, "gossip_addr", cfg.node.GossipAddr, "data_dir", cfg.node.DataDir,
 		"join", cfg.node.Join, "bootstrap_expect", cfg.node.BootstrapExpect, "auth", tokens != nil,
 		"https", sec.http != nil, "client_certs", sec.http != nil && sec.http.ClientCAs != nil,
-		"raft_mtls", sec.raft != nil, "gossip_encrypted", len(sec.gossipKey) > 0)
+		"raft_mtls", sec.raft != nil, "gossip_encrypted", len(sec.gossipKey) > 0,
+		"seal_key", sealKeySource(cfg.sealKeyFile, sec.gossipKey))
 	notify := a.newNotifier(log)
 	go func() {
 		// READY=1 for systemd (Type=notify) on the condition of /readyz.

@@ -11,7 +11,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
-	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -19,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -158,18 +158,32 @@ func (f *serverTLSFlags) load(log *slog.Logger) (*serverTLS, error) {
 // decodeGossipKey decodes a base64 gossip key. Errors never include the
 // key.
 func decodeGossipKey(s string) ([]byte, error) {
+	return decodeKey(s, "head -c 32 /dev/urandom | base64", 16, 24, 32)
+}
+
+// decodeKey decodes a base64 key (padded or not, surrounding space
+// ignored) of one of the sizes given; gen says how to make one. Errors
+// never include the key.
+func decodeKey(s, gen string, sizes ...int) ([]byte, error) {
 	s = strings.TrimSpace(s)
 	k, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
 		if k, err = base64.RawStdEncoding.DecodeString(s); err != nil {
-			return nil, errors.New("not valid base64 (generate a key with: head -c 32 /dev/urandom | base64)")
+			return nil, fmt.Errorf("not valid base64 (generate a key with: %s)", gen)
 		}
 	}
-	switch len(k) {
-	case 16, 24, 32:
+	if slices.Contains(sizes, len(k)) {
 		return k, nil
 	}
-	return nil, fmt.Errorf("decodes to %d bytes; want 16, 24 or 32 (generate a key with: head -c 32 /dev/urandom | base64)", len(k))
+	want := fmt.Sprint(sizes[len(sizes)-1])
+	if len(sizes) > 1 {
+		parts := make([]string, len(sizes)-1)
+		for i, n := range sizes[:len(sizes)-1] {
+			parts[i] = fmt.Sprint(n)
+		}
+		want = strings.Join(parts, ", ") + " or " + want
+	}
+	return nil, fmt.Errorf("decodes to %d bytes; want %s (generate a key with: %s)", len(k), want, gen)
 }
 
 // plaintextRefusal returns the error a server gets for binding a

@@ -1,0 +1,196 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// The sealing key. An idempotent acquire puts two values derived from
+// (holder, session, idempotency key) in the log: the idempotency hash that
+// names the request, and the key that seals its token (so that a replay can
+// return it). Unkeyed SHA-256s of those let whoever holds the data
+// directory or a backup test guessed idempotency keys offline and, on a
+// hit, open the token. With a per-cluster sealing key K kept apart from
+// the data directory (Config.SealKey, or derived from the gossip key) both
+// are HMAC-SHA256 under K:
+//
+//	idempotency hash = HMAC(K, "idem\x00" holder "\x00" session "\x00" key)
+//	seal key         = HMAC(K, "seal\x00" holder "\x00" session "\x00" key "\x00" hex(fingerprint))
+//
+// The server that proposes the acquire (the leader) computes them; the
+// state machine only compares and stores the values it is given, so
+// entries written before keys existed (unkeyed) replay exactly as before.
+// The replicated state records a check value of K (fsm.SealCheck): a
+// server whose key gives another value refuses to serve. Without any key
+// the legacy unkeyed values are used.
+
+// SealKeyBytes is the length of a sealing key.
+const SealKeyBytes = 32
+
+// sealCheckBytes is the length of the recorded check value.
+const sealCheckBytes = 8
+
+// sealInfo labels the derivation of a sealing key from the gossip key.
+const sealInfo = "leasehold seal key v1"
+
+// sealer derives idempotency hashes and seal keys.
+type sealer struct {
+	key     []byte // nil: the unkeyed legacy scheme
+	check   []byte // check value of key; nil without one
+	derived bool   // key derived from the gossip key
+}
+
+func newSealer(cfg Config) (sealer, error) {
+	var s sealer
+	switch {
+	case len(cfg.SealKey) > 0:
+		s.key = bytes.Clone(cfg.SealKey)
+	case len(cfg.GossipKey) > 0:
+		k, err := hkdf.Key(sha256.New, cfg.GossipKey, nil, sealInfo, SealKeyBytes)
+		if err != nil {
+			return s, fmt.Errorf("derive the sealing key: %w", err)
+		}
+		s.key, s.derived = k, true
+	default:
+		return s, nil
+	}
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte("check"))
+	s.check = m.Sum(nil)[:sealCheckBytes]
+	return s, nil
+}
+
+// keyed reports whether a sealing key is configured.
+func (s *sealer) keyed() bool { return s.key != nil }
+
+func (s *sealer) sum(msg string) fsm.Hash {
+	if s.key == nil {
+		return fsm.HashOf(msg)
+	}
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte(msg))
+	var h fsm.Hash
+	copy(h[:], m.Sum(nil))
+	return h
+}
+
+// idemHash names an idempotent request in the log without revealing the
+// key; who is holder "\x00" session.
+func (s *sealer) idemHash(who, key string) fsm.Hash {
+	return s.sum("idem\x00" + who + "\x00" + key)
+}
+
+// sealKey derives the key that seals an idempotent acquire's token: only a
+// requester presenting the same idempotency key and request (and, with a
+// sealing key, only a server of the cluster) can open it.
+func (s *sealer) sealKey(who, idemKey string, fp fsm.Hash) []byte {
+	h := s.sum("seal\x00" + who + "\x00" + idemKey + "\x00" + hex.EncodeToString(fp[:]))
+	return h[:]
+}
+
+// legacySealer is the unkeyed scheme of entries written before sealing keys.
+var legacySealer sealer
+
+// sealerFor picks the scheme of an idempotent acquire: the unkeyed legacy
+// one only when a lease written before the cluster had a key still answers
+// to its legacy hash (a retry across the upgrade), else this server's.
+// Matching a retained legacy entry adds nothing to the log that is not in
+// it already.
+func (n *Node) sealerFor(who, key string) *sealer {
+	if !n.seal.keyed() {
+		return &n.seal
+	}
+	legacy := legacySealer.idemHash(who, key)
+	n.rep.mu.RLock()
+	_, found := n.rep.f.IdemLease(legacy)
+	n.rep.mu.RUnlock()
+	if found {
+		return &legacySealer
+	}
+	return &n.seal
+}
+
+// sealErr says why this server must not serve with its sealing key given
+// the recorded check value rec (nil: none recorded yet); nil when it may.
+func (n *Node) sealErr(rec []byte) error {
+	switch {
+	case rec == nil:
+		return nil
+	case !n.seal.keyed():
+		return fmt.Errorf("the cluster's state records a sealing key (check %x) but this server has none: "+
+			"start it with the cluster's --seal-key-file (or the gossip key the cluster derives it from)", rec)
+	case bytes.Equal(rec, n.seal.check), n.cfg.SealKeyRotate:
+		return nil
+	}
+	return fmt.Errorf("this server's sealing key (check %x) is not the cluster's (check %x): idempotent retries "+
+		"would not match and their tokens could not be opened. Start it with the cluster's --seal-key-file "+
+		"(the same file on every server), or rotate the key on every server with --seal-key-rotate (docs/security.md)",
+		n.seal.check, rec)
+}
+
+// checkSeal compares this server's key with the recorded check value and
+// sets or clears the refusal (refusedErr) accordingly.
+func (n *Node) checkSeal() error {
+	n.rep.mu.RLock()
+	rec := n.rep.f.SealCheck()
+	n.rep.mu.RUnlock()
+	err := n.sealErr(rec)
+	if err == nil {
+		if n.sealRefused.Swap(nil) != nil {
+			n.log.Info("the sealing key matches the cluster's again; serving")
+		}
+		return nil
+	}
+	if n.sealRefused.Swap(&err) == nil {
+		n.log.Error("refusing to serve: sealing key mismatch", "err", err)
+	}
+	return err
+}
+
+// recordSealCheck runs on the leader (each reconcile pass): with a key, a
+// state without a check value (a new cluster, one from before sealing
+// keys, or a rotation with SealKeyRotate) gets this server's, once every
+// server of the configuration runs a version that knows the SealCheck
+// entry; a leader whose key does not match hands leadership on.
+func (n *Node) recordSealCheck(ctx context.Context, conf []string) {
+	if n.checkSeal() != nil {
+		n.stepDown(ctx)
+		return
+	}
+	if !n.seal.keyed() {
+		return
+	}
+	n.rep.mu.RLock()
+	rec := n.rep.f.SealCheck()
+	n.rep.mu.RUnlock()
+	if bytes.Equal(rec, n.seal.check) {
+		return
+	}
+	for _, id := range conf {
+		if id == n.cfg.NodeID {
+			continue
+		}
+		if p, ok := n.mem.gossip.Peer(id); !ok || !p.SealCheck {
+			return
+		}
+	}
+	res, _, err := n.propose(ctx, &fsm.SealCheck{Check: n.seal.check})
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			n.log.Warn("leadership: recording the sealing key's check value failed", "err", err)
+		}
+		return
+	}
+	n.log.Info("recorded the sealing key's check value", "check", hex.EncodeToString(n.seal.check), "rotated", rec != nil)
+}
