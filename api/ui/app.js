@@ -188,7 +188,11 @@
       setText('c-tick', data.tick + ' (every ' + data.tick_period_ms + ' ms)');
       setText('c-index', data.commit_index + ' / ' + data.applied_index);
       setText('c-active', data.active_leases + ' / ' + data.active_sessions);
-      setText('c-node', data.node_id + ' (' + data.state + ')');
+      // The server this console talks to may be a follower, whose reads
+      // the leader answers: ask it for its own view too.
+      api('GET', '/v1/cluster?stale=true').then(({ data: local }) => {
+        setText('c-node', local.node_id + ' (' + local.state.toLowerCase() + ', applied ' + local.applied_index + ')');
+      }, () => setText('c-node', '–'));
       const tb = $('members').tBodies[0];
       tb.textContent = '';
       for (const m of data.members || []) {
@@ -224,7 +228,7 @@
       st.control = data;
       st.controlDeadline = performance.now() + (data.active ? data.remainingMs : 0);
       setText('ctl-state', data.active ? 'held' : 'free');
-      $('ctl-state').className = data.active ? 'state active' : 'state';
+      $('ctl-state').className = data.active ? 'held' : '';
       setText('ctl-owner', data.active ? (data.ownerClientName || '(unnamed client)') + (data.ownerInstanceId ? ' · ' + data.ownerInstanceId : '') : '–');
       setText('ctl-lease', data.active ? data.leaseId || '' : '–');
       setText('ctl-ttl', data.ttlMs ? fmtMS(data.ttlMs) + ' / ' + fmtMS(data.heartbeatIntervalMs) : '–');
@@ -479,7 +483,7 @@
     if (ev.reason) parts.push(el('span', { class: 'muted', text: '“' + ev.reason + '”' }));
     return el('li', { class: 'ev ' + kind, 'data-type': kind, 'data-lease': l ? l.lease_id : null, 'data-index': ev.index },
       el('time', { text: fmtTime(ev.time), title: 'raft index ' + ev.index + ', tick ' + ev.tick }),
-      el('span', { class: 'type', text: kind }),
+      el('span', { class: 'type', text: kind.replace(/_/g, ' ') }),
       el('span', { class: 'what' }, ...parts));
   }
 
