@@ -122,7 +122,7 @@ func (b *browser) waitFor(what, cond string) {
 	b.t.Helper()
 	deadline := time.Now().Add(uiDeadline)
 	for i := 0; ; i++ {
-		ok, err := run(b, chromedp.Evaluate[bool]("!!(" + cond + ")"))
+		ok, err := run(b, chromedp.Evaluate[bool]("!!("+cond+")"))
 		if err == nil && ok {
 			return
 		}
