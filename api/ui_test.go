@@ -82,7 +82,6 @@ func newBrowser(t *testing.T, path, name string) *browser {
 		chromedp.DisableGPU,
 		chromedp.NoSandbox, // CI runs as root, where Chromium's sandbox refuses to start
 		chromedp.WindowSize(1280, 1000),
-		chromedp.UserDataDir(t.TempDir()),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
@@ -121,7 +120,7 @@ func eval[T any](b *browser, expr string) T {
 func (b *browser) waitFor(what, cond string) {
 	b.t.Helper()
 	deadline := time.Now().Add(uiDeadline)
-	for i := 0; ; i++ {
+	for {
 		ok, err := run(b, chromedp.Evaluate[bool]("!!("+cond+")"))
 		if err == nil && ok {
 			return

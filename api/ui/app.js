@@ -27,6 +27,7 @@
     historyCtl: null,
     historyKey: '',
     refreshTimer: 0,
+    refreshDue: 0,
     refreshing: false,
     refreshAgain: false,
     banners: new Map(), // source -> message
@@ -382,9 +383,18 @@
       st.refreshing = false;
     }
   }
+  // scheduleRefresh reads everything again after delay ms, or sooner if a
+  // read is already due sooner: a burst of events cannot keep putting the
+  // next read off.
   function scheduleRefresh(delay) {
+    const due = performance.now() + delay;
+    if (st.refreshTimer && st.refreshDue <= due) return;
     clearTimeout(st.refreshTimer);
-    st.refreshTimer = setTimeout(() => { refreshAll().finally(() => scheduleRefresh(POLL_MS)); }, delay);
+    st.refreshDue = due;
+    st.refreshTimer = setTimeout(() => {
+      st.refreshTimer = 0;
+      refreshAll().finally(() => scheduleRefresh(POLL_MS));
+    }, delay);
   }
 
   // ---- Server-Sent Events through fetch (an EventSource cannot send the
