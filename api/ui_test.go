@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
 	"github.com/leasehold/leasehold/node"
 )
 
@@ -298,6 +299,26 @@ func TestConsoleSingleServer(t *testing.T) {
 	if asked := eval[[]string](b, `window.__asked`); len(asked) != 1 || !strings.Contains(asked[0], victim.LeaseID) {
 		t.Fatalf("confirmations asked: %q", asked)
 	}
+	// While the control lease is held, the panel shows its owner and
+	// countdown, and an admin action the gate refuses is explained.
+	ws := dialControl(t, base, http.Header{"Authorization": {"Bearer " + writeToken}})
+	acquire(t, ws, "ops-console-test", "ttlMs", 60000)
+	b.waitFor("the control lease held", `document.getElementById('ctl-state').textContent === 'held' &&
+		document.getElementById('ctl-owner').textContent.startsWith('ops-console-test') &&
+		parseFloat(document.getElementById('ctl-remaining').textContent) > 0`)
+	gated := a.acquire("ui/gated", "worker-6", time.Minute)
+	b.waitFor("the lease to try to revoke", fmt.Sprintf(`%s && %s.querySelector('button[data-revoke]')`, row(gated), row(gated)))
+	eval[bool](b, row(gated)+`.querySelector('button[data-revoke]').click() || true`)
+	b.waitFor("the refusal explained", `document.getElementById('banner').innerText.includes('the control lease is active')`)
+	b.shot("control-held")
+	eval[bool](b, `document.querySelector('#banner .dismiss').click() || true`)
+	b.waitFor("the message dismissed", `document.getElementById('banner').hidden`)
+	ws.c.Close(websocket.StatusNormalClosure, "done")
+	b.waitFor("the control lease free again", `document.getElementById('ctl-state').textContent === 'free'`)
+	if st := eval[string](b, row(gated)+`.dataset.state`); st != "active" {
+		t.Fatalf("a revoke the control lease refused left the lease %s", st)
+	}
+
 	// A session with a bound lease shows in the sessions table.
 	var sess node.Session
 	if err := json.Unmarshal(a.do("POST", "/v1/sessions", `{"holder":"worker-5","ttl_ms":60000}`, http.StatusCreated), &sess); err != nil {

@@ -48,7 +48,7 @@
       if (k === 'class') e.className = v;
       else if (k === 'text') e.textContent = v;
       else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
-      else if (k.startsWith('data-')) e.setAttribute(k, v);
+      else if (k.startsWith('data-') || k.startsWith('aria-')) e.setAttribute(k, v);
       else e[k] = v;
     }
     for (const k of kids) {
@@ -88,7 +88,10 @@
     if (msg) st.banners.set(source, msg); else st.banners.delete(source);
     const b = $('banner');
     b.textContent = '';
-    for (const m of st.banners.values()) b.append(el('div', { text: m }));
+    for (const [src, m] of st.banners) {
+      b.append(el('div', { class: 'msg' }, el('span', { text: m }),
+        el('button', { type: 'button', class: 'dismiss', title: 'dismiss', 'aria-label': 'dismiss', text: '×', onclick: () => banner(src, null) })));
+    }
     b.hidden = st.banners.size === 0;
   }
 
