@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
 	"github.com/leasehold/leasehold/node"
@@ -94,6 +96,29 @@ func newBrowser(t *testing.T, path, name string) *browser {
 	if _, err := chromedp.Run(ctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatalf("start chromium %s: %v", path, err)
 	}
+	// Any uncaught JavaScript exception of the page fails the test.
+	var mu sync.Mutex
+	var thrown []string
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*cdpruntime.EventExceptionThrown); ok && e.ExceptionDetails != nil {
+			msg := e.ExceptionDetails.Text
+			if e.ExceptionDetails.Exception != nil {
+				msg += " " + e.ExceptionDetails.Exception.Description
+			}
+			mu.Lock()
+			thrown = append(thrown, msg)
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range thrown {
+			t.Errorf("the page threw: %s", m)
+		}
+	})
 	b := &browser{t: t, ctx: ctx, shots: uiShotsDir(t), name: name}
 	t.Logf("screenshots of the console go to %s", b.shots)
 	return b
