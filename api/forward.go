@@ -233,7 +233,8 @@ func failedForward(a *forwardAttempt, err error) (int, *node.Error) {
 // ?stale=true reads answer locally.
 func forwardable(rt route, r *http.Request) bool {
 	switch rt.path {
-	case "/v1/events", "/v1/cluster/local", "/healthz", "/readyz", "/metrics", "/v1/control/ws":
+	case "/v1/events", "/v1/cluster/local", "/healthz", "/readyz", "/metrics", "/v1/control/ws",
+		"/", "/ui", uiPrefix + "*file", "/v1/whoami":
 		return false
 	}
 	if r.Method == http.MethodGet && isTrue(r.URL.Query().Get("stale")) {

@@ -145,7 +145,7 @@ func New(n Node, opts Options) http.Handler {
 		co.Tokens, co.Logger, co.ForwardTLS, co.ForwardDial = nil, s.log, opts.ForwardTLS, opts.ForwardDial
 		s.control = NewControl(cn, co)
 	}
-	rs := append(s.routes(), s.controlRoutes()...)
+	rs := append(append(s.routes(), s.controlRoutes()...), s.uiRoutes()...)
 	s.metrics = newHTTPMetrics(rs)
 	r := httprouter.New()
 	// An API answers the path it is given: no redirects, which would also
