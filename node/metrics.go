@@ -91,7 +91,7 @@ func newNodeMetrics(n *Node, reg *prometheus.Registry) *nodeMetrics {
 			Help: "The cluster's tick period.",
 		}, func() float64 { return n.period().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "leasehold_raft_term",
+			Name: "leasehold_term",
 			Help: "This server's current Raft term.",
 		}, func() float64 { return float64(n.term()) }),
 	)
