@@ -311,6 +311,46 @@ scrape_configs:
 	}
 	t.Logf("%d selectors of the rules and the dashboard found", len(selectors))
 
+	// The traffic shows (at least: a leader change in between may make an
+	// expiry observed by two leaders): two acquires went through followers, three leases
+	// expired (measured by the leader), three were acquired (every server
+	// counts the same events: max over servers). A forwarded request is
+	// answered, and counted, on the follower and on the leader.
+	for query, want := range map[string]float64{
+		`sum(leasehold_forwarded_requests_total{job="leasehold",outcome="proxied"})`: 2,
+		`sum(leasehold_expiry_lateness_seconds_count{job="leasehold",kind="lease"})`: 3,
+		`max(leasehold_leases_acquired_total{job="leasehold"})`:                      3,
+		`max(leasehold_leases_expired_total{job="leasehold"})`:                       3,
+		`count(leasehold_build_info{job="leasehold",version!="",goversion=~"go.+"})`: 3,
+		// Three on the leader, and the followers' two forwarded answers.
+		`sum(leasehold_http_request_duration_seconds_count{route="/v1/leases",code="201"})`: 5,
+	} {
+		var got float64
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			var res struct {
+				Result []struct {
+					Value []any `json:"value"`
+				} `json:"result"`
+			}
+			got = -1
+			if err := promAPI(base, "/api/v1/query", url.Values{"query": {query}}, &res); err == nil && len(res.Result) == 1 && len(res.Result[0].Value) == 2 {
+				if s, ok := res.Result[0].Value[1].(string); ok {
+					got, _ = strconv.ParseFloat(s, 64)
+				}
+			} else if err == nil && len(res.Result) == 0 {
+				got = 0
+			}
+			if got >= want || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		if got < want {
+			t.Errorf("%s = %v, want at least %v", query, got, want)
+		}
+	}
+
 	// The rules loaded into the real server, and none of them is broken.
 	var rg struct {
 		Groups []struct {
