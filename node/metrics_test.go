@@ -120,3 +120,92 @@ func TestRegistryCollectors(t *testing.T) {
 	// A lease expiring is late by at most a few periods here: its nominal
 	// end is last renewal + TTL, and expiry waits GraceTicks ticks.
 }
+
+// histogramCount is the sample count of the histogram with the given
+// label value in family name.
+func histogramCount(t *testing.T, n *Node, name, labelValue string) uint64 {
+	t.Helper()
+	f := gathered(t, n)[name]
+	if f == nil {
+		t.Fatalf("no %s", name)
+	}
+	for _, m := range f.GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetValue() == labelValue {
+				return m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	t.Fatalf("%s has no series labelled %q", name, labelValue)
+	return 0
+}
+
+// TestAcquireWaitObserved: a queued acquire's wait is observed once, as
+// granted when the holder releases, as refused when wait_ms runs out; an
+// acquire that never queued is not observed.
+func TestAcquireWaitObserved(t *testing.T) {
+	n := openNode(t, testConfig(t, ""))
+	ctx := context.Background()
+	first, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "a", TTLMS: 60000, WaitMS: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "b", TTLMS: 60000, WaitMS: 60000})
+		done <- err
+	}()
+	waitFor(t, 30*time.Second, func() bool {
+		n.waitMu.Lock()
+		defer n.waitMu.Unlock()
+		return len(n.waiters) == 1
+	})
+	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: first.LeaseID, Token: first.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("queued acquire: %v", err)
+	}
+	if got := histogramCount(t, n, "leasehold_acquire_wait_seconds", "granted"); got != 1 {
+		t.Fatalf("granted waits observed = %d, want 1", got)
+	}
+	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "c", TTLMS: 60000, WaitMS: 100}); ErrorCode(err) != CodeLeaseHeld {
+		t.Fatalf("acquire of a held key with a short wait: %v, want LEASE_HELD", err)
+	}
+	if got := histogramCount(t, n, "leasehold_acquire_wait_seconds", "refused"); got != 1 {
+		t.Fatalf("refused waits observed = %d, want 1", got)
+	}
+	if got := histogramCount(t, n, "leasehold_acquire_wait_seconds", "granted"); got != 1 {
+		t.Fatalf("granted waits observed = %d after a refusal, want 1", got)
+	}
+}
+
+// TestSnapshotObserved: a Raft snapshot is counted, timed and sized.
+func TestSnapshotObserved(t *testing.T) {
+	n := openNode(t, testConfig(t, t.TempDir()))
+	if _, _, err := n.Acquire(context.Background(), AcquireRequest{Key: "k", Holder: "h", TTLMS: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Raft().Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	fams := gathered(t, n)
+	var ok, failed float64
+	for _, m := range fams["leasehold_snapshots_total"].GetMetric() {
+		switch m.GetLabel()[0].GetValue() {
+		case "ok":
+			ok = m.GetCounter().GetValue()
+		case "failed":
+			failed = m.GetCounter().GetValue()
+		}
+	}
+	if ok != 1 || failed != 0 {
+		t.Fatalf("snapshots ok %v failed %v, want 1 and 0", ok, failed)
+	}
+	if size := fams["leasehold_snapshot_size_bytes"].GetMetric()[0].GetGauge().GetValue(); size <= 0 {
+		t.Fatalf("snapshot size %v", size)
+	}
+	if c := fams["leasehold_snapshot_duration_seconds"].GetMetric()[0].GetHistogram().GetSampleCount(); c != 1 {
+		t.Fatalf("snapshot durations observed %d, want 1", c)
+	}
+}
