@@ -296,6 +296,7 @@ func (s *server) maybeForward(w http.ResponseWriter, r *http.Request, rt route) 
 		}
 		err := s.fwd.send(ctx, w, out, a, info, plan.followLeader)
 		if err == nil {
+			s.metrics.forwarded.WithLabelValues("proxied").Inc()
 			return true
 		}
 		if !errors.Is(err, errLeaderNotReady) {
@@ -305,6 +306,7 @@ func (s *server) maybeForward(w http.ResponseWriter, r *http.Request, rt route) 
 		if !plan.read || attempt >= readAttempts || r.Context().Err() != nil || ctx.Err() != nil {
 			status, e := failedForward(a, err)
 			writeErrorBody(w, status, e)
+			s.metrics.forwarded.WithLabelValues("failed").Inc()
 			return true
 		}
 		// A read changes nothing: try again on whoever leads now.
@@ -318,6 +320,7 @@ func (s *server) maybeForward(w http.ResponseWriter, r *http.Request, rt route) 
 			// No leader, or still the one that could not be reached.
 			status, e := failedForward(a, err)
 			writeErrorBody(w, status, e)
+			s.metrics.forwarded.WithLabelValues("failed").Inc()
 			return true
 		case next.Self:
 			// This node leads now: it answers the read itself.
@@ -325,6 +328,7 @@ func (s *server) maybeForward(w http.ResponseWriter, r *http.Request, rt route) 
 				rw.forwarded = false
 			}
 			r.Header.Del(headerForwarded)
+			s.metrics.forwarded.WithLabelValues("local").Inc()
 			if body != nil {
 				r.Body = io.NopCloser(bytes.NewReader(body))
 				r.ContentLength = int64(len(body))

@@ -146,7 +146,7 @@ func New(n Node, opts Options) http.Handler {
 		s.control = NewControl(cn, co)
 	}
 	rs := append(append(s.routes(), s.controlRoutes()...), s.uiRoutes()...)
-	s.metrics = newHTTPMetrics(rs)
+	s.metrics = newHTTPMetrics(n, rs)
 	r := httprouter.New()
 	// An API answers the path it is given: no redirects, which would also
 	// mangle escaped path parameters.
@@ -256,7 +256,8 @@ func (s *server) routes() []route {
 // ServeHTTP dispatches to the routes. Every answer, the router's own 404 and
 // 405 included, carries X-Leasehold-Index and is counted in the metrics.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rw := &responseWriter{ResponseWriter: w, n: s.n, route: s.metrics.unmatched}
+	start := time.Now()
+	rw := &responseWriter{ResponseWriter: w, n: s.n, route: unmatched}
 	s.writeDeadline(w, 0) // every request, so none inherits its connection's last deadline
 	if r.URL.RawPath != "" {
 		// The path has escapes that decoding would make ambiguous (a holder
@@ -272,15 +273,15 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !rw.wrote {
 		rw.WriteHeader(http.StatusOK)
 	}
-	rw.route.count(rw.status)
+	s.metrics.observe(rw.route, rw.status, time.Since(start))
 }
 
 // wrap turns a route into the router's handle: authorization first, then
 // the handler, then error answers.
-func (s *server) wrap(rt route, counters *routeCounters) httprouter.Handle {
+func (s *server) wrap(rt route, labels *routeLabels) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		if rw, ok := w.(*responseWriter); ok {
-			rw.route = counters
+			rw.route = labels
 			if rw.escapedPath {
 				for i := range ps {
 					if v, err := url.PathUnescape(ps[i].Value); err == nil {
@@ -331,7 +332,7 @@ func (s *server) recoverPanic(w http.ResponseWriter, r *http.Request, v any) {
 type responseWriter struct {
 	http.ResponseWriter
 	n           Node
-	route       *routeCounters
+	route       *routeLabels
 	status      int
 	wrote       bool
 	escapedPath bool

@@ -51,6 +51,9 @@ type Config struct {
 	// state existed, addr is the address the others dial. An error stops
 	// Open.
 	BeforeStart func(hadState bool, addr raft.ServerAddress) error
+	// LogEnd, if set, is told the last index of the stored log before Raft
+	// starts: entries up to it that Raft applies are the startup's replay.
+	LogEnd func(last uint64)
 	// WrapStream, if set, wraps the Raft stream layer (every connection
 	// Raft accepts or dials) for embedders that route, shape or observe
 	// the traffic between servers themselves. It gets the layer in use
@@ -244,6 +247,14 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 			c.closeAll()
 			return nil, err
 		}
+	}
+	if cfg.LogEnd != nil {
+		last, err := logs.LastIndex()
+		if err != nil {
+			c.closeAll()
+			return nil, fmt.Errorf("cluster: read the log's last index: %w", err)
+		}
+		cfg.LogEnd(last)
 	}
 	r, err := raft.NewRaft(rc, fsm, logs, stable, snaps, c.trans)
 	if err != nil {

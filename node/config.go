@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/cluster"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures one node. Start from DefaultConfig.
@@ -151,6 +152,10 @@ type Config struct {
 	InMemory bool
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger
+	// Registry, if set, is the Prometheus registry the node registers its
+	// metrics in (Node.Registry); nil: a registry of its own. Never share
+	// one between nodes.
+	Registry *prometheus.Registry
 
 	// Custom networks, for embedders that route, shape or observe the
 	// traffic between servers themselves (the chaos suite injects faults

@@ -17,13 +17,14 @@ import (
 
 // Node is one running Leasehold server. Create it with Open.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	rep   *replica
-	hub   *hub
-	stats *counters
-	cl    *cluster.Cluster
-	peer  peerServer
+	cfg     Config
+	log     *slog.Logger
+	rep     *replica
+	hub     *hub
+	stats   *counters
+	metrics *nodeMetrics
+	cl      *cluster.Cluster
+	peer    peerServer
 
 	propCh   chan *proposal
 	inflight chan struct{}
@@ -76,6 +77,8 @@ func Open(cfg Config) (*Node, error) {
 		waiters: make(map[string][]chan fsm.Notice), ready: make(chan struct{}), closing: make(chan struct{}),
 	}
 	n.rep = newReplica(n.hub, n.stats, n.deliverNotices)
+	n.metrics = newNodeMetrics(n, cfg.Registry)
+	n.rep.metrics = n.metrics
 	n.rep.defaultPeriod = cfg.TickPeriod.Milliseconds()
 	n.rep.leading = func() bool {
 		r := n.raftP.Load()
@@ -107,7 +110,7 @@ func Open(cfg Config) (*Node, error) {
 		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs,
 		HeartbeatTimeout: cfg.raftTimeout, ElectionTimeout: cfg.raftTimeout, LeaderLeaseTimeout: cfg.raftTimeout / 2,
 		Logger: logger, BeforeStart: n.startGossip, TLS: cfg.RaftTLS, WrapStream: cfg.WrapRaftStream,
-		WrapStores: chaosStores(cfg.WrapRaftStores),
+		WrapStores: chaosStores(cfg.WrapRaftStores), LogEnd: func(last uint64) { n.rep.replayEnd.Store(last) },
 		Identity: &cluster.Identity{ClusterID: n.clusterID, Admit: n.admitRaft,
 			OnConflict: func(string, string) { n.conflictAt.Store(time.Now().UnixNano()) }, Legacy: n.legacyPeer},
 	}, n.rep)
@@ -122,7 +125,8 @@ func Open(cfg Config) (*Node, error) {
 	n.raftP.Store(cl.Raft)
 	n.rep.started.Store(true) // restores from here on are installs or operator restores
 	cl.OnLeadership(n.lead)
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go n.watchLeader(cl.Raft)
 	go n.batcher()
 	go n.watchReady()
 	go n.watchMembership()
@@ -451,6 +455,7 @@ func (n *Node) tickLoop(ctx context.Context, progress *termProgress) {
 	timer := newClockTimer(first)
 	defer timer.Stop()
 	ticked := false
+	var lastCommit time.Time // of this term's previous tick
 	for {
 		select {
 		case <-ctx.Done():
@@ -480,6 +485,11 @@ func (n *Node) tickLoop(ctx context.Context, progress *termProgress) {
 				ticked = true
 			}
 			progress.mark()
+			now := monoNow()
+			if !lastCommit.IsZero() {
+				n.metrics.tickInterval.Observe(now.Sub(lastCommit).Seconds())
+			}
+			lastCommit = now
 		}
 		timer.Reset(max(sent.Add(period).Sub(monoNow()), 0))
 	}

@@ -135,7 +135,14 @@ func (n *Node) Acquire(ctx context.Context, r AcquireRequest) (*Lease, bool, err
 	}
 	l := res.Lease
 	if res.Queued {
-		if l, err = n.awaitGrant(ctx, l.ID, r.Key, wait, time.Duration(r.WaitMS)*time.Millisecond); err != nil {
+		start := monoNow()
+		l, err = n.awaitGrant(ctx, l.ID, r.Key, wait, time.Duration(r.WaitMS)*time.Millisecond)
+		outcome := "granted"
+		if err != nil {
+			outcome = "refused"
+		}
+		n.metrics.acquireWait.WithLabelValues(outcome).Observe(monoNow().Sub(start).Seconds())
+		if err != nil {
 			return nil, false, err
 		}
 	}

@@ -45,6 +45,11 @@ type replica struct {
 	leading   func() bool
 	restores  atomic.Uint64 // since start: installs from a leader and operator restores
 	installed atomic.Uint64 // since start: snapshots sent by a leader
+	// replayEnd is the last index of the log when the node started: the
+	// events of entries up to it were counted by the run that first
+	// applied them, and are not counted again (metrics.go).
+	replayEnd atomic.Uint64
+	metrics   *nodeMetrics
 }
 
 var (
@@ -93,7 +98,7 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 	if last > 0 {
 		r.applied.Store(last)
 	}
-	r.stats.countEvents(events)
+	r.countEvents(events)
 	r.hub.publish(events)
 	clear(events)
 	r.evbuf = events[:0]
@@ -136,7 +141,7 @@ func (r *replica) waitApplied() (<-chan struct{}, uint64) {
 func (r *replica) Snapshot() (raft.FSMSnapshot, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return &fsmSnapshot{s: r.f.Snapshot()}, nil
+	return &fsmSnapshot{s: r.f.Snapshot(), metrics: r.metrics}, nil
 }
 
 // Restore implements raft.FSM: it discards all state and replaces it. Raft
@@ -174,14 +179,30 @@ func (r *replica) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot struct{ s *fsm.Snapshot }
+type fsmSnapshot struct {
+	s       *fsm.Snapshot
+	metrics *nodeMetrics
+}
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := s.s.WriteTo(sink); err != nil {
+	start := monoNow()
+	size, err := s.s.WriteTo(sink)
+	if err != nil {
 		sink.Cancel()
-		return err
+	} else {
+		err = sink.Close()
 	}
-	return sink.Close()
+	if m := s.metrics; m != nil {
+		outcome := "ok"
+		if err != nil {
+			outcome = "failed"
+		} else {
+			m.snapshotDuration.Observe(monoNow().Sub(start).Seconds())
+			m.snapshotSize.Set(float64(size))
+		}
+		m.snapshots.WithLabelValues(outcome).Inc()
+	}
+	return err
 }
 
 func (s *fsmSnapshot) Release() {}

@@ -307,7 +307,7 @@ func metricCount(t *testing.T, s *server, method, route, code string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	series := fmt.Sprintf(`leasehold_http_requests_total{method=%q,route=%q,code=%q} `, method, route, code)
+	series := fmt.Sprintf(`leasehold_http_requests_total{code=%q,method=%q,route=%q} `, code, method, route)
 	for line := range strings.Lines(string(body)) {
 		if v, ok := strings.CutPrefix(line, series); ok {
 			var n int

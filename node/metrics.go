@@ -1,0 +1,242 @@
+package node
+
+import (
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	gometrics "github.com/hashicorp/go-metrics/compat"
+	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
+	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/fsm"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// nodeMetrics are the Prometheus metrics a node measures itself, in its
+// own registry (Node.Registry): every node of a process has one, so that
+// several in-process servers (tests) do not collide.
+type nodeMetrics struct {
+	reg              *prometheus.Registry
+	tickInterval     prometheus.Histogram
+	expiryLateness   *prometheus.HistogramVec
+	leaderChanges    prometheus.Counter
+	snapshotDuration prometheus.Histogram
+	snapshotSize     prometheus.Gauge
+	snapshots        *prometheus.CounterVec
+	acquireWait      *prometheus.HistogramVec
+}
+
+// latencyBuckets (seconds) suit ticks, expiry lateness and waits: from a
+// millisecond to a minute.
+var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+func newNodeMetrics(n *Node, reg *prometheus.Registry) *nodeMetrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &nodeMetrics{
+		reg: reg,
+		tickInterval: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leasehold_tick_interval_seconds",
+			Help:    "Real time between two consecutive ticks this server committed as leader (the cluster clock's pace; ideally the tick period).",
+			Buckets: latencyBuckets,
+		}),
+		expiryLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leasehold_expiry_lateness_seconds",
+			Help:    "Real time from a lease's or session's nominal end (last renewal + TTL, wall clock) to its expiry being applied, measured by the leader; kind is lease or session.",
+			Buckets: latencyBuckets,
+		}, []string{"kind"}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasehold_leader_changes_total",
+			Help: "Times this server saw a new leader (another server, or itself) take over.",
+		}),
+		snapshotDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leasehold_snapshot_duration_seconds",
+			Help:    "Time to encode and write a Raft snapshot of the state.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		snapshotSize: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leasehold_snapshot_size_bytes",
+			Help: "Size of the last Raft snapshot written.",
+		}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_snapshots_total",
+			Help: "Raft snapshots this server wrote, by outcome (ok, failed).",
+		}, []string{"outcome"}),
+		acquireWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leasehold_acquire_wait_seconds",
+			Help:    "Time a queued acquire (wait_ms > 0, key full) waited on this server, by outcome (granted, refused: timed out or failed).",
+			Buckets: latencyBuckets,
+		}, []string{"outcome"}),
+	}
+	for _, o := range []string{"ok", "failed"} {
+		m.snapshots.WithLabelValues(o)
+	}
+	for _, k := range []string{"lease", "session"} {
+		m.expiryLateness.WithLabelValues(k)
+	}
+	for _, o := range []string{"granted", "refused"} {
+		m.acquireWait.WithLabelValues(o)
+	}
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo(),
+		raftSink(),
+		m.tickInterval, m.expiryLateness, m.leaderChanges, m.snapshotDuration, m.snapshotSize, m.snapshots, m.acquireWait,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leasehold_tick_period_seconds",
+			Help: "The cluster's tick period.",
+		}, func() float64 { return n.period().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leasehold_term",
+			Help: "This server's current Raft term.",
+		}, func() float64 { return float64(n.term()) }),
+	)
+	return m
+}
+
+// buildInfo is leasehold_build_info: always 1, with the version (Version,
+// as gossiped), the VCS commit and the Go version as labels.
+func buildInfo() prometheus.Collector {
+	commit := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				commit = s.Value
+			}
+		}
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "leasehold_build_info",
+		Help:        "Always 1; labels say which build this server runs.",
+		ConstLabels: prometheus.Labels{"version": Version, "commit": commit, "goversion": runtime.Version()},
+	}, func() float64 { return 1 })
+}
+
+var (
+	raftSinkOnce sync.Once
+	raftSinkC    prometheus.Collector
+)
+
+// raftSink returns the collector of hashicorp/raft's own metrics (commit
+// time, FSM apply, last contact, replication, elections, and raft-boltdb's
+// store timings), named leasehold_raft_*. Raft reports them to go-metrics'
+// process-wide global, so the first call installs, once per process, a
+// go-metrics Prometheus sink as that global; every node's registry then
+// collects the same sink (in-process test clusters share it; a deployed
+// server is one per process). It uses go-metrics' compat packages, which
+// pick armon/go-metrics or hashicorp/go-metrics by build tag exactly as the
+// compiled raft does, so the sink is always the global raft writes to.
+func raftSink() prometheus.Collector {
+	raftSinkOnce.Do(func() {
+		// Its own registerer: the sink is registered in every node's
+		// registry, never in the global default one.
+		sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{
+			Expiration: 5 * time.Minute, Registerer: prometheus.NewRegistry(), Name: "leasehold_raft_sink",
+		})
+		if err != nil {
+			panic("leasehold: go-metrics Prometheus sink: " + err.Error())
+		}
+		cfg := gometrics.DefaultConfig("leasehold")
+		cfg.EnableHostname = false       // no host name in metric names
+		cfg.EnableRuntimeMetrics = false // the Go collector has them
+		cfg.EnableServiceLabel = false
+		if _, err := gometrics.NewGlobal(cfg, sink); err != nil {
+			panic("leasehold: go-metrics global: " + err.Error())
+		}
+		raftSinkC = sink
+	})
+	return raftSinkC
+}
+
+// term is this server's current Raft term.
+func (n *Node) term() uint64 {
+	if r := n.raftP.Load(); r != nil {
+		return r.CurrentTerm()
+	}
+	return 0
+}
+
+// Registry is this node's Prometheus registry: Go runtime and process
+// collectors, build info, hashicorp/raft's metrics and the node's own. The
+// HTTP API serves it on /metrics together with its own; an application may
+// register more.
+func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
+
+// watchLeader counts leader changes as Raft observes them, until the node
+// closes.
+func (n *Node) watchLeader(r *raft.Raft) {
+	defer n.wg.Done()
+	ch := make(chan raft.Observation, 16)
+	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	r.RegisterObserver(obs)
+	defer r.DeregisterObserver(obs)
+	var last raft.ServerID
+	if _, id := r.LeaderWithID(); id != "" {
+		last = id
+	}
+	for {
+		select {
+		case <-n.closing:
+			return
+		case o := <-ch:
+			lo := o.Data.(raft.LeaderObservation)
+			if lo.LeaderID != "" && lo.LeaderID != last {
+				n.metrics.leaderChanges.Inc()
+				last = lo.LeaderID
+			}
+		}
+	}
+}
+
+// observeExpiry records, on the leader, how late an expiry applied after
+// its nominal end in real time.
+func (m *nodeMetrics) observeExpiry(e *hubEvent, now time.Time) {
+	switch {
+	case e.Type == fsm.EventExpired && e.Lease != nil && e.Lease.SessionID == "":
+		last := max(e.Lease.RenewedWallMS, e.Lease.AcquiredWallMS)
+		m.lateness("lease", last, e.Lease.TTLMS, now)
+	case e.Type == fsm.EventSessionEnded && e.Session != nil && e.Session.State == fsm.SessionExpired:
+		last := max(e.Session.LastHeartbeat, e.Session.CreatedWallMS)
+		m.lateness("session", last, e.Session.TTLMS, now)
+	}
+}
+
+func (m *nodeMetrics) lateness(kind string, lastWallMS, ttlMS int64, now time.Time) {
+	if lastWallMS <= 0 || ttlMS <= 0 {
+		return
+	}
+	late := now.Sub(time.UnixMilli(lastWallMS + ttlMS)).Seconds()
+	m.expiryLateness.WithLabelValues(kind).Observe(max(late, 0))
+}
+
+// countEvents counts the events of a batch in the lease and session
+// counters (Stats) and, on the leader, observes expiry lateness. Counters
+// mean one thing: events of entries applied after the startup's replay,
+// counted once by every server that applies them (so the servers' counts
+// agree; aggregate with max, not sum). Entries up to the log's last index
+// at startup were counted by the run that first applied them.
+func (r *replica) countEvents(evs []hubEvent) {
+	from := r.replayEnd.Load()
+	i := 0
+	for i < len(evs) && evs[i].Index <= from {
+		i++
+	}
+	evs = evs[i:]
+	if len(evs) == 0 {
+		return
+	}
+	r.stats.countEvents(evs)
+	if r.metrics != nil && r.leading != nil && r.leading() {
+		now := wallNow()
+		for k := range evs {
+			r.metrics.observeExpiry(&evs[k], now)
+		}
+	}
+}
