@@ -152,7 +152,7 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 	if cfg.InMemory {
 		store := raft.NewInmemStore()
 		logs, stable = store, store
-		snaps = raft.NewInmemSnapshotStore()
+		snaps = newMemSnapshots()
 		a, t := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 		addr, c.trans = a, t
 	} else {
