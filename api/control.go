@@ -435,7 +435,9 @@ func (c *Control) serveForward(w http.ResponseWriter, r *http.Request) {
 		writeControlError(w, decodeError(err), c.n.ControlClock())
 		return
 	}
-	st, err := c.local(r.Context(), &op)
+	ctx, cancel := context.WithTimeout(r.Context(), controlOpTimeout)
+	defer cancel()
+	st, err := c.local(ctx, &op)
 	if err != nil {
 		writeControlError(w, err, c.n.ControlClock())
 		return

@@ -57,9 +57,18 @@ func (n *Node) ServePeer(h http.Handler) {
 		return
 	default:
 	}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Every node-to-node request is small and short (a control operation
+	// bounded by its own timeout): a peer that trickles bytes or never
+	// reads its answer loses its connection instead of holding a goroutine.
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: peerWriteTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
 	go p.srv.Serve(ln)
 }
+
+// peerWriteTimeout bounds a node-to-node request from the end of its
+// headers to the end of its answer; it outlasts the leader's own bound on
+// a control operation (10 s).
+const peerWriteTimeout = 20 * time.Second
 
 // closePeer stops serving node-to-node requests.
 func (n *Node) closePeer() {

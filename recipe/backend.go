@@ -9,7 +9,7 @@ import (
 )
 
 // Backend is what the recipes need of a Leasehold cluster. *client.Client
-// implements it; embedded.New adapts an embedded *wire.Node.
+// implements it; embedded.New adapts an embedded *node.Node.
 type Backend interface {
 	// Acquire asks for a lease; with WaitMS it queues for a slot.
 	Acquire(ctx context.Context, req wire.AcquireRequest) (*wire.Lease, error)

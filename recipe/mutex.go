@@ -90,6 +90,17 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 			return err
 		}
 		lease, err := l.s.acquire(actx, req)
+		if err == nil && lease.State != "" && lease.State != "active" {
+			// A retry answered with the lease its first attempt got, which
+			// has ended since (revoked, released): not held. Ask anew.
+			if tries++; !wait && tries > 3 {
+				return fmt.Errorf("%w: lease %s is %s", ErrLocked, lease.LeaseID, lease.State)
+			}
+			if err := fresh(); err != nil {
+				return err
+			}
+			continue
+		}
 		if err == nil {
 			if err := l.s.alive(); err != nil {
 				return err // the lease, bound to the session, is gone with it
@@ -103,8 +114,10 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 			return err
 		}
 		if ctx.Err() != nil {
-			// An acquire that may have been granted is bound to the
-			// session: Close ends it.
+			// The acquire may have been granted meanwhile (a grant can race
+			// the end of the wait): give it back, or this holder would
+			// find its own lease in the way until the session ends.
+			l.abandon(req)
 			return ctx.Err()
 		}
 		var delay time.Duration
@@ -135,9 +148,11 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 			// granted is answered again, with its token). Without wait
 			// (TryLock), a few times only.
 			if tries++; !wait && tries > 3 {
+				l.abandon(req)
 				return err
 			}
 			if err := sleepCtx(ctx, backoff); err != nil {
+				l.abandon(req)
 				return err
 			}
 			backoff = min(2*backoff, 2*time.Second)
@@ -154,6 +169,25 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 	}
 }
 
+// abandon gives back what an acquire that is being given up may have been
+// granted: the same request (same idempotency key) asked again without
+// waiting answers with the lease if it was granted, and that lease is
+// released. Best effort, bounded: the session's end frees it anyway.
+func (l *locker) abandon(req wire.AcquireRequest) {
+	if l.s.alive() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.s.Context()), abandonTimeout)
+	defer cancel()
+	req.WaitMS = 0
+	if lease, err := l.s.acquire(ctx, req); err == nil && (lease.State == "" || lease.State == "active") {
+		_ = l.s.release(ctx, lease)
+	}
+}
+
+// abandonTimeout bounds abandon.
+const abandonTimeout = 5 * time.Second
+
 // unlock releases the lease. A lease that is already gone (revoked,
 // expired with its session) is forgotten and its error returned.
 func (l *locker) unlock(ctx context.Context) error {
@@ -164,7 +198,7 @@ func (l *locker) unlock(ctx context.Context) error {
 	}
 	err := l.s.release(ctx, l.lease)
 	switch wire.ErrorCode(err) {
-	case wire.CodeNoLeader, wire.CodeUnavailable, "":
+	case wire.CodeNoLeader, wire.CodeUnavailable, wire.CodeIndeterminate, "":
 		if err != nil {
 			return err // still held: Unlock may be called again
 		}
