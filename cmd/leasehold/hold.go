@@ -41,6 +41,10 @@ type holdOptions struct {
 	stdout, stderr io.Writer
 	verbose        bool
 	prog           string // in messages; "" means "hold"
+	// ended, if set, reports that the lease ended on the server although
+	// its keep-alive did not notice (a lease bound to a session that an
+	// operator revoked): the command is stopped as for a loss.
+	ended <-chan error
 }
 
 func (a *app) holdCmd(ctx context.Context, args []string) error {
@@ -180,7 +184,7 @@ func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []st
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
-	lostC := ka.Lost()
+	lostC, endedC := ka.Lost(), o.ended
 	var killTimer <-chan time.Time
 	var lost error // why the lease was given up; the command is being stopped
 	ctxDone := ctx.Done()
@@ -215,6 +219,18 @@ func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []st
 			// earliest instant the server could end the lease.
 			grace := client.DefaultMargin(o.ttl) / 2
 			killTimer = time.After(time.Until(ka.Deadline().Add(grace)))
+
+		case err := <-endedC:
+			endedC = nil
+			if lost != nil {
+				continue
+			}
+			lost = err
+			fmt.Fprintf(o.stderr, "%s: lease on %s lost (%v): stopping %s\n", prog, o.key, lost, o.command[0])
+			_ = signalGroup(cmd.Process, syscall.SIGTERM)
+			// Another holder may already have it: no more than half the
+			// margin for the command to stop.
+			killTimer = time.After(client.DefaultMargin(o.ttl) / 2)
 
 		case <-killTimer:
 			killTimer = nil

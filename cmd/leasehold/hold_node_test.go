@@ -161,3 +161,44 @@ func TestKeepAliveCommand(t *testing.T) {
 		t.Fatal("keep-alive did not notice the revocation")
 	}
 }
+
+// TestLockStopsCommandOnRevoke: an operator revokes the lock's lease while
+// the session lives on; lock stops the command and exits 1 rather than let
+// it run while another holder can take the key.
+func TestLockStopsCommandOnRevoke(t *testing.T) {
+	c, _ := startTestNode(t)
+	ctx := context.Background()
+	var out, errb bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- lockRun(ctx, c, lockOptions{holdOptions: holdOptions{
+			key: "rv", holder: "h", ttl: 10 * time.Second,
+			command: []string{"sh", "-c", "echo started; sleep 60"}, stdin: strings.NewReader(""),
+			stdout: syncWriter(&out), stderr: syncWriter(&errb),
+		}}, make(chan os.Signal))
+	}()
+	var lease *node.Lease
+	deadline := time.Now().Add(30 * time.Second)
+	for lease == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("lock never took rv")
+		}
+		ls, err := c.List(ctx, node.ListRequest{Key: "rv", State: "active"})
+		if err == nil && len(ls.Leases) == 1 {
+			lease = ls.Leases[0]
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if _, err := c.Revoke(ctx, lease.LeaseID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(errb.String(), "revoked") {
+			t.Fatalf("lock after a revoke: %v; stderr %q", err, errb.String())
+		}
+	case <-time.After(40 * time.Second): // the command sleeps 60 s
+		t.Fatalf("lock still runs its command 40 s after its lease was revoked; stderr %q", errb.String())
+	}
+}

@@ -64,6 +64,9 @@ func (a *app) lockCmd(ctx context.Context, args []string) error {
 	}, noWait: *noWait}, sigs)
 }
 
+// errLeaseEnded stops lock's watch of its lease.
+var errLeaseEnded = errors.New("lease ended")
+
 // lockRun is lock after flag parsing (see holdRun for sigs and ctx).
 func lockRun(ctx context.Context, c *client.Client, o lockOptions, sigs <-chan os.Signal) error {
 	o.stdout, o.stderr = syncWriter(o.stdout), syncWriter(o.stderr)
@@ -116,6 +119,25 @@ func lockRun(ctx context.Context, c *client.Client, o lockOptions, sigs <-chan o
 		"LEASEHOLD_KEY=" + o.key,
 		"LEASEHOLD_SESSION_ID=" + s.ID(),
 	}
+	// The session's keep-alive cannot see the lock's lease end while the
+	// session lives on (an operator's revoke): follow the key's events.
+	ended := make(chan error, 1)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		_ = c.Watch(wctx, client.WatchOptions{Key: o.key, FromStart: true}, func(ev node.Event) error {
+			if ev.Lease == nil || ev.Lease.LeaseID != l.LeaseID {
+				return nil
+			}
+			switch ev.Type {
+			case "released", "revoked", "expired":
+				ended <- fmt.Errorf("lease %s %s: %s", l.LeaseID, ev.Type, ev.Reason)
+				return errLeaseEnded
+			}
+			return nil
+		})
+	}()
+	o.ended = ended
 	// Ending the session when CMD is done releases the lock.
 	return runUnder(ctx, s.KeepAlive(), o.holdOptions, env, sigs, logf)
 }
