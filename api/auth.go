@@ -183,9 +183,6 @@ func bearerToken(r *http.Request) (string, bool) {
 	return token, token != ""
 }
 
-// authorize checks the request's bearer token against need and answers 401
-// or 403 itself when it falls short. It reads nothing but the Authorization
-// header, so a rejected request has no effect at all.
 // tokenName is the name of r's bearer token ("" when auth is off or the
 // token is unknown): who did an admin operation, never the secret.
 func (s *server) tokenName(r *http.Request) string {
@@ -203,6 +200,9 @@ func (s *server) tokenName(r *http.Request) string {
 	return e.name
 }
 
+// authorize checks the request's bearer token against need and answers 401
+// or 403 itself when it falls short. It reads nothing but the Authorization
+// header, so a rejected request has no effect at all.
 func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Scope) bool {
 	token, ok := bearerToken(r)
 	if !ok {
