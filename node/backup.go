@@ -254,12 +254,18 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (*SnapshotInfo,
 	// installed would make Raft report a failure after the fact. Raft's
 	// main loop takes the restore at once, or answers ErrNotLeader.
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: index, Term: info.Term, Size: size}
+	term := n.cl.Raft.CurrentTerm()
 	rerr := n.cl.Raft.Restore(meta, tmp, 0)
 	n.rep.mu.RLock()
 	restored := n.rep.f != before // only a restore replaces the state machine
 	n.rep.mu.RUnlock()
 	if restored {
 		n.failWaiters()
+	}
+	if rerr != nil && restored && errors.Is(rerr, raft.ErrLeadershipLost) && n.restoreConfirmed(ctx, term) {
+		// Followers busy installing the restored state can miss the
+		// leader's lease check: it stepped down and won the next term.
+		rerr = nil
 	}
 	if rerr != nil {
 		switch {
@@ -282,6 +288,33 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (*SnapshotInfo,
 		"restored_index", info.RestoredIndex, "active_leases", info.State.ActiveLeases, "dropped_waits", info.DroppedWaits,
 		"refenced", info.Refenced, "kept", info.Kept, "superseded", info.Superseded)
 	return info, nil
+}
+
+// restoreConfirmed reports whether a restore installed on this server
+// while it led term, whose confirming entry was lost with its leadership,
+// is part of the cluster's log after all: this server leads again in the
+// very next term (so no other server led in between) and commits a barrier
+// in it, which a majority acknowledges only with this server's log,
+// restored snapshot included. It waits a few election timeouts at most.
+func (n *Node) restoreConfirmed(ctx context.Context, term uint64) bool {
+	deadline := time.Now().Add(max(5*time.Second, 10*n.cfg.raftTimeout))
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		switch cur := n.cl.Raft.CurrentTerm(); {
+		case cur > term+1:
+			return false
+		case cur == term+1 && n.cl.Raft.State() == raft.Leader:
+			if n.cl.Raft.Barrier(time.Until(deadline)).Error() != nil {
+				return false
+			}
+			return n.cl.Raft.CurrentTerm() == term+1
+		case cur == term+1 && n.cl.Raft.State() == raft.Follower:
+			if addr, _ := n.cl.Raft.LeaderWithID(); addr != "" {
+				return false // another server leads the next term
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
 }
 
 // pauseWrites stops the batcher from handing entries to Raft and waits for
