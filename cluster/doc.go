@@ -1,5 +1,5 @@
 // Package cluster runs Raft for one Leasehold server: the hashicorp/raft
-// instance, its raft-boltdb log and stable store (fsync on), a file snapshot
+// instance, its raft-wal log and raft-boltdb stable store (fsync on), a file snapshot
 // store, the TCP transport, bootstrap of a new single-node cluster, and
 // leadership tracking.
 //
