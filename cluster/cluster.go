@@ -22,7 +22,8 @@ import (
 type Config struct {
 	// NodeID is this server's Raft id.
 	NodeID string
-	// Dir holds raft.db (log and stable store) and snapshots/.
+	// Dir holds wal/ (the log), raft.db (the stable store; its lock keeps
+	// a second server off the directory) and snapshots/.
 	Dir string
 	// BindAddr is the TCP address the Raft transport listens on.
 	BindAddr string
@@ -172,7 +173,13 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 			return nil, fmt.Errorf("cluster: open raft.db: %w", err)
 		}
 		c.closers = append(c.closers, bolt)
-		cache, err := raft.NewLogCache(1024, bolt)
+		wal, err := openLogStore(cfg.Dir, bolt, cfg.Logger)
+		if err != nil {
+			c.closeStores()
+			return nil, err
+		}
+		c.closers = append(c.closers, wal)
+		cache, err := raft.NewLogCache(1024, wal)
 		if err != nil {
 			c.closeStores()
 			return nil, err
@@ -211,22 +218,24 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 		if cfg.WrapStream != nil {
 			wrapped = cfg.WrapStream(wrapped)
 		}
-		// MaxRPCsInFlight 1 turns pipelined replication off. With it on
-		// (the default, 2), a follower that answers an AppendEntries with
-		// Success=false can leave the leader's replication goroutine parked
-		// forever on the pipeline's unbuffered channel: that follower gets
-		// heartbeats but never another entry, and Raft.Shutdown hangs
-		// (hashicorp/raft#612). The chaos suite's leadership-transfer storm
-		// hit it. Commands are batched into entries, so pipelining buys
-		// little here (raft's own docs say as much).
-		t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: wrapped, MaxPool: 8,
-			MaxRPCsInFlight: 1, Timeout: 10 * time.Second, Logger: newHCLogger("transport", cfg.Logger)})
+		// Pipelined replication (MaxRPCsInFlight 2, raft's default: the
+		// next AppendEntries is prepared and sent while the previous one is
+		// answered) goes through pipelineTransport, which keeps a follower
+		// that rejects an append from wedging its replication stream
+		// (hashicorp/raft#612; the chaos suite's leadership-transfer storm
+		// hit it before, and TestPipelineSurvivesRejectedAppends does).
+		nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: wrapped, MaxPool: 8,
+			MaxRPCsInFlight: raftMaxRPCsInFlight, Timeout: 10 * time.Second, Logger: newHCLogger("transport", cfg.Logger)})
+		t := &pipelineTransport{nt}
 		c.trans, c.stream = t, stream
-		addr = t.LocalAddr()
+		addr = nt.LocalAddr()
 	}
 
 	if cfg.WrapStores != nil {
 		logs, stable = cfg.WrapStores(logs, stable)
+	}
+	if !cfg.InMemory {
+		logs = monotonicLogs{logs}
 	}
 	existing, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
@@ -396,9 +405,11 @@ func (c *Cluster) closeAll() {
 	c.closeStores()
 }
 
+// closeStores closes the stores in the reverse order of opening: raft.db,
+// whose lock guards the data dir, last.
 func (c *Cluster) closeStores() {
-	for _, cl := range c.closers {
-		cl.Close()
+	for i := len(c.closers) - 1; i >= 0; i-- {
+		c.closers[i].Close()
 	}
 	c.closers = nil
 }

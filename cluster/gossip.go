@@ -38,6 +38,9 @@ type Meta struct {
 	// SealCheck: the server's version knows the SealCheck log entry (the
 	// sealing key's check value); false for servers of earlier versions.
 	SealCheck bool `json:"seal,omitempty"`
+	// ChunkedExpiry: the server's version reads limited ticks and Expire
+	// entries (chunked expiry); false for servers of earlier versions.
+	ChunkedExpiry bool `json:"chunk,omitempty"`
 }
 
 // PeerStats is a server's view of Raft, carried in gossip ping acks.

@@ -175,6 +175,10 @@ func (s *identityLayer) dial(addr raft.ServerAddress, timeout time.Duration, mag
 		s.conflict(string(addr), theirs)
 		return nil, fmt.Errorf("%w: %s belongs to cluster %q, this server to %q", ErrOtherCluster, addr, theirs, ours)
 	}
+	if magic == peerMagic && theirs == "" {
+		conn.Close()
+		return nil, fmt.Errorf("node-to-node stream to %s: it does not know its cluster id yet", addr)
+	}
 	conn.SetDeadline(time.Time{})
 	return conn, nil
 }
@@ -214,6 +218,10 @@ func (s *identityLayer) hello(conn net.Conn) {
 	refuse := ours != "" && theirs != "" && ours != theirs
 	if refuse {
 		s.conflict(conn.RemoteAddr().String(), theirs)
+	} else if magic == peerMagic && (ours == "" || theirs == "") {
+		// A node-to-node request comes from a server of this cluster: both
+		// ends know its id (a server without one yet has nothing to ask).
+		refuse = true
 	} else if s.id.Admit != nil && magic == identityMagic {
 		if err := s.id.Admit(theirs); err != nil {
 			refuse = true

@@ -95,6 +95,24 @@ func TestPeerStreamsPlainAndInMemory(t *testing.T) {
 		t.Fatalf("a server of the cluster: %v", err)
 	}
 	c.Close()
+	// A caller that does not know its cluster id (a new server, or a
+	// client speaking the hello with an empty id) gets no stream.
+	anon := openPeer(t, "e", "", false, nil)
+	if c, err := anon.DialPeer(ctx, string(a.Addr)); err == nil {
+		c.Close()
+		t.Fatal("a server without a cluster id opened a node-to-node stream")
+	}
+	raw, err := net.DialTimeout("tcp", string(a.Addr), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.Write(append(peerMagic[:], 0))
+	raw.Write([]byte("GET /x HTTP/1.1\r\nHost: a\r\n\r\n"))
+	raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if got, _ := io.ReadAll(raw); strings.Contains(string(got), "ok") {
+		t.Fatalf("a caller with an empty cluster id reached the peer handler: %q", got)
+	}
 	mem, err := Open(Config{NodeID: "m", InMemory: true, Bootstrap: true}, &countFSM{})
 	if err != nil {
 		t.Fatal(err)
