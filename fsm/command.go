@@ -99,6 +99,10 @@ type Tick struct {
 	// together): beyond it the oldest are pruned, whatever their age.
 	// 0: no bound. Version 4 and later.
 	RetainMax uint64 `json:"retain_max,omitempty"`
+	// ExpireMax bounds the records this tick ends; the rest wait for
+	// Expire entries (expire.go). 0: no bound, as before it existed. A
+	// Tick with it set is written as TypeTickLimited.
+	ExpireMax uint64 `json:"expire_max,omitempty"`
 }
 
 // Quota carries the node's count limits in the commands that create
@@ -261,7 +265,14 @@ type Member struct {
 // come back in the same order.
 type Batch struct{ Commands []Command }
 
-func (*Tick) Type() Type             { return TypeTick }
+// Type is TypeTick, or TypeTickLimited when ExpireMax is set.
+func (c *Tick) Type() Type {
+	if c != nil && c.ExpireMax > 0 {
+		return TypeTickLimited
+	}
+	return TypeTick
+}
+
 func (*Acquire) Type() Type          { return TypeAcquire }
 func (*Renew) Type() Type            { return TypeRenew }
 func (*Release) Type() Type          { return TypeRelease }
@@ -333,7 +344,7 @@ func decodeJSON(t Type, body []byte) (Command, error) {
 		return &batch, nil
 	}
 	c := newBody(t)
-	if c == nil || t == TypeClusterID || t == TypeSealCheck { // version 1 predates both
+	if c == nil || t == TypeClusterID || t == TypeSealCheck || t == TypeExpire || t == TypeTickLimited { // version 1 predates them
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

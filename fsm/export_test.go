@@ -44,7 +44,7 @@ func WriteSnapshotV1(s *Snapshot, w io.Writer) error {
 		return err
 	}
 	for _, l := range s.leases {
-		if err := enc.Encode(leaseV1{Lease: *l, IdemHash: l.idemHash(), Fingerprint: l.fingerprint()}); err != nil {
+		if err := enc.Encode(leaseV1{Lease: *l, IdemHash: l.idemHash(), Fingerprint: l.fingerprint(), SealedToken: l.SealedToken()}); err != nil {
 			return err
 		}
 	}

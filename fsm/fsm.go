@@ -54,8 +54,12 @@ type waiter struct {
 // stolen slots are behind a pointer that is nil while there are none.
 type keyState struct {
 	limit uint32
-	one   [1]string // the active lease id when there is exactly one
-	more  *keyMore
+	// refs is used only by rebuild, to count the key's lease records
+	// without sorting every lease's key (it fills the padding after
+	// limit); zero otherwise.
+	refs int32
+	one  [1]string // the active lease id when there is exactly one
+	more *keyMore
 }
 
 type keyMore struct {
@@ -194,13 +198,16 @@ type FSM struct {
 	waiting  map[string]string // queued lease id -> its key
 	// holderWaits is each holder's queued acquires: lease id -> key.
 	holderWaits map[string]map[string]string
-	order       idIndex          // lease ids, for ordered listing
-	keyRefs     map[string]int32 // lease records (any state) per key
-	keyIdx      idIndex          // the keys of keyRefs, so that a prefix listing seeks
-	sessIDs     idIndex          // session ids, for ordered listing
+	order       idIndex  // lease ids, for ordered listing
+	keyIdx      keyIndex // keys of lease records (any state), counted, so that a prefix listing seeks
+	sessIDs     idIndex  // session ids, for ordered listing
 	holders     map[string]*holderIndex
 	buckets     map[uint64][]timer
-	members     map[string]MemberRecord // the member registry (member.go)
+	// backlog holds the timers due at or before the current tick that a
+	// limited tick or Expire has not processed yet, in processing order
+	// (expire.go). Empty between entries unless ticks are limited.
+	backlog []timer
+	members map[string]MemberRecord // the member registry (member.go)
 	// clusterID is the cluster's identity (clusterid.go); "" until set.
 	clusterID string
 	// sealCheck is the sealing key's check value (sealcheck.go); "" until set.
@@ -223,7 +230,6 @@ func New() *FSM {
 		idem:        make(map[Hash]string),
 		waiting:     make(map[string]string),
 		holderWaits: make(map[string]map[string]string),
-		keyRefs:     make(map[string]int32),
 		holders:     make(map[string]*holderIndex),
 		buckets:     make(map[uint64][]timer),
 		members:     make(map[string]MemberRecord),
@@ -282,6 +288,9 @@ func (f *FSM) apply1(c Command) Result {
 	case *Tick:
 		f.applyTick(c)
 		return Result{}
+	case *Expire:
+		f.applyExpire(c)
+		return Result{}
 	case *Acquire:
 		return f.acquire(c)
 	case *Renew:
@@ -322,7 +331,14 @@ func (f *FSM) emit(e Event) {
 	f.events = append(f.events, e)
 }
 
+// schedule sets a timer for tick at. One already due (only a restore sets
+// those: the records a limited tick left) goes to the backlog, which the
+// caller then puts in order.
 func (f *FSM) schedule(at uint64, kind uint8, id string) {
+	if at <= f.tick {
+		f.backlog = append(f.backlog, timer{kind: kind, id: id})
+		return
+	}
 	f.buckets[at] = append(f.buckets[at], timer{kind: kind, id: id})
 }
 
@@ -455,26 +471,21 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // addKeyRef counts a new lease record on key.
 func (f *FSM) addKeyRef(key string) {
-	if f.keyRefs[key]++; f.keyRefs[key] == 1 {
-		f.keyIdx.insert(key)
-	}
+	f.keyIdx.add(key)
 }
 
 // dropKeyRef forgets a lease record on key.
 func (f *FSM) dropKeyRef(key string) {
-	if f.keyRefs[key]--; f.keyRefs[key] <= 0 {
-		delete(f.keyRefs, key)
-		f.keyIdx.remove(key)
-	}
+	f.keyIdx.drop(key)
 }
 
 // anyKey reports whether some lease record has key (when not empty) and a
 // key starting with prefix.
 func (f *FSM) anyKey(key, prefix string) bool {
 	if key != "" {
-		return f.keyRefs[key] > 0 && strings.HasPrefix(key, prefix)
+		return f.keyIdx.count(key) > 0 && strings.HasPrefix(key, prefix)
 	}
-	if prefix == "" || f.keyRefs[prefix] > 0 {
+	if prefix == "" || f.keyIdx.count(prefix) > 0 {
 		return true
 	}
 	found := false

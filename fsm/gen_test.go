@@ -19,6 +19,10 @@ type gen struct {
 	// draws exactly what it drew before they existed, so that pinned logs
 	// (testdata/snapshot_v1.json) stay the same.
 	members bool
+	// chunk: ticks end at most this many records and Expire entries
+	// (some stale) end the rest (expire.go). 0: unlimited ticks, as
+	// the generator drew before chunked expiry existed.
+	chunk uint64
 
 	tick       uint64
 	nLease     int
@@ -151,12 +155,21 @@ func (g *gen) command() fsm.Command {
 		}
 		return &fsm.CancelWait{LeaseID: id, Key: key}
 	default:
+		if g.chunk > 0 && g.r.IntN(2) == 0 {
+			// Mostly of the current tick; sometimes of another one
+			// (stale), which is ignored.
+			t := g.tick
+			if g.r.IntN(8) == 0 {
+				t -= min(t, 1)
+			}
+			return &fsm.Expire{Tick: t, WallMS: wall, Max: 1 + uint64(g.r.IntN(int(g.chunk)))}
+		}
 		if g.full && g.r.IntN(10) == 0 {
 			// A duplicate or a jump: both are ignored.
-			return &fsm.Tick{Tick: g.tick + uint64(g.r.IntN(2))*2, WallMS: wall, PeriodMS: periodMS, RetainTicks: genRetain}
+			return &fsm.Tick{Tick: g.tick + uint64(g.r.IntN(2))*2, WallMS: wall, PeriodMS: periodMS, RetainTicks: genRetain, ExpireMax: g.chunk}
 		}
 		g.tick++
-		return &fsm.Tick{Tick: g.tick, WallMS: int64(g.tick) * periodMS, PeriodMS: periodMS, RetainTicks: genRetain}
+		return &fsm.Tick{Tick: g.tick, WallMS: int64(g.tick) * periodMS, PeriodMS: periodMS, RetainTicks: genRetain, ExpireMax: g.chunk}
 	}
 }
 

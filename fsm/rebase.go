@@ -224,8 +224,9 @@ func (f *FSM) RebaseStats(cur *FSM, index uint64) RebaseStats {
 	f.index, f.tick, f.periodMS, f.wallMS, f.fence = n.index, n.tick, n.periodMS, n.wallMS, n.fence
 	f.leases, f.sessions, f.keys, f.idem, f.waiting = n.leases, n.sessions, n.keys, n.idem, n.waiting
 	f.order, f.sessIDs, f.holders, f.buckets, f.prune = n.order, n.sessIDs, n.holders, n.buckets, n.prune
+	f.backlog = n.backlog
 	f.members, f.active, f.sessOpen = n.members, n.active, n.sessOpen
-	f.holderWaits, f.keyRefs, f.keyIdx = n.holderWaits, n.keyRefs, n.keyIdx
+	f.holderWaits, f.keyIdx = n.holderWaits, n.keyIdx
 	f.clusterID, f.sealCheck = cur.clusterID, cur.sealCheck
 	f.events, f.notices = f.events[:0], nil
 	return st

@@ -74,23 +74,98 @@ func BenchmarkMillionLeases(b *testing.B) {
 	}
 }
 
-// BenchmarkExpiryStorm reports how long the one tick that expires 100,000
-// leases takes to apply (it holds up every write behind it).
+// BenchmarkExpiryStorm ends 100,000 leases due at the same tick, standalone
+// or bound to one session, with every tick unlimited (one entry ends them
+// all, as before chunked expiry) or limited to the node's chunk (then
+// Expire entries end the rest, a client write between each two). It
+// reports storm-ms, from the start of the first entry that ends one to the
+// end of the last (what the state machine adds to the last lease's
+// lateness), and stall-max-ms, the longest of those entries (what a write
+// waits behind at worst).
 func BenchmarkExpiryStorm(b *testing.B) {
+	for _, kind := range []string{"standalone", "session"} {
+		for _, chunk := range []uint64{0, benchChunk} {
+			b.Run(fmt.Sprintf("%s/chunk=%d", kind, chunk), func(b *testing.B) {
+				for range b.N {
+					expiryStorm(b, kind == "session", chunk)
+				}
+			})
+		}
+	}
+}
+
+// benchChunk is the node's expireChunk.
+const benchChunk = 4096
+
+func expiryStorm(b *testing.B, bound bool, chunk uint64) {
 	const n = 100_000
-	for range b.N {
-		b.StopTimer()
-		f := New()
-		idx := fill(b, f, n, 5)
-		b.StartTimer()
-		start := time.Now()
-		for t := f.Tick() + 1; f.active > 0; t++ {
-			f.Apply(idx, &Tick{Tick: t, RetainTicks: 36000})
+	b.StopTimer()
+	f := New()
+	var idx uint64
+	if bound {
+		idx = fillSession(f, n, 5)
+	} else {
+		idx = fill(b, f, n, 5)
+	}
+	runtime.GC()
+	b.StartTimer()
+	var start time.Time
+	var stall time.Duration
+	apply := func(c Command) {
+		t0 := time.Now()
+		before := f.active
+		f.Apply(idx, c)
+		idx++
+		f.DrainEvents(func(*Event) {})
+		d := time.Since(t0)
+		if f.active < before && start.IsZero() {
+			start = t0
+		}
+		if !start.IsZero() {
+			stall = max(stall, d)
+		}
+	}
+	writes := 0
+	for t := f.Tick() + 1; f.active > 0; t++ {
+		apply(&Tick{Tick: t, RetainTicks: 36000, ExpireMax: chunk})
+		for f.Backlog() > 0 {
+			writes++
+			id := fmt.Sprintf("w_%016x", writes)
+			f.Apply(idx, &Batch{Commands: []Command{
+				&Acquire{LeaseID: id, Key: "w/" + id, Holder: "w", Limit: 1, TokenHash: HashOf(id), TTLMS: 500, TTLTicks: 5, WallMS: 1},
+				&Release{LeaseID: id, TokenHash: HashOf(id), WallMS: 1},
+			}})
 			idx++
 			f.DrainEvents(func(*Event) {})
+			apply(&Expire{Tick: t, Max: chunk})
 		}
-		b.ReportMetric(time.Since(start).Seconds()*1000, "storm-ms")
 	}
+	b.ReportMetric(time.Since(start).Seconds()*1000, "storm-ms")
+	b.ReportMetric(stall.Seconds()*1000, "stall-max-ms")
+}
+
+// fillSession binds n leases to one session (batches of 1000) that expires
+// with ttlTicks, and returns the next free log index.
+func fillSession(f *FSM, n int, ttlTicks uint64) uint64 {
+	idx := f.Index() + 1
+	f.Apply(idx, &Tick{Tick: f.Tick() + 1, PeriodMS: 100, RetainTicks: 36000})
+	idx++
+	f.Apply(idx, &SessionCreate{SessionID: "ss_storm", Holder: "runner", TokenHash: HashOf("s"),
+		TTLMS: int64(ttlTicks) * 100, TTLTicks: ttlTicks, WallMS: 1})
+	idx++
+	for i := 0; i < n; i += 1000 {
+		batch := &Batch{}
+		for j := i; j < min(n, i+1000); j++ {
+			batch.Commands = append(batch.Commands, &Acquire{
+				LeaseID: fmt.Sprintf("ls_%016x", j), Key: fmt.Sprintf("camera/%d", j), Limit: 1,
+				SessionID: "ss_storm", SessionTokenHash: HashOf("s"), TokenHash: HashOf(fmt.Sprint(j)), WallMS: 1,
+			})
+		}
+		f.Apply(idx, batch)
+		idx++
+		f.DrainEvents(func(*Event) {})
+	}
+	return idx
 }
 
 // BenchmarkSemaphoreStorm reports how long expiring and then pruning the

@@ -77,12 +77,26 @@ func (f *FSM) sessionEnd(c *SessionEnd) Result {
 	if s.State != SessionActive {
 		return Result{Err: Errorf(CodeSessionEnded, "session %s has %s", c.SessionID, s.State)}
 	}
+	if s.ExpiresTick+GraceTicks <= f.tick {
+		// Due, its expiry still in the backlog (expire.go): it has
+		// expired as far as its holder can tell.
+		return Result{Err: Errorf(CodeSessionEnded, "session %s has expired", c.SessionID)}
+	}
 	return Result{Session: f.endSession(s, SessionEnded, "ended", c.WallMS)}
 }
 
 // endSession ends a session and every lease bound to it: released when the
 // session was ended on purpose, expired (with lock-delay) when it timed out.
 func (f *FSM) endSession(s *Session, state State, reason string, wallMS int64) *Session {
+	ns, _ := f.endSessionN(s, state, reason, wallMS, 0, false)
+	return ns
+}
+
+// endSessionN is endSession ending at most limit records (the session
+// counts as one; 0: no limit): the leases beyond it stay active, bound to
+// the ended session, with their timers in the backlog (expire.go). It
+// returns the session and the number of records it ended.
+func (f *FSM) endSessionN(s *Session, state State, reason string, wallMS int64, limit uint64, midTick bool) (*Session, uint64) {
 	ns := *s
 	ns.State = state
 	ns.EndReason = reason
@@ -96,15 +110,25 @@ func (f *FSM) endSession(s *Session, state State, reason string, wallMS int64) *
 	}
 	o := endOpts{state: StateReleased, reason: ReasonSessionEnded, wallMS: wallMS, session: true}
 	if state == SessionExpired {
-		o.state, o.delay = StateExpired, true
+		o.state, o.delay, o.midTick = StateExpired, true, midTick
 	}
+	n := uint64(1)
+	var rest []string
 	for _, id := range ns.LeaseIDs {
 		if l := f.leases[id]; l != nil && l.State == StateActive {
+			if limit > 0 && n >= limit {
+				rest = append(rest, id)
+				continue
+			}
 			f.end(l, o)
+			n++
 		}
 	}
 	f.dropHolder(s.Holder)
 	f.prune = append(f.prune, pruneItem{tick: f.tick, kind: kindSession, id: s.ID})
 	f.emit(Event{Type: EventSessionEnded, WallMS: wallMS, Session: &ns, Reason: reason})
-	return &ns
+	if len(rest) > 0 {
+		f.deferLeases(rest)
+	}
+	return &ns, n
 }

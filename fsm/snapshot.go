@@ -3,6 +3,7 @@ package fsm
 import (
 	"bufio"
 	"cmp"
+	"container/heap"
 	"errors"
 	"fmt"
 	"io"
@@ -466,6 +467,7 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 		}
 	}
 	var ended []pruneItem
+	var keyless []string // keys of records whose key has no state
 	n.leases = make(map[string]*Lease, len(leases))
 	for _, l := range leases {
 		n.leases[l.ID] = l
@@ -476,11 +478,17 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 				n.idem[h] = l.ID
 			}
 		}
+		ks := n.keys[l.Key]
+		if ks != nil {
+			ks.refs++
+		}
 		if l.Terminal() {
 			ended = append(ended, pruneItem{tick: l.EndedTick, kind: kindLease, id: l.ID})
+			if ks == nil {
+				keyless = append(keyless, l.Key)
+			}
 			continue
 		}
-		ks := n.keys[l.Key]
 		if ks == nil {
 			return fmt.Errorf("fsm: snapshot: active lease %s on key without state", l.ID)
 		}
@@ -489,14 +497,14 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 		n.holder(l.Holder).leases.insert(l.ID)
 		if l.SessionID == "" {
 			n.schedule(leaseDeadline(l), kindLease, l.ID)
+		} else if s := n.sessions[l.SessionID]; s == nil || s.State != SessionActive {
+			// Its session ended with more leases than one chunk could
+			// end: its end is in the backlog (expire.go).
+			n.backlog = append(n.backlog, timer{kind: kindLease, id: l.ID})
 		}
 	}
 	n.order.fromSorted(len(leases), func(i int) string { return leases[i].ID })
-	for _, l := range leases {
-		n.keyRefs[l.Key]++
-	}
-	keyList := sortedKeys(n.keyRefs)
-	n.keyIdx.fromSorted(len(keyList), func(i int) string { return keyList[i] })
+	n.keyIdx.fromSorted(countKeys(keys, keyless))
 	for _, s := range sessions {
 		if s.State != SessionActive {
 			ended = append(ended, pruneItem{tick: s.EndedTick, kind: kindSession, id: s.ID})
@@ -541,7 +549,39 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error
 		return cmp.Or(cmp.Compare(a.tick, b.tick), cmp.Compare(a.kind, b.kind), strings.Compare(a.id, b.id))
 	})
 	n.prune = ended
+	// Whatever a limited tick left due (schedule puts it in the backlog)
+	// is processed in the order the replica that applied the tick has it.
+	heap.Init((*timerHeap)(&n.backlog))
 	return nil
+}
+
+// countKeys returns the keys of lease records, sorted, each with its count
+// of records: the keys (sorted) whose state rebuild counted in refs (which
+// it resets), merged with keyless, the keys of records without key state.
+func countKeys(keys []keyRec, keyless []string) []keyRef {
+	slices.Sort(keyless)
+	var extra []keyRef
+	for i, k := range keyless {
+		if i > 0 && k == keyless[i-1] {
+			extra[len(extra)-1].n++
+			continue
+		}
+		extra = append(extra, keyRef{k, 1})
+	}
+	refs := make([]keyRef, 0, len(keys)+len(extra))
+	j := 0
+	for _, k := range keys {
+		if k.ks.refs == 0 {
+			continue
+		}
+		for j < len(extra) && extra[j].key < k.key {
+			refs = append(refs, extra[j])
+			j++
+		}
+		refs = append(refs, keyRef{k.key, k.ks.refs})
+		k.ks.refs = 0
+	}
+	return append(refs, extra[j:]...)
 }
 
 // internHolder returns the holder named b, its string shared with every
@@ -726,10 +766,15 @@ func decodeKey(d *dec, k *keyRec) {
 	k.ks = newKeyState(limit, m)
 }
 
-// newKeyState returns the state of a key read from a snapshot.
+// newKeyState returns the state of a key read from a snapshot. Most keys
+// have nothing but a limit: their state has no keyMore (allocating one only
+// for tidy to drop it cost 128 bytes of garbage a key).
 func newKeyState(limit uint32, m keyMore) *keyState {
-	ks := &keyState{limit: limit, more: &m}
-	ks.tidy()
+	ks := &keyState{limit: limit}
+	if len(m.active) > 0 || len(m.blocked) > 0 || m.waitq.len() > 0 || len(m.stolen) > 0 {
+		ks.more = new(keyMore)
+		*ks.more = m
+	}
 	return ks
 }
 
@@ -800,12 +845,12 @@ func encodeLease(e *enc, l *Lease) {
 	e.strmap(l.Metadata)
 	e.str(l.EndReason)
 	e.uvarint(l.LockDelayTicks)
-	e.bool(l.idem != nil)
-	if l.idem != nil {
+	e.bool(l.hasIdemHashes())
+	if l.hasIdemHashes() {
 		e.hash(l.idem.hash)
 		e.hash(l.idem.fingerprint)
 	}
-	e.bytes(l.SealedToken)
+	e.bytes(l.SealedToken())
 }
 
 // decodeLease reads a lease. Its id and key share one allocation; its
@@ -839,11 +884,11 @@ func (n *FSM) decodeLease(d *dec, l *Lease) {
 	l.Metadata = d.strmap()
 	l.EndReason = internReason(d.strBytes())
 	l.LockDelayTicks = d.uvarint()
+	var h, fp Hash
 	if d.bool() {
-		h, fp := d.hash(), d.hash()
-		if l.idem = newLeaseIdem(h, fp); l.idem == nil && d.err == nil {
+		if h, fp = d.hash(), d.hash(); h.IsZero() && fp.IsZero() && d.err == nil {
 			d.fail("idempotency hashes flagged but zero")
 		}
 	}
-	l.SealedToken = d.bytes()
+	l.idem = newLeaseIdem(h, fp, d.bytes())
 }

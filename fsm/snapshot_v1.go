@@ -27,8 +27,9 @@ type snapKeyV1 struct {
 // leaseV1 is a lease as format 1 has it.
 type leaseV1 struct {
 	Lease
-	IdemHash    Hash `json:"idem_hash,omitzero"`
-	Fingerprint Hash `json:"fingerprint,omitzero"`
+	IdemHash    Hash   `json:"idem_hash,omitzero"`
+	Fingerprint Hash   `json:"fingerprint,omitzero"`
+	SealedToken []byte `json:"sealed_token,omitempty"`
 }
 
 // restoreJSON reads a format 1 snapshot into a new state machine.
@@ -49,7 +50,7 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 			return nil, fmt.Errorf("fsm: snapshot lease %d: %w", i, err)
 		}
 		l := &v.Lease
-		l.idem = newLeaseIdem(v.IdemHash, v.Fingerprint)
+		l.idem = newLeaseIdem(v.IdemHash, v.Fingerprint, v.SealedToken)
 		if !slices.Contains(leaseStates, l.State) {
 			return nil, fmt.Errorf("fsm: snapshot lease %d: unknown state %q", i, l.State)
 		}

@@ -65,21 +65,38 @@ type Lease struct {
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	EndReason      string            `json:"end_reason,omitempty"`
 	LockDelayTicks uint64            `json:"lock_delay_ticks,omitempty"`
-	SealedToken    []byte            `json:"sealed_token,omitempty"`
-	idem           *leaseIdem        // nil unless acquired with an idempotency key
+	// idem is nil unless the lease was acquired with an idempotency key
+	// (or a sealed token): 24 bytes less in every other lease (a Lease is
+	// 240 bytes, not 256).
+	idem *leaseIdem
 }
 
 // leaseIdem identifies the idempotent acquire that created a lease.
 type leaseIdem struct {
-	hash        Hash // names (holder, session, idempotency key): Acquire.IdemHash
-	fingerprint Hash // of the request
+	hash        Hash   // names (holder, session, idempotency key): Acquire.IdemHash
+	fingerprint Hash   // of the request
+	sealed      []byte // Acquire.SealedToken
 }
 
-func newLeaseIdem(hash, fingerprint Hash) *leaseIdem {
-	if hash.IsZero() && fingerprint.IsZero() {
+func newLeaseIdem(hash, fingerprint Hash, sealed []byte) *leaseIdem {
+	if hash.IsZero() && fingerprint.IsZero() && len(sealed) == 0 {
 		return nil
 	}
-	return &leaseIdem{hash: hash, fingerprint: fingerprint}
+	return &leaseIdem{hash: hash, fingerprint: fingerprint, sealed: sealed}
+}
+
+// SealedToken is the lease's token sealed under a key derived from its
+// idempotency key (Acquire.SealedToken); nil for none.
+func (l *Lease) SealedToken() []byte {
+	if l.idem == nil {
+		return nil
+	}
+	return l.idem.sealed
+}
+
+// hasIdemHashes reports whether either idempotency hash is set.
+func (l *Lease) hasIdemHashes() bool {
+	return l.idem != nil && !(l.idem.hash.IsZero() && l.idem.fingerprint.IsZero())
 }
 
 // idemHash is the lease's idempotency hash, zero for none.

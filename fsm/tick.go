@@ -1,15 +1,17 @@
 package fsm
 
 import (
-	"cmp"
+	"container/heap"
 	"slices"
-	"strings"
 )
 
 // applyTick advances the clock by one tick and does everything that falls
 // due: expiries (in deadline order; within one tick, by kind then id, so that
 // a replica restored from a snapshot processes them in the same order), wait
-// timeouts, lock-delay ends, then pruning of terminal records.
+// timeouts, lock-delay ends, then pruning of terminal records. With
+// ExpireMax set it does at most that many and leaves the rest in the
+// backlog for Expire entries (expire.go); what an earlier tick left there
+// comes first in the same order.
 func (f *FSM) applyTick(c *Tick) {
 	if c.Tick != f.tick+1 {
 		return // a duplicate or stale tick: time never moves by more than one
@@ -23,43 +25,21 @@ func (f *FSM) applyTick(c *Tick) {
 	delete(f.buckets, f.tick)
 	// Most due timers end something, with an event and a prune entry
 	// each: make room once.
-	f.events = slices.Grow(f.events, len(due))
-	f.prune = slices.Grow(f.prune, len(due))
-	slices.SortFunc(due, func(a, b timer) int {
-		return cmp.Or(cmp.Compare(a.kind, b.kind), strings.Compare(a.id, b.id))
-	})
-	for i, t := range due {
-		if i > 0 && t == due[i-1] {
-			continue
-		}
-		switch t.kind {
-		case kindLease:
-			l := f.leases[t.id]
-			if l == nil || l.State != StateActive || l.SessionID != "" {
-				break
-			}
-			if at := leaseDeadline(l); at > f.tick {
-				f.schedule(at, kindLease, l.ID) // renewed since the timer was set
-			} else {
-				f.end(l, endOpts{state: StateExpired, reason: ReasonExpired, wallMS: c.WallMS, delay: true})
-			}
-		case kindSession:
-			s := f.sessions[t.id]
-			if s == nil || s.State != SessionActive {
-				break
-			}
-			if at := s.ExpiresTick + GraceTicks; at > f.tick {
-				f.schedule(at, kindSession, s.ID) // heartbeaten since the timer was set
-			} else {
-				f.endSession(s, SessionExpired, ReasonExpired, c.WallMS)
-			}
-		case kindWait:
-			key, id, _ := strings.Cut(t.id, "\x00")
-			f.waitTimeout(key, id)
-		case kindDelay:
-			f.delayEnd(t.id, c.WallMS)
-		}
+	n := len(due)
+	if c.ExpireMax > 0 && c.ExpireMax < uint64(n) {
+		n = int(c.ExpireMax)
 	}
+	f.events = slices.Grow(f.events, n)
+	f.prune = slices.Grow(f.prune, n)
+	if len(f.backlog) == 0 {
+		f.backlog = due
+	} else {
+		f.backlog = append(f.backlog, due...)
+	}
+	if c.ExpireMax > 0 {
+		heap.Init((*timerHeap)(&f.backlog))
+	}
+	f.expireDue(c.ExpireMax, c.WallMS, false)
 	if c.RetainTicks > 0 {
 		f.pruneBefore(c.RetainTicks)
 	}
@@ -79,22 +59,27 @@ func leaseDeadline(l *Lease) uint64 {
 	return l.ExpiresTick + GraceTicks
 }
 
-func (f *FSM) waitTimeout(key, id string) {
+// waitTimeout ends queued acquire id on key if its deadline has come, and
+// reports whether it did.
+func (f *FSM) waitTimeout(key, id string) bool {
 	ks := f.keys[key]
 	if w, ok := f.findWaiter(key, id); !ok || w.Deadline > f.tick {
-		return
+		return false
 	}
 	w, _ := f.unqueue(ks, id)
 	f.forgetIdem(w.Cmd.IdemHash, id)
 	err := f.busyError(key, ks)
 	f.notices = append(f.notices, Notice{LeaseID: id, Err: err})
 	f.pump(key, ks)
+	return true
 }
 
-func (f *FSM) delayEnd(key string, wallMS int64) {
+// delayEnd ends the lock-delays on key whose time has come, and reports
+// whether there were any.
+func (f *FSM) delayEnd(key string, wallMS int64) bool {
 	ks := f.keys[key]
 	if ks == nil {
-		return
+		return false
 	}
 	var ended []blocked
 	ks.ext().blocked = slices.DeleteFunc(slices.Clone(ks.blocked()), func(b blocked) bool {
@@ -108,6 +93,7 @@ func (f *FSM) delayEnd(key string, wallMS int64) {
 		f.emit(Event{Type: EventLockDelayEnded, WallMS: wallMS, Key: key, Reason: b.LeaseID})
 	}
 	f.pump(key, ks)
+	return len(ended) > 0
 }
 
 // pruneBefore removes terminal leases and sessions that ended at least

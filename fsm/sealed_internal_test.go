@@ -1,0 +1,52 @@
+package fsm
+
+import (
+	"bytes"
+	"testing"
+	"unsafe"
+)
+
+// TestLeaseSize: the sealed token lives with the idempotency hashes, so a
+// lease without them takes the 240-byte size class, not 256 (a million
+// leases live in memory).
+func TestLeaseSize(t *testing.T) {
+	if n := unsafe.Sizeof(Lease{}); n > 240 {
+		t.Fatalf("a Lease is %d bytes, want at most 240", n)
+	}
+}
+
+// TestSealedTokenRoundTrips: a sealed token with or without idempotency
+// hashes survives a snapshot, which encodes it as before it moved (the same
+// bytes restore to the same state and write the same snapshot).
+func TestSealedTokenRoundTrips(t *testing.T) {
+	f := New()
+	f.Apply(1, &Tick{Tick: 1, PeriodMS: 100})
+	f.Apply(2, &Acquire{LeaseID: "ls_a", Key: "a", Holder: "h", Limit: 1, TokenHash: HashOf("a"),
+		TTLMS: 1000, TTLTicks: 10, SealedToken: []byte("sealed a")})
+	f.Apply(3, &Acquire{LeaseID: "ls_b", Key: "b", Holder: "h", Limit: 1, TokenHash: HashOf("b"),
+		TTLMS: 1000, TTLTicks: 10, IdemHash: HashOf("i"), Fingerprint: HashOf("fp"), SealedToken: []byte("sealed b")})
+	f.Apply(4, &Acquire{LeaseID: "ls_c", Key: "c", Holder: "h", Limit: 1, TokenHash: HashOf("c"), TTLMS: 1000, TTLTicks: 10})
+	var buf bytes.Buffer
+	if _, err := f.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"ls_a": "sealed a", "ls_b": "sealed b", "ls_c": ""} {
+		if got := string(g.leases[id].SealedToken()); got != want {
+			t.Errorf("%s: sealed token %q, want %q", id, got, want)
+		}
+	}
+	if g.leases["ls_a"].hasIdemHashes() || !g.leases["ls_b"].hasIdemHashes() || g.leases["ls_c"].idem != nil {
+		t.Error("idempotency hashes not as acquired")
+	}
+	var again bytes.Buffer
+	if _, err := g.Snapshot().WriteTo(&again); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(again.Bytes(), buf.Bytes()) {
+		t.Fatal("the restored state writes another snapshot")
+	}
+}
