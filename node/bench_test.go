@@ -71,76 +71,121 @@ func benchNode(b *testing.B) *Node {
 }
 
 // BenchmarkExpiryStormWrites acquires 100,000 leases that end at the same
-// moment,
-// then measures write latency (acquire+release on other keys) while they
-// expire, and how long after their TTL the last one expired (TARGETS.md:
-// within 2 ticks; write p99 < 50 ms).
+// moment (standalone, or bound to one session that is never heartbeaten),
+// then measures the latency of single writes (acquires and releases on
+// other keys, each timed on its own) while they expire. It reports
+// write-max-ms and write-p99-ms (TARGETS.md: < 50 ms), last-expiry-after-ttl-ms
+// (from the moment the TTL ran out, as the holder counts it from sending its
+// request, to the last expiry applied: the ticks' rounding and
+// fsm.GraceTicks make 100-300 ms of it whatever the load) and
+// storm-spread-ms (first expiry applied to the last: what the storm itself
+// adds).
 func BenchmarkExpiryStormWrites(b *testing.B) {
-	const n = 100_000
-	for range b.N {
-		node := benchNode(b)
-		ctx := context.Background()
-		// Each lease's TTL is chosen so that all of them end at the same
-		// moment, end, however long acquiring them takes.
-		end := time.Now().Add(12 * time.Second)
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range 64 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := next.Add(1); i <= n; i = next.Add(1) {
-					ttl := time.Until(end).Milliseconds()
-					if _, _, err := node.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("storm/", i), Holder: "s", TTLMS: ttl}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if b.Failed() {
-			return
-		}
-		// Writers run from before the first expiry until the last one.
-		<-time.After(time.Until(end.Add(-time.Second)))
-		var mu sync.Mutex
-		var lat []time.Duration
-		stop := make(chan struct{})
-		for w := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					t := time.Now()
-					l, _, err := node.Acquire(ctx, AcquireRequest{Key: fmt.Sprintf("w/%d/%d", w, i), Holder: "w", TTLMS: 5000})
-					if err == nil {
-						_, err = node.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
-					}
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					mu.Lock()
-					lat = append(lat, time.Since(t))
-					mu.Unlock()
-				}
-			}()
-		}
-		for node.stats.expired.Load() < n { // the writers' leases are released, never expired
-			<-time.After(time.Millisecond)
-		}
-		lastExpired := time.Now()
-		close(stop)
-		wg.Wait()
-		slices.Sort(lat)
-		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "write-p99-ms")
-		b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "write-max-ms")
-		b.ReportMetric(float64(lastExpired.Sub(end).Milliseconds()), "last-expiry-after-ttl-ms")
+	for _, kind := range []string{"standalone", "session"} {
+		b.Run(kind, func(b *testing.B) {
+			for range b.N {
+				expiryStormWrites(b, kind == "session")
+			}
+		})
 	}
+}
+
+func expiryStormWrites(b *testing.B, bound bool) {
+	const n = 100_000
+	node := benchNode(b)
+	ctx := context.Background()
+	// Each lease's TTL (or the session's) is chosen so that all of them
+	// end at the same moment, end, however long acquiring them takes.
+	end := time.Now().Add(15 * time.Second)
+	var sess *Session
+	if bound {
+		var err error
+		if sess, err = node.CreateSession(ctx, SessionRequest{Holder: "s", TTLMS: time.Until(end).Milliseconds()}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= n; i = next.Add(1) {
+				r := AcquireRequest{Key: fmt.Sprint("storm/", i), Holder: "s", TTLMS: time.Until(end).Milliseconds()}
+				if sess != nil {
+					r.TTLMS, r.SessionID, r.SessionToken = 0, sess.SessionID, sess.Token
+				}
+				if _, _, err := node.Acquire(ctx, r); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if b.Failed() {
+		return
+	}
+	if time.Until(end) < 1500*time.Millisecond {
+		b.Fatalf("acquiring took too long: %v left before the leases end", time.Until(end))
+	}
+	// Writers run from before the first expiry until the last one.
+	<-time.After(time.Until(end.Add(-time.Second)))
+	var mu sync.Mutex
+	var lat []time.Duration
+	stop := make(chan struct{})
+	timed := func(f func() error) error {
+		t := time.Now()
+		err := f()
+		mu.Lock()
+		lat = append(lat, time.Since(t))
+		mu.Unlock()
+		return err
+	}
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var l *Lease
+				err := timed(func() (err error) {
+					l, _, err = node.Acquire(ctx, AcquireRequest{Key: fmt.Sprintf("w/%d/%d", w, i), Holder: "w", TTLMS: 5000})
+					return err
+				})
+				if err == nil {
+					err = timed(func() error {
+						_, err := node.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
+						return err
+					})
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	var first time.Time
+	for node.stats.expired.Load() < n { // the writers' leases are released, never expired
+		if first.IsZero() && node.stats.expired.Load() > 0 {
+			first = time.Now()
+		}
+		<-time.After(time.Millisecond)
+	}
+	lastExpired := time.Now()
+	if first.IsZero() {
+		first = lastExpired
+	}
+	close(stop)
+	wg.Wait()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "write-p99-ms")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "write-max-ms")
+	b.ReportMetric(float64(lastExpired.Sub(end).Milliseconds()), "last-expiry-after-ttl-ms")
+	b.ReportMetric(float64(lastExpired.Sub(first).Milliseconds()), "storm-spread-ms")
 }

@@ -170,8 +170,8 @@ type Config struct {
 	// WrapGossip wraps memberlist's transport (UDP packets and TCP streams
 	// on GossipAddr).
 	WrapGossip func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
-	// WrapRaftStores wraps Raft's log and stable stores (raft.db, or the
-	// in-memory stores), for embedders and tests that inject storage
+	// WrapRaftStores wraps Raft's log store (wal/) and stable store
+	// (raft.db), or the in-memory stores, for embedders and tests that inject storage
 	// faults or observe writes; the chaos suite stalls and slows writes
 	// through it. The stores it returns must pass every call on.
 	WrapRaftStores func(raft.LogStore, raft.StableStore) (raft.LogStore, raft.StableStore)
@@ -189,6 +189,9 @@ type Config struct {
 	fastGossip     bool
 	raftTimeout    time.Duration
 	keepGossipPort bool
+	// expireChunk replaces the records a tick or Expire entry ends (0:
+	// expireChunk).
+	expireChunk uint64
 }
 
 // DefaultConfig returns a single-node configuration on loopback with data in

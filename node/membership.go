@@ -246,7 +246,7 @@ func (n *Node) gossipMeta() cluster.Meta {
 		expect = n.cfg.BootstrapExpect
 	}
 	return cluster.Meta{ID: n.cfg.NodeID, Raft: n.mem.raftAddr, HTTP: n.cfg.HTTPAddr, Version: Version,
-		Incarnation: n.mem.incarnation, Expect: expect, HasState: n.hadState.Load(), ClusterID: n.clusterID(), RaftHello: true, SealCheck: true}
+		Incarnation: n.mem.incarnation, Expect: expect, HasState: n.hadState.Load(), ClusterID: n.clusterID(), RaftHello: true, SealCheck: true, ChunkedExpiry: true}
 }
 
 func (n *Node) gossipStats() cluster.PeerStats {

@@ -1,10 +1,12 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +35,9 @@ type Node struct {
 	waiters map[string][]chan fsm.Notice
 
 	leaderCtx atomic.Pointer[context.Context] // set once this term's barrier applied
+	// chunkedOK: every server of the configuration reads limited ticks
+	// and Expire entries (updateChunkedExpiry), so ticks may be limited.
+	chunkedOK atomic.Bool
 
 	mem         *membership
 	idn         *identity
@@ -473,7 +478,8 @@ func (n *Node) tickLoop(ctx context.Context, progress *termProgress) {
 		next := n.rep.f.Tick() + 1
 		n.rep.mu.RUnlock()
 		_, _, err := n.propose(ctx, &fsm.Tick{Tick: next, WallMS: wallNow().UnixMilli(),
-			PeriodMS: period.Milliseconds(), RetainTicks: retain, RetainMax: uint64(n.cfg.MaxRetained)})
+			PeriodMS: period.Milliseconds(), RetainTicks: retain, RetainMax: uint64(n.cfg.MaxRetained),
+			ExpireMax: n.chunk()})
 		if ctx.Err() != nil {
 			return
 		}
@@ -490,8 +496,99 @@ func (n *Node) tickLoop(ctx context.Context, progress *termProgress) {
 				n.metrics.tickInterval.Observe(now.Sub(lastCommit).Seconds())
 			}
 			lastCommit = now
+			n.drainExpiry(ctx, next, progress)
 		}
 		timer.Reset(max(sent.Add(period).Sub(monoNow()), 0))
+	}
+}
+
+// expireChunk bounds the records one tick or Expire entry ends (fsm
+// expire.go): small enough that applying it holds writes up for a few
+// milliseconds, large enough that a storm of 100,000 expiries takes few
+// round trips. Tests set a smaller one (Config.expireChunk).
+const expireChunk = 4096
+
+// chunk is the records one tick or Expire entry ends.
+func (n *Node) chunk() uint64 { return cmp.Or(n.cfg.expireChunk, expireChunk) }
+
+// tickChunk is the ExpireMax of the next tick: the chunk once every server
+// of the configuration runs a version that reads limited ticks and Expire
+// entries (gossip says so; the leader's reconcile pass checks), else 0, an
+// unlimited tick of the older entry type: a server of an earlier version
+// stops on an entry type it does not know, so a rolling upgrade chunks
+// expiries only once it is complete.
+func (n *Node) tickChunk() uint64 {
+	if !n.chunkedOK.Load() {
+		return 0
+	}
+	return n.chunk()
+}
+
+// updateChunkedExpiry records whether every server of the configuration
+// (ids) but this one announces ChunkedExpiry in gossip.
+func (n *Node) updateChunkedExpiry(ids []string) {
+	n.chunkedOK.Store(everyPeer(n.cfg.NodeID, ids, n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.ChunkedExpiry }))
+}
+
+// everyPeer reports whether every server of ids but self is known (peer)
+// and has the capability has.
+func everyPeer(self string, ids []string, peer func(string) (cluster.Peer, bool), has func(cluster.Peer) bool) bool {
+	for _, id := range ids {
+		if id == self {
+			continue
+		}
+		if p, found := peer(id); !found || !has(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// expireDepth is how many Expire entries drainExpiry keeps in flight: the
+// next chunk commits while the one before applies, and a write proposed
+// meanwhile waits behind at most this many chunks.
+const expireDepth = 2
+
+// drainExpiry proposes Expire entries, at most expireDepth at a time so
+// that the writes proposed meanwhile commit between them, until what tick
+// left due has ended (or the tick has passed, or leadership is lost).
+func (n *Node) drainExpiry(ctx context.Context, tick uint64, progress *termProgress) {
+	done := make(chan error, expireDepth)
+	inflight := 0
+	defer func() {
+		for ; inflight > 0; inflight-- {
+			<-done
+		}
+	}()
+	for ctx.Err() == nil {
+		n.rep.mu.RLock()
+		left := 0
+		if n.rep.f.Tick() == tick {
+			left = n.rep.f.Backlog()
+		}
+		n.rep.mu.RUnlock()
+		if uint64(left) > uint64(inflight)*n.chunk() && inflight < expireDepth {
+			inflight++
+			go func() {
+				_, _, err := n.propose(ctx, &fsm.Expire{Tick: tick, WallMS: wallNow().UnixMilli(), Max: n.chunk()})
+				done <- err
+			}()
+			continue
+		}
+		if inflight == 0 {
+			return
+		}
+		err := <-done
+		inflight--
+		if err != nil {
+			if ctx.Err() == nil {
+				n.log.Warn("expiry not committed", "tick", tick, "err", err)
+			}
+			return
+		}
+		// A committed chunk is this term's progress as much as a tick:
+		// the watchdog must not hand on a leader draining a long storm.
+		progress.mark()
 	}
 }
 
@@ -503,10 +600,13 @@ func (n *Node) period() time.Duration {
 }
 
 // Close stops the node: Raft shuts down, subscriptions end, pending
-// operations fail. Acknowledged writes are on disk already.
+// operations fail. Acknowledged writes are on disk already. When the log
+// holds many entries since the last snapshot, it takes one first, so that
+// the next start restores it instead of replaying them (snapshotOnClose).
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closing)
+		n.snapshotOnClose()
 		n.closePeer()
 		n.closeErr = n.cl.Close()
 		n.mem.gossip.Close()
@@ -515,6 +615,46 @@ func (n *Node) Close() error {
 		n.stopClock()
 	})
 	return n.closeErr
+}
+
+// Snapshot-on-close policy: at least closeSnapshotMin entries applied since
+// the last snapshot, and no longer than closeSnapshotTimeout.
+var (
+	closeSnapshotMin     uint64 = 1024 // a variable for tests
+	closeSnapshotTimeout        = 30 * time.Second
+)
+
+// snapshotOnClose has Raft snapshot the state before a graceful stop when
+// at least closeSnapshotMin entries were applied since the last snapshot.
+// A restart restores the latest snapshot and then replays the log after
+// it: with a million leases, replaying the up to tens of thousands of
+// batched entries that accumulate between automatic snapshots (the
+// threshold is checked every --snapshot-interval) took longer than
+// restoring the whole state (a snapshot takes a few seconds at that size).
+// The snapshot is an optimisation: if it fails or takes longer than
+// closeSnapshotTimeout the stop goes on, and a crash (no Close) replays as
+// before.
+func (n *Node) snapshotOnClose() {
+	r := n.cl.Raft
+	if r == nil {
+		return
+	}
+	last, err := strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64)
+	if err != nil || r.AppliedIndex() < last+closeSnapshotMin {
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Snapshot().Error() }()
+	t := time.NewTimer(closeSnapshotTimeout)
+	defer t.Stop()
+	select {
+	case err = <-done:
+	case <-t.C:
+		err = errors.New("timed out")
+	}
+	if err != nil {
+		n.log.Warn("snapshot before stopping failed; the next start replays the log", "err", err)
+	}
 }
 
 func (n *Node) deliverNotices(ns []fsm.Notice) {

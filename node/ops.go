@@ -148,7 +148,7 @@ func (n *Node) Acquire(ctx context.Context, r AcquireRequest) (*Lease, bool, err
 	}
 	if res.Replayed {
 		token = ""
-		if t, ok := unseal(sealKeyBytes, l.SealedToken); ok {
+		if t, ok := unseal(sealKeyBytes, l.SealedToken()); ok {
 			token = t
 		}
 	}

@@ -97,23 +97,41 @@ func (n *Node) batcher() {
 	defer n.wg.Done()
 	defer n.drain()
 	batch := make([]*proposal, 0, n.cfg.MaxBatch)
+	// carry is an Expire taken while collecting a batch that had one
+	// already: it starts the next batch, so that each entry ends at most
+	// one chunk of expiries (drainExpiry keeps two in flight).
+	var carry *proposal
 	for {
 		select {
 		case n.inflight <- struct{}{}:
 		case <-n.closing:
+			if carry != nil {
+				carry.done <- propResult{err: errShuttingDown()}
+			}
 			return
 		}
-		var first *proposal
-		select {
-		case first = <-n.propCh:
-		case <-n.closing:
-			return
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-n.propCh:
+			case <-n.closing:
+				return
+			}
 		}
 		batch = append(batch[:0], first)
+		expiring := isExpire(first)
 	collect:
 		for len(batch) < n.cfg.MaxBatch {
 			select {
 			case p := <-n.propCh:
+				if isExpire(p) {
+					if expiring {
+						carry = p
+						break collect
+					}
+					expiring = true
+				}
 				batch = append(batch, p)
 			default:
 				break collect
@@ -147,6 +165,11 @@ func (n *Node) batcher() {
 		fut := n.cl.Raft.Apply(data, n.cfg.ApplyTimeout)
 		go n.await(fut, append([]*proposal(nil), batch...))
 	}
+}
+
+func isExpire(p *proposal) bool {
+	_, ok := p.cmd.(*fsm.Expire)
+	return ok
 }
 
 // dropAbandoned answers and removes the proposals whose ctx has ended; none

@@ -200,6 +200,9 @@ func (n *Node) Validate(ctx context.Context, r ValidateRequest) (*ValidateResult
 		}
 		for _, l := range active {
 			if l.Fence == r.FencingToken {
+				if n.rep.f.Due(l) {
+					return &ValidateResult{Valid: false, Reason: string(fsm.StateExpired), Current: n.rep.view(l, now)}, nil
+				}
 				return &ValidateResult{Valid: true, Reason: "active", Current: n.rep.view(l, now)}, nil
 			}
 		}
@@ -221,6 +224,10 @@ func (n *Node) Validate(ctx context.Context, r ValidateRequest) (*ValidateResult
 	}
 	if l.Terminal() {
 		return &ValidateResult{Valid: false, Reason: string(l.State), Current: n.rep.view(l, now)}, nil
+	}
+	if n.rep.f.Due(l) {
+		// Past its end, its expiry waiting for its chunk (fsm.FSM.Due).
+		return &ValidateResult{Valid: false, Reason: string(fsm.StateExpired), Current: n.rep.view(l, now)}, nil
 	}
 	return &ValidateResult{Valid: true, Reason: "active", Current: n.rep.view(l, now)}, nil
 }

@@ -57,6 +57,7 @@ func (n *Node) reconcile(ctx context.Context) {
 		ids = append(ids, string(s.ID))
 	}
 	n.recordSealCheck(ctx, ids)
+	n.updateChunkedExpiry(ids)
 	inConf := map[string]bool{}
 	for _, s := range fut.Configuration().Servers {
 		inConf[string(s.ID)] = true

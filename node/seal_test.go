@@ -59,10 +59,10 @@ func TestSealKeyBackupRevealsNoGuess(t *testing.T) {
 		t.Fatal("the unkeyed hash of the right guess matches a lease in the backup")
 	}
 	rec := f.Lease(l.LeaseID)
-	if rec == nil || len(rec.SealedToken) == 0 {
+	if rec == nil || len(rec.SealedToken()) == 0 {
 		t.Fatalf("no sealed token in the backup: %+v", rec)
 	}
-	if _, ok := unseal(legacySealer.sealKey(who, req.IdempotencyKey, fp), rec.SealedToken); ok {
+	if _, ok := unseal(legacySealer.sealKey(who, req.IdempotencyKey, fp), rec.SealedToken()); ok {
 		t.Fatal("the unkeyed seal key of the right guess opens the token in the backup")
 	}
 	// The keyed values are what the backup holds.
@@ -73,7 +73,7 @@ func TestSealKeyBackupRevealsNoGuess(t *testing.T) {
 	if id, ok := f.IdemLease(keyed); !ok || id != l.LeaseID {
 		t.Fatalf("keyed hash names %q %v, want %s", id, ok, l.LeaseID)
 	}
-	if tok, ok := unseal(n.seal.sealKey(who, req.IdempotencyKey, fp), rec.SealedToken); !ok || tok != l.Token {
+	if tok, ok := unseal(n.seal.sealKey(who, req.IdempotencyKey, fp), rec.SealedToken()); !ok || tok != l.Token {
 		t.Fatal("the keyed seal key does not open the token")
 	}
 	// Another key gives other values.

@@ -90,6 +90,34 @@ type HeartbeatResult struct {
 	Error        *Error     `json:"error,omitempty"`
 }
 
+// KeepAliveRenewal is one line of a keep-alive stream (POST
+// /v1/leases/keepalive): a renewal of one standalone lease, as POST
+// /v1/leases/:id/renew does. ID is the client's own request id (at least 1),
+// echoed in the answer; TTLMS, if not 0, is the lease's new TTL.
+type KeepAliveRenewal struct {
+	ID      uint64 `json:"id"`
+	LeaseID string `json:"lease_id"`
+	Token   string `json:"token"`
+	TTLMS   int64  `json:"ttl_ms,omitempty"`
+}
+
+// KeepAliveAnswer is one line of a keep-alive stream's answer: the outcome of
+// the renewal with the same ID, written once its Raft entry is committed
+// (OK), or Error with Status, the HTTP status the single renew would have
+// answered. ID 0 answers a line that could not be read as a renewal.
+type KeepAliveAnswer struct {
+	ID           uint64     `json:"id"`
+	LeaseID      string     `json:"lease_id,omitempty"`
+	OK           bool       `json:"ok"`
+	FencingToken uint64     `json:"fencing_token,omitempty"`
+	TTLMS        int64      `json:"ttl_ms,omitempty"`
+	RemainingMS  int64      `json:"remaining_ms,omitempty"`
+	ExpiresAt    *time.Time `json:"expires_at,omitempty"`
+	RenewalCount uint32     `json:"renewal_count,omitempty"`
+	Status       int        `json:"status,omitempty"`
+	Error        *Error     `json:"error,omitempty"`
+}
+
 // SessionRequest creates a session.
 type SessionRequest struct {
 	Holder   string            `json:"holder"`

@@ -1,0 +1,105 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/cluster"
+)
+
+// TestExpiryStormChunked: a storm larger than one chunk (standalone leases
+// and leases bound to a session that is never heartbeaten, all ending
+// together) ends completely, in several entries of at most a chunk each,
+// which the tick loop proposes without waiting for the next tick.
+func TestExpiryStormChunked(t *testing.T) {
+	const n, chunk = 150, 20
+	cfg := testConfig(t, "")
+	cfg.expireChunk = chunk
+	n0 := openNode(t, cfg)
+	ctx := context.Background()
+	sub, err := n0.Subscribe(ctx, EventFilter{Prefix: "storm/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	sess, err := n0.CreateSession(ctx, SessionRequest{Holder: "s", TTLMS: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		r := AcquireRequest{Key: fmt.Sprint("storm/", i), Holder: "s", TTLMS: 1500}
+		if i%2 == 1 {
+			r.TTLMS, r.SessionID, r.SessionToken = 0, sess.SessionID, sess.Token
+		}
+		if _, _, err := n0.Acquire(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perIndex := map[uint64]int{}
+	ticks := map[uint64]bool{}
+	expired := 0
+	deadline := time.After(60 * time.Second)
+	for expired < n {
+		select {
+		case ev, ok := <-sub.Events():
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+			if ev.Type == "expired" {
+				expired++
+				perIndex[ev.Index]++
+				ticks[ev.Tick] = true
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d leases expired", expired, n)
+		}
+	}
+	for idx, c := range perIndex {
+		if c > chunk {
+			t.Fatalf("entry %d expired %d leases, chunk is %d", idx, c, chunk)
+		}
+	}
+	// The standalone leases may end at two ticks (their TTLs round
+	// differently), the bound ones at one: at most a few of the entries
+	// are ticks, the rest are Expire entries.
+	if len(perIndex) < n/chunk || len(perIndex) <= len(ticks)+3 {
+		t.Fatalf("%d leases expired in %d entries over %d ticks", n, len(perIndex), len(ticks))
+	}
+	if _, err := n0.SessionHeartbeat(ctx, sess.SessionID, sess.Token); ErrorCode(err) != CodeSessionEnded {
+		t.Fatalf("heartbeat after the storm: %v", err)
+	}
+}
+
+// TestChunkedExpiryWaitsForEveryServer: ticks are limited (new entry
+// types) only once every other server of the configuration announces that
+// it reads them; a server gossip does not know, or one of an earlier
+// version, keeps ticks of the older type.
+func TestChunkedExpiryWaitsForEveryServer(t *testing.T) {
+	peers := map[string]cluster.Peer{"new": {Meta: cluster.Meta{ChunkedExpiry: true}}, "old": {}}
+	peer := func(id string) (cluster.Peer, bool) { p, ok := peers[id]; return p, ok }
+	chunked := func(p cluster.Peer) bool { return p.ChunkedExpiry }
+	for _, c := range []struct {
+		ids  []string
+		want bool
+	}{
+		{[]string{"me"}, true},
+		{[]string{"me", "new"}, true},
+		{[]string{"me", "new", "old"}, false},
+		{[]string{"me", "new", "unknown"}, false},
+	} {
+		if got := everyPeer("me", c.ids, peer, chunked); got != c.want {
+			t.Errorf("%v: %v, want %v", c.ids, got, c.want)
+		}
+	}
+	cfg := testConfig(t, "")
+	cfg.expireChunk = 20
+	n0 := openNode(t, cfg)
+	if n0.chunkedOK.Store(false); n0.tickChunk() != 0 {
+		t.Fatalf("tick chunk %d before every server reads limited ticks, want 0 (an unlimited tick)", n0.tickChunk())
+	}
+	if n0.chunkedOK.Store(true); n0.tickChunk() != 20 {
+		t.Fatalf("tick chunk %d once every server reads limited ticks, want 20", n0.tickChunk())
+	}
+}
