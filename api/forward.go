@@ -177,6 +177,11 @@ func planFor(rt route, r *http.Request) forwardPlan {
 		p.bufferBody = true
 	case "GET /v1/cluster/snapshot", "PUT /v1/cluster/snapshot":
 		p.bounded = false
+	case "POST /v1/keepalive":
+		// A stream (full duplex, see duplexRoutes): proxied both ways at
+		// once for as long as the leader leads (a leader change ends it;
+		// the client opens another).
+		p.bounded = false
 	case "POST /v1/cluster/transfer-leadership", "DELETE /v1/cluster/members/:id":
 		p.followLeader = false
 	}

@@ -22,7 +22,9 @@ const DefaultMaxStreamsPerClient = 128
 // progressBodies are the routes whose bodies may be large (a snapshot
 // upload of up to 4 GiB): their deadline is one of progress, each read
 // must arrive within the body timeout, rather than one for the whole body.
-var progressBodies = map[string]bool{"PUT /v1/cluster/snapshot": true}
+// A keep-alive stream's body has no end: each read must arrive within the
+// body timeout, which is its idle timeout.
+var progressBodies = map[string]bool{"PUT /v1/cluster/snapshot": true, "POST /v1/keepalive": true}
 
 // errBodyTimeout: the client did not send its body in time.
 var errBodyTimeout = errors.New("request body not received in time")
@@ -124,6 +126,19 @@ func (l *streamLimiter) acquire(r *http.Request) (release func(), err error) {
 	}, nil
 }
 
+// duplexRoutes read their request body while their answer is written (a
+// keep-alive stream).
+var duplexRoutes = map[string]bool{"POST /v1/keepalive": true}
+
+// fullDuplex lets the handler read the body after the answer started, and
+// makes every answer close the connection: an answer written before the end
+// of a body that never ends (an error, say) must not wait for it, as net/http
+// otherwise does to keep the connection for another request.
+func fullDuplex(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).EnableFullDuplex() // HTTP/2 is full duplex already
+	w.Header().Set("Connection", "close")
+}
+
 // DefaultWriteTimeout bounds writing an ordinary answer (Options.WriteTimeout).
 const DefaultWriteTimeout = 30 * time.Second
 
@@ -136,6 +151,7 @@ var longWrites = map[string]bool{
 	"GET /v1/cluster/snapshot": true,
 	"PUT /v1/cluster/snapshot": true,
 	"POST /v1/leases":          true,
+	"POST /v1/keepalive":       true, // each flush gets its own deadline
 }
 
 // writeDeadline gives the answer to the current request writeTimeout plus

@@ -212,6 +212,8 @@ func (s *server) routes() []route {
 		{"POST", "/v1/leases/:id/revoke", need(ScopeAdmin), s.revoke},
 		// Renew many standalone leases at once; per-item results.
 		{"POST", "/v1/heartbeat", need(ScopeWrite), s.heartbeat},
+		// A stream of single-lease renewals, answered as each commits.
+		{"POST", "/v1/keepalive", need(ScopeWrite), s.keepAliveRenewals},
 
 		// Create a session: 201 with its token.
 		{"POST", "/v1/sessions", need(ScopeWrite), s.createSession},
@@ -289,6 +291,9 @@ func (s *server) wrap(rt route, labels *routeLabels) httprouter.Handle {
 					}
 				}
 			}
+		}
+		if duplexRoutes[rt.method+" "+rt.path] {
+			fullDuplex(w)
 		}
 		if s.tokens != nil {
 			if scope := rt.scope(r); scope > ScopeNone && !s.authorize(w, r, scope) {
