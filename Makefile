@@ -2,7 +2,6 @@
 SHELL     := /bin/bash
 GO        ?= go
 BIN       := bin/leasehold
-BENCH_DIR ?= $(shell mktemp -d /tmp/leasehold-bench.XXXXXX)
 BENCH_ARGS ?= --workload all --clients 64 --duration 10s
 IMAGE     ?= leasehold:latest
 # Stamped into the binary: `leasehold version` prints both.
@@ -10,7 +9,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo un
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: run build test test-short bench bench-scale hostile lint fuzz fuzz-ci image clean chaos chaos-ci canaries
+.PHONY: run build test test-short bench bench-scale bench-scale-server hostile lint fuzz fuzz-ci image clean chaos chaos-ci canaries
 
 # A single node on 127.0.0.1:7700 (HTTP), :7701 (Raft), :7702 (gossip),
 # data in ./leasehold-data. Ctrl-C stops it gracefully.
@@ -59,13 +58,16 @@ chaos:
 test-short:
 	$(GO) test -count=1 -short ./...
 
-# Starts a throwaway node on 127.0.0.1:7710 and drives it with `leasehold bench`.
+# The performance figures (docs/operations.md#performance), about ten
+# minutes: a throwaway single server, then a throwaway three-server cluster,
+# on free loopback ports (data in a temporary directory, removed after),
+# each leader driven by `leasehold bench` (one table, a servers column);
+# then one server holding a million leases (RSS, restart, snapshot); then
+# 100,000 leases ending together while a writer writes.
 bench: build
-	@./$(BIN) server --node-id bench --data-dir $(BENCH_DIR) --http-addr 127.0.0.1:7710 \
-		--raft-addr 127.0.0.1:7711 --gossip-addr 127.0.0.1:7712 --log-level warn & \
-	pid=$$!; trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; rm -rf $(BENCH_DIR)' EXIT; \
-	for i in $$(seq 1 100); do curl -sf http://127.0.0.1:7710/readyz >/dev/null && break; sleep 0.1; done; \
-	./$(BIN) bench --addr 127.0.0.1:7710 $(BENCH_ARGS)
+	./$(BIN) bench --spawn 1,3 $(BENCH_ARGS)
+	./scripts/bench-scale-server.sh ./$(BIN)
+	$(GO) test -run '^$$' -bench 'ExpiryStormWrites' -benchtime 1x ./node/
 
 # State-machine scale figures: a million leases (heap, snapshot, restore), a
 # 100k expiry storm, command encoding, and the embedded API on disk.
@@ -73,6 +75,13 @@ bench-scale:
 	$(GO) test -run '^$$' -bench 'MillionLeases|ExpiryStorm' -benchtime 1x ./fsm/
 	$(GO) test -run '^$$' -bench 'EncodeDecode' ./fsm/
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./node/
+
+# One real server over HTTP with a million live leases (LEASES=n for
+# another count): RSS after GC, stop, restart to /readyz (snapshot restore
+# and log replay), snapshot download; about 3-5 minutes, cleans up after
+# itself (scripts/bench-scale-server.sh).
+bench-scale-server: build
+	./scripts/bench-scale-server.sh ./$(BIN)
 
 # Hostile load from clients with valid tokens (waiters, churn, listings,
 # subscribers) against one in-memory node: reports whether the cluster clock

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -22,7 +24,11 @@ import (
 	"github.com/leasehold/leasehold/node"
 )
 
-var benchWorkloads = []string{"cycle", "contended", "renew", "heartbeat", "session"}
+var benchWorkloads = []string{"cycle", "half-load", "contended", "renew", "keepalive", "heartbeat", "session"}
+
+// fillWorkload is not part of "all": it leaves its leases behind (until
+// their TTL), to measure a server holding many (make bench-scale-server).
+const fillWorkload = "fill"
 
 type benchConfig struct {
 	clients  int
@@ -31,8 +37,10 @@ type benchConfig struct {
 	ttl      time.Duration
 	maxOps   int64
 	rate     float64 // operations per second over all clients; 0: as fast as possible
-	prefix   string
-	runID    string
+	// perStream is how many clients share one keep-alive stream.
+	perStream int
+	prefix    string
+	runID     string
 	// token and timeout configure the bench's own connections.
 	token   string
 	timeout time.Duration
@@ -52,15 +60,23 @@ func (a *app) benchCmd(ctx context.Context, args []string) error {
 	relaxGC()
 	fs := a.newFlagSet("bench", "", "Drive a running node over HTTP with concurrent clients and report throughput and latency.\n"+
 		"Workloads: cycle (acquire + release on distinct keys), contended (every client acquires one key,\n"+
-		"waiting, then releases), renew (single-lease renewals), heartbeat (bulk heartbeats; counts leases\n"+
+		"waiting, then releases), renew (single-lease renewals), keepalive (single-lease renewals over\n"+
+		"keep-alive streams, --stream-clients clients per stream), heartbeat (bulk heartbeats; counts leases\n"+
 		"kept alive), session (heartbeats of a session with --batch bound leases; counts leases kept alive),\n"+
-		"all (each in turn). Each workload runs for --duration or --max-ops, whichever ends first.")
+		"half-load (cycle paced at half the rate the cycle workload just reached: latency below saturation),\n"+
+		"all (each in turn; not fill). fill acquires leases on distinct keys and leaves them to their TTL\n"+
+		"(a server holding --max-ops live leases). Each workload runs for --duration or --max-ops, whichever ends first.\n"+
+		"--spawn 1,3 starts throwaway clusters of this binary on loopback (one server, then three) and benches\n"+
+		"each one's leader in turn, instead of --addr.")
 	var cf clientFlags
 	cf.register(fs)
 	cfg := benchConfig{runID: randomID(4)}
-	workload := fs.String("workload", "all", "cycle, contended, renew, heartbeat, session or all")
+	workload := fs.String("workload", "all", "comma-separated: cycle, half-load, contended, renew, keepalive, heartbeat, session, all, or fill")
+	spawn := fs.String("spawn", "", "comma-separated cluster sizes (1-7) to start on loopback and bench in turn, e.g. 1,3 (instead of --addr)")
+	serverBin := fs.String("server-bin", "", "with --spawn: the leasehold binary to run the servers (default: this one), to compare versions with one load generator")
 	fs.IntVar(&cfg.clients, "clients", 64, "concurrent clients")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured time per workload")
+	fs.IntVar(&cfg.perStream, "stream-clients", 8, "clients sharing one keep-alive stream (keepalive)")
 	fs.IntVar(&cfg.batch, "batch", 1000, "leases each client keeps alive per heartbeat round (split into requests under 64 KiB)")
 	fs.DurationVar(&cfg.ttl, "ttl", 30*time.Second, "TTL of the leases the bench acquires")
 	fs.Int64Var(&cfg.maxOps, "max-ops", 10_000_000, "stop a workload after this many operations")
@@ -73,17 +89,38 @@ func (a *app) benchCmd(ctx context.Context, args []string) error {
 	if len(pos) != 0 {
 		return usageErrorf("bench takes no arguments")
 	}
-	workloads := []string{*workload}
-	if *workload == "all" {
-		workloads = benchWorkloads
-	} else if !slices.Contains(benchWorkloads, *workload) {
-		return usageErrorf("--workload %q: want cycle, contended, renew, heartbeat, session or all", *workload)
+	var workloads []string
+	for _, w := range splitList(*workload) {
+		switch {
+		case w == "all":
+			workloads = append(workloads, benchWorkloads...)
+		case slices.Contains(benchWorkloads, w) || w == fillWorkload:
+			workloads = append(workloads, w)
+		default:
+			return usageErrorf("--workload %q: want %s, all or fill", w, strings.Join(benchWorkloads, ", "))
+		}
+	}
+	if len(workloads) == 0 {
+		return usageErrorf("--workload: name at least one")
+	}
+	sizes, err := parseSpawn(*spawn)
+	if err != nil {
+		return err
+	}
+	if len(sizes) > 0 {
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "addr" })
+		if explicit {
+			return usageErrorf("--spawn benches servers it starts itself: drop --addr")
+		}
 	}
 	switch {
 	case cfg.clients < 1 || cfg.clients > 10000:
 		return usageErrorf("--clients must be 1-10000")
 	case cfg.duration <= 0 || cfg.duration > time.Hour:
 		return usageErrorf("--duration must be positive and at most 1h")
+	case cfg.perStream < 1:
+		return usageErrorf("--stream-clients must be positive")
 	case cfg.batch < 1 || cfg.batch > 100000:
 		return usageErrorf("--batch must be 1-100000")
 	case cfg.maxOps < 1:
@@ -105,21 +142,61 @@ func (a *app) benchCmd(ctx context.Context, args []string) error {
 	}
 	t.TLSClientConfig = cfg.tls
 	defer t.CloseIdleConnections()
-	c, err := client.New(splitList(cf.addr), client.Options{Token: cf.token, Timeout: cf.timeout,
-		HTTPClient: &http.Client{Transport: t}, TLSConfig: cfg.tls})
-	if err != nil {
-		return usageErrorf("--addr: %v", err)
+	newClient := func(addrs []string) (*client.Client, error) {
+		return client.New(addrs, client.Options{Token: cf.token, Timeout: cf.timeout,
+			HTTPClient: &http.Client{Transport: t}, TLSConfig: cfg.tls})
 	}
 	var results []*benchResult
-	for _, w := range workloads {
-		if !cf.json {
-			fmt.Fprintf(a.stderr, "bench: %s, %d clients, %s...\n", w, cfg.clients, cfg.duration)
+	runAll := func(c *client.Client, servers int) error {
+		var peak float64 // the cycle workload's rate in this run
+		for _, w := range workloads {
+			wcfg := cfg
+			if w == "half-load" {
+				if peak == 0 {
+					return usageErrorf("--workload half-load runs after cycle (it paces itself at half the cycle's rate)")
+				}
+				wcfg.rate = peak / 2
+			}
+			if !cf.json {
+				fmt.Fprintf(a.stderr, "bench: %s, %d clients, %s...\n", w, cfg.clients, cfg.duration)
+			}
+			r, err := runWorkload(ctx, c, w, wcfg)
+			if err != nil {
+				return fmt.Errorf("%s: %w", w, err)
+			}
+			if w == "cycle" {
+				peak = r.OpsPerSec
+			}
+			r.Servers = servers
+			results = append(results, r)
 		}
-		r, err := runWorkload(ctx, c, w, cfg)
+		return nil
+	}
+	if len(sizes) == 0 {
+		c, err := newClient(splitList(cf.addr))
 		if err != nil {
-			return fmt.Errorf("%s: %w", w, err)
+			return usageErrorf("--addr: %v", err)
 		}
-		results = append(results, r)
+		if err := runAll(c, 0); err != nil {
+			return err
+		}
+	}
+	for _, n := range sizes {
+		if !cf.json {
+			fmt.Fprintf(a.stderr, "bench: starting %d server(s) on loopback...\n", n)
+		}
+		sc, err := spawnCluster(ctx, n, *serverBin, nil)
+		if err != nil {
+			return err
+		}
+		c, err := newClient([]string{sc.leader})
+		if err == nil {
+			err = runAll(c, n)
+		}
+		sc.stop()
+		if err != nil {
+			return err
+		}
 	}
 	if cf.json {
 		err = writeJSON(a.stdout, results)
@@ -139,7 +216,9 @@ func (a *app) benchCmd(ctx context.Context, args []string) error {
 
 // benchResult is the outcome of one workload.
 type benchResult struct {
-	Workload  string  `json:"workload"`
+	Workload string `json:"workload"`
+	// Servers is the size of the cluster --spawn started (0: --addr).
+	Servers   int     `json:"servers,omitempty"`
 	Clients   int     `json:"clients"`
 	Seconds   float64 `json:"seconds"`
 	Unit      string  `json:"unit"`        // what Ops counts
@@ -215,6 +294,8 @@ type benchWorker struct {
 	conn *benchConn
 	// session is the worker's session (id and token) in the session workload.
 	session node.HeartbeatItem
+	// stream is the keep-alive stream the worker shares (keepalive).
+	stream *client.RenewStream
 }
 
 func (w *benchWorker) fail(err error) {
@@ -269,7 +350,12 @@ func (r *benchRun) startOf(w *benchWorker) time.Time {
 // counts reports whether an operation that finished at done is measured.
 func (r *benchRun) counts(done time.Time) bool { return done.Before(r.end) }
 
-func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchConfig) (*benchResult, error) {
+func runWorkload(ctx context.Context, c *client.Client, workload string, cfg benchConfig) (*benchResult, error) {
+	// name is the operation: half-load is the cycle at a set rate.
+	name := workload
+	if workload == "half-load" {
+		name = "cycle"
+	}
 	workers := make([]*benchWorker, cfg.clients)
 	var hosts []string
 	var tlsConfs []*tls.Config
@@ -295,7 +381,7 @@ func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchCo
 	run := &benchRun{cfg: cfg, c: c}
 	holder := func(w *benchWorker) string { return fmt.Sprintf("bench-%s-%d", cfg.runID, w.id) }
 	key := func(parts ...any) string {
-		k := cfg.prefix + name
+		k := cfg.prefix + workload
 		for _, p := range parts {
 			k += "/" + fmt.Sprint(p)
 		}
@@ -306,7 +392,7 @@ func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchCo
 	setupTTL := cfg.ttl
 	var perWorker int
 	switch name {
-	case "renew":
+	case "renew", "keepalive":
 		perWorker = 1
 	case "heartbeat", "session":
 		perWorker = cfg.batch
@@ -342,6 +428,14 @@ func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchCo
 		}
 	}
 
+	if name == "keepalive" {
+		closeStreams, err := openStreams(ctx, c, workers, max(cfg.perStream, 1))
+		if err != nil {
+			return nil, err
+		}
+		defer closeStreams()
+	}
+
 	start := time.Now()
 	run.end = start.Add(cfg.duration)
 	_ = forEachWorker(workers, func(w *benchWorker) error {
@@ -352,10 +446,14 @@ func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchCo
 			benchContended(ctx, run, w, holder(w), key("one"))
 		case "renew":
 			benchRenew(ctx, run, w)
+		case "keepalive":
+			benchKeepAlive(ctx, run, w)
 		case "heartbeat":
 			benchHeartbeat(ctx, run, w)
 		case "session":
 			benchSession(ctx, run, w)
+		case fillWorkload:
+			benchFill(ctx, run, w, holder(w), func(n int64) string { return key(w.id, n) })
 		}
 		return nil
 	})
@@ -364,8 +462,8 @@ func runWorkload(ctx context.Context, c *client.Client, name string, cfg benchCo
 	}
 	elapsed := min(time.Since(start), cfg.duration)
 
-	res := &benchResult{Workload: name, Clients: cfg.clients, Seconds: elapsed.Seconds(), ErrorCodes: map[string]int64{}}
-	res.Unit = map[string]string{"cycle": "cycles", "contended": "grants", "renew": "renewals", "heartbeat": "leases kept alive", "session": "leases kept alive"}[name]
+	res := &benchResult{Workload: workload, Clients: cfg.clients, Seconds: elapsed.Seconds(), ErrorCodes: map[string]int64{}}
+	res.Unit = map[string]string{"cycle": "cycles", "contended": "grants", "renew": "renewals", "keepalive": "renewals", "heartbeat": "leases kept alive", "session": "leases kept alive", fillWorkload: "leases"}[name]
 	var lat, acq []time.Duration
 	for _, w := range workers {
 		res.Ops += w.ops
@@ -455,6 +553,15 @@ func benchCycle(ctx context.Context, r *benchRun, w *benchWorker, holder string,
 	}
 }
 
+// benchFill acquires leases on distinct keys and keeps none of them: they
+// stay live until their TTL.
+func benchFill(ctx context.Context, r *benchRun, w *benchWorker, holder string, key func(int64) string) {
+	benchLoop(ctx, r, w, func(n int64) (int64, error) {
+		_, _, err := w.conn.acquire(key(n), holder, millis(r.cfg.ttl), 0)
+		return 1, err
+	})
+}
+
 func benchContended(ctx context.Context, r *benchRun, w *benchWorker, holder, key string) {
 	start := r.startOf(w)
 	for n := int64(0); r.next(ctx, start, n); n++ {
@@ -484,6 +591,41 @@ func benchContended(ctx context.Context, r *benchRun, w *benchWorker, holder, ke
 func benchRenew(ctx context.Context, r *benchRun, w *benchWorker) {
 	l := w.leases[0]
 	benchLoop(ctx, r, w, func(int64) (int64, error) { return 1, w.conn.renew(l.LeaseID, l.Token) })
+}
+
+// openStreams opens one keep-alive stream per perStream workers; close
+// closes them all.
+func openStreams(ctx context.Context, c *client.Client, workers []*benchWorker, perStream int) (closeAll func(), err error) {
+	var streams []*client.RenewStream
+	closeAll = func() {
+		for _, s := range streams {
+			_ = s.Close()
+		}
+	}
+	for i, w := range workers {
+		if i%perStream == 0 {
+			sctx, cancel := context.WithTimeout(ctx, benchSetupTimeout)
+			s, err := c.KeepAliveStream(sctx)
+			cancel()
+			if err != nil {
+				closeAll()
+				return nil, fmt.Errorf("setup: open a keep-alive stream: %w", err)
+			}
+			streams = append(streams, s)
+		}
+		w.stream = streams[len(streams)-1]
+	}
+	return closeAll, nil
+}
+
+// benchKeepAlive renews the worker's lease, one renewal at a time, over the
+// keep-alive stream it shares.
+func benchKeepAlive(ctx context.Context, r *benchRun, w *benchWorker) {
+	l := w.leases[0]
+	benchLoop(ctx, r, w, func(int64) (int64, error) {
+		_, err := w.stream.Renew(ctx, l.LeaseID, l.Token, 0)
+		return 1, err
+	})
 }
 
 // benchLoop runs op (given its sequence number) until the workload ends,
@@ -567,14 +709,24 @@ func cleanupLeases(ctx context.Context, c *client.Client, workers []*benchWorker
 
 func printBench(out io.Writer, results []*benchResult) error {
 	tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', tabwriter.AlignRight)
+	spawned := slices.ContainsFunc(results, func(r *benchResult) bool { return r.Servers > 0 })
+	lead := func(r *benchResult) string {
+		if spawned {
+			return strconv.Itoa(r.Servers) + "\t"
+		}
+		return ""
+	}
+	if spawned {
+		fmt.Fprint(tw, "servers\t")
+	}
 	fmt.Fprintln(tw, "workload\tclients\tops/s\tunit\tops\trequests\terrors\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\t")
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", r.Workload, r.Clients,
+		fmt.Fprintf(tw, "%s%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", lead(r), r.Workload, r.Clients,
 			strconv.FormatFloat(r.OpsPerSec, 'f', 0, 64), r.Unit, r.Ops, r.Requests, r.Errors,
 			f(r.Latency.P50), f(r.Latency.P99), f(r.Latency.P999), f(r.Latency.Max))
 		if a := r.AcquireLatency; a != nil {
-			fmt.Fprintf(tw, "  (acquire)\t\t\t\t\t\t\t%s\t%s\t%s\t%s\t\n", f(a.P50), f(a.P99), f(a.P999), f(a.Max))
+			fmt.Fprintf(tw, "%s  (acquire)\t\t\t\t\t\t\t%s\t%s\t%s\t%s\t\n", lead(r), f(a.P50), f(a.P99), f(a.P999), f(a.Max))
 		}
 	}
 	if err := tw.Flush(); err != nil {

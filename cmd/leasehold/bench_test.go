@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -93,6 +95,10 @@ func fakeBenchServer(t *testing.T) (*client.Client, *atomic.Int64) {
 	var mu sync.Mutex
 	bound := map[string]int64{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/keepalive" {
+			keepAliveFake(w, r)
+			return
+		}
 		data, _ := io.ReadAll(r.Body)
 		switch {
 		case r.Method == "POST" && r.URL.Path == "/v1/sessions":
@@ -143,12 +149,30 @@ func fakeBenchServer(t *testing.T) (*client.Client, *atomic.Int64) {
 	return c, &active
 }
 
+// keepAliveFake answers every renewal line of a keep-alive stream OK.
+func keepAliveFake(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
+	w.WriteHeader(200)
+	_ = rc.Flush()
+	sc := bufio.NewScanner(r.Body)
+	for sc.Scan() {
+		var req wire.KeepAliveRenewal
+		if json.Unmarshal(sc.Bytes(), &req) != nil {
+			continue
+		}
+		b, _ := json.Marshal(wire.KeepAliveAnswer{ID: req.ID, LeaseID: req.LeaseID, OK: true})
+		_, _ = w.Write(append(b, '\n'))
+		_ = rc.Flush()
+	}
+}
+
 func TestBenchWorkloads(t *testing.T) {
 	for _, w := range benchWorkloads {
 		t.Run(w, func(t *testing.T) {
 			c, active := fakeBenchServer(t)
 			cfg := benchConfig{clients: 4, duration: 200 * time.Millisecond, batch: 10, ttl: 10 * time.Second,
-				maxOps: 1_000_000, prefix: "b/", runID: "t"}
+				maxOps: 1_000_000, prefix: "b/", runID: "t", perStream: 3}
 			start := time.Now()
 			r, err := runWorkload(context.Background(), c, w, cfg)
 			if err != nil {
@@ -195,5 +219,22 @@ func TestBenchRate(t *testing.T) {
 	}
 	if r.Ops < 5 || r.Ops > 40 {
 		t.Errorf("ops %d at 100/s for 300ms", r.Ops)
+	}
+}
+
+// TestBenchFill: the fill workload acquires exactly --max-ops leases and
+// leaves them all live.
+func TestBenchFill(t *testing.T) {
+	c, active := fakeBenchServer(t)
+	cfg := benchConfig{clients: 4, duration: time.Hour, batch: 1, ttl: time.Minute, maxOps: 200, prefix: "b/", runID: "t"}
+	r, err := runWorkload(context.Background(), c, fillWorkload, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ops != 200 || r.Errors != 0 || r.Unit != "leases" {
+		t.Errorf("result %+v", r)
+	}
+	if got := active.Load(); got != 200 {
+		t.Errorf("%d leases live, want 200", got)
 	}
 }

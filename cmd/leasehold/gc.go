@@ -2,22 +2,93 @@ package main
 
 import (
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"time"
+)
+
+// Memory limit policy of relaxGC: the soft limit is baseMemLimit, or, once
+// the live heap is large, the live heap plus a quarter (liveHeadroom).
+const (
+	baseMemLimit = 512 << 20
+	liveHeadroom = 4 // limit = live + live/liveHeadroom
+	// memLimitEvery is how often the live heap is checked.
+	memLimitEvery = 500 * time.Millisecond
 )
 
 // relaxGC trades memory for CPU in the long-running commands (server,
 // bench): unless GOGC is set in the environment, the heap may grow to five
 // times the live data before a collection (GOGC=400) — on two cores the
 // collector was one of the largest CPU users under load. Unless GOMEMLIMIT is
-// set, a soft limit of 512 MiB then makes the collector run more often as
-// the heap approaches it, so a large state (a million leases is about
-// 480 MiB live) does not pay five times its size in memory. The limit is
-// soft: a larger live heap still works, with more collector CPU.
+// set, a soft memory limit then makes the collector run more often as the
+// heap approaches it: 512 MiB, or the live heap plus a quarter when that is
+// more. A fixed limit below a large live heap (a million leases is about
+// 450 MiB live) made the collector run back to back, taking half the CPU
+// and slowing the restore and log replay of a restart several times over;
+// following the live heap keeps a large state at about 1.25 times its size
+// with collections every quarter of it allocated.
 func relaxGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(512 << 20)
+		debug.SetMemoryLimit(baseMemLimit)
+		go followLiveHeap()
 	}
+}
+
+// followLiveHeap keeps the memory limit at memLimitFor(the live heap),
+// checked after every collection (a finalizer that re-arms itself) and
+// every memLimitEvery: during a restore the live heap grows by hundreds of
+// MiB within seconds, and a limit that lagged behind it would have the
+// collector run back to back.
+func followLiveHeap() {
+	var mu sync.Mutex
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	last := int64(baseMemLimit)
+	update := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		metrics.Read(sample)
+		if sample[0].Value.Kind() != metrics.KindUint64 {
+			return false // not supported by this runtime
+		}
+		if limit := memLimitFor(sample[0].Value.Uint64()); limit != last {
+			debug.SetMemoryLimit(limit)
+			last = limit
+		}
+		return true
+	}
+	if !update() {
+		return
+	}
+	afterEachGC(func() { update() })
+	for range time.Tick(memLimitEvery) {
+		update()
+	}
+}
+
+// gcSentinel is an object only a finalizer refers to: it is collected, and
+// its finalizer run, by every garbage collection.
+type gcSentinel struct {
+	fn  func()
+	pad [16]byte // not a tiny allocation, whose finalizer might never run
+}
+
+// afterEachGC calls fn (in the finalizer goroutine) after every collection.
+func afterEachGC(fn func()) {
+	runtime.SetFinalizer(&gcSentinel{fn: fn}, func(s *gcSentinel) {
+		s.fn()
+		afterEachGC(s.fn)
+	})
+}
+
+// memLimitFor is the memory limit for a live heap of live bytes, rounded
+// up to 16 MiB so that small changes do not move it.
+func memLimitFor(live uint64) int64 {
+	want := live + live/liveHeadroom
+	want = (want + 16<<20 - 1) &^ (16<<20 - 1)
+	return max(int64(baseMemLimit), int64(want))
 }

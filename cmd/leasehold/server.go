@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +35,7 @@ type serverConfig struct {
 	idleTimeout      time.Duration
 	streamsPerClient int
 	tls              serverTLSFlags
+	pprofAddr        string // loopback address of the Go profiler; empty: off
 }
 
 // Fixed HTTP limits: a client has this long to send its request line and
@@ -93,6 +95,7 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 	fs.StringVar(&cfg.tokensFile, "tokens-file", "", "bearer tokens file (JSON; see 'leasehold token create'); none: auth is off")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&cfg.pprofAddr, "pprof-addr", "", "loopback address serving Go's profiler (/debug/pprof/) for performance work; off by default")
 	cfg.tls.register(fs)
 	pos, err := a.parse(fs, args, allFlags(fs), 0)
 	if err != nil {
@@ -117,6 +120,9 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 		return cfg, usageErrorf("--max-event-streams-per-client, --http-body-timeout and --http-write-timeout must not be negative, --http-idle-timeout must be positive")
 	}
 	if err := cfg.tls.check(); err != nil {
+		return cfg, err
+	}
+	if err := checkPprofAddr(cfg.pprofAddr); err != nil {
 		return cfg, err
 	}
 	// Check what node.Open would refuse now, as a usage error. HTTPAddr is
@@ -178,6 +184,13 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("http listen: %w", err)
 	}
 	defer ln.Close()
+	if cfg.pprofAddr != "" {
+		stopPprof, err := servePprof(cfg.pprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	scheme := "http"
 	if sec.http != nil {
 		ln, scheme = tls.NewListener(ln, sec.http), "https"
@@ -229,6 +242,9 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		// READY=1 for systemd (Type=notify) on the condition of /readyz.
 		if notify.notifyWhenReady(streams, n.Ready(), n.ReadyErr, 100*time.Millisecond) {
 			log.Info("ready: leader known and log applied")
+			// Restoring a large snapshot left its transient buffers'
+			// pages mapped up to the memory limit; give them back once.
+			debug.FreeOSMemory()
 		}
 	}()
 

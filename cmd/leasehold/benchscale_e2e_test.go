@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBenchScaleServerScript runs scripts/bench-scale-server.sh at a tiny
+// scale: it fills the leases, stops and restarts the server, downloads a
+// snapshot and prints every figure (no timing is checked).
+func TestBenchScaleServerScript(t *testing.T) {
+	bin := buildBinary(t)
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("the script needs curl")
+	}
+	port := func() string { a := freePort(t); return a[strings.LastIndexByte(a, ':')+1:] }
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "../../scripts/bench-scale-server.sh", bin)
+	cmd.Env = append(cmd.Environ(), "LEASES=300", "CLIENTS=4", "TTL=10m",
+		"PORT="+port(), "RAFT_PORT="+port(), "GOSSIP_PORT="+port(), "PPROF_PORT="+port())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("script: %v\n%s", err, out)
+	}
+	for _, want := range []string{"leases filled                    300 ", "server RSS, after GC, settled", "stop (SIGTERM to exit)",
+		"restart to /readyz", "snapshot restore", "snapshot download"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %q in the output:\n%s", want, out)
+		}
+	}
+	t.Logf("\n%s", out)
+}
