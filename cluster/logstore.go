@@ -53,8 +53,13 @@ func openLogStore(dir string, bolt *raftboltdb.BoltStore, logger *slog.Logger) (
 	return s, nil
 }
 
-// walStore is the raft-wal log and its metadata store, which WAL.Close
-// leaves open (raft-wal v0.4.0): Close closes both.
+// walStore is the raft-wal log and its metadata store. WAL.Close closes
+// the metadata store too since raft-wal v0.4.2; Close closes it again
+// (a no-op then) so that a failed open, which has no WAL, still closes it.
+//
+// v0.4.2 is needed, not only preferred: v0.4.0 marked a segment sealed on a
+// tail truncation without writing its index block, and a server restarted
+// after one could not read its log (TestLogReopensAfterTailTruncation).
 type walStore struct {
 	*raftwal.WAL
 	meta *metadb.BoltMetaDB

@@ -306,3 +306,64 @@ func TestLogAppendTimed(t *testing.T) {
 	}
 	t.Fatal("no t.raft.boltdb.storeLogs sample")
 }
+
+// TestLogReopensAfterTailTruncation: a follower that drops the end of its
+// log (raft's "clearing log suffix" when a new leader's log differs) and
+// is then restarted must read its log again. raft-wal before v0.4.2 marked
+// the truncated segment sealed without writing its index block, and every
+// read of it after a restart failed ("sealed segment has no index block"):
+// raft.NewRaft panicked at startup (hashicorp/raft-wal#31; seen in the
+// chaos suite's kill-and-restart of three servers).
+func TestLogReopensAfterTailTruncation(t *testing.T) {
+	dir := t.TempDir()
+	open := func() (*raftboltdb.BoltStore, *walStore) {
+		t.Helper()
+		bolt, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs, err := openLogStore(dir, bolt, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			bolt.Close()
+			t.Fatal(err)
+		}
+		return bolt, logs
+	}
+	bolt, logs := open()
+	var batch []*raft.Log
+	for i := uint64(1); i <= 20; i++ {
+		batch = append(batch, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte(fmt.Sprintf("cmd-%d", i))})
+	}
+	if err := logs.StoreLogs(batch); err != nil {
+		t.Fatal(err)
+	}
+	// The new leader's log differs from index 18 on.
+	if err := logs.DeleteRange(18, 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := logs.StoreLogs([]*raft.Log{{Index: 18, Term: 2, Type: raft.LogCommand, Data: []byte("new-18")}}); err != nil {
+		t.Fatal(err)
+	}
+	logs.Close()
+	bolt.Close()
+
+	bolt, logs = open()
+	defer bolt.Close()
+	defer logs.Close()
+	if last, err := logs.LastIndex(); err != nil || last != 18 {
+		t.Fatalf("last index after restart = %d, %v; want 18", last, err)
+	}
+	for i := uint64(1); i <= 18; i++ {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil {
+			t.Fatalf("entry %d after restart: %v", i, err)
+		}
+		want := fmt.Sprintf("cmd-%d", i)
+		if i == 18 {
+			want = "new-18"
+		}
+		if string(l.Data) != want {
+			t.Fatalf("entry %d after restart = %q, want %q", i, l.Data, want)
+		}
+	}
+}

@@ -60,6 +60,12 @@ func TestPipelineSurvivesRejectedAppends(t *testing.T) {
 		conf.LocalID = raft.ServerID(id)
 		conf.Logger = logger
 		conf.HeartbeatTimeout, conf.ElectionTimeout, conf.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
+		if id == "b" {
+			// The follower never stands for election: on a busy machine
+			// a missed heartbeat would otherwise make it the leader, and
+			// its own (failing) log store would be the leader's.
+			conf.HeartbeatTimeout, conf.ElectionTimeout = time.Hour, time.Hour
+		}
 		conf.CommitTimeout = 5 * time.Millisecond
 		store := raft.NewInmemStore()
 		if logs == nil {
