@@ -245,6 +245,24 @@ var builtin = []*Scenario{
 		Nemesis: func(ctx context.Context, e *Env) error {
 			return e.killRestart(ctx, e.Others(), 2*time.Second)
 		}},
+	{Name: "truncate-restart", Liveness: true, Class: "crash", Doc: "cut the leader off while clients still reach it (its log gains entries the others never commit), heal (it drops them for the new leader's), then SIGKILL and restart it: a server must read back a log whose end it cut",
+		Expect: map[string]int{"leader-changes": 1, "restarts": 1},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			if err := e.Fault(ctx, "partition", fmt.Sprintf("leader %d alone", l), faultFor,
+				func() error { return e.C.Partition([][]int{{l}, e.Others(l)}) }, e.C.Heal); err != nil {
+				return err
+			}
+			// Healed, the old leader takes the new leader's entries,
+			// dropping its own uncommitted ones; then it crashes.
+			if err := sleepCtx(ctx, 2*time.Second); err != nil {
+				return err
+			}
+			return e.killRestart(ctx, []int{l}, faultFor/2)
+		}},
 	{Name: "pause-leader", Liveness: true, Class: "pause", Doc: "SIGSTOP the leader past the election timeout, then past a TTL",
 		Expect: map[string]int{"leader-changes": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
