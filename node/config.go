@@ -192,6 +192,9 @@ type Config struct {
 	// expireChunk replaces the records a tick or Expire entry ends (0:
 	// expireChunk).
 	expireChunk uint64
+	// olderPeer makes the leader act as if a server of the configuration
+	// ran a version without chunked expiry.
+	olderPeer bool
 }
 
 // DefaultConfig returns a single-node configuration on loopback with data in

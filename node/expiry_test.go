@@ -103,3 +103,51 @@ func TestChunkedExpiryWaitsForEveryServer(t *testing.T) {
 		t.Fatalf("tick chunk %d once every server reads limited ticks, want 20", n0.tickChunk())
 	}
 }
+
+// TestUnchunkedExpiryWithAnOlderServer: while a server of the
+// configuration does not read limited ticks and Expire entries, the
+// leader's ticks are unlimited and it proposes no Expire entry: a storm
+// larger than a chunk ends in one tick.
+func TestUnchunkedExpiryWithAnOlderServer(t *testing.T) {
+	const n, chunk = 150, 20
+	cfg := testConfig(t, "")
+	cfg.expireChunk = chunk
+	cfg.olderPeer = true
+	n0 := openNode(t, cfg)
+	ctx := context.Background()
+	sub, err := n0.Subscribe(ctx, EventFilter{Prefix: "storm/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	sess, err := n0.CreateSession(ctx, SessionRequest{Holder: "s", TTLMS: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		r := AcquireRequest{Key: fmt.Sprint("storm/", i), Holder: "s", TTLMS: 0, SessionID: sess.SessionID, SessionToken: sess.Token}
+		if _, _, err := n0.Acquire(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perIndex := map[uint64]int{}
+	expired := 0
+	deadline := time.After(60 * time.Second)
+	for expired < n {
+		select {
+		case ev, ok := <-sub.Events():
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+			if ev.Type == "expired" {
+				expired++
+				perIndex[ev.Index]++
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d leases expired", expired, n)
+		}
+	}
+	if len(perIndex) != 1 {
+		t.Fatalf("%d leases bound to one session expired in %d entries (%v), want one unlimited tick", n, len(perIndex), perIndex)
+	}
+}

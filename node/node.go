@@ -479,7 +479,7 @@ func (n *Node) tickLoop(ctx context.Context, progress *termProgress) {
 		n.rep.mu.RUnlock()
 		_, _, err := n.propose(ctx, &fsm.Tick{Tick: next, WallMS: wallNow().UnixMilli(),
 			PeriodMS: period.Milliseconds(), RetainTicks: retain, RetainMax: uint64(n.cfg.MaxRetained),
-			ExpireMax: n.chunk()})
+			ExpireMax: n.tickChunk()})
 		if ctx.Err() != nil {
 			return
 		}
@@ -527,7 +527,7 @@ func (n *Node) tickChunk() uint64 {
 // updateChunkedExpiry records whether every server of the configuration
 // (ids) but this one announces ChunkedExpiry in gossip.
 func (n *Node) updateChunkedExpiry(ids []string) {
-	n.chunkedOK.Store(everyPeer(n.cfg.NodeID, ids, n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.ChunkedExpiry }))
+	n.chunkedOK.Store(!n.cfg.olderPeer && everyPeer(n.cfg.NodeID, ids, n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.ChunkedExpiry }))
 }
 
 // everyPeer reports whether every server of ids but self is known (peer)
@@ -567,7 +567,10 @@ func (n *Node) drainExpiry(ctx context.Context, tick uint64, progress *termProgr
 			left = n.rep.f.Backlog()
 		}
 		n.rep.mu.RUnlock()
-		if uint64(left) > uint64(inflight)*n.chunk() && inflight < expireDepth {
+		// Once a server that does not read Expire entries is in the
+		// configuration, none is proposed: the next tick is unlimited
+		// and ends what is left.
+		if n.chunkedOK.Load() && uint64(left) > uint64(inflight)*n.chunk() && inflight < expireDepth {
 			inflight++
 			go func() {
 				_, _, err := n.propose(ctx, &fsm.Expire{Tick: tick, WallMS: wallNow().UnixMilli(), Max: n.chunk()})
