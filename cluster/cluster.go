@@ -173,7 +173,17 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 			return nil, fmt.Errorf("cluster: open raft.db: %w", err)
 		}
 		c.closers = append(c.closers, bolt)
-		wal, err := openLogStore(cfg.Dir, bolt, cfg.Logger)
+		fss, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, newHCLogger("snapshot", cfg.Logger))
+		if err != nil {
+			c.closeStores()
+			return nil, fmt.Errorf("cluster: snapshot store: %w", err)
+		}
+		snaps = fss
+		var snapIndex uint64
+		if metas, err := fss.List(); err == nil && len(metas) > 0 {
+			snapIndex = metas[0].Index
+		}
+		wal, err := openLogStore(cfg.Dir, bolt, snapIndex, cfg.Logger)
 		if err != nil {
 			c.closeStores()
 			return nil, err
@@ -185,12 +195,6 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 			return nil, err
 		}
 		logs, stable = cache, bolt
-		fss, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, newHCLogger("snapshot", cfg.Logger))
-		if err != nil {
-			c.closeStores()
-			return nil, fmt.Errorf("cluster: snapshot store: %w", err)
-		}
-		snaps = fss
 		adv := cfg.Advertise
 		if adv == "" {
 			adv = cfg.BindAddr

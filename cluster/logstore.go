@@ -33,8 +33,9 @@ const migrateBatchBytes = 4 << 20
 // copied (each batch fsynced), then deleted from raft.db. A crash in
 // between repeats or finishes the move on the next open: entries already
 // copied are not copied again, and raft.db's are deleted only once the new
-// log holds them all.
-func openLogStore(dir string, bolt *raftboltdb.BoltStore, logger *slog.Logger) (*walStore, error) {
+// log holds them all. snapIndex is the index of the latest snapshot (0:
+// none), which may cover a gap in raft.db's log (migrateLogs).
+func openLogStore(dir string, bolt *raftboltdb.BoltStore, snapIndex uint64, logger *slog.Logger) (*walStore, error) {
 	path := filepath.Join(dir, walDir)
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("cluster: log dir: %w", err)
@@ -46,7 +47,7 @@ func openLogStore(dir string, bolt *raftboltdb.BoltStore, logger *slog.Logger) (
 		return nil, fmt.Errorf("cluster: open the raft log in %s: %w", path, err)
 	}
 	s := &walStore{WAL: wal, meta: meta}
-	if err := migrateLogs(s, bolt, logger); err != nil {
+	if err := migrateLogs(s, bolt, snapIndex, logger); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -116,7 +117,13 @@ func (s *walStore) Close() error {
 // migrateLogs moves the log entries in src (raft.db of a previous
 // version) to the end of dst, then deletes them from src. Entries dst
 // already holds (a move cut short by a crash) are not copied again.
-func migrateLogs(dst, src raft.LogStore, logger *slog.Logger) error {
+//
+// raft.db's log may have a gap: the earlier version left one where a
+// follower installed a snapshot, and where a backup was restored (Raft
+// skips an index then). Entries before the last gap are not moved when the
+// latest snapshot (at snapIndex) covers the gap; a gap no snapshot covers
+// is refused.
+func migrateLogs(dst, src raft.LogStore, snapIndex uint64, logger *slog.Logger) error {
 	first, err := src.FirstIndex()
 	if err != nil {
 		return fmt.Errorf("cluster: raft.db's first log index: %w", err)
@@ -128,6 +135,16 @@ func migrateLogs(dst, src raft.LogStore, logger *slog.Logger) error {
 	if last == 0 {
 		return nil
 	}
+	start, err := unbrokenFrom(src, first, last)
+	if err != nil {
+		return err
+	}
+	if start > first {
+		if start-1 > snapIndex {
+			return fmt.Errorf("cluster: raft.db's log has no entry %d and the latest snapshot (index %d) does not cover it: refusing to move the log", start-1, snapIndex)
+		}
+		logger.Info("raft.db's log has a gap a snapshot covers: moving the entries after it", "gap_before", start, "snapshot_index", snapIndex)
+	}
 	dstFirst, err := dst.FirstIndex()
 	if err != nil {
 		return fmt.Errorf("cluster: the raft log's first index: %w", err)
@@ -136,12 +153,13 @@ func migrateLogs(dst, src raft.LogStore, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("cluster: the raft log's last index: %w", err)
 	}
-	from := first
+	from := start
 	if dstLast > 0 {
-		// A move cut short: dst must be a prefix of src's range, or
-		// already hold all of it.
-		if dstFirst != first || dstLast < first-1 {
-			return fmt.Errorf("cluster: raft.db holds log entries %d-%d and the raft log %d-%d: refusing to merge them", first, last, dstFirst, dstLast)
+		// A move cut short: dst must hold a prefix of the entries to
+		// move, or all of them, and end with the same entry as raft.db
+		// at that index (a log from another history is refused).
+		if dstFirst != start || dstLast > last || !sameEntry(dst, src, dstLast) {
+			return fmt.Errorf("cluster: raft.db holds log entries %d-%d and the raft log %d-%d, which does not continue into it: refusing to merge them", start, last, dstFirst, dstLast)
 		}
 		from = dstLast + 1
 	}
@@ -155,6 +173,28 @@ func migrateLogs(dst, src raft.LogStore, logger *slog.Logger) error {
 		return fmt.Errorf("cluster: delete the moved log entries from raft.db: %w", err)
 	}
 	return nil
+}
+
+// unbrokenFrom returns the first index of the unbroken run of src's
+// entries that ends at last.
+func unbrokenFrom(src raft.LogStore, first, last uint64) (uint64, error) {
+	var l raft.Log
+	for i := last; i > first; i-- {
+		err := src.GetLog(i-1, &l)
+		if errors.Is(err, raft.ErrLogNotFound) {
+			return i, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("cluster: read log entry %d from raft.db: %w", i-1, err)
+		}
+	}
+	return first, nil
+}
+
+// sameEntry reports whether a and b both hold entry i, of the same term.
+func sameEntry(a, b raft.LogStore, i uint64) bool {
+	var la, lb raft.Log
+	return a.GetLog(i, &la) == nil && b.GetLog(i, &lb) == nil && la.Term == lb.Term
 }
 
 // copyLogs appends src's entries from..last to dst in batches of about

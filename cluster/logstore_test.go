@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,49 @@ func TestOpenMovesLogOutOfRaftDB(t *testing.T) {
 	}
 }
 
+// TestOpenMovesAGappedLogOutOfRaftDB: a data dir of a previous version
+// whose raft.db log has a gap under its latest snapshot (a follower that
+// installed a snapshot; a restored backup) opens: the state is the
+// snapshot's plus the entries after it.
+func TestOpenMovesAGappedLogOutOfRaftDB(t *testing.T) {
+	dir := oldDataDir(t, 300) // entries 1 (configuration) to 301
+	snaps, err := raft.NewFileSnapshotStore(dir, 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, trans := raft.NewInmemTransport("a")
+	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "a", Address: "127.0.0.1:1"}}}
+	sink, err := snaps.Create(raft.SnapshotVersionMax, 200, 1, conf, 1, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bolt, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bolt.DeleteRange(150, 200); err != nil {
+		t.Fatal(err)
+	}
+	bolt.Close()
+
+	f := &countFSM{}
+	c, err := Open(Config{NodeID: "a", Dir: dir, BindAddr: "127.0.0.1:0"}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitLeader(t, c)
+	if err := c.Raft.Barrier(10 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.n.Load(); got != 101 {
+		t.Fatalf("replayed %d commands after the snapshot at 200, want 101 (201-301)", got)
+	}
+}
+
 // TestMigrateLogsFinishesACutShortMove: a move that a crash cut short
 // (the new log holds a prefix) copies only the rest; a move cut short
 // after the copy only deletes; a log that does not continue raft.db's is
@@ -135,7 +179,7 @@ func TestMigrateLogsFinishesACutShortMove(t *testing.T) {
 			if tc.walTo > 0 {
 				fill(wal, 10, tc.walTo)
 			}
-			if err := migrateLogs(wal, src, logger); err != nil {
+			if err := migrateLogs(wal, src, 0, logger); err != nil {
 				t.Fatal(err)
 			}
 			check(wal, 10, 100)
@@ -153,11 +197,105 @@ func TestMigrateLogsFinishesACutShortMove(t *testing.T) {
 		}
 		defer wal.Close()
 		fill(wal, 50, 60)
-		if err := migrateLogs(wal, src, logger); err == nil {
+		if err := migrateLogs(wal, src, 0, logger); err == nil {
 			t.Fatal("a log that does not start where raft.db's does was merged")
 		}
 		check(src, 10, 100)
 		check(wal, 50, 60)
+	})
+	t.Run("log of another history refused", func(t *testing.T) {
+		src := raft.NewInmemStore()
+		fill(src, 10, 100)
+		wal, err := raftwal.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wal.Close()
+		fill(wal, 10, 59)
+		if err := wal.StoreLog(&raft.Log{Index: 60, Term: 2, Type: raft.LogCommand, Data: entry(60).Data}); err != nil {
+			t.Fatal(err)
+		}
+		if err := migrateLogs(wal, src, 0, logger); err == nil {
+			t.Fatal("a log whose entry 60 is of another term was continued with raft.db's")
+		}
+		check(src, 10, 100)
+	})
+}
+
+// TestMigrateLogsAcrossAGap: raft.db's log has a gap where the previous
+// version installed a snapshot or restored a backup. With a snapshot that
+// covers it, the entries after the gap move (also when a crash cut the
+// move short) and those before it are dropped; without one, the move is
+// refused and nothing changes.
+func TestMigrateLogsAcrossAGap(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	entry := func(i uint64) *raft.Log {
+		return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte(fmt.Sprintf("cmd-%d", i))}
+	}
+	gapped := func() *raft.InmemStore {
+		s := raft.NewInmemStore()
+		for _, r := range [][2]uint64{{10, 30}, {50, 100}} {
+			for i := r[0]; i <= r[1]; i++ {
+				if err := s.StoreLog(entry(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return s
+	}
+	check := func(s raft.LogStore, from, to uint64) {
+		t.Helper()
+		first, _ := s.FirstIndex()
+		last, _ := s.LastIndex()
+		if first != from || last != to {
+			t.Fatalf("log holds %d-%d, want %d-%d", first, last, from, to)
+		}
+		for i := from; i <= to; i++ {
+			var l raft.Log
+			if err := s.GetLog(i, &l); err != nil || !bytes.Equal(l.Data, entry(i).Data) {
+				t.Fatalf("entry %d: %q %v", i, l.Data, err)
+			}
+		}
+	}
+	for _, walTo := range []uint64{0, 70, 100} {
+		t.Run(fmt.Sprint("new log up to ", walTo), func(t *testing.T) {
+			src := gapped()
+			wal, err := raftwal.Open(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wal.Close()
+			for i := uint64(50); i <= walTo; i++ {
+				if err := wal.StoreLog(entry(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := migrateLogs(wal, src, 60, logger); err != nil {
+				t.Fatal(err)
+			}
+			check(wal, 50, 100)
+			if last, _ := src.LastIndex(); last != 0 {
+				t.Fatalf("raft.db still holds entries up to %d", last)
+			}
+		})
+	}
+	t.Run("gap no snapshot covers", func(t *testing.T) {
+		src := gapped()
+		wal, err := raftwal.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wal.Close()
+		err = migrateLogs(wal, src, 40, logger)
+		if err == nil || !strings.Contains(err.Error(), "no entry 49") {
+			t.Fatalf("a gap at 31-49 with a snapshot at 40: %v, want a refusal naming entry 49", err)
+		}
+		if first, _ := src.FirstIndex(); first != 10 {
+			t.Fatalf("raft.db's log starts at %d after a refused move", first)
+		}
+		if last, _ := wal.LastIndex(); last != 0 {
+			t.Fatalf("the new log holds entries up to %d after a refused move", last)
+		}
 	})
 }
 
@@ -322,7 +460,7 @@ func TestLogReopensAfterTailTruncation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		logs, err := openLogStore(dir, bolt, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		logs, err := openLogStore(dir, bolt, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
 			bolt.Close()
 			t.Fatal(err)
