@@ -133,34 +133,38 @@ func TestOpenMovesAGappedLogOutOfRaftDB(t *testing.T) {
 	}
 }
 
+// entry is log entry i of the migration tests.
+func entry(i uint64) *raft.Log {
+	return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte(fmt.Sprintf("cmd-%d", i))}
+}
+
+// checkLog fails unless s holds exactly entries from..to, as entry makes them.
+func checkLog(t *testing.T, s raft.LogStore, from, to uint64) {
+	t.Helper()
+	first, _ := s.FirstIndex()
+	last, _ := s.LastIndex()
+	if first != from || last != to {
+		t.Fatalf("log holds %d-%d, want %d-%d", first, last, from, to)
+	}
+	for i := from; i <= to; i++ {
+		var l raft.Log
+		if err := s.GetLog(i, &l); err != nil || !bytes.Equal(l.Data, entry(i).Data) {
+			t.Fatalf("entry %d: %q %v", i, l.Data, err)
+		}
+	}
+}
+
 // TestMigrateLogsFinishesACutShortMove: a move that a crash cut short
 // (the new log holds a prefix) copies only the rest; a move cut short
 // after the copy only deletes; a log that does not continue raft.db's is
 // refused and nothing changes.
 func TestMigrateLogsFinishesACutShortMove(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
-	entry := func(i uint64) *raft.Log {
-		return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte(fmt.Sprintf("cmd-%d", i))}
-	}
 	fill := func(s raft.LogStore, from, to uint64) {
 		t.Helper()
 		for i := from; i <= to; i++ {
 			if err := s.StoreLog(entry(i)); err != nil {
 				t.Fatal(err)
-			}
-		}
-	}
-	check := func(s raft.LogStore, from, to uint64) {
-		t.Helper()
-		first, _ := s.FirstIndex()
-		last, _ := s.LastIndex()
-		if first != from || last != to {
-			t.Fatalf("log holds %d-%d, want %d-%d", first, last, from, to)
-		}
-		for i := from; i <= to; i++ {
-			var l raft.Log
-			if err := s.GetLog(i, &l); err != nil || !bytes.Equal(l.Data, entry(i).Data) {
-				t.Fatalf("entry %d: %q %v", i, l.Data, err)
 			}
 		}
 	}
@@ -182,7 +186,7 @@ func TestMigrateLogsFinishesACutShortMove(t *testing.T) {
 			if err := migrateLogs(wal, src, 0, logger); err != nil {
 				t.Fatal(err)
 			}
-			check(wal, 10, 100)
+			checkLog(t, wal, 10, 100)
 			if last, _ := src.LastIndex(); last != 0 {
 				t.Fatalf("the source still holds entries up to %d", last)
 			}
@@ -200,8 +204,8 @@ func TestMigrateLogsFinishesACutShortMove(t *testing.T) {
 		if err := migrateLogs(wal, src, 0, logger); err == nil {
 			t.Fatal("a log that does not start where raft.db's does was merged")
 		}
-		check(src, 10, 100)
-		check(wal, 50, 60)
+		checkLog(t, src, 10, 100)
+		checkLog(t, wal, 50, 60)
 	})
 	t.Run("log of another history refused", func(t *testing.T) {
 		src := raft.NewInmemStore()
@@ -218,7 +222,7 @@ func TestMigrateLogsFinishesACutShortMove(t *testing.T) {
 		if err := migrateLogs(wal, src, 0, logger); err == nil {
 			t.Fatal("a log whose entry 60 is of another term was continued with raft.db's")
 		}
-		check(src, 10, 100)
+		checkLog(t, src, 10, 100)
 	})
 }
 
@@ -229,9 +233,6 @@ func TestMigrateLogsFinishesACutShortMove(t *testing.T) {
 // refused and nothing changes.
 func TestMigrateLogsAcrossAGap(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
-	entry := func(i uint64) *raft.Log {
-		return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte(fmt.Sprintf("cmd-%d", i))}
-	}
 	gapped := func() *raft.InmemStore {
 		s := raft.NewInmemStore()
 		for _, r := range [][2]uint64{{10, 30}, {50, 100}} {
@@ -242,20 +243,6 @@ func TestMigrateLogsAcrossAGap(t *testing.T) {
 			}
 		}
 		return s
-	}
-	check := func(s raft.LogStore, from, to uint64) {
-		t.Helper()
-		first, _ := s.FirstIndex()
-		last, _ := s.LastIndex()
-		if first != from || last != to {
-			t.Fatalf("log holds %d-%d, want %d-%d", first, last, from, to)
-		}
-		for i := from; i <= to; i++ {
-			var l raft.Log
-			if err := s.GetLog(i, &l); err != nil || !bytes.Equal(l.Data, entry(i).Data) {
-				t.Fatalf("entry %d: %q %v", i, l.Data, err)
-			}
-		}
 	}
 	for _, walTo := range []uint64{0, 70, 100} {
 		t.Run(fmt.Sprint("new log up to ", walTo), func(t *testing.T) {
@@ -273,7 +260,7 @@ func TestMigrateLogsAcrossAGap(t *testing.T) {
 			if err := migrateLogs(wal, src, 60, logger); err != nil {
 				t.Fatal(err)
 			}
-			check(wal, 50, 100)
+			checkLog(t, wal, 50, 100)
 			if last, _ := src.LastIndex(); last != 0 {
 				t.Fatalf("raft.db still holds entries up to %d", last)
 			}

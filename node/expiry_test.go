@@ -9,6 +9,33 @@ import (
 	"github.com/leasehold/leasehold/cluster"
 )
 
+// startStorm subscribes to storm/ events, then acquires n leases on
+// storm/0..n-1 with a TTL of 1.5 s: every one bound to a session that is
+// never heartbeaten if bound, else every other one.
+func startStorm(t *testing.T, n0 *Node, n int, bound bool) (*Subscription, *Session) {
+	t.Helper()
+	ctx := context.Background()
+	sub, err := n0.Subscribe(ctx, EventFilter{Prefix: "storm/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	sess, err := n0.CreateSession(ctx, SessionRequest{Holder: "s", TTLMS: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		r := AcquireRequest{Key: fmt.Sprint("storm/", i), Holder: "s", TTLMS: 1500}
+		if bound || i%2 == 1 {
+			r.TTLMS, r.SessionID, r.SessionToken = 0, sess.SessionID, sess.Token
+		}
+		if _, _, err := n0.Acquire(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sub, sess
+}
+
 // TestExpiryStormChunked: a storm larger than one chunk (standalone leases
 // and leases bound to a session that is never heartbeaten, all ending
 // together) ends completely, in several entries of at most a chunk each,
@@ -19,24 +46,7 @@ func TestExpiryStormChunked(t *testing.T) {
 	cfg.expireChunk = chunk
 	n0 := openNode(t, cfg)
 	ctx := context.Background()
-	sub, err := n0.Subscribe(ctx, EventFilter{Prefix: "storm/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	sess, err := n0.CreateSession(ctx, SessionRequest{Holder: "s", TTLMS: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		r := AcquireRequest{Key: fmt.Sprint("storm/", i), Holder: "s", TTLMS: 1500}
-		if i%2 == 1 {
-			r.TTLMS, r.SessionID, r.SessionToken = 0, sess.SessionID, sess.Token
-		}
-		if _, _, err := n0.Acquire(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sub, sess := startStorm(t, n0, n, false)
 	perIndex := map[uint64]int{}
 	ticks := map[uint64]bool{}
 	expired := 0
@@ -114,22 +124,7 @@ func TestUnchunkedExpiryWithAnOlderServer(t *testing.T) {
 	cfg.expireChunk = chunk
 	cfg.olderPeer = true
 	n0 := openNode(t, cfg)
-	ctx := context.Background()
-	sub, err := n0.Subscribe(ctx, EventFilter{Prefix: "storm/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	sess, err := n0.CreateSession(ctx, SessionRequest{Holder: "s", TTLMS: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		r := AcquireRequest{Key: fmt.Sprint("storm/", i), Holder: "s", TTLMS: 0, SessionID: sess.SessionID, SessionToken: sess.Token}
-		if _, _, err := n0.Acquire(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sub, _ := startStorm(t, n0, n, true)
 	perIndex := map[uint64]int{}
 	expired := 0
 	deadline := time.After(60 * time.Second)
