@@ -51,6 +51,7 @@ var routeSeeds = []struct{ method, path, param, query, body string }{
 	{"POST", "/v1/sessions/:id/heartbeat", "ss_1", "", ""},
 	{"DELETE", "/v1/sessions/:id", "ss_1", "", ""},
 	{"POST", "/v1/holders/:holder/release", "a/b c", "", `{"reason":"restart"}`},
+	{"POST", "/v1/keepalive", "", "", "{\"id\":1,\"lease_id\":\"ls_1\",\"token\":\"t\",\"ttl_ms\":5000}\n{\"id\":2,\"lease_id\":\"ls_2\",\"token\":\"u\"}\nnot json\n"},
 	{"POST", "/v1/validate", "", "", `{"key":"k","fencing_token":12}`},
 	{"POST", "/v1/validate", "", "", `{"lease_id":"ls_1","token":"t"}`},
 	{"GET", "/v1/events", "", "prefix=camera/&from=start&after_index=3", ""},
@@ -146,6 +147,15 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, what string) {
 	ct := rec.Header().Get("Content-Type")
 	if rec.Code < 400 && (ct == "text/event-stream" || strings.HasPrefix(ct, "text/plain")) {
 		return // an event stream, the metrics
+	}
+	if rec.Code < 400 && ct == "application/x-ndjson" {
+		// A keep-alive stream: one JSON object per line.
+		for i, line := range bytes.Split(bytes.TrimSuffix(rec.Body.Bytes(), []byte("\n")), []byte("\n")) {
+			if len(line) > 0 && !json.Valid(line) {
+				t.Fatalf("%s: line %d of the stream is not JSON: %q", what, i+1, line)
+			}
+		}
+		return
 	}
 	if ct != "application/json" {
 		t.Fatalf("%s: answer %d of type %q", what, rec.Code, ct)
