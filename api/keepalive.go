@@ -161,7 +161,7 @@ func (ks *keepAliveStream) answer(a *wire.KeepAliveAnswer) {
 // write writes answers as they come, flushing whenever none is waiting, until
 // out is closed. After a failed write it only drains (the client is gone).
 func (ks *keepAliveStream) write() {
-	bw := bufio.NewWriterSize(ks.w, 32<<10)
+	bw := bufio.NewWriterSize(deadlineWriter{ks}, 32<<10)
 	failed := false
 	for a := range ks.out {
 		if !failed {
@@ -189,11 +189,26 @@ func (ks *keepAliveStream) write() {
 
 // flush sends what bw holds, within the write timeout.
 func (ks *keepAliveStream) flush(bw *bufio.Writer) error {
-	if ks.s.writeTimeout > 0 {
-		_ = ks.rc.SetWriteDeadline(time.Now().Add(ks.s.writeTimeout))
-	}
+	ks.deadline()
 	if err := bw.Flush(); err != nil {
 		return err
 	}
 	return ks.rc.Flush()
+}
+
+// deadline gives the next write the whole write timeout.
+func (ks *keepAliveStream) deadline() {
+	if ks.s.writeTimeout > 0 {
+		_ = ks.rc.SetWriteDeadline(time.Now().Add(ks.s.writeTimeout))
+	}
+}
+
+// deadlineWriter writes to the stream's connection with a fresh deadline
+// each time: bufio writes straight through when its buffer fills, and
+// after an idle spell the deadline of the last flush is long past.
+type deadlineWriter struct{ ks *keepAliveStream }
+
+func (d deadlineWriter) Write(p []byte) (int, error) {
+	d.ks.deadline()
+	return d.ks.w.Write(p)
 }

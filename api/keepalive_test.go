@@ -376,3 +376,39 @@ func TestKeepAliveEndsOnShutdown(t *testing.T) {
 		t.Fatalf("the stream did not end: %v", err)
 	}
 }
+
+// TestKeepAliveBurstAfterIdle: a stream idle for longer than the write
+// timeout, then sent a burst whose answers overflow the write buffer, gets
+// every answer: each write has the whole timeout, not what was left of the
+// deadline set at the last flush.
+func TestKeepAliveBurstAfterIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	const timeout, burst = 100 * time.Millisecond, 800
+	_, srv := realNodeAPI(t, Options{WriteTimeout: timeout})
+	l := acquireReal(t, srv.Config.Handler, "ka/burst")
+	s, _ := openKeepAlive(t, srv.URL, "")
+	line := func(id int) string { return fmt.Sprintf(`{"id":%d,"lease_id":%q,"token":%q}`, id, l.LeaseID, l.Token) }
+	s.send(t, line(1))
+	if a := s.next(t); !a.OK {
+		t.Fatalf("first renewal: %+v", a)
+	}
+	// Idle past the write timeout (the deadline of the last flush passes).
+	time.Sleep(3 * timeout)
+	var b strings.Builder
+	for i := 2; i < 2+burst; i++ {
+		b.WriteString(line(i) + "\n")
+	}
+	go io.WriteString(s.w, b.String())
+	for i := 0; i < burst; i++ {
+		line, err := s.br.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("answer %d of %d: %v (the stream ended)", i+1, burst, err)
+		}
+		var a wire.KeepAliveAnswer
+		if err := json.Unmarshal(line, &a); err != nil || !a.OK {
+			t.Fatalf("answer %d: %q %v", i+1, line, err)
+		}
+	}
+}
