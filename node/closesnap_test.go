@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,5 +62,38 @@ func TestCloseSnapshots(t *testing.T) {
 		if l, err := n2.GetLease(ctx, id, false); err != nil || l.State != "active" {
 			t.Fatalf("lease %s after restart: %v %+v", id, err, l)
 		}
+	}
+}
+
+// TestCloseHandsLeadershipOn: a leader stopping gracefully hands
+// leadership to another voter before it takes its snapshot-on-close (it
+// accepts no more writes by then), and the others go on writing.
+func TestCloseHandsLeadershipOn(t *testing.T) {
+	c := threeNodes(t)
+	l := c.leader()
+	defer func(n uint64) { closeSnapshotMin = n }(closeSnapshotMin)
+	closeSnapshotMin = 1
+	var during atomic.Value
+	closeSnapshotHook = func(n *Node) {
+		if n == l {
+			during.Store(n.cl.Raft.State())
+		}
+	}
+	defer func() { closeSnapshotHook = nil }()
+	ctx := context.Background()
+	if _, _, err := l.Acquire(ctx, AcquireRequest{Key: "before", Holder: "a", TTLMS: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	st, ran := during.Load().(raft.RaftState)
+	if !ran {
+		t.Fatal("the stopping server took no snapshot-on-close")
+	}
+	if st == raft.Leader {
+		t.Fatal("the stopping server was still the leader when it took its snapshot")
+	}
+	next := c.leader(l.cfg.NodeID)
+	if _, _, err := next.Acquire(ctx, AcquireRequest{Key: "after", Holder: "a", TTLMS: 60000}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -609,6 +609,7 @@ func (n *Node) period() time.Duration {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closing)
+		n.handOffOnClose()
 		n.snapshotOnClose()
 		n.closePeer()
 		n.closeErr = n.cl.Close()
@@ -619,6 +620,50 @@ func (n *Node) Close() error {
 	})
 	return n.closeErr
 }
+
+// closeTransferWait bounds the leadership hand-off of a graceful stop.
+var closeTransferWait = 5 * time.Second
+
+// handOffOnClose hands leadership on before a leader stops, when another
+// voter can take it: the batcher has stopped, so from here on this server
+// would lead without accepting anything (for as long as the snapshot of
+// snapshotOnClose takes), and the followers would wait an election
+// timeout after it went. A failed or slow hand-off leaves the stop to go
+// on as before.
+func (n *Node) handOffOnClose() {
+	r := n.cl.Raft
+	if r == nil || r.State() != raft.Leader {
+		return
+	}
+	fut := r.GetConfiguration()
+	if fut.Error() != nil {
+		return
+	}
+	others := false
+	for _, s := range fut.Configuration().Servers {
+		others = others || s.Suffrage == raft.Voter && string(s.ID) != n.cfg.NodeID
+	}
+	if !others {
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.LeadershipTransfer().Error() }()
+	t := time.NewTimer(closeTransferWait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			n.log.Warn("leadership hand-off before stopping failed", "err", err)
+		} else {
+			n.log.Info("leadership handed on before stopping")
+		}
+	case <-t.C:
+		n.log.Warn("leadership hand-off before stopping did not complete in time")
+	}
+}
+
+// closeSnapshotHook, when set (tests), runs as snapshotOnClose starts.
+var closeSnapshotHook func(*Node)
 
 // Snapshot-on-close policy: at least closeSnapshotMin entries applied since
 // the last snapshot, and no longer than closeSnapshotTimeout.
@@ -641,6 +686,9 @@ func (n *Node) snapshotOnClose() {
 	r := n.cl.Raft
 	if r == nil {
 		return
+	}
+	if closeSnapshotHook != nil {
+		closeSnapshotHook(n)
 	}
 	last, err := strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64)
 	if err != nil || r.AppliedIndex() < last+closeSnapshotMin {
