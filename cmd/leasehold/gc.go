@@ -23,8 +23,8 @@ const (
 // times the live data before a collection (GOGC=400) — on two cores the
 // collector was one of the largest CPU users under load. Unless GOMEMLIMIT is
 // set, a soft memory limit then makes the collector run more often as the
-// heap approaches it: 512 MiB, or the live heap plus a quarter when that is
-// more. A fixed limit below a large live heap (a million leases is about
+// heap approaches it: 512 MiB, or the live heap plus a quarter (plus what
+// the runtime holds that a collection cannot free) when that is more. A fixed limit below a large live heap (a million leases is about
 // 450 MiB live) made the collector run back to back, taking half the CPU
 // and slowing the restore and log replay of a restart several times over;
 // following the live heap keeps a large state at about 1.25 times its size
@@ -46,16 +46,16 @@ func relaxGC() {
 // collector run back to back.
 func followLiveHeap() {
 	var mu sync.Mutex
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	sample := memSamples()
 	last := int64(baseMemLimit)
 	update := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		metrics.Read(sample)
-		if sample[0].Value.Kind() != metrics.KindUint64 {
+		live, overhead, ok := readMem(sample)
+		if !ok {
 			return false // not supported by this runtime
 		}
-		if limit := memLimitFor(sample[0].Value.Uint64()); limit != last {
+		if limit := memLimitFor(live, overhead); limit != last {
 			debug.SetMemoryLimit(limit)
 			last = limit
 		}
@@ -85,10 +85,42 @@ func afterEachGC(fn func()) {
 	})
 }
 
-// memLimitFor is the memory limit for a live heap of live bytes, rounded
-// up to 16 MiB so that small changes do not move it.
-func memLimitFor(live uint64) int64 {
-	want := live + live/liveHeadroom
+// memSamples are the runtime metrics readMem reads.
+func memSamples() []metrics.Sample {
+	return []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+	}
+}
+
+// readMem returns the live heap and the memory the runtime holds that a
+// collection cannot free (goroutine stacks, metadata, unused parts of
+// spans in use): the memory limit counts it too, so a limit of the live
+// heap plus a quarter would, once that overhead passed the quarter, have
+// the collector run back to back (many streams' stacks; spans left part
+// full after a mass expiry).
+func readMem(s []metrics.Sample) (live, overhead uint64, ok bool) {
+	metrics.Read(s)
+	for _, m := range s {
+		if m.Value.Kind() != metrics.KindUint64 {
+			return 0, 0, false
+		}
+	}
+	total, objects, free, released := s[1].Value.Uint64(), s[2].Value.Uint64(), s[3].Value.Uint64(), s[4].Value.Uint64()
+	if held := objects + free + released; total > held {
+		overhead = total - held
+	}
+	return s[0].Value.Uint64(), overhead, true
+}
+
+// memLimitFor is the memory limit for a live heap of live bytes and
+// overhead bytes the collector cannot free, rounded up to 16 MiB so that
+// small changes do not move it.
+func memLimitFor(live, overhead uint64) int64 {
+	want := live + live/liveHeadroom + overhead
 	want = (want + 16<<20 - 1) &^ (16<<20 - 1)
 	return max(int64(baseMemLimit), int64(want))
 }

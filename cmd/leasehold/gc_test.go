@@ -13,22 +13,60 @@ import (
 func TestMemLimitFollowsLiveHeap(t *testing.T) {
 	const mib = 1 << 20
 	for _, tt := range []struct {
-		live uint64
-		want int64
+		live, overhead uint64
+		want           int64
 	}{
-		{0, baseMemLimit},
-		{100 * mib, baseMemLimit},
-		{409 * mib, baseMemLimit}, // 511.25 MiB rounds up to 512
-		{480 * mib, 608 * mib},
-		{600 * mib, 752 * mib},
+		{0, 0, baseMemLimit},
+		{100 * mib, 0, baseMemLimit},
+		{409 * mib, 0, baseMemLimit}, // 511.25 MiB rounds up to 512
+		{480 * mib, 0, 608 * mib},
+		{600 * mib, 0, 752 * mib},
+		{600 * mib, 200 * mib, 960 * mib}, // the overhead is on top
+		{300 * mib, 100 * mib, baseMemLimit},
 	} {
-		got := memLimitFor(tt.live)
+		got := memLimitFor(tt.live, tt.overhead)
 		if got != tt.want {
-			t.Errorf("memLimitFor(%d MiB) = %d MiB, want %d MiB", tt.live/mib, got/mib, tt.want/mib)
+			t.Errorf("memLimitFor(%d MiB, %d MiB) = %d MiB, want %d MiB", tt.live/mib, tt.overhead/mib, got/mib, tt.want/mib)
 		}
-		if got < int64(tt.live+tt.live/liveHeadroom) {
-			t.Errorf("memLimitFor(%d MiB) = %d MiB is below the live heap plus its headroom", tt.live/mib, got/mib)
+		if got < int64(tt.live+tt.live/liveHeadroom+tt.overhead) {
+			t.Errorf("memLimitFor(%d MiB, %d MiB) = %d MiB is below the live heap plus its headroom and the overhead", tt.live/mib, tt.overhead/mib, got/mib)
 		}
+	}
+}
+
+// TestReadMemCountsStacks: the overhead readMem reports includes goroutine
+// stacks: 2,000 goroutines with deep stacks raise it by at least 16 MiB.
+func TestReadMemCountsStacks(t *testing.T) {
+	s := memSamples()
+	_, before, ok := readMem(s)
+	if !ok {
+		t.Fatal("runtime metrics not supported")
+	}
+	const n = 2000
+	release := make(chan struct{})
+	started := make(chan struct{}, n)
+	var deep func(int)
+	deep = func(d int) {
+		var pad [1024]byte
+		if d > 0 {
+			deep(d - 1)
+			pad[0]++
+			return
+		}
+		started <- struct{}{}
+		<-release
+		_ = pad
+	}
+	for range n {
+		go deep(16) // >= 16 KiB of stack each
+	}
+	for range n {
+		<-started
+	}
+	_, during, _ := readMem(s)
+	close(release)
+	if during < before+16<<20 {
+		t.Fatalf("overhead %d MiB with %d deep stacks, %d MiB before: stacks are not counted", during>>20, n, before>>20)
 	}
 }
 
