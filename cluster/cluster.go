@@ -179,9 +179,16 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 			return nil, fmt.Errorf("cluster: snapshot store: %w", err)
 		}
 		snaps = fss
+		// The newest snapshot that opens is the one Raft restores (it
+		// skips those that do not): the log move counts on it.
 		var snapIndex uint64
-		if metas, err := fss.List(); err == nil && len(metas) > 0 {
-			snapIndex = metas[0].Index
+		metas, _ := fss.List()
+		for _, m := range metas {
+			if _, rc, err := fss.Open(m.ID); err == nil {
+				rc.Close()
+				snapIndex = m.Index
+				break
+			}
 		}
 		wal, err := openLogStore(cfg.Dir, bolt, snapIndex, cfg.Logger)
 		if err != nil {

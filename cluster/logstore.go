@@ -135,6 +135,20 @@ func migrateLogs(dst, src raft.LogStore, snapIndex uint64, logger *slog.Logger) 
 	if last == 0 {
 		return nil
 	}
+	if snapIndex >= last {
+		// The latest snapshot covers every entry (a follower that
+		// installed one stopped before appending after it): none moves.
+		// Moved, they would end the new log below the snapshot, and
+		// raft-wal takes only the next index, not the snapshot's next.
+		if dstLast, err := dst.LastIndex(); err != nil || dstLast != 0 {
+			return fmt.Errorf("cluster: the latest snapshot (index %d) covers raft.db's log entries %d-%d, but the raft log is not empty (last index %d, %v): refusing to start", snapIndex, first, last, dstLast, err)
+		}
+		logger.Info("raft.db's log is covered by the latest snapshot: dropping it", "first", first, "last", last, "snapshot_index", snapIndex)
+		if err := src.DeleteRange(first, last); err != nil {
+			return fmt.Errorf("cluster: delete the log entries the snapshot covers from raft.db: %w", err)
+		}
+		return nil
+	}
 	start, err := unbrokenFrom(src, first, last)
 	if err != nil {
 		return err

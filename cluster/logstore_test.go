@@ -266,6 +266,27 @@ func TestMigrateLogsAcrossAGap(t *testing.T) {
 			}
 		})
 	}
+	t.Run("snapshot past the log", func(t *testing.T) {
+		src := gapped()
+		wal, err := raftwal.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wal.Close()
+		if err := migrateLogs(wal, src, 120, logger); err != nil {
+			t.Fatal(err)
+		}
+		if last, _ := wal.LastIndex(); last != 0 {
+			t.Fatalf("the new log holds entries up to %d below the snapshot at 120", last)
+		}
+		if last, _ := src.LastIndex(); last != 0 {
+			t.Fatalf("raft.db still holds entries up to %d", last)
+		}
+		// Raft's next entry follows the snapshot.
+		if err := wal.StoreLog(entry(121)); err != nil {
+			t.Fatalf("append after the snapshot: %v", err)
+		}
+	})
 	t.Run("gap no snapshot covers", func(t *testing.T) {
 		src := gapped()
 		wal, err := raftwal.Open(t.TempDir())
