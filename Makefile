@@ -26,7 +26,7 @@ build:
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/chaos$$')
-	$(GO) test -race -count=1 -timeout 20m ./chaos/
+	$(GO) test -race -count=1 -timeout 35m ./chaos/
 	$(GO) vet -tags chaos ./node/
 	$(GO) test -race -count=1 -tags chaos -run Clock ./node/
 
@@ -39,7 +39,7 @@ CANARIES  := canary_early_expiry canary_stale_read canary_fence_reset canary_ren
 # namespaces (needs root, iproute2 and nftables; about ten minutes), then
 # proof that the suite catches each deliberate bug (canary build tags).
 chaos-ci:
-	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_OUT=$(abspath $(CHAOS_OUT))/ci $(GO) test -count=1 -timeout 25m \
+	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_OUT=$(abspath $(CHAOS_OUT))/ci $(GO) test -count=1 -timeout 40m \
 		-run '^TestNetnsScenarios$$' -v ./chaos/ | grep -v '^        chaos: '; test $${PIPESTATUS[0]} -eq 0
 	$(MAKE) canaries
 
@@ -51,9 +51,10 @@ canaries:
 # random faults each, then every scenario once. Replay a run with the seed
 # and scenario it prints.
 chaos:
-	$(GO) build -tags chaos -o bin/leasehold-chaos ./cmd/leasehold
-	./bin/leasehold-chaos chaos --tier netns --scenario random --runs 8 --out $(CHAOS_OUT)/random
-	./bin/leasehold-chaos chaos --tier netns --scenario all --out $(CHAOS_OUT)/all
+	$(GO) build -tags chaos -o bin/chaos/leasehold ./cmd/leasehold
+	$(GO) build -o bin/chaos/leasehold-chaos ./cmd/leasehold-chaos
+	./bin/chaos/leasehold-chaos --tier netns --scenario random --runs 8 --out $(CHAOS_OUT)/random
+	./bin/chaos/leasehold-chaos --tier netns --scenario all --out $(CHAOS_OUT)/all
 
 test-short:
 	$(GO) test -count=1 -short ./...
@@ -66,7 +67,7 @@ test-short:
 # 100,000 leases ending together while a writer writes.
 bench: build
 	./$(BIN) bench --spawn 1,3 $(BENCH_ARGS)
-	./scripts/bench-scale-server.sh ./$(BIN)
+	bash -c "$$BENCH_SCALE_SERVER_SH" bench-scale-server $(BIN)
 	$(GO) test -run '^$$' -bench 'ExpiryStormWrites' -benchtime 1x ./node/
 
 # State-machine scale figures: a million leases (heap, snapshot, restore), a
@@ -79,9 +80,172 @@ bench-scale:
 # One real server over HTTP with a million live leases (LEASES=n for
 # another count): RSS after GC, stop, restart to /readyz (snapshot restore
 # and log replay), snapshot download; about 3-5 minutes, cleans up after
-# itself (scripts/bench-scale-server.sh).
+# itself (the script BENCH_SCALE_SERVER below).
 bench-scale-server: build
-	./scripts/bench-scale-server.sh ./$(BIN)
+	bash -c "$$BENCH_SCALE_SERVER_SH" bench-scale-server $(BIN)
+
+# BENCH_SCALE_SERVER is the bash script bench-scale-server and bench run
+# (exported to them as BENCH_SCALE_SERVER_SH, unexpanded by make).
+# Measures one real server holding many live leases over HTTP: it starts a
+# throwaway server, fills LEASES leases with `leasehold bench --workload
+# fill`, then reports the server's RSS (after a GC settles), the time of a
+# snapshot download (`leasehold snapshot save`) and the time from a restart
+# (SIGTERM, start again on the same data directory) to /readyz, with what
+# the restart spent restoring the snapshot and replaying the log (from the
+# server's log). It stops by itself and removes its processes and directory.
+#
+# Run by `make bench-scale-server` and `make bench` as
+# bash -c "$$BENCH_SCALE_SERVER_SH" NAME [BIN]   (BIN: default bin/leasehold)
+# Environment: LEASES (1000000), CLIENTS (64), TTL (30m), PORT (7720, uses
+# PORT..PORT+3: HTTP, Raft, gossip, pprof; RAFT_PORT, GOSSIP_PORT and
+# PPROF_PORT override the last three), SERVER_ARGS (extra server
+# flags), HEAP_OUT (save the filled server's heap profile there),
+# SERVER_LOG_OUT (save the server's log there), KEEP (1: keep the data
+# directory, to profile a restart by hand).
+#
+# "After GC" is after a forced collection (pprof's heap?gc=1) and the RSS
+# no longer falling (at most 30 s): the server's GOGC=400 (relaxGC) would
+# otherwise leave the fill's garbage in the figure until the next GC.
+define BENCH_SCALE_SERVER
+set -euo pipefail
+
+BIN=${1:-bin/leasehold}
+LEASES=${LEASES:-1000000}
+CLIENTS=${CLIENTS:-64}
+TTL=${TTL:-30m}
+PORT=${PORT:-7720}
+SERVER_ARGS=${SERVER_ARGS:-}
+HTTP=127.0.0.1:$PORT
+RAFT_ADDR=127.0.0.1:${RAFT_PORT:-$((PORT + 1))}
+GOSSIP_ADDR=127.0.0.1:${GOSSIP_PORT:-$((PORT + 2))}
+PPROF_ADDR=127.0.0.1:${PPROF_PORT:-$((PORT + 3))}
+DIR=$(mktemp -d /tmp/leasehold-scale.XXXXXX)
+pid=
+
+cleanup() {
+	if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+		kill -TERM "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	fi
+	if [[ ${KEEP:-0} == 1 ]]; then echo "kept $DIR" >&2; else rm -rf "$DIR"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+
+start_server() {
+	# shellcheck disable=SC2086
+	"$BIN" server --node-id scale --data-dir "$DIR/data" --http-addr "$HTTP" \
+		--raft-addr "$RAFT_ADDR" --gossip-addr "$GOSSIP_ADDR" \
+		--log-level info --max-leases $((LEASES + 1000)) --pprof-addr "$PPROF_ADDR" $SERVER_ARGS >>"$DIR/server.log" 2>&1 &
+	pid=$!
+}
+
+# wait_ready waits (up to 5 minutes) for /readyz and fails if the server died.
+wait_ready() {
+	local deadline=$((SECONDS + 300))
+	until curl -sf "http://$HTTP/readyz" >/dev/null 2>&1; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			echo "server exited; its log:" >&2
+			tail -20 "$DIR/server.log" >&2
+			exit 1
+		fi
+		if ((SECONDS > deadline)); then
+			echo "server not ready after 5 minutes" >&2
+			exit 1
+		fi
+		sleep 0.02
+	done
+}
+
+rss_mib() { awk '/^VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$pid/status"; }
+# rss_parts prints the anonymous and file-backed (the Raft log's mmap) parts.
+rss_parts() { awk '/^RssAnon/ { a = $2 } /^RssFile/ { f = $2 } END { printf "anon %.0f, file %.0f", a / 1024, f / 1024 }' "/proc/$pid/status"; }
+
+# settled_rss waits for the RSS to stop falling (the collector and the
+# scavenger returning memory), at most 30 seconds, and prints it in MiB.
+settled_rss() {
+	local prev cur i
+	prev=$(rss_mib)
+	for i in $(seq 1 30); do
+		sleep 1
+		cur=$(rss_mib)
+		if ((cur >= prev - 2)); then break; fi
+		prev=$cur
+	done
+	echo "$cur"
+}
+
+metric() { curl -sf "http://$HTTP/metrics" | awk -v m="$1" '$1 == m { printf "%.0f", $2 / 1048576 }'; }
+
+mkdir -p "$DIR/data"
+start_server
+wait_ready
+
+t0=$(now)
+"$BIN" bench --addr "http://$HTTP" --workload fill --clients "$CLIENTS" --ttl "$TTL" \
+	--max-ops "$LEASES" --duration 30m >"$DIR/fill.txt"
+fill_s=$(elapsed "$t0" "$(now)")
+filled=$(awk '$1 == "fill" { print $5 }' "$DIR/fill.txt")
+
+gc() { curl -sf "http://$PPROF_ADDR/debug/pprof/heap?gc=1" -o "${1:-/dev/null}"; }
+gc "${HEAP_OUT:-}"
+rss=$(settled_rss)
+rss_split=$(rss_parts)
+heap=$(metric go_memstats_heap_inuse_bytes)
+
+# Restart first, so that it replays what the log holds since the last
+# automatic snapshot (a download takes a snapshot).
+t0=$(now)
+kill -TERM "$pid"
+wait "$pid" 2>/dev/null || true
+stop_s=$(elapsed "$t0" "$(now)")
+echo "--- restart" >>"$DIR/server.log"
+t0=$(now)
+start_server
+wait_ready
+restart_s=$(elapsed "$t0" "$(now)")
+gc
+rss_restarted=$(settled_rss)
+rss_restarted_split=$(rss_parts)
+
+t0=$(now)
+"$BIN" snapshot save --addr "http://$HTTP" "$DIR/snap.bin" >/dev/null
+snap_s=$(elapsed "$t0" "$(now)")
+snap_mib=$(du -m "$DIR/snap.bin" | cut -f1)
+rm -f "$DIR/snap.bin"
+rss_after_snap=$(rss_mib)
+
+# What the restart did, from the server's log after the restart marker:
+# restoring the snapshot, then (until ready) replaying the log and winning
+# the election.
+restart_log=$(sed -n '/^--- restart/,$p' "$DIR/server.log")
+ts() { grep -m1 "$1" <<<"$restart_log" | sed -n 's/^time=\([^ ]*\).*/\1/p'; }
+secs() { if [[ -n $1 ]]; then date -d "$1" +%s.%N; fi; }
+r0=$(secs "$(ts 'starting restore from snapshot')")
+r1=$(secs "$(ts 'restored from snapshot')")
+won=$(secs "$(ts 'election won')")
+ready=$(secs "$(ts 'ready: leader known')")
+restore_s=? after_s=? election_s=?
+if [[ -n $r0 && -n $r1 ]]; then restore_s=$(elapsed "$r0" "$r1"); fi
+if [[ -n $r1 && -n $ready ]]; then after_s=$(elapsed "$r1" "$ready"); fi
+if [[ -n $r1 && -n $won ]]; then election_s=$(elapsed "$r1" "$won"); fi
+snap_index=$(grep -m1 -o 'restored from snapshot: id=[^ ]* last-index=[0-9]*' <<<"$restart_log" | sed 's/.*last-index=//' || true)
+
+printf '%-32s %s\n' "leases filled" "$filled (in ${fill_s}s, $CLIENTS clients)" \
+	"server RSS, after GC, settled" "${rss} MiB ($rss_split; Go heap in use ${heap:-?} MiB)" \
+	"stop (SIGTERM to exit)" "${stop_s}s" \
+	"restart to /readyz" "${restart_s}s" \
+	"  snapshot restore" "${restore_s}s (snapshot at index ${snap_index:-none})" \
+	"  restored -> ready" "${after_s}s (log replay + election; election won after ${election_s}s)" \
+	"RSS after restart, GC, settled" "${rss_restarted} MiB ($rss_restarted_split)" \
+	"snapshot download" "${snap_s}s (${snap_mib} MiB)" \
+	"RSS after the download" "${rss_after_snap} MiB"
+if [[ -n ${SERVER_LOG_OUT:-} ]]; then cp "$DIR/server.log" "$SERVER_LOG_OUT"; fi
+endef
+bench bench-scale-server: export BENCH_SCALE_SERVER_SH := $(value BENCH_SCALE_SERVER)
 
 # Hostile load from clients with valid tokens (waiters, churn, listings,
 # subscribers) against one in-memory node: reports whether the cluster clock

@@ -13,7 +13,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Scope is what a bearer token may do. Scopes are ordered: admin implies
@@ -67,15 +67,25 @@ type tokenEntry struct {
 	name  string
 	sum   [sha256.Size]byte
 	scope Scope
+	// acc restricts the keys and holders the token may use; nil: none
+	// (scope.go).
+	acc *access
 }
 
 // tokensFile is the JSON shape of a tokens file.
 type tokensFile struct {
-	Tokens []struct {
-		Name   string   `json:"name"`
-		SHA256 string   `json:"sha256"`
-		Scopes []string `json:"scopes"`
-	} `json:"tokens"`
+	Tokens []tokenFileEntry `json:"tokens"`
+}
+
+// tokenFileEntry is one token of a tokens file.
+type tokenFileEntry struct {
+	Name   string   `json:"name"`
+	SHA256 string   `json:"sha256"`
+	Scopes []string `json:"scopes"`
+	// Keys and Holders restrict a read or write token (scope.go);
+	// absent: no restriction.
+	Keys    json.RawMessage `json:"keys,omitempty"`
+	Holders json.RawMessage `json:"holders,omitempty"`
 }
 
 // LoadTokens reads a tokens file:
@@ -85,6 +95,19 @@ type tokensFile struct {
 // Names must be unique and non-empty, each sha256 is 64 hex digits and
 // unique, and each token has at least one scope; a token's scope is the
 // strongest it lists. The file holds no secret, only hashes (see HashToken).
+//
+// A read or write token may be scoped to some keys and holders:
+//
+//	{"name": "tenant-a", "sha256": "...", "scopes": ["write"],
+//	 "keys": {"read": ["shared/"], "write": ["tenant-a/"]},
+//	 "holders": {"names": ["gateway-a"], "prefixes": ["tenant-a/"]}}
+//
+// "keys" lists key prefixes it may read and (with the write scope) write;
+// writing implies reading; "" matches every key. "holders" lists the holder
+// names it may act as, exact or by prefix. Either left out restricts
+// nothing, so a token without both behaves as a token always did. An admin
+// token cannot be restricted. docs/security.md says what each route does
+// with a scoped token.
 func LoadTokens(path string) (*Tokens, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -141,6 +164,9 @@ func ParseTokens(data []byte) (*Tokens, error) {
 				return nil, fmt.Errorf("token %q: %w", ft.Name, err)
 			}
 			e.scope = max(e.scope, sc)
+		}
+		if e.acc, err = parseAccess(e.scope, ft.Keys, ft.Holders); err != nil {
+			return nil, fmt.Errorf("token %q: %w", ft.Name, err)
 		}
 		t.entries = append(t.entries, e)
 	}
@@ -202,32 +228,41 @@ func (s *server) tokenName(r *http.Request) string {
 
 // authorize checks the request's bearer token against need and answers 401
 // or 403 itself when it falls short. It reads nothing but the Authorization
-// header, so a rejected request has no effect at all.
-func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Scope) bool {
+// header, so a rejected request has no effect at all. acc is the token's
+// restrictions (nil: none).
+func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Scope) (acc *access, ok bool) {
 	token, ok := bearerToken(r)
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leasehold"`)
-		writeErrorBody(w, http.StatusUnauthorized, &node.Error{Code: node.CodeUnauthenticated,
+		writeErrorBody(w, http.StatusUnauthorized, &wire.Error{Code: wire.CodeUnauthenticated,
 			Message: "a bearer token is required (Authorization: Bearer <token>)"})
-		return false
+		return nil, false
 	}
 	e, ok := s.tokens.lookup(token)
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leasehold", error="invalid_token"`)
-		writeErrorBody(w, http.StatusUnauthorized, &node.Error{Code: node.CodeUnauthenticated,
+		writeErrorBody(w, http.StatusUnauthorized, &wire.Error{Code: wire.CodeUnauthenticated,
 			Message: "unknown bearer token"})
-		return false
+		return nil, false
 	}
 	if e.scope < need {
 		w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="leasehold", error="insufficient_scope", scope=%q`, need))
-		writeErrorBody(w, http.StatusForbidden, &node.Error{Code: node.CodePermissionDenied,
+		writeErrorBody(w, http.StatusForbidden, &wire.Error{Code: wire.CodePermissionDenied,
 			Message: fmt.Sprintf("token %q has scope %s; this route needs %s", e.name, e.scope, need)})
-		return false
+		return nil, false
 	}
 	if need == ScopeAdmin {
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "admin request",
 			slog.String("method", r.Method), slog.String("route", routeOf(w)),
 			slog.String("token_name", e.name))
 	}
-	return true
+	return e.acc, true
+}
+
+// refuseScoped answers 403 to a scoped token on a route for unrestricted
+// tokens only (the control lease's socket: whoever holds it gates the
+// cluster's operator actions).
+func refuseScoped(w http.ResponseWriter) {
+	writeErrorBody(w, http.StatusForbidden, &wire.Error{Code: wire.CodePermissionDenied,
+		Message: "this token is restricted to some keys or holders; this route needs a token without restrictions"})
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 const (
@@ -152,12 +152,12 @@ func TestAuthScopes(t *testing.T) {
 					}
 					return
 				case c.scope == ScopeNone:
-					wantError(t, rec, 401, node.CodeUnauthenticated, "")
+					wantError(t, rec, 401, wire.CodeUnauthenticated, "")
 					if !strings.HasPrefix(rec.Header().Get("WWW-Authenticate"), "Bearer") {
 						t.Errorf("WWW-Authenticate = %q", rec.Header().Get("WWW-Authenticate"))
 					}
 				case c.scope < r.need:
-					e := wantError(t, rec, 403, node.CodePermissionDenied, "")
+					e := wantError(t, rec, 403, wire.CodePermissionDenied, "")
 					if !strings.Contains(e.Message, r.need.String()) {
 						t.Errorf("message %q does not name the scope needed", e.Message)
 					}
@@ -191,8 +191,8 @@ func TestAuthScopes(t *testing.T) {
 func TestAuthBeforeBody(t *testing.T) {
 	f := newFake()
 	h := New(f, Options{Tokens: testTokens(t)})
-	wantError(t, do(t, h, "POST", "/v1/leases", strings.Repeat("x", 2*DefaultMaxBodyBytes)), 401, node.CodeUnauthenticated, "")
-	wantError(t, do(t, h, "POST", "/v1/leases", "{", "Authorization", "Bearer "+readToken), 403, node.CodePermissionDenied, "")
+	wantError(t, do(t, h, "POST", "/v1/leases", strings.Repeat("x", 2*DefaultMaxBodyBytes)), 401, wire.CodeUnauthenticated, "")
+	wantError(t, do(t, h, "POST", "/v1/leases", "{", "Authorization", "Bearer "+readToken), 403, wire.CodePermissionDenied, "")
 	if cs := f.called(); len(cs) != 0 {
 		t.Errorf("calls = %v", cs)
 	}

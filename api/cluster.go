@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/julienschmidt/httprouter"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // clusterStatus handles GET /v1/cluster: this node's view of the cluster.
@@ -60,12 +60,6 @@ func (s *server) transferLeadership(w http.ResponseWriter, r *http.Request, _ ht
 	return nil
 }
 
-// localStater is implemented by nodes that report their own view
-// (*node.Node through FromNode). Without it GET /v1/cluster/local is 404.
-type localStater interface {
-	LocalState(ctx context.Context, hashAt uint64) (*node.LocalState, error)
-}
-
 // Bounds of GET /v1/cluster/local?timeout_ms=.
 const (
 	defaultLocalTimeout = 10 * time.Second
@@ -76,16 +70,12 @@ const (
 // node's own view, and with ?hash_at=N the hash of its state right after
 // it applied index N, waiting up to ?timeout_ms= (default 10 s) for it.
 func (s *server) localState(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
-	ls, ok := s.n.(localStater)
-	if !ok {
-		return &node.Error{Code: node.CodeNotFound, Message: "this node does not report its local state"}
-	}
 	q := r.URL.Query()
 	var hashAt uint64
 	if v := q.Get("hash_at"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n == 0 {
-			return &node.Error{Code: node.CodeInvalidArgument, Field: "hash_at", Message: "hash_at must be a log index (a positive integer)"}
+			return &wire.Error{Code: wire.CodeInvalidArgument, Field: "hash_at", Message: "hash_at must be a log index (a positive integer)"}
 		}
 		hashAt = n
 	}
@@ -93,14 +83,14 @@ func (s *server) localState(w http.ResponseWriter, r *http.Request, _ httprouter
 	if v := q.Get("timeout_ms"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms < 1 || ms > maxLocalTimeout.Milliseconds() {
-			return &node.Error{Code: node.CodeInvalidArgument, Field: "timeout_ms",
+			return &wire.Error{Code: wire.CodeInvalidArgument, Field: "timeout_ms",
 				Message: "timeout_ms must be 1-" + strconv.FormatInt(maxLocalTimeout.Milliseconds(), 10)}
 		}
 		timeout = time.Duration(ms) * time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	st, err := ls.LocalState(ctx, hashAt)
+	st, err := s.n.LocalState(ctx, hashAt)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Headers of the control lease.
@@ -45,16 +45,24 @@ const controlForwardPath = "/v1/control/forward"
 // controlBreakPath is the admin route that breaks a stuck control lease.
 const controlBreakPath = "/v1/control/break"
 
-// peerNode is implemented by nodes that carry node-to-node requests over
-// their Raft port (*node.Node through FromNode or ControlFromNode).
-type peerNode interface {
+// PeerStreams carry node-to-node requests over a node's Raft port, which
+// only servers of the cluster reach (node.Node.ServePeer and DialPeer).
+type PeerStreams interface {
+	// ServePeer serves h on the node-to-node streams the node accepts.
 	ServePeer(h http.Handler)
+	// DialPeer opens a stream to the server whose Raft address is addr
+	// (LeaderInfo.RaftAddr), as a net.Dialer.DialContext; a stream that
+	// could not be opened is a *net.OpError with Op "dial".
 	DialPeer(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// ControlNode is what the control lease needs from a node; *node.Node
-// (through FromNode) provides it.
+// ControlNode is what the control lease needs from a node; ControlFromNode
+// adapts a *node.Node. Every method is required: a follower sends its
+// sockets' operations to the leader (Locator) over the node-to-node streams
+// (PeerStreams).
 type ControlNode interface {
+	Locator
+	PeerStreams
 	ControlAcquire(ctx context.Context, r node.ControlAcquireRequest) (*node.ControlState, error)
 	ControlHeartbeat(ctx context.Context, holder, leaseID, token string) (*node.ControlState, error)
 	ControlRelease(ctx context.Context, holder, leaseID, token, reason string) (*node.ControlState, error)
@@ -63,40 +71,13 @@ type ControlNode interface {
 	// node.Node.ControlCheck.
 	ControlCheck(leaseID, token string) error
 	// ControlEvent renders an event of the control lease.
-	ControlEvent(ev node.Event) (name string, st *node.ControlState, ok bool)
+	ControlEvent(ev wire.Event) (name string, st *node.ControlState, ok bool)
 	// ControlClock is the cluster clock in ms modulo 2^32.
 	ControlClock() uint32
 	// ControlBreak ends the active control lease by an admin's force; by
 	// names the admin (see node.Node.ControlBreak).
 	ControlBreak(ctx context.Context, by string) (*node.ControlState, error)
-	Subscribe(ctx context.Context, f node.EventFilter) (Subscription, error)
-}
-
-// ControlOptions configure a Control. The zero value is usable.
-type ControlOptions struct {
-	// Logger receives socket failures; nil discards. Tokens are never logged.
-	Logger *slog.Logger
-	// Tokens enables bearer-token auth on the handlers: the socket needs the
-	// write scope, the status the read scope. nil: no auth (the handlers
-	// that api.New mounts are authorised by its own routes).
-	Tokens *Tokens
-	// MaxMessageBytes limits one WebSocket message. Default 4 KiB.
-	MaxMessageBytes int64
-	// MaxSockets limits the open control sockets of this node. Default 256.
-	MaxSockets int
-	// MaxTTL bounds the ttlMs a client may ask for. Default 1 minute.
-	MaxTTL time.Duration
-	// OriginPatterns are the cross-origin hosts allowed to open the socket
-	// from a browser (see websocket.AcceptOptions); requests without an
-	// Origin header and same-host origins are always allowed.
-	OriginPatterns []string
-	// ForwardTLS and ForwardDial are not used: a follower sends its
-	// sockets' operations to the leader over the Raft port's node-to-node
-	// streams (which have the Raft transport's mutual TLS), not over the
-	// leader's HTTP API.
-	ForwardTLS *tls.Config
-	// See ForwardTLS.
-	ForwardDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	Subscribe(ctx context.Context, f wire.EventFilter) (Subscription, error)
 }
 
 // Control serves the WebSocket control lease: the protocol,
@@ -112,7 +93,6 @@ type ControlOptions struct {
 // On a follower the socket's operations go to the leader over the Raft
 // port's node-to-node streams (node.Node.DialPeer and ServePeer; NewControl
 // registers the leader's side): only servers of the cluster reach them. A
-// node without such streams answers a follower's operations NO_LEADER. A
 // Control is safe for concurrent use.
 type Control struct {
 	n       ControlNode
@@ -123,50 +103,33 @@ type Control struct {
 	maxTTL  time.Duration
 	origins []string
 
-	locator leaderLocator
-	client  *http.Client // to the leader's node-to-node streams; nil: none
-	nodeID  string
+	client *http.Client // to the leader's node-to-node streams
 
 	sockets atomic.Int64
 	nextID  atomic.Uint32
 	hub     controlHub
 }
 
-// NewControl returns the control lease handlers of n.
+// NewControl returns the control lease handlers of n. It panics if opts do
+// not validate (ControlOptions.Validate).
 func NewControl(n ControlNode, opts ControlOptions) *Control {
+	if err := opts.Validate(); err != nil {
+		panic(fmt.Errorf("api.NewControl: %w", err))
+	}
+	opts = opts.withDefaults()
 	c := &Control{n: n, log: opts.Logger, maxMsg: opts.MaxMessageBytes, maxSock: opts.MaxSockets,
-		maxTTL: opts.MaxTTL, origins: opts.OriginPatterns, nodeID: "follower"}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
-	if c.maxMsg <= 0 {
-		c.maxMsg = DefaultControlMaxMessageBytes
-	}
-	if c.maxSock <= 0 {
-		c.maxSock = DefaultControlMaxSockets
-	}
-	if c.maxTTL <= 0 {
-		c.maxTTL = DefaultControlMaxTTL
-	}
+		maxTTL: opts.MaxTTL, origins: opts.OriginPatterns}
 	if opts.Tokens != nil {
 		c.auth = &server{tokens: opts.Tokens, log: c.log}
 	}
-	if l, ok := n.(leaderLocator); ok {
-		c.locator = l
-		if p, ok := n.(peerNode); ok {
-			c.client = &http.Client{Transport: &http.Transport{
-				Proxy:                  nil,
-				DialContext:            p.DialPeer,
-				MaxIdleConnsPerHost:    16,
-				IdleConnTimeout:        90 * time.Second,
-				MaxResponseHeaderBytes: http.DefaultMaxHeaderBytes, // as the forwarder's
-			}}
-			p.ServePeer(c.PeerHandler())
-		}
-	}
-	if id, ok := n.(interface{ NodeID() string }); ok {
-		c.nodeID = id.NodeID()
-	}
+	c.client = &http.Client{Transport: &http.Transport{
+		Proxy:                  nil,
+		DialContext:            n.DialPeer,
+		MaxIdleConnsPerHost:    16,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: http.DefaultMaxHeaderBytes, // as the forwarder's
+	}}
+	n.ServePeer(c.PeerHandler())
 	c.hub.c = c
 	return c
 }
@@ -179,7 +142,7 @@ func (c *Control) PeerHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+controlForwardPath, c.serveForward)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeErrorBody(w, http.StatusNotFound, &node.Error{Code: node.CodeNotFound,
+		writeErrorBody(w, http.StatusNotFound, &wire.Error{Code: wire.CodeNotFound,
 			Message: "no node-to-node route " + r.Method + " " + r.URL.Path})
 	})
 	return mux
@@ -189,20 +152,29 @@ func (c *Control) PeerHandler() http.Handler {
 // WebSocket speaking the control protocol).
 func (c *Control) WebSocket() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.auth != nil && !c.auth.authorize(w, r, ScopeWrite) {
-			return
+		if c.auth != nil {
+			acc, ok := c.auth.authorize(w, r, ScopeWrite)
+			if !ok {
+				return
+			}
+			if acc != nil {
+				refuseScoped(w)
+				return
+			}
 		}
 		c.serveSocket(w, r)
 	})
 }
 
-// Status returns the handler of GET status: the seed's status object,
+// Status returns the handler of GET status: the control protocol's status object,
 // never the token. Linearizable (a follower asks the leader) unless
 // ?stale=true.
 func (c *Control) Status() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.auth != nil && !c.auth.authorize(w, r, ScopeRead) {
-			return
+		if c.auth != nil {
+			if _, ok := c.auth.authorize(w, r, ScopeRead); !ok {
+				return
+			}
 		}
 		var st *node.ControlState
 		var err error
@@ -246,10 +218,10 @@ func (c *Control) gate(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// controlErr is the seed's error object (REST and WebSocket), a superset
+// controlErr is the control protocol's error object (REST and WebSocket), a superset
 // of the contract's {"code","message",...}.
 type controlErr struct {
-	Code            node.Code `json:"code"`
+	Code            wire.Code `json:"code"`
 	Message         string    `json:"message"`
 	Field           string    `json:"field,omitempty"`
 	OwnerClientName *string   `json:"ownerClientName,omitempty"`
@@ -258,13 +230,13 @@ type controlErr struct {
 	RequiredHeader  string    `json:"requiredHeader,omitempty"`
 }
 
-// controlErrorOf converts err into the seed's error object and its status.
+// controlErrorOf converts err into the control protocol's error object and its status.
 func controlErrorOf(err error) (controlErr, int) {
 	var ce *node.ControlError
 	if errors.As(err, &ce) && ce != nil {
 		e := controlErr{Code: ce.Err.Code, Message: ce.Err.Message, Field: ce.Err.Field, Scope: node.ControlScope}
 		switch e.Code {
-		case node.CodeControlLocked, node.CodeLeaseRequired:
+		case wire.CodeControlLocked, wire.CodeLeaseRequired:
 			name, rem := ce.OwnerClientName, ce.RemainingMS
 			e.OwnerClientName, e.RemainingMS = &name, &rem
 			e.RequiredHeader = HeaderControlLease
@@ -275,7 +247,7 @@ func controlErrorOf(err error) (controlErr, int) {
 	return controlErr{Code: ne.Code, Message: ne.Message, Field: ne.Field}, status
 }
 
-// writeControlError answers a REST request with the seed's lock error
+// writeControlError answers a REST request with the control protocol's lock error
 // schema: {"success":false,"error":{...},"timestamp":<cluster ms>}.
 func writeControlError(w http.ResponseWriter, err error, clock uint32) {
 	e, status := controlErrorOf(err)
@@ -301,7 +273,7 @@ type controlOp struct {
 }
 
 // controlWire is a ControlState as the leader sends it to a follower: the
-// fields the seed's objects leave out included.
+// fields the control protocol's objects leave out included.
 type controlWire struct {
 	node.ControlState
 	Owner     string `json:"owner,omitempty"`
@@ -323,14 +295,14 @@ func (c *Control) local(ctx context.Context, op *controlOp) (*node.ControlState,
 	switch op.Op {
 	case "acquire":
 		if op.Acquire == nil {
-			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "acquire", Message: "acquire is required"}
+			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "acquire", Message: "acquire is required"}
 		}
 		if t := op.Acquire.TTLMS; t != 0 && (t < node.MinControlTTL.Milliseconds() || t > c.maxTTL.Milliseconds()) {
-			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "ttlMs",
+			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "ttlMs",
 				Message: fmt.Sprintf("ttlMs must be %d-%d, got %d", node.MinControlTTL.Milliseconds(), c.maxTTL.Milliseconds(), t)}
 		}
 		if op.Acquire.HeartbeatIntervalMS < 0 {
-			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "heartbeatIntervalMs",
+			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "heartbeatIntervalMs",
 				Message: "heartbeatIntervalMs must be positive"}
 		}
 		return c.n.ControlAcquire(ctx, *op.Acquire)
@@ -341,7 +313,7 @@ func (c *Control) local(ctx context.Context, op *controlOp) (*node.ControlState,
 	case "status":
 		return c.n.ControlStatus(ctx, false)
 	}
-	return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "op", Message: "unknown control operation " + op.Op}
+	return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "op", Message: "unknown control operation " + op.Op}
 }
 
 // do runs op where it can be applied: here when this node leads (or no
@@ -349,15 +321,9 @@ func (c *Control) local(ctx context.Context, op *controlOp) (*node.ControlState,
 // leader over a node-to-node stream (the client's own request, orig, is
 // not passed on: this node authorised it).
 func (c *Control) do(ctx context.Context, orig *http.Request, op *controlOp) (*node.ControlState, error) {
-	if c.locator == nil {
-		return c.local(ctx, op)
-	}
-	info, _ := c.locator.Leader()
+	info, _ := c.n.Leader()
 	if info.Self || info.RaftAddr == "" {
 		return c.local(ctx, op)
-	}
-	if c.client == nil {
-		return nil, &node.Error{Code: node.CodeNoLeader, Message: "this node leads no control lease operation and has no node-to-node stream to the leader"}
 	}
 	body, err := json.Marshal(op)
 	if err != nil {
@@ -371,24 +337,35 @@ func (c *Control) do(ctx context.Context, orig *http.Request, op *controlOp) (*n
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(headerForwarded, c.nodeID)
+	req.Header.Set(headerForwarded, c.n.NodeID())
 	resp, err := c.client.Do(req)
 	if err != nil {
 		if op.Op == "status" {
-			return nil, &node.Error{Code: node.CodeNoLeader, Message: "the leader could not be reached: " + err.Error()}
+			return nil, &wire.Error{Code: wire.CodeNoLeader, Message: "the leader could not be reached: " + err.Error()}
 		}
-		_, e := forwardErrorStatus(req, err)
+		// NO_LEADER when the request certainly did not reach the leader
+		// (it could not be dialled); INDETERMINATE when it may have.
+		if notSent(err) {
+			_, e := noLeaderReach(err)
+			return nil, e
+		}
+		_, e := indeterminateForward(err)
 		return nil, e
 	}
 	defer resp.Body.Close()
-	// An answer that cannot be read says nothing of the operation's fate:
-	// a status is retryable (NO_LEADER), a change may have been applied
-	// (INDETERMINATE).
+	return controlAnswer(resp, op)
+}
+
+// controlAnswer reads the leader's answer to a follower's op: the state,
+// or the leader's error. An answer that cannot be read says nothing of the
+// operation's fate: a status is retryable (NO_LEADER), a change may have
+// been applied (INDETERMINATE).
+func controlAnswer(resp *http.Response, op *controlOp) (*node.ControlState, error) {
 	unreadable := func(msg string) error {
 		if op.Op == "status" {
-			return &node.Error{Code: node.CodeNoLeader, Message: msg + "; retry"}
+			return &wire.Error{Code: wire.CodeNoLeader, Message: msg + "; retry"}
 		}
-		return &node.Error{Code: node.CodeIndeterminate, Message: msg + "; the operation may or may not have been applied"}
+		return &wire.Error{Code: wire.CodeIndeterminate, Message: msg + "; the operation may or may not have been applied"}
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {
@@ -410,7 +387,7 @@ func (c *Control) do(ctx context.Context, orig *http.Request, op *controlOp) (*n
 	if err := json.Unmarshal(b, &eb); err != nil || eb.Error.Code == "" {
 		return nil, unreadable("undecodable error answer of the leader (" + resp.Status + ")")
 	}
-	ne := &node.Error{Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field}
+	ne := &wire.Error{Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field}
 	if eb.Error.Scope != "" {
 		ce := &node.ControlError{Err: ne}
 		if eb.Error.OwnerClientName != nil {
@@ -446,45 +423,31 @@ func (c *Control) serveForward(w http.ResponseWriter, r *http.Request) {
 		EndedAtMS: st.EndedAtMS, EndReason: st.EndReason})
 }
 
-// controlRoutes are the routes api.New mounts when its node serves the
-// control lease.
-func (s *server) controlRoutes() []route {
-	if s.control == nil {
-		return nil
-	}
-	c := s.control
-	return []route{
-		// The control lease WebSocket.
-		{"GET", "/v1/control/ws", need(ScopeWrite), func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
-			c.serveSocket(w, r)
-			return nil
-		}},
-		// The control lease's status object (never its token).
-		{"GET", "/v1/control/status", need(ScopeRead), func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
-			c.Status().ServeHTTP(w, r)
-			return nil
-		}},
-		// Admin: end a stuck control lease (not behind the control lease,
-		// which it breaks). Its revoked event names the admin token.
-		{"POST", controlBreakPath, need(ScopeAdmin), func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
-			st, err := c.n.ControlBreak(r.Context(), s.tokenName(r))
-			if err != nil {
-				writeControlError(w, err, c.n.ControlClock())
-				return nil
-			}
-			st.LeaseToken = ""
-			writeJSON(w, http.StatusOK, st)
-			return nil
-		}},
-	}
+// controlSocket handles GET /v1/control/ws: the control lease WebSocket.
+func (s *server) controlSocket(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	s.control.serveSocket(w, r)
+	return nil
 }
 
-// controlGated reports whether a route is behind the control lease: the
-// mutating admin routes (any request but a GET that needs the admin scope)
-// but the break of the control lease itself. Reads stay open to everyone,
-// as the seed's mutability matrix says.
-func controlGated(rt route, r *http.Request) bool {
-	return r.Method != http.MethodGet && rt.scope(r) == ScopeAdmin && rt.path != controlBreakPath
+// controlStatus handles GET /v1/control/status: the control lease's status
+// object (never its token).
+func (s *server) controlStatus(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	s.control.Status().ServeHTTP(w, r)
+	return nil
+}
+
+// breakControl handles POST /v1/control/break (admin): it ends a stuck
+// control lease. Its revoked event names the admin token.
+func (s *server) breakControl(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	c := s.control
+	st, err := c.n.ControlBreak(r.Context(), s.tokenName(r))
+	if err != nil {
+		writeControlError(w, err, c.n.ControlClock())
+		return nil
+	}
+	st.LeaseToken = ""
+	writeJSON(w, http.StatusOK, st)
+	return nil
 }
 
 // controlHub feeds control.stateChanged to every socket of this node from
@@ -501,7 +464,3 @@ type controlHub struct {
 	// so the events its own requests cause are never missed.
 	ready chan struct{}
 }
-
-// ControlFromNode adapts an embedded *node.Node to ControlNode, for
-// NewControl.
-func ControlFromNode(n *node.Node) ControlNode { return nodeAdapter{n} }

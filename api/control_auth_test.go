@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // forgedForward is issue 11's reproduction: a client's own control
@@ -93,7 +94,7 @@ func TestControlBreak(t *testing.T) {
 	env := newControlEnv(t, Options{Tokens: testTokens(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sub, err := env.n.Subscribe(ctx, node.EventFilter{Key: node.ControlKey})
+	sub, err := env.n.Subscribe(ctx, wire.EventFilter{Key: node.ControlKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestControlBreak(t *testing.T) {
 	// Nobody but an admin.
 	for scope, tok := range map[string]string{"read": readToken, "write": writeToken} {
 		code, b := restDo(t, "POST", env.srv.URL+controlBreakPath, "", "Authorization", "Bearer "+tok)
-		if code != 403 || !bytes.Contains(b, []byte(node.CodePermissionDenied)) {
+		if code != 403 || !bytes.Contains(b, []byte(wire.CodePermissionDenied)) {
 			t.Fatalf("break with a %s token: %d %s", scope, code, b)
 		}
 	}
@@ -131,7 +132,7 @@ func TestControlBreak(t *testing.T) {
 		t.Fatalf("after the break: %+v, %v", st, err)
 	}
 	owner.changed("revoked")
-	var ev node.Event
+	var ev wire.Event
 	for ev.Type != "revoked" {
 		select {
 		case ev = <-sub.Events():
@@ -151,10 +152,10 @@ func TestControlBreak(t *testing.T) {
 	if code != 404 {
 		t.Fatalf("admin route after the break: %d %s", code, b)
 	}
-	wantWSError(t, owner.reply(owner.send(map[string]any{"type": "control.heartbeat", "leaseId": l.LeaseID, "leaseToken": l.LeaseToken})), node.CodeLeaseInvalid)
+	wantWSError(t, owner.reply(owner.send(map[string]any{"type": "control.heartbeat", "leaseId": l.LeaseID, "leaseToken": l.LeaseToken})), wire.CodeLeaseInvalid)
 	// Nothing to break.
 	code, b = restDo(t, "POST", env.srv.URL+controlBreakPath, "", "Authorization", "Bearer "+adminToken)
-	restError(t, code, b, 404, node.CodeLeaseNotFound)
+	restError(t, code, b, 404, wire.CodeLeaseNotFound)
 }
 
 // FuzzControlPeerRequest plays a follower (or anything that got past the
@@ -208,7 +209,7 @@ func FuzzControlPeerRequest(f *testing.F) {
 			if int64(st.TTLMS) > DefaultControlMaxTTL.Milliseconds() || int64(st.TTLMS) < node.MinControlTTL.Milliseconds() {
 				t.Fatalf("%q granted the control lease for %d ms", body, st.TTLMS)
 			}
-			if _, err := n.ControlBreak(ctx, "fuzz"); err != nil && node.ErrorCode(err) != node.CodeLeaseNotFound {
+			if _, err := n.ControlBreak(ctx, "fuzz"); err != nil && wire.ErrorCode(err) != wire.CodeLeaseNotFound {
 				t.Fatal(err)
 			}
 		}
@@ -223,13 +224,13 @@ func TestControlNotAControlLeaseID(t *testing.T) {
 	a := dialControl(t, env.srv.URL, nil)
 	for _, typ := range []string{"control.heartbeat", "control.release"} {
 		m := a.reply(a.send(map[string]any{"type": typ, "leaseId": "ls_1", "leaseToken": "t"}))
-		wantWSError(t, m, node.CodeLeaseInvalid)
+		wantWSError(t, m, wire.CodeLeaseInvalid)
 	}
 	h := NewControl(ControlFromNode(env.n), ControlOptions{}).PeerHandler()
 	for _, body := range []string{`{"op":"heartbeat"}`, `{"op":"release","holder":"ws_1","leaseId":"ls_1","leaseToken":"t"}`} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("POST", controlForwardPath, strings.NewReader(body)))
-		if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), string(node.CodeLeaseInvalid)) {
+		if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), string(wire.CodeLeaseInvalid)) {
 			t.Fatalf("%s: %d %s", body, rec.Code, rec.Body)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // FuzzControlMessage feeds arbitrary bytes to the control socket's message
@@ -29,7 +30,7 @@ func FuzzControlMessage(f *testing.F) {
 			t.Fatalf("message %v and error %v", m, err)
 		}
 		if err != nil {
-			if err.Code != node.CodeInvalidArgument || err.Message == "" {
+			if err.Code != wire.CodeInvalidArgument || err.Message == "" {
 				t.Fatalf("error %+v", err)
 			}
 			return

@@ -19,6 +19,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // syncBuffer is a log sink shared by the node and the API.
@@ -232,6 +233,16 @@ func (w *wsClient) reply(id string) wsMsg {
 	return w.next(20*time.Second, "the reply to "+id, func(m wsMsg) bool { return m.RequestID == id })
 }
 
+// registered waits until the server serves this socket: the handshake
+// completes before the server adds the socket to those its broadcasts
+// reach, so a broadcast right after the dial may miss it; a status request
+// answered proves it is there.
+func (w *wsClient) registered() *wsClient {
+	w.t.Helper()
+	w.reply(w.send(map[string]any{"type": "control.status"}))
+	return w
+}
+
 func (w *wsClient) changed(event string) wsMsg {
 	w.t.Helper()
 	return w.next(20*time.Second, "control.stateChanged "+event, func(m wsMsg) bool {
@@ -245,7 +256,7 @@ func (w *wsClient) transcript() string {
 	return strings.Join(w.all, "\n")
 }
 
-func wantWSError(t testing.TB, m wsMsg, code node.Code) *controlErr {
+func wantWSError(t testing.TB, m wsMsg, code wire.Code) *controlErr {
 	t.Helper()
 	if m.Type != "error" || m.Success || m.Error == nil || m.Error.Code != code || m.Error.Message == "" {
 		t.Fatalf("want error %s, got %s", code, m.raw)
@@ -269,7 +280,7 @@ func acquire(t testing.TB, w *wsClient, name string, extra ...any) node.ControlS
 
 var controlIDRe = regexp.MustCompile(`^cl_[0-9a-f]+$`)
 
-// checkToken checks the seed's token format: base64url without padding of
+// checkToken checks the control protocol's token format: base64url without padding of
 // at least 16 bytes.
 func checkToken(t testing.TB, tok string) {
 	t.Helper()
@@ -322,8 +333,8 @@ func restStatus(t testing.TB, base string) node.ControlState {
 	return st
 }
 
-// restError decodes the seed's REST error schema.
-func restError(t testing.TB, code int, b []byte, status int, want node.Code) controlErr {
+// restError decodes the control protocol's REST error schema.
+func restError(t testing.TB, code int, b []byte, status int, want wire.Code) controlErr {
 	t.Helper()
 	var body struct {
 		Success *bool      `json:"success"`
@@ -339,12 +350,12 @@ func restError(t testing.TB, code int, b []byte, status int, want node.Code) con
 }
 
 // TestControlProtocol runs the whole protocol on one node: acquire with the
-// seed's defaults, locked for a second client, heartbeat, status, re-acquire
+// control protocol's defaults, locked for a second client, heartbeat, status, re-acquire
 // refresh, wrong credentials, release, and the broadcasts in between.
 func TestControlProtocol(t *testing.T) {
 	env := newControlEnv(t, Options{})
 	a := dialControl(t, env.srv.URL, nil)
-	b := dialControl(t, env.srv.URL, nil)
+	b := dialControl(t, env.srv.URL, nil).registered()
 
 	// Nobody holds it: status is inactive with the defaults.
 	st := restStatus(t, env.srv.URL)
@@ -371,12 +382,12 @@ func TestControlProtocol(t *testing.T) {
 	}
 
 	// A second client is locked out, with the owner's details.
-	e := wantWSError(t, b.reply(b.send(map[string]any{"type": "control.acquire", "clientName": "other"})), node.CodeControlLocked)
+	e := wantWSError(t, b.reply(b.send(map[string]any{"type": "control.acquire", "clientName": "other"})), wire.CodeControlLocked)
 	if e.OwnerClientName == nil || *e.OwnerClientName != "K1 Composer" || e.RemainingMS == nil || *e.RemainingMS <= 0 || e.Scope != "global" {
 		t.Fatalf("CONTROL_LOCKED details = %+v", e)
 	}
 	// Another connection cannot use the owner's credentials either.
-	wantWSError(t, b.reply(b.send(map[string]any{"type": "control.heartbeat", "leaseId": got.LeaseID, "leaseToken": got.LeaseToken})), node.CodeControlLocked)
+	wantWSError(t, b.reply(b.send(map[string]any{"type": "control.heartbeat", "leaseId": got.LeaseID, "leaseToken": got.LeaseToken})), wire.CodeControlLocked)
 
 	// Heartbeat: ack, and a broadcast to the others. Once the countdown
 	// has moved by 500 ms, the heartbeat moves the expiry (a tick: the
@@ -400,8 +411,8 @@ func TestControlProtocol(t *testing.T) {
 	b.changed("heartbeat")
 
 	// Wrong token, wrong id.
-	wantWSError(t, a.reply(a.send(map[string]any{"type": "control.heartbeat", "leaseId": got.LeaseID, "leaseToken": "AAAAAAAAAAAAAAAAAAAAAA"})), node.CodeLeaseInvalid)
-	wantWSError(t, a.reply(a.send(map[string]any{"type": "control.heartbeat", "leaseId": "cl_0000", "leaseToken": got.LeaseToken})), node.CodeLeaseInvalid)
+	wantWSError(t, a.reply(a.send(map[string]any{"type": "control.heartbeat", "leaseId": got.LeaseID, "leaseToken": "AAAAAAAAAAAAAAAAAAAAAA"})), wire.CodeLeaseInvalid)
+	wantWSError(t, a.reply(a.send(map[string]any{"type": "control.heartbeat", "leaseId": "cl_0000", "leaseToken": got.LeaseToken})), wire.CodeLeaseInvalid)
 
 	// Status over the socket, without the token.
 	m = b.reply(b.send(map[string]any{"type": "control.status"}))
@@ -438,7 +449,7 @@ func TestControlProtocol(t *testing.T) {
 		t.Fatal("status active after release")
 	}
 	// A released lease's credentials are refused.
-	wantWSError(t, a.reply(a.send(map[string]any{"type": "control.heartbeat", "leaseId": got.LeaseID, "leaseToken": got.LeaseToken})), node.CodeLeaseInvalid)
+	wantWSError(t, a.reply(a.send(map[string]any{"type": "control.heartbeat", "leaseId": got.LeaseID, "leaseToken": got.LeaseToken})), wire.CodeLeaseInvalid)
 
 	// Now the other client gets it, with a new id and token.
 	other := acquire(t, b, "other")
@@ -471,7 +482,7 @@ func TestControlExpiryAndDisconnect(t *testing.T) {
 		t.Fatalf("stateChanged expired = %+v", ch)
 	}
 	a.changed("expired")
-	wantWSError(t, a.reply(a.send(map[string]any{"type": "control.heartbeat", "leaseId": l.LeaseID, "leaseToken": l.LeaseToken})), node.CodeLeaseExpired)
+	wantWSError(t, a.reply(a.send(map[string]any{"type": "control.heartbeat", "leaseId": l.LeaseID, "leaseToken": l.LeaseToken})), wire.CodeLeaseExpired)
 	// The expired owner may acquire again: a new lease.
 	l2 := acquire(t, a, "short")
 	if l2.LeaseID == l.LeaseID {
@@ -507,14 +518,14 @@ func TestControlGate(t *testing.T) {
 	l1 := acquire(t, a, "K1 Composer", "ttlMs", 3000)
 
 	code, body := restDo(t, "POST", u, `{"reason":"x"}`)
-	e := restError(t, code, body, 428, node.CodeLeaseRequired)
+	e := restError(t, code, body, 428, wire.CodeLeaseRequired)
 	if e.RequiredHeader != "X-Control-Lease" || e.OwnerClientName == nil || *e.OwnerClientName != "K1 Composer" {
 		t.Fatalf("428 details = %+v", e)
 	}
 	code, body = restDo(t, "POST", u, `{"reason":"x"}`, "X-Control-Lease", "AAAAAAAAAAAAAAAAAAAAAA")
-	restError(t, code, body, 403, node.CodeLeaseInvalid)
+	restError(t, code, body, 403, wire.CodeLeaseInvalid)
 	code, body = restDo(t, "POST", u, `{"reason":"x"}`, "X-Control-Lease", "AAAAAAAAAAAAAAAAAAAAAA", "X-Control-Lease-Id", l1.LeaseID)
-	restError(t, code, body, 403, node.CodeLeaseInvalid)
+	restError(t, code, body, 403, wire.CodeLeaseInvalid)
 	// The owner's token passes, with or without the id.
 	if code, body = restDo(t, "POST", u, `{"reason":"x"}`, "X-Control-Lease", l1.LeaseToken); code != 404 {
 		t.Fatalf("owner's revoke: %d %s", code, body)
@@ -531,13 +542,13 @@ func TestControlGate(t *testing.T) {
 	b.changed("expired")
 	l2 := acquire(t, b, "other")
 	code, body = restDo(t, "POST", u, `{"reason":"x"}`, "X-Control-Lease", l1.LeaseToken, "X-Control-Lease-Id", l1.LeaseID)
-	restError(t, code, body, 409, node.CodeLeaseExpired)
+	restError(t, code, body, 409, wire.CodeLeaseExpired)
 
 	// b releases; a takes it again; b's old token names another owner.
 	b.reply(b.send(map[string]any{"type": "control.release", "leaseId": l2.LeaseID, "leaseToken": l2.LeaseToken}))
 	l3 := acquire(t, a, "K1 Composer")
 	code, body = restDo(t, "POST", u, `{"reason":"x"}`, "X-Control-Lease", l2.LeaseToken, "X-Control-Lease-Id", l2.LeaseID)
-	e = restError(t, code, body, 409, node.CodeControlLocked)
+	e = restError(t, code, body, 409, wire.CodeControlLocked)
 	if e.OwnerClientName == nil || *e.OwnerClientName != "K1 Composer" || e.RemainingMS == nil || *e.RemainingMS <= 0 {
 		t.Fatalf("CONTROL_LOCKED details = %+v", e)
 	}
@@ -545,9 +556,9 @@ func TestControlGate(t *testing.T) {
 	for _, r := range [][2]string{{"POST", "/v1/cluster/transfer-leadership"}, {"DELETE", "/v1/cluster/members/x"},
 		{"POST", "/v1/holders/w/release"}, {"PUT", "/v1/cluster/snapshot"}, {"DELETE", "/v1/sessions/ss_00"}} {
 		code, body = restDo(t, r[0], env.srv.URL+r[1], "")
-		restError(t, code, body, 428, node.CodeLeaseRequired)
+		restError(t, code, body, 428, wire.CodeLeaseRequired)
 	}
-	// Admin reads are not (the seed's matrix: read-only REST is allowed).
+	// Admin reads are not (the control protocol's matrix: read-only REST is allowed).
 	if code, body = restDo(t, "GET", env.srv.URL+"/v1/cluster/local", ""); code != 200 {
 		t.Fatalf("GET /v1/cluster/local under the control lease: %d %s", code, body)
 	}
@@ -577,7 +588,7 @@ func TestControlBadInput(t *testing.T) {
 	} {
 		a.sendRaw(tc.msg)
 		m := a.next(20*time.Second, "error for "+tc.msg, func(m wsMsg) bool { return m.Type == "error" })
-		if m.Error == nil || m.Error.Code != node.CodeInvalidArgument || m.Error.Field != tc.field {
+		if m.Error == nil || m.Error.Code != wire.CodeInvalidArgument || m.Error.Field != tc.field {
 			t.Errorf("%s: got %s, want INVALID_ARGUMENT field %q", tc.msg, m.raw, tc.field)
 		}
 	}
@@ -639,7 +650,7 @@ func TestControlLimitsAndAuth(t *testing.T) {
 	acquire(t, a, "authorised")
 	// The admin routes need both the admin scope and the control token.
 	code, b := restDo(t, "POST", env.srv.URL+"/v1/cluster/transfer-leadership", "", "Authorization", "Bearer "+adminToken)
-	restError(t, code, b, 428, node.CodeLeaseRequired)
+	restError(t, code, b, 428, wire.CodeLeaseRequired)
 }
 
 // TestControlTokenNeverLeaks scans the status, broadcasts, other clients'
@@ -711,7 +722,7 @@ func TestControlTokenNeverLeaks(t *testing.T) {
 }
 
 // TestControlMountedByAnApplication mounts the exported handlers at the
-// seed's own paths, with auth, and gates an application route.
+// control protocol's own paths, with auth, and gates an application route.
 func TestControlMountedByAnApplication(t *testing.T) {
 	env := newControlEnv(t, Options{})
 	ctl := NewControl(ControlFromNode(env.n), ControlOptions{Tokens: testTokens(t)})
@@ -739,9 +750,9 @@ func TestControlMountedByAnApplication(t *testing.T) {
 	a := dialControlURL(t, ws, http.Header{"Authorization": {"Bearer " + writeToken}})
 	l := acquire(t, a, "K1 Composer")
 	code, b := restDo(t, "POST", app.URL+"/api/v1/presets", "")
-	restError(t, code, b, 428, node.CodeLeaseRequired)
+	restError(t, code, b, 428, wire.CodeLeaseRequired)
 	code, b = restDo(t, "POST", app.URL+"/api/v1/presets", "", "X-Control-Lease", "nope")
-	restError(t, code, b, 403, node.CodeLeaseInvalid)
+	restError(t, code, b, 403, wire.CodeLeaseInvalid)
 	if code, b = restDo(t, "POST", app.URL+"/api/v1/presets", "", "X-Control-Lease", l.LeaseToken, "X-Control-Lease-Id", l.LeaseID); code != 204 {
 		t.Fatalf("preset with the token: %d %s", code, b)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Timeouts of a control socket.
@@ -59,7 +60,7 @@ func newHolderID() string {
 func (c *Control) serveSocket(w http.ResponseWriter, r *http.Request) {
 	if n := c.sockets.Add(1); n > int64(c.maxSock) {
 		c.sockets.Add(-1)
-		writeErrorBody(w, http.StatusServiceUnavailable, &node.Error{Code: node.CodeUnavailable,
+		writeErrorBody(w, http.StatusServiceUnavailable, &wire.Error{Code: wire.CodeUnavailable,
 			Message: fmt.Sprintf("too many control sockets open on this node (at most %d); retry later or use another node", c.maxSock)})
 		return
 	}
@@ -95,7 +96,7 @@ func (cc *controlConn) reader() {
 			return
 		}
 		if typ != websocket.MessageText {
-			cc.replyError("", &node.Error{Code: node.CodeInvalidArgument, Field: "type",
+			cc.replyError("", &wire.Error{Code: wire.CodeInvalidArgument, Field: "type",
 				Message: "binary messages are not part of the control protocol; send JSON text messages"})
 			continue
 		}
@@ -289,9 +290,9 @@ func (cc *controlConn) releaseOnDisconnect() {
 	ctx, cancel := context.WithTimeout(context.Background(), controlOpTimeout)
 	defer cancel()
 	_, err := cc.c.do(ctx, cc.req, &controlOp{Op: "release", Holder: cc.holder, LeaseID: id, Token: tok, Reason: node.ReasonOwnerDisconnected})
-	if err != nil && node.ErrorCode(err) != node.CodeLeaseExpired && node.ErrorCode(err) != node.CodeLeaseInvalid {
+	if err != nil && wire.ErrorCode(err) != wire.CodeLeaseExpired && wire.ErrorCode(err) != wire.CodeLeaseInvalid {
 		cc.c.log.LogAttrs(context.Background(), slog.LevelWarn, "control lease of a closed socket not released; it expires after its TTL",
-			slog.String("lease_id", id), slog.String("code", string(node.ErrorCode(err))))
+			slog.String("lease_id", id), slog.String("code", string(wire.ErrorCode(err))))
 	}
 }
 
@@ -379,7 +380,7 @@ func (h *controlHub) run() {
 		ctx, cancel := context.WithCancel(context.Background())
 		h.stop = cancel
 		h.mu.Unlock()
-		sub, err := h.c.n.Subscribe(ctx, node.EventFilter{Key: node.ControlKey})
+		sub, err := h.c.n.Subscribe(ctx, wire.EventFilter{Key: node.ControlKey})
 		h.mu.Lock()
 		h.subscribed()
 		h.mu.Unlock()
@@ -395,9 +396,9 @@ func (h *controlHub) run() {
 		switch {
 		case err == nil: // no sockets left, or stopped: look again
 			continue
-		case node.ErrorCode(err) == node.CodeUnavailable:
+		case wire.ErrorCode(err) == wire.CodeUnavailable:
 			h.closeAll(websocket.StatusGoingAway, "the node is shutting down")
-		case node.ErrorCode(err) == node.CodeEventsCompacted:
+		case wire.ErrorCode(err) == wire.CodeEventsCompacted:
 			// History was replaced (a restore) or outran us: tell clients the
 			// current state, then follow again.
 			if st, err := h.c.n.ControlStatus(context.Background(), true); err == nil {
@@ -413,7 +414,7 @@ func (h *controlHub) run() {
 			h.mu.Unlock()
 			return
 		}
-		if node.ErrorCode(err) == node.CodeUnavailable {
+		if wire.ErrorCode(err) == wire.CodeUnavailable {
 			h.mu.Lock()
 			h.running = false
 			h.subscribed()
@@ -426,7 +427,7 @@ func (h *controlHub) run() {
 }
 
 // publish broadcasts one event of the control lease.
-func (h *controlHub) publish(ev node.Event) {
+func (h *controlHub) publish(ev wire.Event) {
 	name, st, ok := h.c.n.ControlEvent(ev)
 	if !ok {
 		return
@@ -477,54 +478,54 @@ const (
 // decodeControlMessage decodes one client message strictly (one JSON
 // object, no unknown fields, nothing after it) and checks its fields. The
 // error names the offending field.
-func decodeControlMessage(b []byte, maxTTLMS int64) (*controlMessage, *node.Error) {
+func decodeControlMessage(b []byte, maxTTLMS int64) (*controlMessage, *wire.Error) {
 	var m controlMessage
 	if err := decodeStrict(b, &m); err != nil {
 		return nil, err
 	}
 	if len(m.RequestID) > maxRequestIDBytes {
-		return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "requestId",
+		return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "requestId",
 			Message: fmt.Sprintf("requestId must be at most %d bytes", maxRequestIDBytes)}
 	}
 	if m.Scope != "" && m.Scope != node.ControlScope {
-		return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "scope",
+		return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "scope",
 			Message: fmt.Sprintf("scope must be %q, the only scope in v1; got %q", node.ControlScope, m.Scope)}
 	}
 	switch m.Type {
 	case "control.acquire":
 		for _, f := range [][2]string{{"clientName", m.ClientName}, {"clientInstanceId", m.ClientInstanceID}} {
 			if len(f[1]) > node.MaxControlNameBytes {
-				return nil, &node.Error{Code: node.CodeInvalidArgument, Field: f[0],
+				return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: f[0],
 					Message: fmt.Sprintf("%s must be at most %d bytes", f[0], node.MaxControlNameBytes)}
 			}
 		}
 		if m.TTLMS != 0 && (m.TTLMS < 1000 || m.TTLMS > maxTTLMS) {
-			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "ttlMs",
+			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "ttlMs",
 				Message: fmt.Sprintf("ttlMs must be 1000-%d, got %d", maxTTLMS, m.TTLMS)}
 		}
 		if m.HeartbeatIntervalMS < 0 {
-			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "heartbeatIntervalMs",
+			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "heartbeatIntervalMs",
 				Message: "heartbeatIntervalMs must be positive"}
 		}
 	case "control.heartbeat", "control.release":
 		if m.LeaseID == "" || len(m.LeaseID) > 64 {
-			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "leaseId", Message: "leaseId is required (1-64 bytes)"}
+			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "leaseId", Message: "leaseId is required (1-64 bytes)"}
 		}
 		if m.LeaseToken == "" || len(m.LeaseToken) > maxLeaseTokenBytes {
-			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "leaseToken",
+			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "leaseToken",
 				Message: fmt.Sprintf("leaseToken is required (1-%d bytes)", maxLeaseTokenBytes)}
 		}
 		if len(m.Reason) > 256 {
-			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "reason", Message: "reason must be at most 256 bytes"}
+			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "reason", Message: "reason must be at most 256 bytes"}
 		}
 		if m.Reason == node.ReasonOwnerDisconnected || m.Reason == node.ReasonTimedOut {
-			return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "reason", Message: "reason " + strconv.Quote(m.Reason) + " is reserved for the server"}
+			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "reason", Message: "reason " + strconv.Quote(m.Reason) + " is reserved for the server"}
 		}
 	case "control.status":
 	case "":
-		return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "type", Message: "type is required"}
+		return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "type", Message: "type is required"}
 	default:
-		return nil, &node.Error{Code: node.CodeInvalidArgument, Field: "type", Message: "unknown message type " +
+		return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "type", Message: "unknown message type " +
 			strconv.Quote(truncate(m.Type, 64)) + " (want control.acquire, control.heartbeat, control.release or control.status)"}
 	}
 	return &m, nil
@@ -532,7 +533,7 @@ func decodeControlMessage(b []byte, maxTTLMS int64) (*controlMessage, *node.Erro
 
 // decodeStrict decodes b into v: one JSON value, no unknown fields,
 // nothing after it.
-func decodeStrict(b []byte, v any) *node.Error {
+func decodeStrict(b []byte, v any) *wire.Error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
@@ -546,7 +547,7 @@ func decodeStrict(b []byte, v any) *node.Error {
 		}
 	}
 	if errors.Is(err, io.EOF) {
-		return &node.Error{Code: node.CodeInvalidArgument, Message: "empty message: send a JSON object"}
+		return &wire.Error{Code: wire.CodeInvalidArgument, Message: "empty message: send a JSON object"}
 	}
 	return decodeError(err)
 }

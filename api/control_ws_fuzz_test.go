@@ -22,6 +22,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // wsFuzzEnv is one in-memory node serving the real API handler over a
@@ -622,7 +623,7 @@ func (d *droppedDuringAcquire) ControlAcquire(ctx context.Context, r node.Contro
 	st, err := d.ControlNode.ControlAcquire(context.WithoutCancel(ctx), r)
 	d.ctl.hub.closeAll(websocket.StatusPolicyViolation, "dropped")
 	if ctx.Err() != nil {
-		return nil, &node.Error{Code: node.CodeIndeterminate, Message: "abandoned after it was proposed"}
+		return nil, &wire.Error{Code: wire.CodeIndeterminate, Message: "abandoned after it was proposed"}
 	}
 	return st, err
 }

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // DefaultMaxBodyBytes is the request body limit of the contract.
@@ -23,7 +23,7 @@ var errNoBody = errors.New("no body")
 // decodeBody decodes the request body into v strictly: at most s.maxBody
 // bytes, one JSON value, no unknown fields, nothing after it. An empty body
 // is errNoBody when optional and INVALID_ARGUMENT otherwise. Every failure is
-// a *node.Error (400, or 413 for a body over the limit whatever its content).
+// a *wire.Error (400, or 413 for a body over the limit whatever its content).
 func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
 	dec.DisallowUnknownFields()
@@ -32,7 +32,7 @@ func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any, optio
 		if optional {
 			return errNoBody
 		}
-		return &node.Error{Code: node.CodeInvalidArgument, Message: "a JSON request body is required"}
+		return &wire.Error{Code: wire.CodeInvalidArgument, Message: "a JSON request body is required"}
 	}
 	if err == nil {
 		var extra json.RawMessage
@@ -54,7 +54,7 @@ var errTrailingData = errors.New("data after the request object")
 
 // decodeError describes a json.Decoder failure as a contract error, naming
 // the offending field where the decoder knows it.
-func decodeError(err error) *node.Error {
+func decodeError(err error) *wire.Error {
 	var (
 		tooLarge  *http.MaxBytesError
 		syntax    *json.SyntaxError
@@ -64,29 +64,29 @@ func decodeError(err error) *node.Error {
 	case errors.As(err, &tooLarge):
 		return payloadTooLarge(tooLarge.Limit)
 	case errors.Is(err, errBodyTimeout):
-		return &node.Error{Code: node.CodeInvalidArgument, Message: err.Error()}
+		return &wire.Error{Code: wire.CodeInvalidArgument, Message: err.Error()}
 	case errors.As(err, &syntax):
-		return &node.Error{Code: node.CodeInvalidArgument,
+		return &wire.Error{Code: wire.CodeInvalidArgument,
 			Message: fmt.Sprintf("malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())}
 	case errors.Is(err, errTrailingData):
-		return &node.Error{Code: node.CodeInvalidArgument, Message: "malformed JSON: data after the request object"}
+		return &wire.Error{Code: wire.CodeInvalidArgument, Message: "malformed JSON: data after the request object"}
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &node.Error{Code: node.CodeInvalidArgument, Message: "malformed JSON: unexpected end of body"}
+		return &wire.Error{Code: wire.CodeInvalidArgument, Message: "malformed JSON: unexpected end of body"}
 	case errors.As(err, &typeError):
 		if typeError.Field == "" {
-			return &node.Error{Code: node.CodeInvalidArgument,
+			return &wire.Error{Code: wire.CodeInvalidArgument,
 				Message: "the request body must be a JSON object"}
 		}
-		return &node.Error{Code: node.CodeInvalidArgument, Field: typeError.Field,
+		return &wire.Error{Code: wire.CodeInvalidArgument, Field: typeError.Field,
 			Message: fmt.Sprintf("%s: expected %s, got JSON %s", typeError.Field, describeType(typeError), typeError.Value)}
 	}
 	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
 	if _, rest, ok := strings.Cut(err.Error(), `unknown field "`); ok {
 		name, _, _ := strings.Cut(rest, `"`)
-		return &node.Error{Code: node.CodeInvalidArgument, Field: name,
+		return &wire.Error{Code: wire.CodeInvalidArgument, Field: name,
 			Message: fmt.Sprintf("unknown field %q", name)}
 	}
-	return &node.Error{Code: node.CodeInvalidArgument, Message: "malformed JSON request body"}
+	return &wire.Error{Code: wire.CodeInvalidArgument, Message: "malformed JSON request body"}
 }
 
 func describeType(e *json.UnmarshalTypeError) string {
@@ -113,14 +113,14 @@ func describeType(e *json.UnmarshalTypeError) string {
 // query reads the URL query once per request.
 type query struct {
 	values url.Values
-	err    *node.Error
+	err    *wire.Error
 }
 
 func newQuery(r *http.Request) *query {
 	v, err := url.ParseQuery(r.URL.RawQuery)
 	q := &query{values: v}
 	if err != nil {
-		q.err = &node.Error{Code: node.CodeInvalidArgument, Message: "malformed query string"}
+		q.err = &wire.Error{Code: wire.CodeInvalidArgument, Message: "malformed query string"}
 	}
 	return q
 }
@@ -138,7 +138,7 @@ func (q *query) boolean(name string) bool {
 	}
 	b, err := strconv.ParseBool(vs[0])
 	if err != nil {
-		q.err = &node.Error{Code: node.CodeInvalidArgument, Field: name,
+		q.err = &wire.Error{Code: wire.CodeInvalidArgument, Field: name,
 			Message: fmt.Sprintf("%s must be true or false", name)}
 	}
 	return b
@@ -152,7 +152,7 @@ func (q *query) integer(name string) uint64 {
 	}
 	n, err := strconv.ParseUint(v, 10, 63)
 	if err != nil {
-		q.err = &node.Error{Code: node.CodeInvalidArgument, Field: name,
+		q.err = &wire.Error{Code: wire.CodeInvalidArgument, Field: name,
 			Message: fmt.Sprintf("%s must be a non-negative integer", name)}
 	}
 	return n

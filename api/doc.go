@@ -22,13 +22,17 @@
 //     /metrics needs a bearer token whose scope covers the route (read <
 //     write < admin). A request that fails authentication or authorisation,
 //     or whose body or parameters cannot be decoded, never reaches the node.
+//     A read or write token may be scoped to some keys and holders
+//     (LoadTokens); what each route does with one is in scoped.go and
+//     docs/security.md.
 //   - Secret tokens (bearer, lease and session tokens) and request bodies are
 //     never logged.
 //
 // The control lease (a WebSocket-owned global lock that gates
 // the mutating admin routes) is served at /v1/control/ws and
-// /v1/control/status when the node implements ControlNode. An application
-// embedding a node mounts the same handlers at its own paths:
+// /v1/control/status when the node has one (Node.ControlLease; FromNode's
+// node has). An application embedding a node mounts the same handlers at
+// its own paths:
 //
 //	ctl := api.NewControl(api.ControlFromNode(n), api.ControlOptions{})
 //	mux.Handle("GET /api/v1/control/ws", ctl.WebSocket())

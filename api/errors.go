@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/leasehold/leasehold/node"
 	"github.com/leasehold/leasehold/wire"
 )
 
@@ -18,20 +17,20 @@ const retryAfterSeconds = "1"
 
 // statusFor maps a contract error code to its HTTP status: the one table,
 // wire.HTTPStatus. Codes it does not know are 500.
-func statusFor(code node.Code) int { return wire.HTTPStatus(code) }
+func statusFor(code wire.Code) int { return wire.HTTPStatus(code) }
 
 // errorBody is the JSON shape of every error answer.
 type errorBody struct {
-	Error *node.Error `json:"error"`
+	Error *wire.Error `json:"error"`
 }
 
-// toAPIError turns any error into the *node.Error to send and its status.
-// Only *node.Error values with a known code pass through; everything else is
+// toAPIError turns any error into the *wire.Error to send and its status.
+// Only *wire.Error values with a known code pass through; everything else is
 // a generic INTERNAL (or INDETERMINATE for a context error, since a write cut
 // short that way may or may not have been applied). The last result
 // reports whether err was unexpected and worth logging.
-func toAPIError(err error) (*node.Error, int, bool) {
-	var ne *node.Error
+func toAPIError(err error) (*wire.Error, int, bool) {
+	var ne *wire.Error
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &ne) && ne != nil:
@@ -43,8 +42,8 @@ func toAPIError(err error) (*node.Error, int, bool) {
 	case errors.As(err, &tooLarge):
 		return payloadTooLarge(tooLarge.Limit), http.StatusRequestEntityTooLarge, false
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return &node.Error{
-			Code:    node.CodeIndeterminate,
+		return &wire.Error{
+			Code:    wire.CodeIndeterminate,
 			Message: "the request was cut short; a write may or may not have been applied",
 		}, http.StatusGatewayTimeout, false
 	default:
@@ -52,8 +51,8 @@ func toAPIError(err error) (*node.Error, int, bool) {
 	}
 }
 
-func internalError() *node.Error {
-	return &node.Error{Code: node.CodeInternal, Message: "internal error"}
+func internalError() *wire.Error {
+	return &wire.Error{Code: wire.CodeInternal, Message: "internal error"}
 }
 
 // writeError answers with err. Unexpected errors are logged with the route
@@ -74,7 +73,7 @@ func (s *server) logFailure(r *http.Request, w http.ResponseWriter, err error) {
 }
 
 // writeErrorBody writes e with status; 503 answers carry Retry-After.
-func writeErrorBody(w http.ResponseWriter, status int, e *node.Error) {
+func writeErrorBody(w http.ResponseWriter, status int, e *wire.Error) {
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
@@ -98,6 +97,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(b)
 }
 
-func payloadTooLarge(limit int64) *node.Error {
-	return &node.Error{Code: node.CodePayloadTooLarge, Message: "request body exceeds " + formatBytes(limit)}
+func payloadTooLarge(limit int64) *wire.Error {
+	return &wire.Error{Code: wire.CodePayloadTooLarge, Message: "request body exceeds " + formatBytes(limit)}
 }

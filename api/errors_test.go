@@ -18,35 +18,35 @@ import (
 // TestStatusFor is the contract's error table: every code to its status.
 func TestStatusFor(t *testing.T) {
 	tests := []struct {
-		code node.Code
+		code wire.Code
 		want int
 	}{
-		{node.CodeInvalidArgument, 400},
-		{node.CodeUnauthenticated, 401},
-		{node.CodePermissionDenied, 403},
-		{node.CodeLeaseTokenInvalid, 403},
-		{node.CodeLeaseNotFound, 404},
-		{node.CodeSessionNotFound, 404},
-		{node.CodeLeaseHeld, 409},
-		{node.CodeLimitMismatch, 409},
-		{node.CodeLockDelay, 409},
-		{node.CodeLeaseExpired, 409},
-		{node.CodeLeaseReleased, 409},
-		{node.CodeLeaseRevoked, 409},
-		{node.CodeSessionEnded, 409},
-		{node.CodeIdempotencyConflict, 409},
-		{node.CodePayloadTooLarge, 413},
-		{node.CodeLeaseRequired, 428},
-		{node.CodeControlLocked, 409},
-		{node.CodeIndexPassed, 409},
-		{node.CodeNoLeader, 503},
-		{node.CodeIndeterminate, 504},
-		{node.CodeEventsCompacted, 410},
-		{node.CodeNotFound, 404},
-		{node.CodeUnavailable, 503},
-		{node.CodeMethodNotAllowed, 405},
-		{node.CodeInternal, 500},
-		{node.CodeLeaseInvalid, 403},
+		{wire.CodeInvalidArgument, 400},
+		{wire.CodeUnauthenticated, 401},
+		{wire.CodePermissionDenied, 403},
+		{wire.CodeLeaseTokenInvalid, 403},
+		{wire.CodeLeaseNotFound, 404},
+		{wire.CodeSessionNotFound, 404},
+		{wire.CodeLeaseHeld, 409},
+		{wire.CodeLimitMismatch, 409},
+		{wire.CodeLockDelay, 409},
+		{wire.CodeLeaseExpired, 409},
+		{wire.CodeLeaseReleased, 409},
+		{wire.CodeLeaseRevoked, 409},
+		{wire.CodeSessionEnded, 409},
+		{wire.CodeIdempotencyConflict, 409},
+		{wire.CodePayloadTooLarge, 413},
+		{wire.CodeLeaseRequired, 428},
+		{wire.CodeControlLocked, 409},
+		{wire.CodeIndexPassed, 409},
+		{wire.CodeNoLeader, 503},
+		{wire.CodeIndeterminate, 504},
+		{wire.CodeEventsCompacted, 410},
+		{wire.CodeNotFound, 404},
+		{wire.CodeUnavailable, 503},
+		{wire.CodeMethodNotAllowed, 405},
+		{wire.CodeInternal, 500},
+		{wire.CodeLeaseInvalid, 403},
 		{"SOMETHING_NEW", 500},
 		{"", 500},
 	}
@@ -64,18 +64,18 @@ func TestErrorStatusIsWireTable(t *testing.T) {
 	for _, code := range wire.Codes() {
 		t.Run(string(code), func(t *testing.T) {
 			want := wire.HTTPStatus(code)
-			if want < 400 || want == http.StatusInternalServerError && code != node.CodeInternal {
+			if want < 400 || want == http.StatusInternalServerError && code != wire.CodeInternal {
 				t.Fatalf("wire.HTTPStatus(%s) = %d", code, want)
 			}
 			if got := statusFor(code); got != want {
 				t.Errorf("statusFor(%s) = %d, table %d", code, got, want)
 			}
-			ce, status := controlErrorOf(&node.ControlError{Err: &node.Error{Code: code, Message: "m"}})
+			ce, status := controlErrorOf(&node.ControlError{Err: &wire.Error{Code: code, Message: "m"}})
 			if status != want || ce.Code != code {
 				t.Errorf("control error %s: %d %s, table %d", code, status, ce.Code, want)
 			}
 			f := newFake()
-			f.err = &node.Error{Code: code, Message: "m"}
+			f.err = &wire.Error{Code: code, Message: "m"}
 			rec := do(t, New(f, Options{Logger: slog.New(slog.DiscardHandler)}), "GET", "/v1/leases/ls_1", "")
 			wantError(t, rec, want, code, "")
 		})
@@ -85,41 +85,41 @@ func TestErrorStatusIsWireTable(t *testing.T) {
 // TestErrorAnswers sends node errors through a route and checks status,
 // body and headers as a client sees them.
 func TestErrorAnswers(t *testing.T) {
-	held := &node.Error{Code: node.CodeLeaseHeld, Message: "key k is held", Key: "k",
-		Holders: []node.HolderInfo{{Holder: "w1", LeaseID: "ls_9", RemainingMS: 1500}}}
+	held := &wire.Error{Code: wire.CodeLeaseHeld, Message: "key k is held", Key: "k",
+		Holders: []wire.HolderInfo{{Holder: "w1", LeaseID: "ls_9", RemainingMS: 1500}}}
 	tests := []struct {
 		name       string
 		err        error
 		status     int
-		code       node.Code
+		code       wire.Code
 		retryAfter bool
 		message    string // exact message, when the API replaces it
 		raw        string // exact body, when it matters
 	}{
-		{name: "lease held with details", err: held, status: 409, code: node.CodeLeaseHeld,
+		{name: "lease held with details", err: held, status: 409, code: wire.CodeLeaseHeld,
 			raw: `{"error":{"code":"LEASE_HELD","message":"key k is held","key":"k","holders":[{"holder":"w1","lease_id":"ls_9","remaining_ms":1500}]}}`},
-		{name: "field", err: &node.Error{Code: node.CodeInvalidArgument, Message: "ttl_ms too small", Field: "ttl_ms"},
-			status: 400, code: node.CodeInvalidArgument,
+		{name: "field", err: &wire.Error{Code: wire.CodeInvalidArgument, Message: "ttl_ms too small", Field: "ttl_ms"},
+			status: 400, code: wire.CodeInvalidArgument,
 			raw: `{"error":{"code":"INVALID_ARGUMENT","message":"ttl_ms too small","field":"ttl_ms"}}`},
-		{name: "lock delay", err: &node.Error{Code: node.CodeLockDelay, Message: "slot blocked", RemainingMS: 250},
-			status: 409, code: node.CodeLockDelay,
+		{name: "lock delay", err: &wire.Error{Code: wire.CodeLockDelay, Message: "slot blocked", RemainingMS: 250},
+			status: 409, code: wire.CodeLockDelay,
 			raw: `{"error":{"code":"LOCK_DELAY","message":"slot blocked","remaining_ms":250}}`},
-		{name: "wrapped", err: fmt.Errorf("renew: %w", &node.Error{Code: node.CodeLeaseExpired, Message: "expired"}),
-			status: 409, code: node.CodeLeaseExpired},
-		{name: "no leader", err: &node.Error{Code: node.CodeNoLeader, Message: "no leader"},
-			status: 503, code: node.CodeNoLeader, retryAfter: true},
-		{name: "unavailable", err: &node.Error{Code: node.CodeUnavailable, Message: "shutting down"},
-			status: 503, code: node.CodeUnavailable, retryAfter: true},
-		{name: "indeterminate", err: &node.Error{Code: node.CodeIndeterminate, Message: "leadership lost"},
-			status: 504, code: node.CodeIndeterminate},
+		{name: "wrapped", err: fmt.Errorf("renew: %w", &wire.Error{Code: wire.CodeLeaseExpired, Message: "expired"}),
+			status: 409, code: wire.CodeLeaseExpired},
+		{name: "no leader", err: &wire.Error{Code: wire.CodeNoLeader, Message: "no leader"},
+			status: 503, code: wire.CodeNoLeader, retryAfter: true},
+		{name: "unavailable", err: &wire.Error{Code: wire.CodeUnavailable, Message: "shutting down"},
+			status: 503, code: wire.CodeUnavailable, retryAfter: true},
+		{name: "indeterminate", err: &wire.Error{Code: wire.CodeIndeterminate, Message: "leadership lost"},
+			status: 504, code: wire.CodeIndeterminate},
 		{name: "unknown error", err: errors.New("bolt: /var/lib/secret-path corrupted"),
-			status: 500, code: node.CodeInternal, message: "internal error"},
-		{name: "internal code", err: &node.Error{Code: node.CodeInternal, Message: "raft: pipeline at 10.0.0.1 broke"},
-			status: 500, code: node.CodeInternal, message: "internal error"},
-		{name: "unknown code", err: &node.Error{Code: "BOGUS", Message: "detail"},
-			status: 500, code: node.CodeInternal, message: "internal error"},
-		{name: "deadline", err: context.DeadlineExceeded, status: 504, code: node.CodeIndeterminate},
-		{name: "typed nil", err: (*node.Error)(nil), status: 500, code: node.CodeInternal, message: "internal error"},
+			status: 500, code: wire.CodeInternal, message: "internal error"},
+		{name: "internal code", err: &wire.Error{Code: wire.CodeInternal, Message: "raft: pipeline at 10.0.0.1 broke"},
+			status: 500, code: wire.CodeInternal, message: "internal error"},
+		{name: "unknown code", err: &wire.Error{Code: "BOGUS", Message: "detail"},
+			status: 500, code: wire.CodeInternal, message: "internal error"},
+		{name: "deadline", err: context.DeadlineExceeded, status: 504, code: wire.CodeIndeterminate},
+		{name: "typed nil", err: (*wire.Error)(nil), status: 500, code: wire.CodeInternal, message: "internal error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,20 +148,20 @@ func TestErrorAnswers(t *testing.T) {
 	}
 }
 
-// e0 returns the *node.Error in err with a known code, or an empty one.
-func e0(err error) *node.Error {
-	var ne *node.Error
+// e0 returns the *wire.Error in err with a known code, or an empty one.
+func e0(err error) *wire.Error {
+	var ne *wire.Error
 	if errors.As(err, &ne) && ne != nil && statusFor(ne.Code) != http.StatusInternalServerError {
 		return ne
 	}
-	return &node.Error{}
+	return &wire.Error{}
 }
 
 // TestErrorBodyShape checks that every error body is exactly
 // {"error": {...}} with no other top-level member.
 func TestErrorBodyShape(t *testing.T) {
 	f := newFake()
-	f.err = &node.Error{Code: node.CodeLeaseNotFound, Message: "no lease ls_1"}
+	f.err = &wire.Error{Code: wire.CodeLeaseNotFound, Message: "no lease ls_1"}
 	rec := do(t, New(f, Options{}), "GET", "/v1/leases/ls_1", "")
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(rec.Body.Bytes(), &top); err != nil {
@@ -182,7 +182,7 @@ func TestErrorBodyShape(t *testing.T) {
 // panicNode panics in GetLease.
 type panicNode struct{ *fakeNode }
 
-func (panicNode) GetLease(context.Context, string, bool) (*node.Lease, error) {
+func (panicNode) GetLease(context.Context, string, bool) (*wire.Lease, error) {
 	panic("boom at 0xdeadbeef")
 }
 
@@ -190,7 +190,7 @@ func TestPanicIs500(t *testing.T) {
 	var logs bytes.Buffer
 	h := New(panicNode{newFake()}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	rec := do(t, h, "GET", "/v1/leases/ls_1", "")
-	e := wantError(t, rec, 500, node.CodeInternal, "")
+	e := wantError(t, rec, 500, wire.CodeInternal, "")
 	if strings.Contains(e.Message, "boom") {
 		t.Errorf("panic value leaked: %q", e.Message)
 	}
@@ -214,7 +214,7 @@ func TestHeartbeatItemInternalError(t *testing.T) {
 
 type internalItemNode struct{ *fakeNode }
 
-func (internalItemNode) Heartbeat(_ context.Context, items []node.HeartbeatItem) ([]node.HeartbeatResult, error) {
-	return []node.HeartbeatResult{{LeaseID: items[0].LeaseID,
-		Error: &node.Error{Code: node.CodeInternal, Message: "bolt: page 7 corrupt"}}}, nil
+func (internalItemNode) Heartbeat(_ context.Context, items []wire.HeartbeatItem) ([]wire.HeartbeatResult, error) {
+	return []wire.HeartbeatResult{{LeaseID: items[0].LeaseID,
+		Error: &wire.Error{Code: wire.CodeInternal, Message: "bolt: page 7 corrupt"}}}, nil
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/julienschmidt/httprouter"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // streamErrorEvent is the SSE event type of the last message of a stream the
@@ -28,28 +28,10 @@ const streamErrorEvent = "stream_error"
 // context is cancelled, or when the node ends the subscription (then with a
 // final stream_error event if it ended on an error).
 func (s *server) events(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
-	q := newQuery(r)
-	f := node.EventFilter{
-		Key:        q.str("key"),
-		Prefix:     q.str("prefix"),
-		Holder:     q.str("holder"),
-		AfterIndex: q.integer("after_index"),
-	}
-	switch from := q.str("from"); from {
-	case "", "now":
-	case "start":
-		f.FromStart = true
-	default:
-		return &node.Error{Code: node.CodeInvalidArgument, Field: "from",
-			Message: `from must be "start" or "now"`}
-	}
-	if err := q.check(); err != nil {
+	f, err := eventFilter(r)
+	if err != nil {
 		return err
 	}
-	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		f.After, f.AfterIndex = id, 0
-	}
-
 	release, err := s.streams.acquire(r)
 	if err != nil {
 		return err
@@ -72,15 +54,51 @@ func (s *server) events(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	if rc.Flush() != nil {
 		return nil
 	}
+	s.stream(w, r, rc, sub, accessOf(r))
+	return nil
+}
 
+// eventFilter reads the filters and the position of GET /v1/events.
+func eventFilter(r *http.Request) (wire.EventFilter, error) {
+	q := newQuery(r)
+	f := wire.EventFilter{
+		Key:        q.str("key"),
+		Prefix:     q.str("prefix"),
+		Holder:     q.str("holder"),
+		AfterIndex: q.integer("after_index"),
+	}
+	switch from := q.str("from"); from {
+	case "", "now":
+	case "start":
+		f.FromStart = true
+	default:
+		return f, &wire.Error{Code: wire.CodeInvalidArgument, Field: "from",
+			Message: `from must be "start" or "now"`}
+	}
+	if err := q.check(); err != nil {
+		return f, err
+	}
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		f.After, f.AfterIndex = id, 0
+	}
+	return f, nil
+}
+
+// stream writes the events of sub to the client of r, with a comment line
+// every keep-alive interval, until the client goes away, the request
+// context ends or the subscription does (then with a final stream_error
+// event if it ended on an error). A scoped token's stream (a not nil)
+// leaves out what the token may not see (visibleEvent).
+func (s *server) stream(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, sub Subscription, a *access) {
 	keepAlive := time.NewTicker(s.keepAlive)
 	defer keepAlive.Stop()
 	events := sub.Events()
 	var buf []byte
+	unflushed := false
 	for {
 		select {
 		case <-r.Context().Done():
-			return nil
+			return
 		case ev, ok := <-events:
 			if !ok {
 				if err := sub.Err(); err != nil {
@@ -89,20 +107,26 @@ func (s *server) events(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 					_, _ = w.Write(buf)
 					_ = rc.Flush()
 				}
-				return nil
+				return
 			}
-			buf = appendSSE(buf[:0], ev.ID, ev.Type, scrubEvent(ev))
-			if _, err := w.Write(buf); err != nil {
-				return nil
+			if ev, ok = s.visibleEvent(r.Context(), a, ev); ok {
+				buf = appendSSE(buf[:0], ev.ID, ev.Type, scrubEvent(ev))
+				if _, err := w.Write(buf); err != nil {
+					return
+				}
+				unflushed = true
 			}
 			// Flush once the burst is written: every event reaches the
 			// client as soon as nothing else is immediately pending.
-			if len(events) == 0 && rc.Flush() != nil {
-				return nil
+			if unflushed && len(events) == 0 {
+				if rc.Flush() != nil {
+					return
+				}
+				unflushed = false
 			}
 		case <-keepAlive.C:
 			if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil || rc.Flush() != nil {
-				return nil
+				return
 			}
 		}
 	}
@@ -129,7 +153,7 @@ func appendSSE(buf []byte, id, typ string, data any) []byte {
 
 // scrubEvent makes sure no secret token leaves in an event, whatever the
 // node put in it.
-func scrubEvent(ev node.Event) node.Event {
+func scrubEvent(ev wire.Event) wire.Event {
 	if ev.Lease != nil && ev.Lease.Token != "" {
 		l := *ev.Lease
 		l.Token = ""

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // sseMessage is one parsed Server-Sent Events message.
@@ -107,15 +107,15 @@ func TestEventsFraming(t *testing.T) {
 		t.Errorf("%s = %q", headerIndex, got)
 	}
 	c := f.only(t, "Subscribe")
-	want := node.EventFilter{Key: "k", Prefix: "p", Holder: "h", After: "5-1"}
+	want := wire.EventFilter{Key: "k", Prefix: "p", Holder: "h", After: "5-1"}
 	if c.args[0] != want {
 		t.Errorf("filter = %+v, want %+v (Last-Event-ID wins over after_index)", c.args[0], want)
 	}
 
 	granted := testLease("ls_6")
 	granted.Token = "must-not-leak"
-	f.sub.ch <- node.Event{ID: "6-0", Index: 6, Type: "acquired", Tick: 9, Key: "k", Lease: granted, Previous: "ls_2"}
-	f.sub.ch <- node.Event{ID: "7-0", Index: 7, Type: "released", Tick: 10, Key: "k", Reason: "done"}
+	f.sub.ch <- wire.Event{ID: "6-0", Index: 6, Type: "acquired", Tick: 9, Key: "k", Lease: granted, Previous: "ls_2"}
+	f.sub.ch <- wire.Event{ID: "7-0", Index: 7, Type: "released", Tick: 10, Key: "k", Reason: "done"}
 
 	br := bufio.NewReader(resp.Body)
 	m, err := readSSE(t, br)
@@ -125,7 +125,7 @@ func TestEventsFraming(t *testing.T) {
 	if m.id != "6-0" || m.event != "acquired" {
 		t.Errorf("first message = %+v", m)
 	}
-	var ev node.Event
+	var ev wire.Event
 	if err := json.Unmarshal([]byte(m.data), &ev); err != nil {
 		t.Fatalf("data %q: %v", m.data, err)
 	}
@@ -147,12 +147,12 @@ func TestEventsFraming(t *testing.T) {
 func TestEventsPosition(t *testing.T) {
 	tests := []struct {
 		query string
-		want  node.EventFilter
+		want  wire.EventFilter
 	}{
-		{"", node.EventFilter{}},
-		{"?after_index=12", node.EventFilter{AfterIndex: 12}},
-		{"?from=start", node.EventFilter{FromStart: true}},
-		{"?from=now&prefix=jobs%2F", node.EventFilter{Prefix: "jobs/"}},
+		{"", wire.EventFilter{}},
+		{"?after_index=12", wire.EventFilter{AfterIndex: 12}},
+		{"?from=start", wire.EventFilter{FromStart: true}},
+		{"?from=now&prefix=jobs%2F", wire.EventFilter{Prefix: "jobs/"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.query, func(t *testing.T) {
@@ -176,7 +176,7 @@ func TestEventsBadRequests(t *testing.T) {
 		{"?after_index=-1", "after_index"},
 	} {
 		f := newFake()
-		wantError(t, do(t, New(f, Options{}), "GET", "/v1/events"+tt.query, ""), 400, node.CodeInvalidArgument, tt.field)
+		wantError(t, do(t, New(f, Options{}), "GET", "/v1/events"+tt.query, ""), 400, wire.CodeInvalidArgument, tt.field)
 		if len(f.called()) != 0 {
 			t.Errorf("%s reached the node", tt.query)
 		}
@@ -185,9 +185,9 @@ func TestEventsBadRequests(t *testing.T) {
 
 func TestEventsCompacted(t *testing.T) {
 	f := newFake()
-	f.err = &node.Error{Code: node.CodeEventsCompacted, Message: "history starts at 100"}
+	f.err = &wire.Error{Code: wire.CodeEventsCompacted, Message: "history starts at 100"}
 	rec := do(t, New(f, Options{}), "GET", "/v1/events?after_index=3", "")
-	wantError(t, rec, 410, node.CodeEventsCompacted, "")
+	wantError(t, rec, 410, wire.CodeEventsCompacted, "")
 	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type = %q", ct)
 	}
@@ -222,17 +222,17 @@ func TestEventsNodeEnds(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		err  error
-		code node.Code
+		code wire.Code
 	}{
-		{"slow subscriber", &node.Error{Code: node.CodeEventsCompacted, Message: "fell behind"}, node.CodeEventsCompacted},
-		{"internal", errors.New("ring: index 7 out of range"), node.CodeInternal},
+		{"slow subscriber", &wire.Error{Code: wire.CodeEventsCompacted, Message: "fell behind"}, wire.CodeEventsCompacted},
+		{"internal", errors.New("ring: index 7 out of range"), wire.CodeInternal},
 		{"clean", nil, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake()
 			srv := newStreamServer(t, f, Options{KeepAlive: time.Hour})
 			resp, _ := openStream(t, srv, "/v1/events")
-			f.sub.ch <- node.Event{ID: "1-0", Index: 1, Type: "session_created"}
+			f.sub.ch <- wire.Event{ID: "1-0", Index: 1, Type: "session_created"}
 			f.sub.end(tt.err)
 			br := bufio.NewReader(resp.Body)
 			if m, err := readSSE(t, br); err != nil || m.id != "1-0" {
@@ -264,7 +264,7 @@ func TestEventsAuth(t *testing.T) {
 	f := newFake()
 	f.sub.end(nil)
 	h := New(f, Options{Tokens: testTokens(t)})
-	wantError(t, do(t, h, "GET", "/v1/events", ""), 401, node.CodeUnauthenticated, "")
+	wantError(t, do(t, h, "GET", "/v1/events", ""), 401, wire.CodeUnauthenticated, "")
 	if len(f.called()) != 0 {
 		t.Fatal("an unauthenticated stream reached the node")
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // fakeNode is a Node that records every call and answers with canned values.
@@ -64,16 +66,16 @@ func (f *fakeNode) only(t *testing.T, method string) call {
 	return cs[0]
 }
 
-func testLease(id string) *node.Lease {
-	return &node.Lease{LeaseID: id, Key: "k", Holder: "h", Limit: 1, State: "active",
+func testLease(id string) *wire.Lease {
+	return &wire.Lease{LeaseID: id, Key: "k", Holder: "h", Limit: 1, State: "active",
 		FencingToken: 7, TTLMS: 10000, RemainingMS: 9000, ExpiresAt: time.Unix(1e9, 0).UTC()}
 }
 
-func testSession(id string) *node.Session {
-	return &node.Session{SessionID: id, Holder: "h", State: "active", TTLMS: 10000, LeaseIDs: []string{}}
+func testSession(id string) *wire.Session {
+	return &wire.Session{SessionID: id, Holder: "h", State: "active", TTLMS: 10000, LeaseIDs: []string{}}
 }
 
-func (f *fakeNode) Acquire(_ context.Context, req node.AcquireRequest) (*node.Lease, bool, error) {
+func (f *fakeNode) Acquire(_ context.Context, req wire.AcquireRequest) (*wire.Lease, bool, error) {
 	if err := f.record("Acquire", req); err != nil {
 		return nil, false, err
 	}
@@ -82,31 +84,31 @@ func (f *fakeNode) Acquire(_ context.Context, req node.AcquireRequest) (*node.Le
 	return l, f.replayed, nil
 }
 
-func (f *fakeNode) GetLease(_ context.Context, id string, stale bool) (*node.Lease, error) {
+func (f *fakeNode) GetLease(_ context.Context, id string, stale bool) (*wire.Lease, error) {
 	if err := f.record("GetLease", id, stale); err != nil {
 		return nil, err
 	}
 	return testLease(id), nil
 }
 
-func (f *fakeNode) ListLeases(_ context.Context, req node.ListRequest, stale bool) (*node.LeaseList, error) {
+func (f *fakeNode) ListLeases(_ context.Context, req wire.ListRequest, stale bool) (*wire.LeaseList, error) {
 	if err := f.record("ListLeases", req, stale); err != nil {
 		return nil, err
 	}
 	if req.Key == "none" {
-		return &node.LeaseList{}, nil
+		return &wire.LeaseList{}, nil
 	}
-	return &node.LeaseList{Leases: []*node.Lease{testLease("ls_1")}, Next: "ls_1"}, nil
+	return &wire.LeaseList{Leases: []*wire.Lease{testLease("ls_1")}, Next: "ls_1"}, nil
 }
 
-func (f *fakeNode) Renew(_ context.Context, id, token string, ttlMS int64) (*node.Lease, error) {
-	if err := f.record("Renew", id, token, ttlMS); err != nil {
+func (f *fakeNode) Renew(_ context.Context, req wire.RenewRequest) (*wire.Lease, error) {
+	if err := f.record("Renew", req); err != nil {
 		return nil, err
 	}
-	return testLease(id), nil
+	return testLease(req.LeaseID), nil
 }
 
-func (f *fakeNode) Release(_ context.Context, req node.ReleaseRequest) (*node.Lease, error) {
+func (f *fakeNode) Release(_ context.Context, req wire.ReleaseRequest) (*wire.Lease, error) {
 	if err := f.record("Release", req); err != nil {
 		return nil, err
 	}
@@ -115,7 +117,7 @@ func (f *fakeNode) Release(_ context.Context, req node.ReleaseRequest) (*node.Le
 	return l, nil
 }
 
-func (f *fakeNode) Revoke(_ context.Context, id, reason string) (*node.Lease, error) {
+func (f *fakeNode) Revoke(_ context.Context, id, reason string) (*wire.Lease, error) {
 	if err := f.record("Revoke", id, reason); err != nil {
 		return nil, err
 	}
@@ -124,23 +126,23 @@ func (f *fakeNode) Revoke(_ context.Context, id, reason string) (*node.Lease, er
 	return l, nil
 }
 
-func (f *fakeNode) Heartbeat(_ context.Context, items []node.HeartbeatItem) ([]node.HeartbeatResult, error) {
+func (f *fakeNode) Heartbeat(_ context.Context, items []wire.HeartbeatItem) ([]wire.HeartbeatResult, error) {
 	if err := f.record("Heartbeat", items); err != nil {
 		return nil, err
 	}
-	var out []node.HeartbeatResult
+	var out []wire.HeartbeatResult
 	for _, it := range items {
 		if it.Token == "bad" {
-			out = append(out, node.HeartbeatResult{LeaseID: it.LeaseID,
-				Error: &node.Error{Code: node.CodeLeaseTokenInvalid, Message: "wrong token"}})
+			out = append(out, wire.HeartbeatResult{LeaseID: it.LeaseID,
+				Error: &wire.Error{Code: wire.CodeLeaseTokenInvalid, Message: "wrong token"}})
 			continue
 		}
-		out = append(out, node.HeartbeatResult{LeaseID: it.LeaseID, OK: true, FencingToken: testLease(it.LeaseID).FencingToken, RemainingMS: 1000})
+		out = append(out, wire.HeartbeatResult{LeaseID: it.LeaseID, OK: true, FencingToken: testLease(it.LeaseID).FencingToken, RemainingMS: 1000})
 	}
 	return out, nil
 }
 
-func (f *fakeNode) CreateSession(_ context.Context, req node.SessionRequest) (*node.Session, error) {
+func (f *fakeNode) CreateSession(_ context.Context, req wire.SessionRequest) (*wire.Session, error) {
 	if err := f.record("CreateSession", req); err != nil {
 		return nil, err
 	}
@@ -149,31 +151,31 @@ func (f *fakeNode) CreateSession(_ context.Context, req node.SessionRequest) (*n
 	return s, nil
 }
 
-func (f *fakeNode) GetSession(_ context.Context, id string, stale bool) (*node.Session, error) {
+func (f *fakeNode) GetSession(_ context.Context, id string, stale bool) (*wire.Session, error) {
 	if err := f.record("GetSession", id, stale); err != nil {
 		return nil, err
 	}
 	return testSession(id), nil
 }
 
-func (f *fakeNode) ListSessions(_ context.Context, holder, after string, limit int, stale bool) (*node.SessionList, error) {
+func (f *fakeNode) ListSessions(_ context.Context, holder, after string, limit int, stale bool) (*wire.SessionList, error) {
 	if err := f.record("ListSessions", holder, after, limit, stale); err != nil {
 		return nil, err
 	}
 	if holder == "none" {
-		return &node.SessionList{}, nil
+		return &wire.SessionList{}, nil
 	}
-	return &node.SessionList{Sessions: []*node.Session{testSession("ss_1")}}, nil
+	return &wire.SessionList{Sessions: []*wire.Session{testSession("ss_1")}}, nil
 }
 
-func (f *fakeNode) SessionHeartbeat(_ context.Context, id, token string) (*node.Session, error) {
+func (f *fakeNode) SessionHeartbeat(_ context.Context, id, token string) (*wire.Session, error) {
 	if err := f.record("SessionHeartbeat", id, token); err != nil {
 		return nil, err
 	}
 	return testSession(id), nil
 }
 
-func (f *fakeNode) EndSession(_ context.Context, id, token string, force bool) (*node.Session, error) {
+func (f *fakeNode) EndSession(_ context.Context, id, token string, force bool) (*wire.Session, error) {
 	if err := f.record("EndSession", id, token, force); err != nil {
 		return nil, err
 	}
@@ -189,25 +191,25 @@ func (f *fakeNode) ReleaseHolder(_ context.Context, holder, reason string) (int,
 	return 3, nil
 }
 
-func (f *fakeNode) Validate(_ context.Context, req node.ValidateRequest) (*node.ValidateResult, error) {
+func (f *fakeNode) Validate(_ context.Context, req wire.ValidateRequest) (*wire.ValidateResult, error) {
 	if err := f.record("Validate", req); err != nil {
 		return nil, err
 	}
-	return &node.ValidateResult{Valid: true, Reason: "current", Current: testLease("ls_1")}, nil
+	return &wire.ValidateResult{Valid: true, Reason: "current", Current: testLease("ls_1")}, nil
 }
 
-func (f *fakeNode) Subscribe(_ context.Context, filter node.EventFilter) (Subscription, error) {
+func (f *fakeNode) Subscribe(_ context.Context, filter wire.EventFilter) (Subscription, error) {
 	if err := f.record("Subscribe", filter); err != nil {
 		return nil, err
 	}
 	return f.sub, nil
 }
 
-func (f *fakeNode) ClusterStatus(context.Context, bool) (*node.ClusterStatus, error) {
+func (f *fakeNode) ClusterStatus(context.Context, bool) (*wire.ClusterStatus, error) {
 	if err := f.record("ClusterStatus"); err != nil {
 		return nil, err
 	}
-	return &node.ClusterStatus{NodeID: "n1", Leader: "n1", Members: []node.Member{{ID: "n1", Voter: true, Leader: true}}}, nil
+	return &wire.ClusterStatus{NodeID: "n1", Leader: "n1", Members: []wire.Member{{ID: "n1", Voter: true, Leader: true}}}, nil
 }
 
 func (f *fakeNode) RemoveMember(_ context.Context, id string) error {
@@ -263,19 +265,28 @@ func (f *fakeNode) ReadyErr() error      { return f.readyErr }
 func (f *fakeNode) AppliedIndex() uint64 { return f.index.Load() }
 func (f *fakeNode) Stats() node.Stats    { return f.stats }
 
+// The fake is a node on its own: it knows no leader (so it answers every
+// request itself; followerFake forwards), its log is healthy, and it has
+// no registry and no control lease.
+func (f *fakeNode) Leader() (node.LeaderInfo, bool) { return node.LeaderInfo{}, false }
+func (f *fakeNode) NodeID() string                  { return "n1" }
+func (f *fakeNode) HealthErr() error                { return nil }
+func (f *fakeNode) Registry() *prometheus.Registry  { return nil }
+func (f *fakeNode) ControlLease() ControlNode       { return nil }
+
 // fakeSub is a Subscription fed by the test.
 type fakeSub struct {
-	ch        chan node.Event
+	ch        chan wire.Event
 	err       atomic.Pointer[error]
 	closeOnce sync.Once
 	closed    chan struct{}
 }
 
 func newFakeSub() *fakeSub {
-	return &fakeSub{ch: make(chan node.Event, 16), closed: make(chan struct{})}
+	return &fakeSub{ch: make(chan wire.Event, 16), closed: make(chan struct{})}
 }
 
-func (s *fakeSub) Events() <-chan node.Event { return s.ch }
+func (s *fakeSub) Events() <-chan wire.Event { return s.ch }
 
 func (s *fakeSub) Err() error {
 	if p := s.err.Load(); p != nil {
@@ -311,10 +322,10 @@ func do(t *testing.T, h http.Handler, method, target, body string, hdr ...string
 }
 
 // errorOf decodes an error answer, failing the test if it is not one.
-func errorOf(t *testing.T, rec *httptest.ResponseRecorder) *node.Error {
+func errorOf(t *testing.T, rec *httptest.ResponseRecorder) *wire.Error {
 	t.Helper()
 	var body struct {
-		Error *node.Error `json:"error"`
+		Error *wire.Error `json:"error"`
 	}
 	dec := json.NewDecoder(rec.Body)
 	dec.DisallowUnknownFields()
@@ -325,7 +336,7 @@ func errorOf(t *testing.T, rec *httptest.ResponseRecorder) *node.Error {
 }
 
 // wantError checks an error answer's status, code and field.
-func wantError(t *testing.T, rec *httptest.ResponseRecorder, status int, code node.Code, field string) *node.Error {
+func wantError(t *testing.T, rec *httptest.ResponseRecorder, status int, code wire.Code, field string) *wire.Error {
 	t.Helper()
 	if rec.Code != status {
 		t.Fatalf("status = %d, want %d; body %s", rec.Code, status, rec.Body)

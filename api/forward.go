@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // headerForwarded marks a request a follower forwarded to the leader; the
@@ -46,12 +47,6 @@ const (
 // leads: a forward to a leader that lost its place is abandoned.
 const leaderPoll = 50 * time.Millisecond
 
-// leaderLocator is implemented by nodes that can name the leader's HTTP
-// address (*node.Node through FromNode). Without it nothing is forwarded.
-type leaderLocator interface {
-	Leader() (node.LeaderInfo, bool)
-}
-
 // forwarder proxies requests from a follower to the leader.
 type forwarder struct {
 	proxy   *httputil.ReverseProxy
@@ -65,12 +60,9 @@ type forwarder struct {
 
 func newForwarder(log interface {
 	Warn(msg string, args ...any)
-}, loc leaderLocator, tlsConf *tls.Config, dial func(ctx context.Context, network, addr string) (net.Conn, error), timeout time.Duration) *forwarder {
+}, loc Locator, tlsConf *tls.Config, dial func(ctx context.Context, network, addr string) (net.Conn, error), timeout time.Duration) *forwarder {
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	}
-	if timeout <= 0 {
-		timeout = DefaultForwardTimeout
 	}
 	tr := &http.Transport{
 		Proxy:               nil,
@@ -152,13 +144,19 @@ var (
 	errLeaderBadStatus = errors.New("the leader's answer has no valid HTTP status")
 )
 
-// forwardPlan is how a route's requests are forwarded.
+// forwardPlan is how a follower serves a route's requests; the route
+// table (routes.go) gives each route its plan.
 type forwardPlan struct {
+	// forward: a follower sends the requests to the leader; otherwise it
+	// answers them itself. A GET with ?stale=true is answered here all the
+	// same (forwards).
+	forward bool
 	// read: the request changes nothing, so it may be sent again (GET,
 	// POST /v1/validate).
 	read bool
 	// bounded: the forward has a deadline (not snapshot transfers, whose
-	// size has no bound; a leader change still ends them).
+	// size has no bound, nor the keep-alive stream; a leader change still
+	// ends them).
 	bounded bool
 	// followLeader: abandon the forward when another node leads (not for
 	// the routes whose outcome is a leader change).
@@ -166,38 +164,16 @@ type forwardPlan struct {
 	// bufferBody: read the body first (to find wait_ms, or to send a read
 	// again).
 	bufferBody bool
+	// waitBudget: the deadline grows by the buffered body's wait_ms (an
+	// acquire may wait that long for its lease).
+	waitBudget bool
 }
 
-func planFor(rt route, r *http.Request) forwardPlan {
-	p := forwardPlan{read: r.Method == http.MethodGet || r.Method == http.MethodHead, bounded: true, followLeader: true}
-	switch rt.method + " " + rt.path {
-	case "POST /v1/validate":
-		p.read, p.bufferBody = true, true
-	case "POST /v1/leases":
-		p.bufferBody = true
-	case "GET /v1/cluster/snapshot", "PUT /v1/cluster/snapshot":
-		p.bounded = false
-	case "POST /v1/keepalive":
-		// A stream (full duplex, see duplexRoutes): proxied both ways at
-		// once for as long as the leader leads (a leader change ends it;
-		// the client opens another).
-		p.bounded = false
-	case "POST /v1/cluster/transfer-leadership", "DELETE /v1/cluster/members/:id":
-		p.followLeader = false
-	}
-	return p
-}
-
-// forwardErrorStatus turns a failed forward into the contract's answer:
-// NO_LEADER when the request certainly did not reach the leader (it could
-// not be dialled) or was a read; INDETERMINATE when a write may have
-// reached it. (The control lease's operations use it; the API's own
-// forwards know more, see failedForward.)
-func forwardErrorStatus(r *http.Request, err error) (int, *node.Error) {
-	if notSent(err) || isRead(r) {
-		return noLeaderReach(err)
-	}
-	return indeterminateForward(err)
+// forwards reports whether a follower sends r, a request of a route with
+// plan p, to the leader: a route's stale reads (a GET with ?stale=true)
+// are answered here.
+func (p forwardPlan) forwards(r *http.Request) bool {
+	return p.forward && !(r.Method == http.MethodGet && isTrue(r.URL.Query().Get("stale")))
 }
 
 // notSent reports an error that proves the request never reached the
@@ -207,45 +183,24 @@ func notSent(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial" || tlsRefused(err)
 }
 
-func isRead(r *http.Request) bool {
-	return r.Method == http.MethodGet || r.Method == http.MethodHead ||
-		r.Method == http.MethodPost && r.URL.Path == "/v1/validate"
-}
-
-func noLeaderReach(err error) (int, *node.Error) {
-	return http.StatusServiceUnavailable, &node.Error{Code: node.CodeNoLeader,
+func noLeaderReach(err error) (int, *wire.Error) {
+	return http.StatusServiceUnavailable, &wire.Error{Code: wire.CodeNoLeader,
 		Message: "the leader could not be reached: " + err.Error()}
 }
 
-func indeterminateForward(err error) (int, *node.Error) {
-	return http.StatusGatewayTimeout, &node.Error{Code: node.CodeIndeterminate,
+func indeterminateForward(err error) (int, *wire.Error) {
+	return http.StatusGatewayTimeout, &wire.Error{Code: wire.CodeIndeterminate,
 		Message: "the connection to the leader failed while the request was in flight; it may or may not have been applied: " + err.Error()}
 }
 
 // failedForward is the answer to a forward that failed: a read, or a
 // write that was never sent, is NO_LEADER (retryable); a write that may
 // have been sent is INDETERMINATE.
-func failedForward(a *forwardAttempt, err error) (int, *node.Error) {
+func failedForward(a *forwardAttempt, err error) (int, *wire.Error) {
 	if a.read || !a.sent.Load() || notSent(a.err) {
 		return noLeaderReach(err)
 	}
 	return indeterminateForward(err)
-}
-
-// forwardable says whether a route's requests go to the leader when this
-// node is a follower: every write and every linearizable read. The event
-// stream, health, readiness, metrics and local state are this node's own, and
-// ?stale=true reads answer locally.
-func forwardable(rt route, r *http.Request) bool {
-	switch rt.path {
-	case "/v1/events", "/v1/cluster/local", "/healthz", "/readyz", "/metrics", "/v1/control/ws",
-		"/", "/ui", uiPrefix + "*file", "/v1/whoami":
-		return false
-	}
-	if r.Method == http.MethodGet && isTrue(r.URL.Query().Get("stale")) {
-		return false
-	}
-	return true
 }
 
 func isTrue(s string) bool { return s == "true" || s == "1" }
@@ -256,26 +211,18 @@ func isTrue(s string) bool { return s == "true" || s == "1" }
 // and abandoned as soon as another node leads; a read that failed is sent
 // again to the leader of the moment, or answered here if that is this node.
 func (s *server) maybeForward(w http.ResponseWriter, r *http.Request, rt route) bool {
-	if s.fwd == nil || r.Header.Get(headerForwarded) != "" || !forwardable(rt, r) {
+	if r.Header.Get(headerForwarded) != "" || !rt.fwd.forwards(r) {
 		return false
 	}
-	info, ok := s.locator.Leader()
+	info, ok := s.n.Leader()
 	if !ok || info.Self || info.HTTPAddr == "" {
 		return false
 	}
-	plan := planFor(rt, r)
-	var body []byte
-	budget := s.fwd.timeout
-	if plan.bufferBody && r.Body != nil && r.Body != http.NoBody {
-		var err error
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-		if err != nil {
-			s.writeError(w, r, decodeError(err))
-			return true
-		}
-		if rt.path == "/v1/leases" {
-			budget += waitOf(body)
-		}
+	plan := rt.fwd
+	body, budget, err := s.forwardBody(w, r, plan)
+	if err != nil {
+		s.writeError(w, r, err)
+		return true
 	}
 	ctx := r.Context()
 	if plan.bounded {
@@ -284,18 +231,7 @@ func (s *server) maybeForward(w http.ResponseWriter, r *http.Request, rt route) 
 		defer cancel()
 	}
 	for attempt := 1; ; attempt++ {
-		a := &forwardAttempt{read: plan.read, retryUnavailable: plan.read && attempt < readAttempts,
-			target: &url.URL{Scheme: "http", Host: info.HTTPAddr}}
-		if r.TLS != nil || s.fwd.tls {
-			a.target.Scheme = "https"
-		}
-		out := r
-		if body != nil {
-			out = r.Clone(r.Context())
-			out.Body = io.NopCloser(bytes.NewReader(body))
-			out.ContentLength = int64(len(body))
-		}
-		out.Header.Set(headerForwarded, s.nodeID())
+		a, out := s.newAttempt(r, body, info, plan, attempt)
 		if rw, ok := w.(*responseWriter); ok {
 			rw.forwarded = true
 		}
@@ -309,9 +245,7 @@ func (s *server) maybeForward(w http.ResponseWriter, r *http.Request, rt route) 
 				"leader", info.ID, "attempt", attempt, "err", err)
 		}
 		if !plan.read || attempt >= readAttempts || r.Context().Err() != nil || ctx.Err() != nil {
-			status, e := failedForward(a, err)
-			writeErrorBody(w, status, e)
-			s.metrics.forwarded.WithLabelValues("failed").Inc()
+			s.forwardFailed(w, a, err)
 			return true
 		}
 		// A read changes nothing: try again on whoever leads now.
@@ -323,24 +257,71 @@ func (s *server) maybeForward(w http.ResponseWriter, r *http.Request, rt route) 
 		switch {
 		case !ok, notSent(a.err) && !replaced(info, next, ok):
 			// No leader, or still the one that could not be reached.
-			status, e := failedForward(a, err)
-			writeErrorBody(w, status, e)
-			s.metrics.forwarded.WithLabelValues("failed").Inc()
+			s.forwardFailed(w, a, err)
 			return true
 		case next.Self:
 			// This node leads now: it answers the read itself.
-			if rw, ok := w.(*responseWriter); ok {
-				rw.forwarded = false
-			}
-			r.Header.Del(headerForwarded)
-			s.metrics.forwarded.WithLabelValues("local").Inc()
-			if body != nil {
-				r.Body = io.NopCloser(bytes.NewReader(body))
-				r.ContentLength = int64(len(body))
-			}
+			s.answerHere(w, r, body)
 			return false
 		}
 		info = next
+	}
+}
+
+// forwardBody reads the body of r before it is forwarded when plan says
+// so (to find its wait_ms, or to send a read again), and returns it (nil
+// when it stays unread) with the forward's time budget.
+func (s *server) forwardBody(w http.ResponseWriter, r *http.Request, plan forwardPlan) ([]byte, time.Duration, error) {
+	budget := s.fwd.timeout
+	if !plan.bufferBody || r.Body == nil || r.Body == http.NoBody {
+		return nil, budget, nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		return nil, 0, decodeError(err)
+	}
+	if plan.waitBudget {
+		budget += waitOf(body)
+	}
+	return body, budget, nil
+}
+
+// newAttempt prepares try number attempt of forwarding r, whose body (if
+// not nil) was read, to the leader info.
+func (s *server) newAttempt(r *http.Request, body []byte, info node.LeaderInfo, plan forwardPlan, attempt int) (*forwardAttempt, *http.Request) {
+	a := &forwardAttempt{read: plan.read, retryUnavailable: plan.read && attempt < readAttempts,
+		target: &url.URL{Scheme: "http", Host: info.HTTPAddr}}
+	if r.TLS != nil || s.fwd.tls {
+		a.target.Scheme = "https"
+	}
+	out := r
+	if body != nil {
+		out = r.Clone(r.Context())
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.ContentLength = int64(len(body))
+	}
+	out.Header.Set(headerForwarded, s.n.NodeID())
+	return a, out
+}
+
+// forwardFailed answers a forward that failed (failedForward).
+func (s *server) forwardFailed(w http.ResponseWriter, a *forwardAttempt, err error) {
+	status, e := failedForward(a, err)
+	writeErrorBody(w, status, e)
+	s.metrics.forwarded.WithLabelValues("failed").Inc()
+}
+
+// answerHere readies r, a read that was being forwarded, to be answered
+// by this node, which leads now.
+func (s *server) answerHere(w http.ResponseWriter, r *http.Request, body []byte) {
+	if rw, ok := w.(*responseWriter); ok {
+		rw.forwarded = false
+	}
+	r.Header.Del(headerForwarded)
+	s.metrics.forwarded.WithLabelValues("local").Inc()
+	if body != nil {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
 	}
 }
 
@@ -392,7 +373,7 @@ func waitOf(body []byte) time.Duration {
 // leaderWatch looks at who leads while forwards are in flight (one poller
 // for all of them) and tells each forward when its leader lost its place.
 type leaderWatch struct {
-	loc   leaderLocator
+	loc   Locator
 	every time.Duration
 
 	mu      sync.Mutex
@@ -482,13 +463,6 @@ func (lw *leaderWatch) next(ctx context.Context, was node.LeaderInfo, pause time
 		case <-tick.C:
 		}
 	}
-}
-
-func (s *server) nodeID() string {
-	if st, ok := s.n.(interface{ NodeID() string }); ok {
-		return st.NodeID()
-	}
-	return "follower"
 }
 
 // tlsRefused reports a TLS handshake with the leader that failed: this node

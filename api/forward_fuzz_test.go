@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // fuzzLeader is a "leader" on a raw TCP listener: it reads each request
@@ -195,7 +196,7 @@ func checkGenerated(t *testing.T, write bool, status int, body []byte) {
 	t.Helper()
 	var eb struct {
 		Error *struct {
-			Code    node.Code `json:"code"`
+			Code    wire.Code `json:"code"`
 			Message string    `json:"message"`
 		} `json:"error"`
 	}
@@ -203,8 +204,8 @@ func checkGenerated(t *testing.T, write bool, status int, body []byte) {
 		t.Fatalf("the follower's own answer %d is not a contract error body: %q", status, body)
 	}
 	switch {
-	case eb.Error.Code == node.CodeNoLeader && status == http.StatusServiceUnavailable:
-	case eb.Error.Code == node.CodeIndeterminate && status == http.StatusGatewayTimeout && write:
+	case eb.Error.Code == wire.CodeNoLeader && status == http.StatusServiceUnavailable:
+	case eb.Error.Code == wire.CodeIndeterminate && status == http.StatusGatewayTimeout && write:
 	default:
 		t.Fatalf("the follower answered a failed forward (write %v) with %d %s", write, status, body)
 	}
@@ -335,6 +336,8 @@ func (c *controlFollower) DialPeer(ctx context.Context, network, addr string) (n
 
 func (c *controlFollower) ServePeer(http.Handler) {}
 
+func (c *controlFollower) NodeID() string { return "follower" }
+
 // FuzzControlForwardAnswer plays a malicious leader to a follower's
 // control operations (a socket's acquire, heartbeat, release or status,
 // sent to the leader's node-to-node /v1/control/forward): the follower never panics,
@@ -403,10 +406,10 @@ func FuzzControlForwardAnswer(f *testing.F) {
 			}
 			return
 		}
-		code := node.ErrorCode(r.err)
+		code := wire.ErrorCode(r.err)
 		switch {
-		case code == node.CodeNoLeader, code == node.CodeIndeterminate && op.Op != "status":
-		case code == node.CodeInternal || code == "":
+		case code == wire.CodeNoLeader, code == wire.CodeIndeterminate && op.Op != "status":
+		case code == wire.CodeInternal || code == "":
 			t.Fatalf("%s: %v (%s) for the leader's answer %q", op.Op, r.err, code, answer)
 		default:
 			// The leader's own error: it must have said so.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // hungLeader is a leader that takes connections and requests and never
@@ -364,7 +365,7 @@ func TestForwardReadRetriedAfterCut(t *testing.T) {
 	if rec.Code != http.StatusOK || validates.Load() != 2 {
 		t.Fatalf("validate cut once: %d %s after %d deliveries, want the second one's answer", rec.Code, rec.Body, validates.Load())
 	}
-	if c := leaderNode.only(t, "Validate"); c.args[0].(node.ValidateRequest).FencingToken != 3 {
+	if c := leaderNode.only(t, "Validate"); c.args[0].(wire.ValidateRequest).FencingToken != 3 {
 		t.Fatalf("validate sent again without its body: %+v", c.args)
 	}
 }
@@ -382,7 +383,7 @@ func TestForwardReadRetriedOnLeaderNotReady(t *testing.T) {
 			n = &reads
 		}
 		if n.Add(1) == 1 {
-			writeErrorBody(w, http.StatusServiceUnavailable, &node.Error{Code: node.CodeNoLeader, Message: "just elected"})
+			writeErrorBody(w, http.StatusServiceUnavailable, &wire.Error{Code: wire.CodeNoLeader, Message: "just elected"})
 			return
 		}
 		leaderAPI.ServeHTTP(w, r)

@@ -13,23 +13,23 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // The fuzz targets of the HTTP layer: every decoder of outside input. Each
 // asserts the contract, not only the absence of a panic.
 
 // knownCodes are the contract's error codes an answer may carry.
-var knownCodes = map[node.Code]bool{}
+var knownCodes = map[wire.Code]bool{}
 
 func init() {
-	for _, c := range []node.Code{node.CodeInvalidArgument, node.CodeUnauthenticated, node.CodePermissionDenied,
-		node.CodeLeaseTokenInvalid, node.CodeLeaseNotFound, node.CodeSessionNotFound, node.CodeLeaseHeld,
-		node.CodeLimitMismatch, node.CodeLockDelay, node.CodeLeaseExpired, node.CodeLeaseReleased,
-		node.CodeLeaseRevoked, node.CodeSessionEnded, node.CodeIdempotencyConflict, node.CodePayloadTooLarge,
-		node.CodeResourceExhausted, node.CodeLeaseRequired, node.CodeControlLocked, node.CodeNoLeader,
-		node.CodeIndeterminate, node.CodeEventsCompacted, node.CodeUnavailable, node.CodeNotFound,
-		node.CodeMethodNotAllowed} {
+	for _, c := range []wire.Code{wire.CodeInvalidArgument, wire.CodeUnauthenticated, wire.CodePermissionDenied,
+		wire.CodeLeaseTokenInvalid, wire.CodeLeaseNotFound, wire.CodeSessionNotFound, wire.CodeLeaseHeld,
+		wire.CodeLimitMismatch, wire.CodeLockDelay, wire.CodeLeaseExpired, wire.CodeLeaseReleased,
+		wire.CodeLeaseRevoked, wire.CodeSessionEnded, wire.CodeIdempotencyConflict, wire.CodePayloadTooLarge,
+		wire.CodeResourceExhausted, wire.CodeLeaseRequired, wire.CodeControlLocked, wire.CodeNoLeader,
+		wire.CodeIndeterminate, wire.CodeEventsCompacted, wire.CodeUnavailable, wire.CodeNotFound,
+		wire.CodeMethodNotAllowed} {
 		knownCodes[c] = true
 	}
 }
@@ -45,6 +45,10 @@ var routeSeeds = []struct{ method, path, param, query, body string }{
 	{"DELETE", "/v1/leases/:id", "ls_1", "reason=done", `{"reason":"done"}`},
 	{"POST", "/v1/leases/:id/revoke", "ls_1", "", `{"reason":"op"}`},
 	{"POST", "/v1/heartbeat", "", "", `{"leases":[{"lease_id":"ls_1","token":"t"},{"lease_id":"ls_2","token":"u"}]}`},
+	{"POST", "/v1/groups", "", "", `{"keys":[{"key":"dedup/s1"},{"key":"tuners","limit":4}],"holder":"w","ttl_ms":10000,"idempotency_key":"i","wait_ms":100}`},
+	{"GET", "/v1/groups/:id", "lg_1", "stale=true", ""},
+	{"POST", "/v1/groups/:id/renew", "lg_1", "", `{"ttl_ms":5000}`},
+	{"DELETE", "/v1/groups/:id", "lg_1", "reason=done", ""},
 	{"POST", "/v1/sessions", "", "", `{"holder":"h","ttl_ms":10000,"metadata":{"x":"y"}}`},
 	{"GET", "/v1/sessions", "", "holder=h&limit=5&after=ss_1", ""},
 	{"GET", "/v1/sessions/:id", "ss_1", "stale=false", ""},
@@ -167,7 +171,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, what string) {
 		return
 	}
 	var body struct {
-		Error *node.Error `json:"error"`
+		Error *wire.Error `json:"error"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(rec.Body.Bytes()))
 	dec.DisallowUnknownFields()
@@ -225,16 +229,16 @@ func FuzzDecodeBody(f *testing.F) {
 				}
 				return
 			}
-			var e *node.Error
+			var e *wire.Error
 			if !errors.As(err, &e) || e.Message == "" {
 				t.Fatalf("not a contract error: %#v", err)
 			}
 			switch e.Code {
-			case node.CodePayloadTooLarge:
+			case wire.CodePayloadTooLarge:
 				if int64(len(body)) <= s.maxBody {
 					t.Fatalf("%d bytes refused as too large: %v", len(body), e)
 				}
-			case node.CodeInvalidArgument:
+			case wire.CodeInvalidArgument:
 			default:
 				t.Fatalf("code %s for %q", e.Code, body)
 			}
@@ -273,8 +277,8 @@ func FuzzQuery(f *testing.F) {
 		stale, limit := q.stale(), q.limit()
 		err := q.check()
 		if err != nil {
-			var e *node.Error
-			if !errors.As(err, &e) || e.Code != node.CodeInvalidArgument || e.Message == "" {
+			var e *wire.Error
+			if !errors.As(err, &e) || e.Code != wire.CodeInvalidArgument || e.Message == "" {
 				t.Fatalf("%q: %#v", raw, err)
 			}
 			if e.Field != "" && e.Field != "stale" && e.Field != "limit" {
@@ -294,12 +298,15 @@ func FuzzQuery(f *testing.F) {
 
 // FuzzParseTokens: the tokens file parser refuses with an error and no
 // tokens, or accepts tokens that each have a name, a known scope and a
-// hash, and that a file written back from them parses to the same set.
+// hash, and that a file written back from them (restrictions to keys and
+// holders included) parses to the same set.
 func FuzzParseTokens(f *testing.F) {
 	f.Add([]byte(`{"tokens":[{"name":"ops","sha256":"` + HashToken("secret") + `","scopes":["admin","read"]}]}`))
 	f.Add([]byte(`{"tokens":[{"name":"a","sha256":"` + HashToken("a") + `","scopes":["read"]},{"name":"b","sha256":"` + HashToken("b") + `","scopes":["write"]}]}`))
 	f.Add([]byte(`{"tokens":[]}`))
 	f.Add([]byte(`{"tokens":[{"name":"x","sha256":"zz","scopes":["read"]}]} {}`))
+	f.Add([]byte(`{"tokens":[{"name":"t","sha256":"` + HashToken("t") + `","scopes":["write"],"keys":{"read":["s/",""],"write":["t/","t/"]},"holders":{"names":["w"],"prefixes":["t-"]}}]}`))
+	f.Add([]byte(`{"tokens":[{"name":"t","sha256":"` + HashToken("t") + `","scopes":["read"],"keys":null,"holders":{"names":[]}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		toks, err := ParseTokens(data)
 		if err != nil {
@@ -316,11 +323,16 @@ func FuzzParseTokens(f *testing.F) {
 			if e.name == "" || e.scope < ScopeRead || e.scope > ScopeAdmin {
 				t.Fatalf("entry %+v", e)
 			}
-			out.Tokens = append(out.Tokens, struct {
-				Name   string   `json:"name"`
-				SHA256 string   `json:"sha256"`
-				Scopes []string `json:"scopes"`
-			}{e.name, hex.EncodeToString(e.sum[:]), []string{e.scope.String()}})
+			fe := tokenFileEntry{Name: e.name, SHA256: hex.EncodeToString(e.sum[:]), Scopes: []string{e.scope.String()}}
+			if v := e.acc.view(); v != nil {
+				if v.Keys != nil {
+					fe.Keys, _ = json.Marshal(v.Keys)
+				}
+				if v.Holders != nil {
+					fe.Holders, _ = json.Marshal(v.Holders)
+				}
+			}
+			out.Tokens = append(out.Tokens, fe)
 		}
 		b, err := json.Marshal(out)
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestRoutes exercises every route's happy path: status, what reached the
@@ -37,7 +37,7 @@ func TestRoutes(t *testing.T) {
 			body: `{"key":"k","holder":"w1","ttl_ms":5000,"session_id":"ss_1","limit":3,"metadata":{"a":"b"},` +
 				`"idempotency_key":"i1","wait_ms":100,"lock_delay_ms":200}`,
 			hdr: []string{"X-Session-Token", "st"},
-			check: argsAre("Acquire", node.AcquireRequest{Key: "k", Holder: "w1", TTLMS: 5000, SessionID: "ss_1",
+			check: argsAre("Acquire", wire.AcquireRequest{Key: "k", Holder: "w1", TTLMS: 5000, SessionID: "ss_1",
 				SessionToken: "st", Limit: 3, Metadata: map[string]string{"a": "b"}, IdempotencyKey: "i1",
 				WaitMS: 100, LockDelayMS: 200}),
 			bodyCheck: func(t *testing.T, b map[string]any) {
@@ -53,7 +53,7 @@ func TestRoutes(t *testing.T) {
 			check: argsAre("GetLease", "ls_7", true)},
 		{name: "list leases", method: "GET", status: 200,
 			path: "/v1/leases?key=k&prefix=p%2F&holder=w1&session_id=ss_1&state=active&limit=10&after=ls_0&stale=1",
-			check: argsAre("ListLeases", node.ListRequest{Key: "k", Prefix: "p/", Holder: "w1", SessionID: "ss_1",
+			check: argsAre("ListLeases", wire.ListRequest{Key: "k", Prefix: "p/", Holder: "w1", SessionID: "ss_1",
 				State: "active", Limit: 10, After: "ls_0"}, true),
 			bodyCheck: func(t *testing.T, b map[string]any) {
 				if l, _ := b["leases"].([]any); len(l) != 1 || b["next"] != "ls_1" {
@@ -67,12 +67,18 @@ func TestRoutes(t *testing.T) {
 				}
 			}},
 		{name: "renew", method: "POST", path: "/v1/leases/ls_7/renew", body: `{"ttl_ms":3000}`, status: 200,
-			hdr: []string{"X-Lease-Token", "lt"}, check: argsAre("Renew", "ls_7", "lt", int64(3000))},
+			hdr: []string{"X-Lease-Token", "lt"}, check: argsAre("Renew", wire.RenewRequest{LeaseID: "ls_7", Token: "lt", TTLMS: 3000})},
+		{name: "renew metadata", method: "POST", path: "/v1/leases/ls_7/renew", body: `{"metadata":{"done":"12"}}`, status: 200,
+			hdr: []string{"X-Lease-Token", "lt"}, check: argsAre("Renew", wire.RenewRequest{LeaseID: "ls_7", Token: "lt", Metadata: map[string]string{"done": "12"}})},
+		{name: "renew clear metadata", method: "POST", path: "/v1/leases/ls_7/renew", body: `{"metadata":{}}`, status: 200,
+			hdr: []string{"X-Lease-Token", "lt"}, check: argsAre("Renew", wire.RenewRequest{LeaseID: "ls_7", Token: "lt", Metadata: map[string]string{}})},
+		{name: "renew null metadata", method: "POST", path: "/v1/leases/ls_7/renew", body: `{"metadata":null}`, status: 200,
+			hdr: []string{"X-Lease-Token", "lt"}, check: argsAre("Renew", wire.RenewRequest{LeaseID: "ls_7", Token: "lt"})},
 		{name: "renew no body", method: "POST", path: "/v1/leases/ls_7/renew", status: 200,
-			hdr: []string{"X-Lease-Token", "lt"}, check: argsAre("Renew", "ls_7", "lt", int64(0))},
+			hdr: []string{"X-Lease-Token", "lt"}, check: argsAre("Renew", wire.RenewRequest{LeaseID: "ls_7", Token: "lt"})},
 		{name: "release", method: "DELETE", path: "/v1/leases/ls_7", body: `{"reason":"done"}`, status: 200,
 			hdr:   []string{"X-Lease-Token", "lt"},
-			check: argsAre("Release", node.ReleaseRequest{LeaseID: "ls_7", Token: "lt", Reason: "done"}),
+			check: argsAre("Release", wire.ReleaseRequest{LeaseID: "ls_7", Token: "lt", Reason: "done"}),
 			bodyCheck: func(t *testing.T, b map[string]any) {
 				if b["state"] != "released" || b["end_reason"] != "done" {
 					t.Errorf("lease = %v", b)
@@ -80,14 +86,14 @@ func TestRoutes(t *testing.T) {
 			}},
 		{name: "release reason in query", method: "DELETE", path: "/v1/leases/ls_7?reason=q", status: 200,
 			hdr:   []string{"X-Session-Token", "st"},
-			check: argsAre("Release", node.ReleaseRequest{LeaseID: "ls_7", SessionToken: "st", Reason: "q"})},
+			check: argsAre("Release", wire.ReleaseRequest{LeaseID: "ls_7", SessionToken: "st", Reason: "q"})},
 		{name: "revoke", method: "POST", path: "/v1/leases/ls_7/revoke", body: `{"reason":"stuck"}`, status: 200,
 			check: argsAre("Revoke", "ls_7", "stuck")},
 		{name: "revoke no body", method: "POST", path: "/v1/leases/ls_7/revoke", status: 200,
 			check: argsAre("Revoke", "ls_7", "")},
 		{name: "heartbeat", method: "POST", path: "/v1/heartbeat", status: 200,
 			body:  `{"leases":[{"lease_id":"ls_1","token":"a"},{"lease_id":"ls_2","token":"bad"}]}`,
-			check: argsAre("Heartbeat", []node.HeartbeatItem{{LeaseID: "ls_1", Token: "a"}, {LeaseID: "ls_2", Token: "bad"}}),
+			check: argsAre("Heartbeat", []wire.HeartbeatItem{{LeaseID: "ls_1", Token: "a"}, {LeaseID: "ls_2", Token: "bad"}}),
 			bodyCheck: func(t *testing.T, b map[string]any) {
 				rs, _ := b["results"].([]any)
 				if len(rs) != 2 {
@@ -101,7 +107,7 @@ func TestRoutes(t *testing.T) {
 			}},
 		{name: "create session", method: "POST", path: "/v1/sessions", status: 201,
 			body:  `{"holder":"w1","ttl_ms":10000,"metadata":{"x":"y"}}`,
-			check: argsAre("CreateSession", node.SessionRequest{Holder: "w1", TTLMS: 10000, Metadata: map[string]string{"x": "y"}}),
+			check: argsAre("CreateSession", wire.SessionRequest{Holder: "w1", TTLMS: 10000, Metadata: map[string]string{"x": "y"}}),
 			bodyCheck: func(t *testing.T, b map[string]any) {
 				if b["token"] != "session-secret" || b["session_id"] != "ss_1" {
 					t.Errorf("session = %v", b)
@@ -136,7 +142,7 @@ func TestRoutes(t *testing.T) {
 			check: argsAre("ReleaseHolder", "a b", "")},
 		{name: "validate fencing", method: "POST", path: "/v1/validate", status: 200,
 			body:  `{"key":"k","fencing_token":18446744073709551615}`,
-			check: argsAre("Validate", node.ValidateRequest{Key: "k", FencingToken: 1<<64 - 1}),
+			check: argsAre("Validate", wire.ValidateRequest{Key: "k", FencingToken: 1<<64 - 1}),
 			bodyCheck: func(t *testing.T, b map[string]any) {
 				if b["valid"] != true || b["reason"] != "current" || b["current"] == nil {
 					t.Errorf("answer = %v", b)
@@ -144,7 +150,7 @@ func TestRoutes(t *testing.T) {
 			}},
 		{name: "validate token", method: "POST", path: "/v1/validate", status: 200,
 			body:  `{"lease_id":"ls_1","token":"lt"}`,
-			check: argsAre("Validate", node.ValidateRequest{LeaseID: "ls_1", Token: "lt"})},
+			check: argsAre("Validate", wire.ValidateRequest{LeaseID: "ls_1", Token: "lt"})},
 		{name: "cluster", method: "GET", path: "/v1/cluster", status: 200, check: argsAre("ClusterStatus"),
 			bodyCheck: func(t *testing.T, b map[string]any) {
 				if b["leader"] != "n1" {
@@ -199,7 +205,7 @@ func TestAcquireReplayIs200(t *testing.T) {
 	if rec.Code != 200 {
 		t.Fatalf("status = %d, want 200", rec.Code)
 	}
-	var l node.Lease
+	var l wire.Lease
 	jsonOf(t, rec, &l)
 	if l.Token == "" {
 		t.Error("a replay must return the lease token again")
@@ -225,40 +231,40 @@ func TestIndexReadAfterOperation(t *testing.T) {
 
 type advancingNode struct{ *fakeNode }
 
-func (a *advancingNode) Acquire(ctx context.Context, req node.AcquireRequest) (*node.Lease, bool, error) {
+func (a *advancingNode) Acquire(ctx context.Context, req wire.AcquireRequest) (*wire.Lease, bool, error) {
 	a.index.Add(1)
 	return a.fakeNode.Acquire(ctx, req)
 }
 
 func TestReadyzNotReady(t *testing.T) {
 	f := newFake()
-	f.readyErr = &node.Error{Code: node.CodeNoLeader, Message: "no leader is known"}
+	f.readyErr = &wire.Error{Code: wire.CodeNoLeader, Message: "no leader is known"}
 	rec := do(t, New(f, Options{}), "GET", "/readyz", "")
-	wantError(t, rec, 503, node.CodeNoLeader, "")
+	wantError(t, rec, 503, wire.CodeNoLeader, "")
 	if rec.Header().Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")
 	}
 
 	f.readyErr = errors.New("catching up")
 	rec = do(t, New(f, Options{}), "GET", "/readyz", "")
-	wantError(t, rec, 503, node.CodeUnavailable, "")
+	wantError(t, rec, 503, wire.CodeUnavailable, "")
 }
 
 func TestUnknownRouteAndMethod(t *testing.T) {
 	f := newFake()
 	h := New(f, Options{})
 	rec := do(t, h, "GET", "/v1/nothing", "")
-	wantError(t, rec, 404, node.CodeNotFound, "")
+	wantError(t, rec, 404, wire.CodeNotFound, "")
 	if rec.Header().Get(headerIndex) == "" {
 		t.Errorf("404 without %s", headerIndex)
 	}
 	rec = do(t, h, "PUT", "/v1/leases/ls_1", "")
-	wantError(t, rec, 405, node.CodeMethodNotAllowed, "")
+	wantError(t, rec, 405, wire.CodeMethodNotAllowed, "")
 	if allow := rec.Header().Get("Allow"); !strings.Contains(allow, "GET") || !strings.Contains(allow, "DELETE") {
 		t.Errorf("Allow = %q", allow)
 	}
 	rec = do(t, h, "GET", "/v1/leases/", "")
-	wantError(t, rec, 404, node.CodeNotFound, "")
+	wantError(t, rec, 404, wire.CodeNotFound, "")
 	if len(f.called()) != 0 {
 		t.Errorf("unrouted requests reached the node: %v", f.called())
 	}
@@ -274,36 +280,36 @@ func TestBadRequests(t *testing.T) {
 		body         string
 		hdr          []string
 		status       int
-		code         node.Code
+		code         wire.Code
 		field        string
 	}{
-		{"over 64 KiB", "POST", "/v1/leases", big, nil, 413, node.CodePayloadTooLarge, ""},
-		{"over 64 KiB garbage", "POST", "/v1/sessions", strings.Repeat("{", DefaultMaxBodyBytes+1), nil, 413, node.CodePayloadTooLarge, ""},
-		{"over 64 KiB trailing", "POST", "/v1/validate", `{"key":"k"}` + strings.Repeat(" ", DefaultMaxBodyBytes), nil, 413, node.CodePayloadTooLarge, ""},
-		{"unknown field", "POST", "/v1/leases", `{"key":"k","holder":"h","ttl":5}`, nil, 400, node.CodeInvalidArgument, "ttl"},
-		{"unknown nested field", "POST", "/v1/heartbeat", `{"leases":[{"lease_id":"a","tok":"b"}]}`, nil, 400, node.CodeInvalidArgument, "tok"},
-		{"session token in body", "POST", "/v1/leases", `{"key":"k","holder":"h","session_token":"x"}`, nil, 400, node.CodeInvalidArgument, "session_token"},
-		{"malformed", "POST", "/v1/leases", `{"key":`, nil, 400, node.CodeInvalidArgument, ""},
-		{"syntax", "POST", "/v1/leases", `{"key" "k"}`, nil, 400, node.CodeInvalidArgument, ""},
-		{"trailing data", "POST", "/v1/leases", `{"key":"k"} {"key":"j"}`, nil, 400, node.CodeInvalidArgument, ""},
-		{"trailing garbage", "POST", "/v1/validate", `{"key":"k"}x`, nil, 400, node.CodeInvalidArgument, ""},
-		{"not an object", "POST", "/v1/leases", `["k"]`, nil, 400, node.CodeInvalidArgument, ""},
-		{"wrong type", "POST", "/v1/leases", `{"key":"k","ttl_ms":"5s"}`, nil, 400, node.CodeInvalidArgument, "ttl_ms"},
-		{"negative limit", "POST", "/v1/leases", `{"key":"k","limit":-1}`, nil, 400, node.CodeInvalidArgument, "limit"},
-		{"huge limit", "POST", "/v1/leases", `{"key":"k","limit":4294967296}`, nil, 400, node.CodeInvalidArgument, "limit"},
-		{"metadata not strings", "POST", "/v1/sessions", `{"holder":"h","metadata":{"a":1}}`, nil, 400, node.CodeInvalidArgument, "metadata"},
-		{"empty body", "POST", "/v1/leases", ``, nil, 400, node.CodeInvalidArgument, ""},
-		{"empty heartbeat body", "POST", "/v1/heartbeat", ``, nil, 400, node.CodeInvalidArgument, ""},
-		{"renew without token", "POST", "/v1/leases/ls_1/renew", `{}`, nil, 400, node.CodeInvalidArgument, "X-Lease-Token"},
-		{"renew bad body", "POST", "/v1/leases/ls_1/renew", `{"ttl":1}`, []string{"X-Lease-Token", "t"}, 400, node.CodeInvalidArgument, "ttl"},
-		{"release without token", "DELETE", "/v1/leases/ls_1", ``, nil, 400, node.CodeInvalidArgument, "X-Lease-Token"},
-		{"release bad body", "DELETE", "/v1/leases/ls_1", `{"why":"x"}`, []string{"X-Lease-Token", "t"}, 400, node.CodeInvalidArgument, "why"},
-		{"session heartbeat without token", "POST", "/v1/sessions/ss_1/heartbeat", ``, nil, 400, node.CodeInvalidArgument, "X-Session-Token"},
-		{"bad stale", "GET", "/v1/leases/ls_1?stale=maybe", ``, nil, 400, node.CodeInvalidArgument, "stale"},
-		{"bad limit", "GET", "/v1/leases?limit=ten", ``, nil, 400, node.CodeInvalidArgument, "limit"},
-		{"negative list limit", "GET", "/v1/sessions?limit=-1", ``, nil, 400, node.CodeInvalidArgument, "limit"},
-		{"bad query", "GET", "/v1/leases?key=%zz", ``, nil, 400, node.CodeInvalidArgument, ""},
-		{"transfer bad body", "POST", "/v1/cluster/transfer-leadership", `{"node":"n2"}`, nil, 400, node.CodeInvalidArgument, "node"},
+		{"over 64 KiB", "POST", "/v1/leases", big, nil, 413, wire.CodePayloadTooLarge, ""},
+		{"over 64 KiB garbage", "POST", "/v1/sessions", strings.Repeat("{", DefaultMaxBodyBytes+1), nil, 413, wire.CodePayloadTooLarge, ""},
+		{"over 64 KiB trailing", "POST", "/v1/validate", `{"key":"k"}` + strings.Repeat(" ", DefaultMaxBodyBytes), nil, 413, wire.CodePayloadTooLarge, ""},
+		{"unknown field", "POST", "/v1/leases", `{"key":"k","holder":"h","ttl":5}`, nil, 400, wire.CodeInvalidArgument, "ttl"},
+		{"unknown nested field", "POST", "/v1/heartbeat", `{"leases":[{"lease_id":"a","tok":"b"}]}`, nil, 400, wire.CodeInvalidArgument, "tok"},
+		{"session token in body", "POST", "/v1/leases", `{"key":"k","holder":"h","session_token":"x"}`, nil, 400, wire.CodeInvalidArgument, "session_token"},
+		{"malformed", "POST", "/v1/leases", `{"key":`, nil, 400, wire.CodeInvalidArgument, ""},
+		{"syntax", "POST", "/v1/leases", `{"key" "k"}`, nil, 400, wire.CodeInvalidArgument, ""},
+		{"trailing data", "POST", "/v1/leases", `{"key":"k"} {"key":"j"}`, nil, 400, wire.CodeInvalidArgument, ""},
+		{"trailing garbage", "POST", "/v1/validate", `{"key":"k"}x`, nil, 400, wire.CodeInvalidArgument, ""},
+		{"not an object", "POST", "/v1/leases", `["k"]`, nil, 400, wire.CodeInvalidArgument, ""},
+		{"wrong type", "POST", "/v1/leases", `{"key":"k","ttl_ms":"5s"}`, nil, 400, wire.CodeInvalidArgument, "ttl_ms"},
+		{"negative limit", "POST", "/v1/leases", `{"key":"k","limit":-1}`, nil, 400, wire.CodeInvalidArgument, "limit"},
+		{"huge limit", "POST", "/v1/leases", `{"key":"k","limit":4294967296}`, nil, 400, wire.CodeInvalidArgument, "limit"},
+		{"metadata not strings", "POST", "/v1/sessions", `{"holder":"h","metadata":{"a":1}}`, nil, 400, wire.CodeInvalidArgument, "metadata"},
+		{"empty body", "POST", "/v1/leases", ``, nil, 400, wire.CodeInvalidArgument, ""},
+		{"empty heartbeat body", "POST", "/v1/heartbeat", ``, nil, 400, wire.CodeInvalidArgument, ""},
+		{"renew without token", "POST", "/v1/leases/ls_1/renew", `{}`, nil, 400, wire.CodeInvalidArgument, "X-Lease-Token"},
+		{"renew bad body", "POST", "/v1/leases/ls_1/renew", `{"ttl":1}`, []string{"X-Lease-Token", "t"}, 400, wire.CodeInvalidArgument, "ttl"},
+		{"release without token", "DELETE", "/v1/leases/ls_1", ``, nil, 400, wire.CodeInvalidArgument, "X-Lease-Token"},
+		{"release bad body", "DELETE", "/v1/leases/ls_1", `{"why":"x"}`, []string{"X-Lease-Token", "t"}, 400, wire.CodeInvalidArgument, "why"},
+		{"session heartbeat without token", "POST", "/v1/sessions/ss_1/heartbeat", ``, nil, 400, wire.CodeInvalidArgument, "X-Session-Token"},
+		{"bad stale", "GET", "/v1/leases/ls_1?stale=maybe", ``, nil, 400, wire.CodeInvalidArgument, "stale"},
+		{"bad limit", "GET", "/v1/leases?limit=ten", ``, nil, 400, wire.CodeInvalidArgument, "limit"},
+		{"negative list limit", "GET", "/v1/sessions?limit=-1", ``, nil, 400, wire.CodeInvalidArgument, "limit"},
+		{"bad query", "GET", "/v1/leases?key=%zz", ``, nil, 400, wire.CodeInvalidArgument, ""},
+		{"transfer bad body", "POST", "/v1/cluster/transfer-leadership", `{"node":"n2"}`, nil, 400, wire.CodeInvalidArgument, "node"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -324,7 +330,7 @@ func TestBodyLimitOption(t *testing.T) {
 	f := newFake()
 	h := New(f, Options{MaxBodyBytes: 64})
 	body := `{"key":"k","holder":"` + strings.Repeat("h", 64) + `"}`
-	wantError(t, do(t, h, "POST", "/v1/leases", body), 413, node.CodePayloadTooLarge, "")
+	wantError(t, do(t, h, "POST", "/v1/leases", body), 413, wire.CodePayloadTooLarge, "")
 	rec := do(t, h, "POST", "/v1/leases", `{"key":"k","holder":"h","ttl_ms":1000}`)
 	if rec.Code != 201 {
 		t.Fatalf("small body: status %d", rec.Code)
@@ -345,7 +351,7 @@ func TestAnswerEncoding(t *testing.T) {
 	if !strings.HasSuffix(rec.Body.String(), "}\n") {
 		t.Errorf("body %q does not end with a newline", rec.Body)
 	}
-	var l node.Lease
+	var l wire.Lease
 	if err := json.Unmarshal(rec.Body.Bytes(), &l); err != nil || l.LeaseID != "ls_1" {
 		t.Fatalf("lease = %+v, %v", l, err)
 	}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/julienschmidt/httprouter"
-	"github.com/leasehold/leasehold/node"
 	"github.com/leasehold/leasehold/wire"
 )
 
@@ -45,7 +44,7 @@ const (
 // shutdown; renewals in flight are then answered, if still possible, with
 // their outcome or INDETERMINATE).
 func (s *server) keepAliveRenewals(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
-	rc := http.NewResponseController(w) // full duplex: see duplexRoutes
+	rc := http.NewResponseController(w) // full duplex: the route is duplex (routes.go)
 	h := w.Header()
 	h.Set("Content-Type", "application/x-ndjson")
 	h.Set("Cache-Control", "no-store")
@@ -93,7 +92,7 @@ func (ks *keepAliveStream) read() {
 	for !ks.ending.Load() {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
-			ks.answer(&wire.KeepAliveAnswer{Status: http.StatusBadRequest, Error: &node.Error{Code: node.CodeInvalidArgument,
+			ks.answer(&wire.KeepAliveAnswer{Status: http.StatusBadRequest, Error: &wire.Error{Code: wire.CodeInvalidArgument,
 				Message: "a keep-alive line exceeds " + strconv.Itoa(KeepAliveMaxLine) + " bytes; the stream ends"}})
 			return
 		}
@@ -114,13 +113,13 @@ func (ks *keepAliveStream) read() {
 func (ks *keepAliveStream) start(line []byte) {
 	var req wire.KeepAliveRenewal
 	if err := json.Unmarshal(line, &req); err != nil {
-		ks.answer(&wire.KeepAliveAnswer{Status: http.StatusBadRequest, Error: &node.Error{Code: node.CodeInvalidArgument,
+		ks.answer(&wire.KeepAliveAnswer{Status: http.StatusBadRequest, Error: &wire.Error{Code: wire.CodeInvalidArgument,
 			Message: "a keep-alive line must be one JSON object {\"id\", \"lease_id\", \"token\", \"ttl_ms\"}: " + err.Error()}})
 		return
 	}
 	if req.Token == "" {
 		ks.answer(&wire.KeepAliveAnswer{ID: req.ID, LeaseID: req.LeaseID, Status: http.StatusBadRequest,
-			Error: &node.Error{Code: node.CodeInvalidArgument, Field: "token", Message: "the lease token is required"}})
+			Error: &wire.Error{Code: wire.CodeInvalidArgument, Field: "token", Message: "the lease token is required"}})
 		return
 	}
 	ks.slot <- struct{}{}
@@ -134,14 +133,20 @@ func (ks *keepAliveStream) start(line []byte) {
 // renew renews one lease and makes its answer.
 func (ks *keepAliveStream) renew(ctx context.Context, req wire.KeepAliveRenewal) *wire.KeepAliveAnswer {
 	a := &wire.KeepAliveAnswer{ID: req.ID, LeaseID: req.LeaseID}
-	lease, err := ks.s.n.Renew(ctx, req.LeaseID, req.Token, req.TTLMS)
+	// A scoped token renews as POST /v1/leases/:id/renew does (scoped.go).
+	sent, err := ks.s.lookup(ctx, accessOf(ks.r), false).writeLease(req.LeaseID)
+	var lease *wire.Lease
+	if err == nil {
+		lease, err = ks.s.n.Renew(ctx, wire.RenewRequest{LeaseID: sent, Token: req.Token, TTLMS: req.TTLMS, Metadata: req.Metadata})
+		err = unhide(err, sent, req.LeaseID)
+	}
 	if err != nil {
 		e, status, unexpected := toAPIError(err)
 		if unexpected {
 			ks.s.logFailure(ks.r, ks.w, err)
 		}
 		a.Status, a.Error = status, e
-		if e.Code == node.CodeNoLeader {
+		if e.Code == wire.CodeNoLeader {
 			ks.ending.Store(true)
 		}
 		return a

@@ -86,13 +86,13 @@ func (s *kaStream) next(t *testing.T) wire.KeepAliveAnswer {
 	return a
 }
 
-func acquireReal(t *testing.T, h http.Handler, key string) *node.Lease {
+func acquireReal(t *testing.T, h http.Handler, key string) *wire.Lease {
 	t.Helper()
 	rec := do(t, h, "POST", "/v1/leases", `{"key":"`+key+`","holder":"w1","ttl_ms":5000}`)
 	if rec.Code != 201 {
 		t.Fatalf("acquire: %d %s", rec.Code, rec.Body)
 	}
-	var l node.Lease
+	var l wire.Lease
 	jsonOf(t, rec, &l)
 	return &l
 }
@@ -123,7 +123,7 @@ func TestKeepAliveStream(t *testing.T) {
 	if a := s.next(t); a.ID != 2 || !a.OK || a.TTLMS != 60000 || a.RenewalCount != 2 {
 		t.Fatalf("renewal 2: %+v", a)
 	}
-	var got node.Lease
+	var got wire.Lease
 	jsonOf(t, do(t, h, "GET", "/v1/leases/"+l.LeaseID, ""), &got)
 	if got.TTLMS != 60000 || got.RenewalCount != 2 || got.RemainingMS <= 5000 {
 		t.Fatalf("after the answer, GET shows %+v", got)
@@ -150,7 +150,7 @@ func TestKeepAliveStream(t *testing.T) {
 	// A line that is not a renewal is answered with id 0; the stream goes
 	// on. A missing token names the field.
 	s.send(t, `{"id":20,"lease_id":`)
-	if a := s.next(t); a.ID != 0 || a.Error == nil || a.Error.Code != node.CodeInvalidArgument || a.Status != 400 {
+	if a := s.next(t); a.ID != 0 || a.Error == nil || a.Error.Code != wire.CodeInvalidArgument || a.Status != 400 {
 		t.Fatalf("malformed line: %+v", a)
 	}
 	s.send(t, `{"id":21,"lease_id":"`+l.LeaseID+`"}`)
@@ -177,7 +177,7 @@ func TestKeepAliveLineTooLong(t *testing.T) {
 	t.Cleanup(srv.Close)
 	s, _ := openKeepAlive(t, srv.URL, "")
 	s.send(t, `{"id":1,"lease_id":"`+strings.Repeat("x", KeepAliveMaxLine)+`","token":"t"}`)
-	if a := s.next(t); a.Error == nil || a.Error.Code != node.CodeInvalidArgument || !strings.Contains(a.Error.Message, "exceeds") {
+	if a := s.next(t); a.Error == nil || a.Error.Code != wire.CodeInvalidArgument || !strings.Contains(a.Error.Message, "exceeds") {
 		t.Fatalf("long line: %+v", a)
 	}
 	if _, err := s.br.ReadBytes('\n'); err != io.EOF {
@@ -206,8 +206,8 @@ func TestKeepAliveAuth(t *testing.T) {
 	if a := s.next(t); a.ID != 7 || !a.OK {
 		t.Fatalf("renewal: %+v", a)
 	}
-	if c := f.only(t, "Renew"); c.args[0] != "ls_1" || c.args[1] != "t" {
-		t.Fatalf("renew call %v", c.args)
+	if c := f.only(t, "Renew").args[0].(wire.RenewRequest); c.LeaseID != "ls_1" || c.Token != "t" {
+		t.Fatalf("renew call %+v", c)
 	}
 }
 
@@ -221,7 +221,7 @@ func TestRenewStreamConcurrent(t *testing.T) {
 	_, srv := realNodeAPI(t, Options{})
 	h := srv.Config.Handler
 	const leases, perLease, goroutinesPerLease = 4, 30, 4
-	ls := make([]*node.Lease, leases)
+	ls := make([]*wire.Lease, leases)
 	for i := range ls {
 		ls[i] = acquireReal(t, h, fmt.Sprintf("ka/c%d", i))
 	}
@@ -259,7 +259,7 @@ func TestRenewStreamConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range ls {
-		var got node.Lease
+		var got wire.Lease
 		jsonOf(t, do(t, h, "GET", "/v1/leases/"+l.LeaseID, ""), &got)
 		if got.RenewalCount != perLease*goroutinesPerLease {
 			t.Errorf("%s renewed %d times, want %d", l.LeaseID, got.RenewalCount, perLease*goroutinesPerLease)

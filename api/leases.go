@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/julienschmidt/httprouter"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // acquireBody is the body of POST /v1/leases.
@@ -21,6 +21,7 @@ type acquireBody struct {
 	IdempotencyKey string            `json:"idempotency_key"`
 	WaitMS         int64             `json:"wait_ms"`
 	LockDelayMS    int64             `json:"lock_delay_ms"`
+	Grant          bool              `json:"grant"`
 }
 
 // acquire handles POST /v1/leases: 201 with the granted lease and its token,
@@ -30,43 +31,69 @@ func (s *server) acquire(w http.ResponseWriter, r *http.Request, _ httprouter.Pa
 	if err := s.decodeBody(w, r, &b, false); err != nil {
 		return err
 	}
+	sessionID, err := s.scopeAcquire(r, b.Key, b.Holder, b.SessionID)
+	if err != nil {
+		return err
+	}
 	s.writeDeadline(w, time.Duration(min(max(b.WaitMS, 0), 24*3600*1000))*time.Millisecond) // the node refuses more than its MaxWait
-	lease, replayed, err := s.n.Acquire(r.Context(), node.AcquireRequest{
+	lease, replayed, err := s.n.Acquire(r.Context(), wire.AcquireRequest{
 		Key:            b.Key,
 		Holder:         b.Holder,
 		TTLMS:          b.TTLMS,
-		SessionID:      b.SessionID,
+		SessionID:      sessionID,
 		SessionToken:   r.Header.Get(headerSessionToken),
 		Limit:          b.Limit,
 		Metadata:       b.Metadata,
 		IdempotencyKey: b.IdempotencyKey,
 		WaitMS:         b.WaitMS,
 		LockDelayMS:    b.LockDelayMS,
+		Grant:          b.Grant,
 	})
 	if err != nil {
-		return err
+		return unhide(err, sessionID, b.SessionID)
 	}
+	writeCreated(w, replayed, "/v1/leases/"+url.PathEscape(lease.LeaseID), lease)
+	return nil
+}
+
+// writeCreated answers a create: 201 with the new resource's Location, or
+// 200 for an idempotent replay of one made before.
+func writeCreated(w http.ResponseWriter, replayed bool, location string, v any) {
 	status := http.StatusCreated
 	if replayed {
 		status = http.StatusOK
 	}
-	w.Header().Set("Location", "/v1/leases/"+url.PathEscape(lease.LeaseID))
-	writeJSON(w, status, lease)
-	return nil
+	w.Header().Set("Location", location)
+	writeJSON(w, status, v)
 }
 
-// getLease handles GET /v1/leases/:id[?stale=true].
+// getLease handles GET /v1/leases/:id[?stale=true]; with X-Lease-Token (or
+// X-Session-Token) the holder's read with a grant (grants.go).
 func (s *server) getLease(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	q := newQuery(r)
 	stale := q.stale()
 	if err := q.check(); err != nil {
 		return err
 	}
+	if tok, stok := r.Header.Get(headerLeaseToken), r.Header.Get(headerSessionToken); tok != "" || stok != "" {
+		// The holder's GET with its grant: only for a lease the token may
+		// write and act as holder of; another's answers as a missing one.
+		id := ps.ByName("id")
+		sent, err := s.lookup(r.Context(), accessOf(r), stale).writeLease(id)
+		if err != nil {
+			return err
+		}
+		return unhide(s.getLeaseGrant(w, r, wire.GrantRequest{LeaseID: sent, Token: tok, SessionToken: stok}, stale), sent, id)
+	}
 	lease, err := s.n.GetLease(r.Context(), ps.ByName("id"), stale)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, lease)
+	a := accessOf(r)
+	if !a.canRead(lease.Key) {
+		return leaseNotFound(ps.ByName("id"))
+	}
+	writeJSON(w, http.StatusOK, a.leaseView(lease))
 	return nil
 }
 
@@ -74,7 +101,7 @@ func (s *server) getLease(w http.ResponseWriter, r *http.Request, ps httprouter.
 // session_id, state, the page size limit and the cursor after.
 func (s *server) listLeases(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	q := newQuery(r)
-	req := node.ListRequest{
+	req := wire.ListRequest{
 		Key:       q.str("key"),
 		Prefix:    q.str("prefix"),
 		Holder:    q.str("holder"),
@@ -87,13 +114,37 @@ func (s *server) listLeases(w http.ResponseWriter, r *http.Request, _ httprouter
 	if err := q.check(); err != nil {
 		return err
 	}
+	a := accessOf(r)
+	if req.SessionID != "" {
+		// A session the token may not see has no leases for it.
+		sent, err := s.lookup(r.Context(), a, stale).session(req.SessionID)
+		if err != nil {
+			return err
+		}
+		req.SessionID = sent
+	}
+	req, some := a.narrowLeases(req)
+	if !some {
+		// No key the token may read can match: ask for a key no lease
+		// has, so that the node still checks the request (a bad state or
+		// limit is refused as for anyone) and answers an empty list.
+		req.Key, req.Prefix = "\x00", ""
+	}
 	list, err := s.n.ListLeases(r.Context(), req, stale)
 	if err != nil {
 		return err
 	}
 	out := *list
+	if a != nil {
+		out.Leases = make([]*wire.Lease, 0, len(list.Leases))
+		for _, l := range list.Leases {
+			if a.canRead(l.Key) {
+				out.Leases = append(out.Leases, a.leaseView(l))
+			}
+		}
+	}
 	if out.Leases == nil {
-		out.Leases = []*node.Lease{}
+		out.Leases = []*wire.Lease{}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -101,11 +152,14 @@ func (s *server) listLeases(w http.ResponseWriter, r *http.Request, _ httprouter
 
 // renewBody is the optional body of POST /v1/leases/:id/renew.
 type renewBody struct {
-	TTLMS int64 `json:"ttl_ms"`
+	TTLMS    int64             `json:"ttl_ms"`
+	Metadata map[string]string `json:"metadata"`
+	Grant    bool              `json:"grant"`
 }
 
 // renew handles POST /v1/leases/:id/renew: header X-Lease-Token, optional
-// body {"ttl_ms"} (absent: keep the lease's TTL).
+// body {"ttl_ms", "metadata"} (ttl_ms absent: keep the lease's TTL;
+// metadata absent or null: keep its metadata; {}: clear it).
 func (s *server) renew(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	token := r.Header.Get(headerLeaseToken)
 	if token == "" {
@@ -115,9 +169,14 @@ func (s *server) renew(w http.ResponseWriter, r *http.Request, ps httprouter.Par
 	if err := s.decodeBody(w, r, &b, true); err != nil && !errors.Is(err, errNoBody) {
 		return err
 	}
-	lease, err := s.n.Renew(r.Context(), ps.ByName("id"), token, b.TTLMS)
+	id := ps.ByName("id")
+	sent, err := s.lookup(r.Context(), accessOf(r), false).writeLease(id)
 	if err != nil {
 		return err
+	}
+	lease, err := s.n.Renew(r.Context(), wire.RenewRequest{LeaseID: sent, Token: token, TTLMS: b.TTLMS, Metadata: b.Metadata, Grant: b.Grant})
+	if err != nil {
+		return unhide(err, sent, id)
 	}
 	writeJSON(w, http.StatusOK, lease)
 	return nil
@@ -152,14 +211,19 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	if err != nil {
 		return err
 	}
-	lease, err := s.n.Release(r.Context(), node.ReleaseRequest{
-		LeaseID:      ps.ByName("id"),
+	id := ps.ByName("id")
+	sent, err := s.lookup(r.Context(), accessOf(r), false).writeLease(id)
+	if err != nil {
+		return err
+	}
+	lease, err := s.n.Release(r.Context(), wire.ReleaseRequest{
+		LeaseID:      sent,
 		Token:        token,
 		SessionToken: sessionToken,
 		Reason:       reason,
 	})
 	if err != nil {
-		return err
+		return unhide(err, sent, id)
 	}
 	writeJSON(w, http.StatusOK, lease)
 	return nil
@@ -185,14 +249,15 @@ type heartbeatBody struct {
 }
 
 type heartbeatItem struct {
-	LeaseID string `json:"lease_id"`
-	Token   string `json:"token"`
+	LeaseID  string            `json:"lease_id"`
+	Token    string            `json:"token"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 // heartbeatAnswer is the answer of POST /v1/heartbeat: one result per item,
 // in request order.
 type heartbeatAnswer struct {
-	Results []node.HeartbeatResult `json:"results"`
+	Results []wire.HeartbeatResult `json:"results"`
 }
 
 // heartbeat handles POST /v1/heartbeat: 200 with per-item results even when
@@ -202,16 +267,16 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, _ httprouter.
 	if err := s.decodeBody(w, r, &b, false); err != nil {
 		return err
 	}
-	items := make([]node.HeartbeatItem, len(b.Leases))
+	items := make([]wire.HeartbeatItem, len(b.Leases))
 	for i, it := range b.Leases {
-		items[i] = node.HeartbeatItem{LeaseID: it.LeaseID, Token: it.Token}
+		items[i] = wire.HeartbeatItem{LeaseID: it.LeaseID, Token: it.Token, Metadata: it.Metadata}
 	}
-	results, err := s.n.Heartbeat(r.Context(), items)
+	results, err := s.scopedHeartbeat(r, items)
 	if err != nil {
 		return err
 	}
 	if results == nil {
-		results = []node.HeartbeatResult{}
+		results = []wire.HeartbeatResult{}
 	}
 	for i := range results {
 		if e := results[i].Error; e != nil && statusFor(e.Code) == http.StatusInternalServerError {
@@ -238,7 +303,11 @@ func (s *server) validate(w http.ResponseWriter, r *http.Request, _ httprouter.P
 	if err := s.decodeBody(w, r, &b, false); err != nil {
 		return err
 	}
-	res, err := s.n.Validate(r.Context(), node.ValidateRequest{
+	a := accessOf(r)
+	if b.Key != "" && !a.canRead(b.Key) {
+		return scopeDenied("this token may not read key %q", b.Key)
+	}
+	res, err := s.n.Validate(r.Context(), wire.ValidateRequest{
 		Key:          b.Key,
 		FencingToken: b.FencingToken,
 		LeaseID:      b.LeaseID,
@@ -247,12 +316,20 @@ func (s *server) validate(w http.ResponseWriter, r *http.Request, _ httprouter.P
 	if err != nil {
 		return err
 	}
+	if res.Current != nil {
+		if !a.canRead(res.Current.Key) {
+			// As for a lease id no lease has (node.Node.Validate).
+			res = &wire.ValidateResult{Valid: false, Reason: "not_found"}
+		} else {
+			res.Current = a.leaseView(res.Current)
+		}
+	}
 	writeJSON(w, http.StatusOK, res)
 	return nil
 }
 
 // missingHeader is the 400 for a required token header that is absent.
-func missingHeader(name, alt string) *node.Error {
-	return &node.Error{Code: node.CodeInvalidArgument, Field: name,
+func missingHeader(name, alt string) *wire.Error {
+	return &wire.Error{Code: wire.CodeInvalidArgument, Field: name,
 		Message: "header " + name + alt + " is required"}
 }

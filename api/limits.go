@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // DefaultBodyTimeout is how long a client has to send a request body.
@@ -19,30 +19,24 @@ const DefaultBodyTimeout = 30 * time.Second
 // keeps open on a server.
 const DefaultMaxStreamsPerClient = 128
 
-// progressBodies are the routes whose bodies may be large (a snapshot
-// upload of up to 4 GiB): their deadline is one of progress, each read
-// must arrive within the body timeout, rather than one for the whole body.
-// A keep-alive stream's body has no end: each read must arrive within the
-// body timeout, which is its idle timeout.
-var progressBodies = map[string]bool{"PUT /v1/cluster/snapshot": true, "POST /v1/keepalive": true}
-
 // errBodyTimeout: the client did not send its body in time.
 var errBodyTimeout = errors.New("request body not received in time")
 
 // guardBody refuses up front a body whose declared length is over the
 // limit (413, on every route, whether or not it reads a body), and puts a
 // read deadline on the body of r, if it has one: the whole body must arrive
-// within s.bodyTimeout (for progressBodies: each read within it, and their
-// handler applies their own size limit). Requests without a body (event
+// within s.bodyTimeout (with progress, the body of a progressBody route:
+// each read within it, and its handler applies its own size limit; a
+// keep-alive stream's body has no end, and the body timeout is its idle
+// timeout). Requests without a body (event
 // streams, WebSocket upgrades) get no deadline at all: long-lived routes are
 // exempt by construction. Once the body is read to its end the deadline is
 // lifted (net/http lifts it then too), so a handler that then waits
 // (wait_ms, a forward) is not cut off by it.
-func (s *server) guardBody(w http.ResponseWriter, r *http.Request, path string) error {
+func (s *server) guardBody(w http.ResponseWriter, r *http.Request, progress bool) error {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil
 	}
-	progress := progressBodies[r.Method+" "+path]
 	if r.ContentLength > s.maxBody && !progress {
 		return payloadTooLarge(s.maxBody)
 	}
@@ -110,7 +104,7 @@ func (l *streamLimiter) acquire(r *http.Request) (release func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.open[client] >= l.max {
-		return nil, &node.Error{Code: node.CodeResourceExhausted, Field: "event_streams_per_client", Limit: uint64(l.max),
+		return nil, &wire.Error{Code: wire.CodeResourceExhausted, Field: "event_streams_per_client", Limit: uint64(l.max),
 			Message: fmt.Sprintf("client %s has %d event streams open on this server, its limit", client, l.max)}
 	}
 	if l.open == nil {
@@ -126,10 +120,6 @@ func (l *streamLimiter) acquire(r *http.Request) (release func(), err error) {
 	}, nil
 }
 
-// duplexRoutes read their request body while their answer is written (a
-// keep-alive stream).
-var duplexRoutes = map[string]bool{"POST /v1/keepalive": true}
-
 // fullDuplex lets the handler read the body after the answer started, and
 // makes every answer close the connection: an answer written before the end
 // of a body that never ends (an error, say) must not wait for it, as net/http
@@ -141,18 +131,6 @@ func fullDuplex(w http.ResponseWriter) {
 
 // DefaultWriteTimeout bounds writing an ordinary answer (Options.WriteTimeout).
 const DefaultWriteTimeout = 30 * time.Second
-
-// longWrites are the routes whose answers may take long: no write deadline
-// (event streams, the control WebSocket, snapshot transfers), or one set by the handler (an acquire that may wait:
-// wait_ms is in its body).
-var longWrites = map[string]bool{
-	"GET /v1/events":           true,
-	"GET /v1/control/ws":       true,
-	"GET /v1/cluster/snapshot": true,
-	"PUT /v1/cluster/snapshot": true,
-	"POST /v1/leases":          true,
-	"POST /v1/keepalive":       true, // each flush gets its own deadline
-}
 
 // writeDeadline gives the answer to the current request writeTimeout plus
 // extra to be written, from now.

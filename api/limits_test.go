@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fsm"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestEveryRouteBodyLimit: every route, whatever it does with a body,
@@ -56,7 +56,7 @@ func TestEveryRouteBodyLimit(t *testing.T) {
 				t.Errorf("%s %s (chunked %v): status %d %s, want 413", rt.method, rt.path, chunked, rec.Code, rec.Body)
 				continue
 			}
-			if e := errorOf(t, rec); e.Code != node.CodePayloadTooLarge {
+			if e := errorOf(t, rec); e.Code != wire.CodePayloadTooLarge {
 				t.Errorf("%s %s: code %s", rt.method, rt.path, e.Code)
 			}
 			if cs := f.called(); len(cs) != 0 {
@@ -72,7 +72,7 @@ func TestResourceExhaustedIs429(t *testing.T) {
 	f := newFake()
 	f.err = fsm.Exhausted("leases_per_holder", 5, "holder %q has 5 active leases, its limit", "h")
 	rec := do(t, New(f, Options{}), "POST", "/v1/leases", `{"key":"k","holder":"h","ttl_ms":1000}`)
-	e := wantError(t, rec, http.StatusTooManyRequests, node.CodeResourceExhausted, "leases_per_holder")
+	e := wantError(t, rec, http.StatusTooManyRequests, wire.CodeResourceExhausted, "leases_per_holder")
 	if e.Limit != 5 {
 		t.Errorf("limit %d, want 5", e.Limit)
 	}
@@ -127,10 +127,10 @@ type slowNode struct {
 	d time.Duration
 }
 
-func (n slowNode) Acquire(ctx context.Context, req node.AcquireRequest) (*node.Lease, bool, error) {
+func (n slowNode) Acquire(ctx context.Context, req wire.AcquireRequest) (*wire.Lease, bool, error) {
 	select {
 	case <-ctx.Done():
-		return nil, false, &node.Error{Code: node.CodeIndeterminate, Message: "context cancelled: " + context.Cause(ctx).Error()}
+		return nil, false, &wire.Error{Code: wire.CodeIndeterminate, Message: "context cancelled: " + context.Cause(ctx).Error()}
 	case <-time.After(n.d):
 	}
 	return n.fakeNode.Acquire(ctx, req)

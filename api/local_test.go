@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func TestLocalState(t *testing.T) {
@@ -55,7 +56,7 @@ func TestLocalStateBadInput(t *testing.T) {
 	} {
 		f := newFake()
 		rec := do(t, New(f, Options{}), "GET", "/v1/cluster/local?"+tt.query, "")
-		wantError(t, rec, 400, node.CodeInvalidArgument, tt.field)
+		wantError(t, rec, 400, wire.CodeInvalidArgument, tt.field)
 		if cs := f.called(); len(cs) != 0 {
 			t.Fatalf("%s reached the node: %v", tt.query, cs)
 		}
@@ -66,14 +67,14 @@ func TestLocalStateBadInput(t *testing.T) {
 // 409 INDEX_PASSED with the applied index; a timeout is 503.
 func TestLocalStatePassed(t *testing.T) {
 	f := newFake()
-	f.err = &node.Error{Code: node.CodeIndexPassed, Message: "past", AppliedIndex: 99}
+	f.err = &wire.Error{Code: wire.CodeIndexPassed, Message: "past", AppliedIndex: 99}
 	rec := do(t, New(f, Options{}), "GET", "/v1/cluster/local?hash_at=5", "")
-	if e := wantError(t, rec, http.StatusConflict, node.CodeIndexPassed, ""); e.AppliedIndex != 99 {
+	if e := wantError(t, rec, http.StatusConflict, wire.CodeIndexPassed, ""); e.AppliedIndex != 99 {
 		t.Fatalf("applied index %d, want 99", e.AppliedIndex)
 	}
-	f.err = &node.Error{Code: node.CodeUnavailable, Message: "not in time", AppliedIndex: 7}
+	f.err = &wire.Error{Code: wire.CodeUnavailable, Message: "not in time", AppliedIndex: 7}
 	rec = do(t, New(f, Options{}), "GET", "/v1/cluster/local?hash_at=500", "")
-	wantError(t, rec, http.StatusServiceUnavailable, node.CodeUnavailable, "")
+	wantError(t, rec, http.StatusServiceUnavailable, wire.CodeUnavailable, "")
 }
 
 // TestLocalStateNeverForwarded: a follower that knows the leader still

@@ -33,12 +33,6 @@ type httpMetrics struct {
 	handler   http.Handler
 }
 
-// registryNode is implemented by nodes with a Prometheus registry of
-// their own (*node.Node, through FromNode).
-type registryNode interface {
-	Registry() *prometheus.Registry
-}
-
 func newHTTPMetrics(n Node, rs []route) *httpMetrics {
 	m := &httpMetrics{
 		reg: prometheus.NewRegistry(),
@@ -64,10 +58,8 @@ func newHTTPMetrics(n Node, rs []route) *httpMetrics {
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.forwarded, statsCollector{n})
 	gather := prometheus.Gatherers{m.reg}
-	if rn, ok := n.(registryNode); ok {
-		if nr := rn.Registry(); nr != nil {
-			gather = append(gather, nr)
-		}
+	if nr := n.Registry(); nr != nil {
+		gather = append(gather, nr)
 	}
 	m.handler = promhttp.HandlerFor(gather, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	return m

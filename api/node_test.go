@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestRealNode runs a few requests against an in-memory single node: real
@@ -32,7 +33,7 @@ func TestRealNode(t *testing.T) {
 	if rec.Code != 201 {
 		t.Fatalf("acquire: %d %s", rec.Code, rec.Body)
 	}
-	var l node.Lease
+	var l wire.Lease
 	jsonOf(t, rec, &l)
 	if l.Token == "" || l.FencingToken == 0 || l.State != "active" {
 		t.Fatalf("lease = %+v", l)
@@ -42,7 +43,7 @@ func TestRealNode(t *testing.T) {
 	}
 
 	rec = do(t, h, "POST", "/v1/leases", `{"key":"jobs/1","holder":"w2","ttl_ms":30000}`)
-	e := wantError(t, rec, 409, node.CodeLeaseHeld, "")
+	e := wantError(t, rec, 409, wire.CodeLeaseHeld, "")
 	if e.Key != "jobs/1" || len(e.Holders) != 1 || e.Holders[0].Holder != "w1" || e.Holders[0].LeaseID != l.LeaseID {
 		t.Errorf("LEASE_HELD details = %+v", e)
 	}
@@ -50,16 +51,16 @@ func TestRealNode(t *testing.T) {
 		t.Error("LEASE_HELD carries the holder's token")
 	}
 
-	wantError(t, do(t, h, "POST", "/v1/leases", `{"key":"","holder":"w1","ttl_ms":30000}`), 400, node.CodeInvalidArgument, "key")
-	wantError(t, do(t, h, "POST", "/v1/leases/"+l.LeaseID+"/renew", "", "X-Lease-Token", "wrong"), 403, node.CodeLeaseTokenInvalid, "")
-	wantError(t, do(t, h, "GET", "/v1/leases/ls_00000000", ""), 404, node.CodeLeaseNotFound, "")
+	wantError(t, do(t, h, "POST", "/v1/leases", `{"key":"","holder":"w1","ttl_ms":30000}`), 400, wire.CodeInvalidArgument, "key")
+	wantError(t, do(t, h, "POST", "/v1/leases/"+l.LeaseID+"/renew", "", "X-Lease-Token", "wrong"), 403, wire.CodeLeaseTokenInvalid, "")
+	wantError(t, do(t, h, "GET", "/v1/leases/ls_00000000", ""), 404, wire.CodeLeaseNotFound, "")
 
 	rec = do(t, h, "DELETE", "/v1/leases/"+l.LeaseID, `{"reason":"done"}`, "X-Lease-Token", l.Token)
 	if rec.Code != 200 {
 		t.Fatalf("release: %d %s", rec.Code, rec.Body)
 	}
 	rec = do(t, h, "GET", "/v1/leases/"+l.LeaseID, "")
-	var got node.Lease
+	var got wire.Lease
 	jsonOf(t, rec, &got)
 	if got.State != "released" || got.EndReason != "done" || got.Token != "" {
 		t.Errorf("after release = %+v", got)
@@ -85,7 +86,7 @@ func TestRealNode(t *testing.T) {
 		if m.comment {
 			continue
 		}
-		var ev node.Event
+		var ev wire.Event
 		if err := json.Unmarshal([]byte(m.data), &ev); err != nil || ev.ID != m.id || ev.Type != m.event {
 			t.Fatalf("message %+v: %v", m, err)
 		}

@@ -2,9 +2,8 @@ package api
 
 import (
 	"bufio"
-	"context"
-	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,7 +12,7 @@ import (
 	"time"
 
 	"github.com/julienschmidt/httprouter"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Headers of the contract.
@@ -27,57 +26,6 @@ const (
 // that proxies and clients can tell a quiet stream from a dead one.
 const DefaultKeepAlive = 15 * time.Second
 
-// Options configure the handler. The zero value is usable: no logging, auth
-// off, 64 KiB bodies, 15 s keep-alives.
-type Options struct {
-	// Logger receives request failures and admin actions; nil discards.
-	Logger *slog.Logger
-	// Tokens enables bearer-token auth; nil turns auth off.
-	Tokens *Tokens
-	// MaxBodyBytes limits request bodies, in bytes. Default 64 KiB.
-	MaxBodyBytes int64
-	// KeepAlive is the interval of comment lines on idle event streams.
-	// Default 15s.
-	KeepAlive time.Duration
-	// ForwardTLS is the client side of TLS for forwarding to the leader
-	// (the leader's certificate is verified against its RootCAs, and its
-	// client certificate answers a leader that requires one). When set,
-	// requests are forwarded over https; nil: over http, unless the request
-	// itself came over TLS, then https with the system roots.
-	ForwardTLS *tls.Config
-	// ForwardDial, if set, opens the connections a follower forwards
-	// requests to the leader over (embedders with a custom network; the
-	// chaos suite injects faults through it). Nil: TCP with a 2 s timeout.
-	ForwardDial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// ForwardTimeout bounds a request a follower forwards to the leader
-	// (an acquire: its wait_ms plus this). A forward is also abandoned as
-	// soon as another node leads. A write cut short so is answered 504
-	// INDETERMINATE, or 503 NO_LEADER when none of it was sent; a read is
-	// tried again on the new leader. Snapshot transfers have no deadline.
-	// Default DefaultForwardTimeout.
-	ForwardTimeout time.Duration
-	// BodyTimeout is how long a client has to send a request body (for a
-	// snapshot upload: between two reads); the answer to a late one is 400.
-	// Requests without a body, event streams among them, are not bounded.
-	// Default 30s; negative: no limit.
-	BodyTimeout time.Duration
-	// WriteTimeout bounds how long an answer may take to be written, from
-	// the request's arrival (a client that does not read its answers
-	// cannot hold a connection and its buffers for ever). It does not
-	// apply to event streams, control WebSockets and snapshot transfers; a
-	// local acquire gets its wait_ms on top. Default DefaultWriteTimeout;
-	// negative: no limit.
-	WriteTimeout time.Duration
-	// MaxStreamsPerClient bounds the event streams one client address has
-	// open at once (429 RESOURCE_EXHAUSTED beyond). Default 128; negative:
-	// no limit. The node bounds the total (node.Config.MaxEventStreams).
-	MaxStreamsPerClient int
-	// Control configures the control lease routes (served when the node
-	// implements ControlNode, as *node.Node does); its Tokens and Logger
-	// are ignored (the API's own apply).
-	Control ControlOptions
-}
-
 // server is the handler returned by New.
 type server struct {
 	n         Node
@@ -87,9 +35,8 @@ type server struct {
 	keepAlive time.Duration
 	router    *httprouter.Router
 	metrics   *httpMetrics
-	// locator and fwd forward a follower's requests to the leader.
-	locator leaderLocator
-	fwd     *forwarder
+	// fwd forwards a follower's requests to the leader.
+	fwd *forwarder
 	// writeTimeout bounds writing an answer (limits.go).
 	writeTimeout time.Duration
 	// bodyTimeout bounds reading a request body (limits.go); streams
@@ -101,52 +48,29 @@ type server struct {
 }
 
 // New returns the HTTP handler of the v1 API serving n. It is safe for
-// concurrent use.
+// concurrent use. It panics if opts do not validate (Options.Validate).
 func New(n Node, opts Options) http.Handler {
-	s := &server{
-		n:         n,
-		log:       opts.Logger,
-		tokens:    opts.Tokens,
-		maxBody:   opts.MaxBodyBytes,
-		keepAlive: opts.KeepAlive,
+	if err := opts.Validate(); err != nil {
+		panic(fmt.Errorf("api.New: %w", err))
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.maxBody <= 0 {
-		s.maxBody = DefaultMaxBodyBytes
-	}
-	if s.keepAlive <= 0 {
-		s.keepAlive = DefaultKeepAlive
-	}
-	switch s.bodyTimeout = opts.BodyTimeout; {
-	case s.bodyTimeout == 0:
-		s.bodyTimeout = DefaultBodyTimeout
-	case s.bodyTimeout < 0:
-		s.bodyTimeout = 0
-	}
-	switch s.writeTimeout = opts.WriteTimeout; {
-	case s.writeTimeout == 0:
-		s.writeTimeout = DefaultWriteTimeout
-	case s.writeTimeout < 0:
-		s.writeTimeout = 0
-	}
-	switch s.streams.max = opts.MaxStreamsPerClient; {
-	case s.streams.max == 0:
-		s.streams.max = DefaultMaxStreamsPerClient
-	case s.streams.max < 0:
-		s.streams.max = 0
-	}
-	if l, ok := n.(leaderLocator); ok {
-		s.locator, s.fwd = l, newForwarder(s.log, l, opts.ForwardTLS, opts.ForwardDial, opts.ForwardTimeout)
-	}
-	if cn, ok := n.(ControlNode); ok {
+	opts = opts.withDefaults()
+	s := &server{n: n, log: opts.Logger, tokens: opts.Tokens, maxBody: opts.MaxBodyBytes, keepAlive: opts.KeepAlive,
+		bodyTimeout: opts.BodyTimeout, writeTimeout: opts.WriteTimeout, streams: streamLimiter{max: opts.MaxStreamsPerClient}}
+	s.fwd = newForwarder(s.log, n, opts.ForwardTLS, opts.ForwardDial, opts.ForwardTimeout)
+	if cn := n.ControlLease(); cn != nil {
 		co := opts.Control
-		co.Tokens, co.Logger, co.ForwardTLS, co.ForwardDial = nil, s.log, opts.ForwardTLS, opts.ForwardDial
+		co.Tokens, co.Logger = nil, s.log
 		s.control = NewControl(cn, co)
 	}
-	rs := append(append(s.routes(), s.controlRoutes()...), s.uiRoutes()...)
+	rs := s.allRoutes()
 	s.metrics = newHTTPMetrics(n, rs)
+	s.router = s.newRouter(rs)
+	return s
+}
+
+// newRouter routes rs, wrapped, and answers what no route matches with the
+// contract's 404 and 405.
+func (s *server) newRouter(rs []route) *httprouter.Router {
 	r := httprouter.New()
 	// An API answers the path it is given: no redirects, which would also
 	// mangle escaped path parameters.
@@ -156,103 +80,15 @@ func New(n Node, opts Options) http.Handler {
 		r.Handle(rt.method, rt.path, s.wrap(rt, s.metrics.routes[i]))
 	}
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeErrorBody(w, http.StatusNotFound, &node.Error{Code: node.CodeNotFound,
+		writeErrorBody(w, http.StatusNotFound, &wire.Error{Code: wire.CodeNotFound,
 			Message: "no route " + r.Method + " " + r.URL.Path})
 	})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeErrorBody(w, http.StatusMethodNotAllowed, &node.Error{Code: node.CodeMethodNotAllowed,
+		writeErrorBody(w, http.StatusMethodNotAllowed, &wire.Error{Code: wire.CodeMethodNotAllowed,
 			Message: r.Method + " is not allowed here; allowed: " + w.Header().Get("Allow")})
 	})
 	r.PanicHandler = s.recoverPanic
-	s.router = r
-	return s
-}
-
-// route is one route of the API.
-type route struct {
-	method string
-	path   string
-	// scope is the scope the request needs (ScopeNone: open).
-	scope func(*http.Request) Scope
-	h     handlerFunc
-}
-
-// handlerFunc handles one route. A returned error is answered by
-// writeError; a handler that returns nil has written its answer.
-type handlerFunc func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error
-
-func need(s Scope) func(*http.Request) Scope {
-	return func(*http.Request) Scope { return s }
-}
-
-// endSessionScope: ending a session with its token is a write; ending it
-// without (force) is an admin action.
-func endSessionScope(r *http.Request) Scope {
-	if r.Header.Get(headerSessionToken) != "" {
-		return ScopeWrite
-	}
-	return ScopeAdmin
-}
-
-// routes lists every route of the API with the scope it needs.
-func (s *server) routes() []route {
-	return []route{
-		// Acquire a lease: 201 with the lease and its token, 200 on an
-		// idempotent replay.
-		{"POST", "/v1/leases", need(ScopeWrite), s.acquire},
-		// List leases by key, prefix, holder, session_id, state; paged.
-		{"GET", "/v1/leases", need(ScopeRead), s.listLeases},
-		// Read one lease, in any state still retained.
-		{"GET", "/v1/leases/:id", need(ScopeRead), s.getLease},
-		// Renew a standalone lease (X-Lease-Token, optional ttl_ms).
-		{"POST", "/v1/leases/:id/renew", need(ScopeWrite), s.renew},
-		// Release a lease (X-Lease-Token, or X-Session-Token if bound).
-		{"DELETE", "/v1/leases/:id", need(ScopeWrite), s.release},
-		// Force-release a lease as an operator.
-		{"POST", "/v1/leases/:id/revoke", need(ScopeAdmin), s.revoke},
-		// Renew many standalone leases at once; per-item results.
-		{"POST", "/v1/heartbeat", need(ScopeWrite), s.heartbeat},
-		// A stream of single-lease renewals, answered as each commits.
-		{"POST", "/v1/keepalive", need(ScopeWrite), s.keepAliveRenewals},
-
-		// Create a session: 201 with its token.
-		{"POST", "/v1/sessions", need(ScopeWrite), s.createSession},
-		// List sessions, optionally of one holder; paged.
-		{"GET", "/v1/sessions", need(ScopeRead), s.listSessions},
-		// Read one session.
-		{"GET", "/v1/sessions/:id", need(ScopeRead), s.getSession},
-		// Renew a session and so every lease bound to it (X-Session-Token).
-		{"POST", "/v1/sessions/:id/heartbeat", need(ScopeWrite), s.sessionHeartbeat},
-		// End a session and its leases; without X-Session-Token, admin only.
-		{"DELETE", "/v1/sessions/:id", endSessionScope, s.endSession},
-
-		// End every lease and session of a holder (crash recovery).
-		{"POST", "/v1/holders/:holder/release", need(ScopeAdmin), s.releaseHolder},
-		// Is a fencing token or lease token currently valid? Linearizable.
-		{"POST", "/v1/validate", need(ScopeRead), s.validate},
-		// Server-Sent Events of lease and session changes.
-		{"GET", "/v1/events", need(ScopeRead), s.events},
-
-		// Cluster status: leader, indexes, tick, members.
-		{"GET", "/v1/cluster", need(ScopeRead), s.clusterStatus},
-		// This node's own view and state hash (never forwarded).
-		{"GET", "/v1/cluster/local", need(ScopeAdmin), s.localState},
-		// Remove a server from the cluster.
-		{"DELETE", "/v1/cluster/members/:id", need(ScopeAdmin), s.removeMember},
-		// Hand leadership to a given voter (or any).
-		{"POST", "/v1/cluster/transfer-leadership", need(ScopeAdmin), s.transferLeadership},
-		// Stream a snapshot file of the whole state (backup).
-		{"GET", "/v1/cluster/snapshot", need(ScopeAdmin), s.saveSnapshot},
-		// Replace the whole state with a snapshot file (restore).
-		{"PUT", "/v1/cluster/snapshot", need(ScopeAdmin), s.restoreSnapshot},
-
-		// Liveness: 200 while the process serves HTTP.
-		{"GET", "/healthz", need(ScopeNone), s.healthz},
-		// Readiness: 200 when a leader is known and this node caught up.
-		{"GET", "/readyz", need(ScopeNone), s.readyz},
-		// Prometheus text exposition.
-		{"GET", "/metrics", need(ScopeNone), s.metricsText},
-	}
+	return r
 }
 
 // ServeHTTP dispatches to the routes. Every answer, the router's own 404 and
@@ -292,18 +128,26 @@ func (s *server) wrap(rt route, labels *routeLabels) httprouter.Handle {
 				}
 			}
 		}
-		if duplexRoutes[rt.method+" "+rt.path] {
+		if rt.flags&duplex != 0 {
 			fullDuplex(w)
 		}
 		if s.tokens != nil {
-			if scope := rt.scope(r); scope > ScopeNone && !s.authorize(w, r, scope) {
-				return
+			if scope := rt.scope(r); scope > ScopeNone {
+				acc, ok := s.authorize(w, r, scope)
+				if !ok {
+					return
+				}
+				if acc != nil && rt.flags&unscoped != 0 {
+					refuseScoped(w)
+					return
+				}
+				r = withAccess(r, acc)
 			}
 		}
-		if longWrites[rt.method+" "+rt.path] {
+		if rt.flags&longAnswer != 0 {
 			s.noWriteDeadline(w)
 		}
-		if err := s.guardBody(w, r, rt.path); err != nil {
+		if err := s.guardBody(w, r, rt.flags&progressBody != 0); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
@@ -398,8 +242,14 @@ func routeOf(w http.ResponseWriter) string {
 	return ""
 }
 
-// healthz answers 200 while the process serves HTTP.
+// healthz answers 200 while the process serves HTTP and its node can
+// write its log; 503 UNAVAILABLE with the reason otherwise (a liveness
+// probe should restart it).
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) error {
+	if err := s.n.HealthErr(); err != nil {
+		writeErrorBody(w, http.StatusServiceUnavailable, &wire.Error{Code: wire.CodeUnavailable, Message: "unhealthy: " + err.Error()})
+		return nil
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	return nil
 }
@@ -411,9 +261,9 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 		return nil
 	}
-	var ne *node.Error
-	e := &node.Error{Code: node.CodeUnavailable, Message: "not ready: " + err.Error()}
-	if errors.As(err, &ne) && ne != nil && ne.Code != node.CodeInternal {
+	var ne *wire.Error
+	e := &wire.Error{Code: wire.CodeUnavailable, Message: "not ready: " + err.Error()}
+	if errors.As(err, &ne) && ne != nil && ne.Code != wire.CodeInternal {
 		e = ne
 	}
 	writeErrorBody(w, http.StatusServiceUnavailable, e)

@@ -5,7 +5,7 @@ import (
 	"net/url"
 
 	"github.com/julienschmidt/httprouter"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // sessionBody is the body of POST /v1/sessions.
@@ -22,7 +22,10 @@ func (s *server) createSession(w http.ResponseWriter, r *http.Request, _ httprou
 	if err := s.decodeBody(w, r, &b, false); err != nil {
 		return err
 	}
-	sess, err := s.n.CreateSession(r.Context(), node.SessionRequest{
+	if !accessOf(r).canHold(b.Holder) {
+		return scopeDenied("this token may not act as holder %q", b.Holder)
+	}
+	sess, err := s.n.CreateSession(r.Context(), wire.SessionRequest{
 		Holder:   b.Holder,
 		TTLMS:    b.TTLMS,
 		Metadata: b.Metadata,
@@ -46,7 +49,11 @@ func (s *server) getSession(w http.ResponseWriter, r *http.Request, ps httproute
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, sess)
+	a := accessOf(r)
+	if !a.canHold(sess.Holder) {
+		return sessionNotFound(ps.ByName("id"))
+	}
+	writeJSON(w, http.StatusOK, s.sessionView(r.Context(), a, sess))
 	return nil
 }
 
@@ -58,13 +65,28 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request, _ httprout
 	if err := q.check(); err != nil {
 		return err
 	}
+	a := accessOf(r)
+	holder, some := a.narrowSessions(holder)
+	if !some {
+		// No holder the token may act as can match: ask for a holder no
+		// session has, so that the node still checks the request.
+		holder = "\x00"
+	}
 	list, err := s.n.ListSessions(r.Context(), holder, after, limit, stale)
 	if err != nil {
 		return err
 	}
 	out := *list
+	if a != nil {
+		out.Sessions = make([]*wire.Session, 0, len(list.Sessions))
+		for _, ss := range list.Sessions {
+			if a.canHold(ss.Holder) {
+				out.Sessions = append(out.Sessions, s.sessionView(r.Context(), a, ss))
+			}
+		}
+	}
 	if out.Sessions == nil {
-		out.Sessions = []*node.Session{}
+		out.Sessions = []*wire.Session{}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -77,11 +99,17 @@ func (s *server) sessionHeartbeat(w http.ResponseWriter, r *http.Request, ps htt
 	if token == "" {
 		return missingHeader(headerSessionToken, "")
 	}
-	sess, err := s.n.SessionHeartbeat(r.Context(), ps.ByName("id"), token)
+	id := ps.ByName("id")
+	a := accessOf(r)
+	sent, err := s.lookup(r.Context(), a, false).session(id)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, sess)
+	sess, err := s.n.SessionHeartbeat(r.Context(), sent, token)
+	if err != nil {
+		return unhide(err, sent, id)
+	}
+	writeJSON(w, http.StatusOK, s.sessionView(r.Context(), a, sess))
 	return nil
 }
 
@@ -90,11 +118,17 @@ func (s *server) sessionHeartbeat(w http.ResponseWriter, r *http.Request, ps htt
 // every lease of the session ends with reason "session_ended".
 func (s *server) endSession(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	token := r.Header.Get(headerSessionToken)
-	sess, err := s.n.EndSession(r.Context(), ps.ByName("id"), token, token == "")
+	id := ps.ByName("id")
+	a := accessOf(r) // nil without a session token: an admin's
+	sent, err := s.lookup(r.Context(), a, false).session(id)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, sess)
+	sess, err := s.n.EndSession(r.Context(), sent, token, token == "")
+	if err != nil {
+		return unhide(err, sent, id)
+	}
+	writeJSON(w, http.StatusOK, s.sessionView(r.Context(), a, sess))
 	return nil
 }
 
@@ -105,14 +139,18 @@ type holderReleaseAnswer struct {
 	Released int `json:"released"`
 }
 
-// releaseHolder handles POST /v1/holders/:holder/release (admin): ends
-// every lease and session of the holder; optional reason.
+// releaseHolder handles POST /v1/holders/:holder/release (admin, or a
+// write token restricted to holders that include this one): ends every
+// lease and session of the holder, whatever their keys; optional reason.
 func (s *server) releaseHolder(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+	holder := ps.ByName("holder")
+	if !accessOf(r).canHold(holder) {
+		return scopeDenied("this token may not act as holder %q", holder)
+	}
 	reason, err := s.reason(w, r)
 	if err != nil {
 		return err
 	}
-	holder := ps.ByName("holder")
 	n, err := s.n.ReleaseHolder(r.Context(), holder, reason)
 	if err != nil {
 		return err

@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/julienschmidt/httprouter"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // MaxSnapshotBytes limits the body of PUT /v1/cluster/snapshot. The
@@ -56,7 +56,7 @@ func (s *server) restoreSnapshot(w http.ResponseWriter, r *http.Request, _ httpr
 	body := http.MaxBytesReader(w, r.Body, MaxSnapshotBytes)
 	info, err := s.n.RestoreSnapshot(r.Context(), body)
 	if errors.Is(err, errBodyTimeout) {
-		err = &node.Error{Code: node.CodeInvalidArgument, Message: "snapshot upload stalled: " + err.Error()}
+		err = &wire.Error{Code: wire.CodeInvalidArgument, Message: "snapshot upload stalled: " + err.Error()}
 	}
 	if err != nil {
 		// Drain a little so that a small refused upload gets its answer

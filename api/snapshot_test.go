@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func TestSnapshotRoutesFake(t *testing.T) {
@@ -47,11 +48,11 @@ func TestSnapshotRoutesFake(t *testing.T) {
 
 	// Errors before the file starts are ordinary answers.
 	f = newFake()
-	f.err = &node.Error{Code: node.CodeNoLeader, Message: "not the leader"}
+	f.err = &wire.Error{Code: wire.CodeNoLeader, Message: "not the leader"}
 	h = New(f, Options{})
-	wantError(t, do(t, h, "GET", "/v1/cluster/snapshot", ""), 503, node.CodeNoLeader, "")
-	wantError(t, do(t, h, "PUT", "/v1/cluster/snapshot", "x"), 503, node.CodeNoLeader, "")
-	wantError(t, do(t, h, "POST", "/v1/cluster/snapshot", ""), 405, node.CodeMethodNotAllowed, "")
+	wantError(t, do(t, h, "GET", "/v1/cluster/snapshot", ""), 503, wire.CodeNoLeader, "")
+	wantError(t, do(t, h, "PUT", "/v1/cluster/snapshot", "x"), 503, wire.CodeNoLeader, "")
+	wantError(t, do(t, h, "POST", "/v1/cluster/snapshot", ""), 405, wire.CodeMethodNotAllowed, "")
 }
 
 func TestSnapshotRoutesNeedAdmin(t *testing.T) {
@@ -119,7 +120,7 @@ func TestSnapshotRealNode(t *testing.T) {
 	h := New(FromNode(n), Options{})
 	waitFor(t, "the node to be ready", func() bool { return do(t, h, "GET", "/readyz", "").Code == 200 })
 
-	var kept node.Lease
+	var kept wire.Lease
 	rec := do(t, h, "POST", "/v1/leases", `{"key":"jobs/1","holder":"w1","ttl_ms":30000}`)
 	jsonOf(t, rec, &kept)
 	var file []byte
@@ -139,8 +140,8 @@ func TestSnapshotRealNode(t *testing.T) {
 
 	bad := bytes.Clone(file)
 	bad[len(bad)-1] ^= 1
-	wantError(t, do(t, h, "PUT", "/v1/cluster/snapshot", string(bad)), 400, node.CodeInvalidArgument, "")
-	var l node.Lease
+	wantError(t, do(t, h, "PUT", "/v1/cluster/snapshot", string(bad)), 400, wire.CodeInvalidArgument, "")
+	var l wire.Lease
 	jsonOf(t, do(t, h, "GET", "/v1/leases/"+kept.LeaseID, ""), &l)
 	if l.State != "released" {
 		t.Fatalf("a refused restore changed the state: %+v", l)

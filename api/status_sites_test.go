@@ -33,7 +33,7 @@ var httpStatuses = map[string]int{
 
 // TestErrorSitesAgreeWithTable: where the package writes a status next to
 // a literal error of a known code (writeErrorBody(w, http.StatusX,
-// &node.Error{Code: node.CodeY}), or return http.StatusX, &node.Error{...}),
+// &wire.Error{Code: wire.CodeY}), or return http.StatusX, &wire.Error{...}),
 // the status is the one wire's table gives the code. There is one table;
 // this keeps the sites that name a status directly from drifting from it.
 func TestErrorSitesAgreeWithTable(t *testing.T) {
@@ -110,8 +110,8 @@ func httpStatusOf(e ast.Expr) (string, bool) {
 	return sel.Sel.Name, true
 }
 
-// literalCode returns the constant's name CodeX of &node.Error{Code:
-// node.CodeX, ...} (or wire.CodeX).
+// literalCode returns the constant's name CodeX of &wire.Error{Code:
+// wire.CodeX, ...}.
 func literalCode(e ast.Expr) (string, bool) {
 	u, ok := e.(*ast.UnaryExpr)
 	if !ok || u.Op != token.AND {

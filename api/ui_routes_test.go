@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestUIFiles: the console's files are served without a token even when
@@ -58,7 +59,7 @@ func TestWhoami(t *testing.T) {
 		}
 	}
 	rec := do(t, h, "GET", "/v1/whoami", "", "Authorization", "Bearer not-a-token")
-	wantError(t, rec, http.StatusUnauthorized, node.CodeUnauthenticated, "")
+	wantError(t, rec, http.StatusUnauthorized, wire.CodeUnauthenticated, "")
 	rec = do(t, New(newFake(), Options{}), "GET", "/v1/whoami", "")
 	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"auth":false,"scope":"admin"}` {
 		t.Fatalf("whoami without auth: %d %s", rec.Code, rec.Body)

@@ -17,7 +17,7 @@ import (
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // The console tests drive a real headless Chromium (Debian's chromium
@@ -196,29 +196,29 @@ func (a uiAPI) do(method, path, body string, want int, hdr ...string) []byte {
 	return b
 }
 
-func (a uiAPI) acquire(key, holder string, ttl time.Duration) *node.Lease {
+func (a uiAPI) acquire(key, holder string, ttl time.Duration) *wire.Lease {
 	a.t.Helper()
 	b := a.do("POST", "/v1/leases", fmt.Sprintf(`{"key":%q,"holder":%q,"ttl_ms":%d}`, key, holder, ttl.Milliseconds()), http.StatusCreated)
-	var l node.Lease
+	var l wire.Lease
 	if err := json.Unmarshal(b, &l); err != nil {
 		a.t.Fatal(err)
 	}
 	return &l
 }
 
-func (a uiAPI) release(l *node.Lease) {
+func (a uiAPI) release(l *wire.Lease) {
 	a.t.Helper()
 	a.do("DELETE", "/v1/leases/"+l.LeaseID, "", http.StatusOK, headerLeaseToken, l.Token)
 }
 
 // row is a JavaScript expression for the leases table's row of a lease.
-func row(l *node.Lease) string {
+func row(l *wire.Lease) string {
 	return fmt.Sprintf(`document.querySelector('#lease-table tr[data-lease=%q]')`, l.LeaseID)
 }
 
 // feedHas is a JavaScript condition: the live feed shows an event of type
 // typ for the lease.
-func feedHas(typ string, l *node.Lease) string {
+func feedHas(typ string, l *wire.Lease) string {
 	return fmt.Sprintf(`document.querySelector('#feed li[data-type=%q][data-lease=%q]')`, typ, l.LeaseID)
 }
 
@@ -345,11 +345,11 @@ func TestConsoleSingleServer(t *testing.T) {
 	}
 
 	// A session with a bound lease shows in the sessions table.
-	var sess node.Session
+	var sess wire.Session
 	if err := json.Unmarshal(a.do("POST", "/v1/sessions", `{"holder":"worker-5","ttl_ms":60000}`, http.StatusCreated), &sess); err != nil {
 		t.Fatal(err)
 	}
-	var bound node.Lease
+	var bound wire.Lease
 	if err := json.Unmarshal(a.do("POST", "/v1/leases", `{"key":"ui/bound","holder":"worker-5","session_id":"`+sess.SessionID+`"}`,
 		http.StatusCreated, headerSessionToken, sess.Token), &bound); err != nil {
 		t.Fatal(err)
@@ -402,7 +402,7 @@ func TestConsoleThroughFollower(t *testing.T) {
 	b := newBrowser(t, path, "follower")
 	var follower *clusterMember
 	for _, m := range ms {
-		if info, ok := m.n.Leader(); ok && !info.Self {
+		if info, ok := m.Node.Leader(); ok && !info.Self {
 			follower = m
 			break
 		}
@@ -410,9 +410,9 @@ func TestConsoleThroughFollower(t *testing.T) {
 	if follower == nil {
 		t.Fatal("no follower")
 	}
-	t.Logf("console through follower %s", follower.id)
-	exerciseConsole(t, b, follower.base, uiAPI{t: t, base: follower.base}, 3)
-	b.waitFor("the follower's own view", fmt.Sprintf(`document.getElementById('c-node').textContent.startsWith(%q)`, follower.id+" (follower"))
+	t.Logf("console through follower %s", follower.ID)
+	exerciseConsole(t, b, follower.Addr, uiAPI{t: t, base: follower.Addr}, 3)
+	b.waitFor("the follower's own view", fmt.Sprintf(`document.getElementById('c-node').textContent.startsWith(%q)`, follower.ID+" (follower"))
 	b.waitFor("every member healthy", `[...document.querySelectorAll('#members .health')].every(e => e.textContent === 'healthy')`)
 	b.shot("cluster")
 }

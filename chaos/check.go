@@ -324,17 +324,19 @@ func CheckNoLostAcks(ctx context.Context, ops []Op, lookup LeaseLookup) Verdict 
 // record: the lease may have ended before a restore took effect (a restore
 // keeps every lease live at that moment as it is). A lease may have ended
 // by the restore's return if a release of it was sent before then, or if
-// half its TTL after its last refresh before then had passed (half: a
-// generous bound on when the server may expire it, whatever eps).
+// half its TTL after its last refresh answered before the restore was sent
+// had passed by then (half: a generous bound on when the server may expire
+// it, whatever eps).
 func rewoundByRestore(ops []Op) func(id string) bool {
-	var at []int64 // when each restore took effect at the latest
+	type window struct{ call, ret int64 } // a restore took effect in [call, ret]
+	var at []window
 	for _, o := range ops {
 		if o.Kind == KRestore && o.Status != StatusFail {
 			r := o.Return
 			if o.Status == StatusInfo {
 				r = math.MaxInt64
 			}
-			at = append(at, r)
+			at = append(at, window{o.Call, r})
 		}
 	}
 	if len(at) == 0 {
@@ -350,17 +352,22 @@ func rewoundByRestore(ops []Op) func(id string) bool {
 		for _, r := range at {
 			var refresh, ttl int64 = -1, 0
 			for _, o := range byLease[id] {
-				if o.Call >= r {
+				if o.Call >= r.ret {
 					continue
 				}
 				if o.Kind == KRelease {
 					return true
 				}
-				if o.Status == StatusOK && o.Call > refresh {
+				// Only a refresh answered before the restore was sent
+				// surely applied before it: one answered later may have
+				// renewed the restored record (the file's, re-fenced,
+				// which takes the same token) after the lease had
+				// ended in the state the restore replaced.
+				if o.Status == StatusOK && o.Return < r.call && o.Call > refresh {
 					refresh, ttl = o.Call, o.TTLMS*1e6
 				}
 			}
-			if refresh >= 0 && refresh+ttl/2 < r {
+			if refresh >= 0 && refresh+ttl/2 < r.ret {
 				return true
 			}
 		}
@@ -454,205 +461,4 @@ func CheckClock(ops []Op, eps float64) Verdict {
 		v.Detail = fmt.Sprintf("the cluster clock never ran faster than real time (fastest: %.2f of the bound)", worst)
 	}
 	return v
-}
-
-// LivenessBound is how long the cluster clock may stand still, as the
-// harness sees it, while a healthy majority exists: a leader that commits
-// nothing for 3 s gives leadership up (node's leader watchdog: a transfer,
-// after 1 s a forced election), the new leader commits its first tick a
-// period after its election (about 4.2 s after a leader's disk stalls, in
-// all, on an idle machine), and the harness's tick sampler (one read at a
-// time through a random node, up to 2 s each) adds its own delay; the
-// rest is headroom for a loaded machine. Expiry follows the clock: a lease
-// whose TTL has passed ends within two ticks of the clock resuming.
-const LivenessBound = 10 * time.Second
-
-// CheckLiveness checks that the cluster clock keeps moving whenever a
-// healthy majority exists: between consecutive observed advances of the
-// clock (successful tick reads that saw a higher tick than any read
-// before), no stretch longer than bound lies outside the nemesis windows
-// marked NoQuorum. So after a fault that left a majority healthy, or
-// after a quorum-less window heals, the clock resumes within bound. end
-// is the harness time the tick sampler stopped.
-func CheckLiveness(ops []Op, events []Event, bound time.Duration, end int64) Verdict {
-	v := Verdict{Checker: "liveness", Valid: true, Counts: map[string]int{}}
-	var reads []Op
-	for _, o := range ops {
-		if o.Kind == KTick && o.Status == StatusOK {
-			reads = append(reads, o)
-		}
-	}
-	sort.Slice(reads, func(i, j int) bool { return reads[i].Return < reads[j].Return })
-	var progress []int64
-	var top int64 = -1
-	for _, o := range reads {
-		if o.Value > top {
-			top = o.Value
-			progress = append(progress, o.Return)
-		}
-	}
-	v.Counts["reads"] = len(reads)
-	v.Counts["advances"] = len(progress)
-	if len(progress) < 2 {
-		v.fail("only %d observed advances of the cluster clock: liveness not checked", len(progress))
-		return v
-	}
-	// Excused windows: NoQuorum nemesis windows (an unstopped one lasts to
-	// the end).
-	type span struct{ a, b int64 }
-	var excused []span
-	open := map[string]int64{}
-	for _, e := range events {
-		if e.Type != "nemesis" || !e.NoQuorum {
-			continue
-		}
-		k := e.Name + "\x00" + e.Detail
-		switch e.Phase {
-		case "start":
-			open[k] = e.Time
-		case "stop":
-			if a, ok := open[k]; ok {
-				excused = append(excused, span{a, e.Time})
-				delete(open, k)
-			}
-		}
-	}
-	for _, a := range open {
-		excused = append(excused, span{a, end})
-	}
-	sort.Slice(excused, func(i, j int) bool { return excused[i].a < excused[j].a })
-	v.Counts["excused-windows"] = len(excused)
-	// longestFree is the longest part of [a, b] outside every excused
-	// window.
-	longestFree := func(a, b int64) (int64, int64) {
-		best, at, cur := int64(0), a, a
-		for _, w := range excused {
-			if w.b <= cur || w.a >= b {
-				continue
-			}
-			if w.a > cur && w.a-cur > best {
-				best, at = w.a-cur, cur
-			}
-			cur = max(cur, w.b)
-		}
-		if b > cur && b-cur > best {
-			best, at = b-cur, cur
-		}
-		return best, at
-	}
-	points := append(progress, max(end, progress[len(progress)-1]))
-	var worst int64
-	for i := 1; i < len(points); i++ {
-		a, b := points[i-1], points[i]
-		free, at := longestFree(a, b)
-		worst = max(worst, free)
-		if free > int64(bound) {
-			v.Counts["stalls"]++
-			what := "the clock did not advance"
-			if i == len(points)-1 {
-				what = "the clock never advanced again before the end of the run"
-			}
-			v.fail("%s for %.1f s (from %s, with a healthy majority; bound %v)", what, float64(free)/1e9, fmtT(at), bound)
-		}
-	}
-	v.Counts["longest-stall-ms"] = int(worst / 1e6)
-	// How soon the clock moved after each fault began and ended.
-	for _, e := range events {
-		if e.Type != "nemesis" || e.Phase == "" {
-			continue
-		}
-		k := sort.Search(len(progress), func(i int) bool { return progress[i] > e.Time })
-		if k == len(progress) {
-			continue
-		}
-		ms := int((progress[k] - e.Time) / 1e6)
-		name := "max-advance-after-fault-start-ms"
-		if e.Phase == "stop" {
-			name = "max-advance-after-fault-stop-ms"
-		}
-		v.Counts[name] = max(v.Counts[name], ms)
-	}
-	checkExpiryFollowsClock(&v, ops, reads)
-	if v.Valid {
-		v.Detail = fmt.Sprintf("with a healthy majority the cluster clock never stood still longer than %.1f s (bound %v), and due leases ended with it", float64(worst)/1e9, bound)
-	} else if v.Counts["stalls"] == 0 {
-		v.Detail = "a lease stayed active after the cluster clock had passed its expiry"
-	} else {
-		v.Detail = fmt.Sprintf("the cluster clock stood still for %.1f s while a majority was healthy (bound %v)", float64(worst)/1e9, bound)
-	}
-	return v
-}
-
-// checkExpiryFollowsClock: a lease whose TTL has run out on the cluster
-// clock is no longer active. A lease last extended (granted or renewed,
-// acknowledged) by time x was extended at a tick no higher than the first
-// tick read called after x, u; with a TTL of n ticks it expires when tick
-// u+n+2 has committed at the latest. A read of the key called after a tick
-// read had returned u+n+2 or more must not show it active. Leases with an
-// indeterminate grant or renewal (which may take effect later) are skipped.
-// With the clock's liveness, a due lease thus ends within its TTL plus
-// LivenessBound while a majority is healthy.
-func checkExpiryFollowsClock(v *Verdict, ops []Op, ticks []Op) {
-	if len(ticks) == 0 {
-		return
-	}
-	type ext struct {
-		last  int64
-		ttl   int64
-		vague bool
-	}
-	exts := map[string]*ext{}
-	for _, o := range ops {
-		if (o.Kind != KAcquire && o.Kind != KRenew) || o.LeaseID == "" {
-			continue
-		}
-		e := exts[o.LeaseID]
-		if e == nil {
-			e = &ext{}
-			exts[o.LeaseID] = e
-		}
-		switch o.Status {
-		case StatusOK:
-			if o.Return > e.last {
-				e.last, e.ttl = o.Return, o.TTLMS
-			}
-		case StatusInfo:
-			e.vague = true
-		}
-	}
-	byCall := append([]Op(nil), ticks...)
-	sort.Slice(byCall, func(i, j int) bool { return byCall[i].Call < byCall[j].Call })
-	byReturn := ticks // sorted by Return
-	for _, o := range ops {
-		if o.Kind != KRead || o.Status != StatusOK || o.LeaseID == "" {
-			continue
-		}
-		e := exts[o.LeaseID]
-		if e == nil || e.vague || e.last == 0 || e.ttl <= 0 {
-			continue
-		}
-		k := sort.Search(len(byCall), func(i int) bool { return byCall[i].Call >= e.last })
-		if k == len(byCall) {
-			continue
-		}
-		u, period := byCall[k].Value, byCall[k].PeriodMS
-		if period <= 0 {
-			continue
-		}
-		due := u + (e.ttl+period-1)/period + 2
-		v.Counts["expiry-checked"]++
-		// The highest tick known committed before the read was called.
-		var seen int64 = -1
-		for _, t := range byReturn {
-			if t.Return >= o.Call {
-				break
-			}
-			seen = max(seen, t.Value)
-		}
-		if seen >= due {
-			v.Counts["expiry-late"]++
-			v.fail("lease %s (key %s, TTL %d ms, last extended by %s at tick <= %d) read active at %s although tick %d had committed (due at %d)",
-				o.LeaseID, o.Key, e.ttl, fmtT(e.last), u, fmtT(o.Call), seen, due)
-		}
-	}
 }

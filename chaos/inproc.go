@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/internal/diskfault"
+	"github.com/leasehold/leasehold/internal/harness"
 	"github.com/leasehold/leasehold/node"
 )
 
@@ -61,6 +61,10 @@ type InprocOptions struct {
 // everything it acknowledged is on disk and nothing half-written is left.
 // A real crash is the netns tier's job. Pause, Resume, ClockJump and
 // ClockRate are not supported (ErrUnsupported).
+//
+// The nodes' lifecycle (start, stop, waiting for the cluster to form) is
+// internal/harness's, as for every package's cluster tests; this type adds
+// the fault injection and the front proxies.
 type InprocCluster struct {
 	opts InprocOptions
 	net  *faultNet
@@ -72,18 +76,31 @@ type InprocCluster struct {
 
 	disks []*diskfault.Fault // per node, kept across restarts
 
-	mu      sync.Mutex
-	nodes   []*inprocNode
+	h       *harness.Cluster[int, *inprocNode] // configured by node index
 	proxies []*frontProxy
-	closed  bool
+
+	mu     sync.Mutex
+	closed bool
 }
 
+// inprocNode is a running node with its HTTP server and log file.
 type inprocNode struct {
-	n    *node.Node
+	*node.Node
 	srv  *http.Server
 	logf *os.File
 	log  *slog.Logger
 	done chan struct{} // closed when srv.Serve returned
+}
+
+// Close closes the HTTP server, then the node (the harness's Stop calls
+// it).
+func (in *inprocNode) Close() error {
+	in.srv.Close()
+	err := in.Node.Close()
+	<-in.done
+	in.log.Info("chaos: node killed")
+	in.logf.Close()
+	return err
 }
 
 var _ Cluster = (*InprocCluster)(nil)
@@ -111,79 +128,56 @@ func NewInprocCluster(ctx context.Context, opts InprocOptions) (*InprocCluster, 
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
 	n := opts.Nodes
-	c := &InprocCluster{opts: opts, net: newFaultNet(n), nodes: make([]*inprocNode, n),
-		proxies: make([]*frontProxy, n)}
+	c := &InprocCluster{opts: opts, net: newFaultNet(n), proxies: make([]*frontProxy, n)}
+	c.h = harness.New(harness.Options[int, *inprocNode]{Open: c.open})
 	for range n {
 		c.disks = append(c.disks, &diskfault.Fault{})
 	}
-	ports, err := freePorts(4 * n)
+	addrs, err := harness.FreeAddrs(4 * n)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("chaos: %w", err)
 	}
 	for i := range n {
 		c.ids = append(c.ids, "n"+strconv.Itoa(i))
-		c.raftAddr = append(c.raftAddr, loopback(ports[4*i]))
-		c.gossipAddr = append(c.gossipAddr, loopback(ports[4*i+1]))
-		c.apiAddr = append(c.apiAddr, loopback(ports[4*i+2]))
+		c.raftAddr = append(c.raftAddr, addrs[4*i])
+		c.gossipAddr = append(c.gossipAddr, addrs[4*i+1])
+		c.apiAddr = append(c.apiAddr, addrs[4*i+2])
 	}
 	for i := range n {
-		p, err := newFrontProxy(c, i, loopback(ports[4*i+3]))
+		p, err := newFrontProxy(c, i, addrs[4*i+3])
 		if err != nil {
 			c.Close(context.Background(), true)
 			return nil, err
 		}
 		c.proxies[i] = p
 	}
-	// Open concurrently: each waits for the others through gossip to form
-	// the cluster (bootstrap-expect).
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { errs[i] = c.start(i) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	// Opened concurrently: each waits for the others through gossip to
+	// form the cluster (bootstrap-expect).
+	if _, err := c.h.StartAll(c.indexes()...); err != nil {
 		c.Close(context.Background(), true)
 		return nil, err
 	}
-	if err := c.waitFormed(ctx); err != nil {
+	// Every node ready, and the leader's configuration has every node as
+	// a voter.
+	fctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := c.h.WaitVoters(fctx, n); err != nil {
 		c.Close(context.Background(), true)
-		return nil, err
+		return nil, fmt.Errorf("chaos: cluster did not form: %w", err)
+	}
+	if err := c.h.WaitReady(fctx); err != nil {
+		c.Close(context.Background(), true)
+		return nil, fmt.Errorf("chaos: cluster did not form: %w", err)
 	}
 	return c, nil
 }
 
-func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
-
-// freePorts picks n ports free for both TCP and UDP on 127.0.0.1, below
-// the kernel's ephemeral range (32768 and up on Linux), so that no
-// outgoing connection of any process takes one between a kill and a
-// restart.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	seen := map[int]bool{}
-	for try := 0; len(ports) < n && try < 2000; try++ {
-		p := 20000 + rand.IntN(12000)
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		l, err := net.Listen("tcp", loopback(p))
-		if err != nil {
-			continue
-		}
-		u, err := net.ListenPacket("udp", loopback(p))
-		l.Close()
-		if err != nil {
-			continue
-		}
-		u.Close()
-		ports = append(ports, p)
+func (c *InprocCluster) indexes() []int {
+	is := make([]int, len(c.ids))
+	for i := range is {
+		is[i] = i
 	}
-	if len(ports) < n {
-		return nil, fmt.Errorf("chaos: found only %d free ports of %d", len(ports), n)
-	}
-	return ports, nil
+	return is
 }
 
 // nodeOf names the node one of whose addresses addr is.
@@ -224,96 +218,45 @@ func (c *InprocCluster) config(i int, logger *slog.Logger) node.Config {
 	return cfg
 }
 
-// start opens node i and its HTTP server. The node must not be running.
-func (c *InprocCluster) start(i int) error {
+// open opens node i and its HTTP server, and opens its front proxy (the
+// harness's Options.Open). The node must not be running.
+func (c *InprocCluster) open(i int, logs io.Writer) (*inprocNode, error) {
 	logf, err := os.OpenFile(c.LogPath(i), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("chaos: %w", err)
+		return nil, fmt.Errorf("chaos: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", c.ids[i])
+	logger := slog.New(slog.NewTextHandler(io.MultiWriter(logf, logs), &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", c.ids[i])
 	logger.Info("chaos: starting node")
 	n, err := node.Open(c.config(i, logger))
 	if err != nil {
 		logger.Error("chaos: node did not start", "err", err)
 		logf.Close()
-		return fmt.Errorf("chaos: start %s: %w", c.ids[i], err)
+		return nil, fmt.Errorf("chaos: start %s: %w", c.ids[i], err)
 	}
 	l, err := net.Listen("tcp", c.apiAddr[i])
 	if err != nil {
 		n.Close()
 		logf.Close()
-		return fmt.Errorf("chaos: %s http: %w", c.ids[i], err)
+		return nil, fmt.Errorf("chaos: %s http: %w", c.ids[i], err)
 	}
 	h := api.New(api.FromNode(n), api.Options{Logger: logger.With("component", "http"),
 		ForwardDial: c.net.forwardDialer(i, c.nodeOf)})
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	in := &inprocNode{n: n, srv: srv, logf: logf, log: logger, done: make(chan struct{})}
+	in := &inprocNode{Node: n, srv: srv, logf: logf, log: logger, done: make(chan struct{})}
 	go func() {
 		defer close(in.done)
 		srv.Serve(&faultListener{Listener: l, f: c.net, local: i})
 	}()
-	c.mu.Lock()
-	c.nodes[i] = in
-	c.mu.Unlock()
 	c.proxies[i].setUp(true)
-	return nil
-}
-
-// waitFormed waits until every running node is ready and the leader's
-// configuration has every node as a voter.
-func (c *InprocCluster) waitFormed(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if c.formed() {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("chaos: cluster did not form: %w", ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
-func (c *InprocCluster) formed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, in := range c.nodes {
-		if in == nil || in.n.ReadyErr() != nil {
-			return false
-		}
-	}
-	for _, in := range c.nodes {
-		r := in.n.Raft()
-		if r.State() != raft.Leader {
-			continue
-		}
-		f := r.GetConfiguration()
-		if f.Error() != nil {
-			return false
-		}
-		voters := 0
-		for _, s := range f.Configuration().Servers {
-			if s.Suffrage == raft.Voter {
-				voters++
-			}
-		}
-		return voters == len(c.ids)
-	}
-	return false
+	return in, nil
 }
 
 // Node returns node i's *node.Node while it runs (nil when killed), for
 // tests that look inside (Raft state, applied index).
 func (c *InprocCluster) Node(i int) *node.Node {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if in := c.nodes[i]; in != nil {
-		return in.n
+	if in, ok := c.h.Server(c.ids[i]); ok {
+		return in.Node
 	}
 	return nil
 }
@@ -440,11 +383,7 @@ func (c *InprocCluster) Kill(i int) error {
 	if err := c.check(i); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	in := c.nodes[i]
-	c.nodes[i] = nil
-	c.mu.Unlock()
-	if in == nil {
+	if !c.Alive(i) {
 		return nil
 	}
 	// A process dies with its stalled writes; a node closing normally
@@ -455,11 +394,10 @@ func (c *InprocCluster) Kill(i int) error {
 	c.net.mu.Unlock()
 	c.net.enforce()
 	c.proxies[i].setUp(false)
-	in.srv.Close()
-	err := in.n.Close()
-	<-in.done
-	in.log.Info("chaos: node killed")
-	in.logf.Close()
+	err := c.h.Stop(c.ids[i])
+	if errors.Is(err, harness.ErrNotRunning) {
+		return nil // killed meanwhile
+	}
 	if err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
 		return fmt.Errorf("chaos: kill %s: %w", c.ids[i], err)
 	}
@@ -473,8 +411,9 @@ func (c *InprocCluster) Restart(i int) error {
 		return err
 	}
 	c.mu.Lock()
-	running, closed := c.nodes[i] != nil, c.closed
+	closed := c.closed
 	c.mu.Unlock()
+	running := c.Alive(i)
 	if closed {
 		return errors.New("chaos: cluster closed")
 	}
@@ -484,7 +423,7 @@ func (c *InprocCluster) Restart(i int) error {
 	c.net.mu.Lock()
 	c.net.dead[i] = false
 	c.net.mu.Unlock()
-	if err := c.start(i); err != nil {
+	if _, err := c.h.Start(i); err != nil {
 		c.net.mu.Lock()
 		c.net.dead[i] = true
 		c.net.mu.Unlock()
@@ -531,9 +470,8 @@ func (c *InprocCluster) Alive(i int) bool {
 	if c.check(i) != nil {
 		return false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nodes[i] != nil
+	_, ok := c.h.Server(c.ids[i])
+	return ok
 }
 
 // Close stops every node and front proxy; logs stay, data directories stay

@@ -9,12 +9,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/node"
 )
 
@@ -29,6 +29,9 @@ func newTestInproc(t *testing.T) *InprocCluster {
 	}
 	t.Logf("cluster of %d formed in %v", c.Size(), time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last log lines of the cluster's servers:\n%s", c.h.Tail())
+		}
 		if err := c.Close(context.Background(), false); err != nil {
 			t.Errorf("close: %v", err)
 		}
@@ -109,26 +112,23 @@ func acquireSoon(t *testing.T, c *InprocCluster, i int, d time.Duration) map[str
 	return l
 }
 
-// leader returns the index of the one running node that is Raft leader
-// with the others in its term, waiting for it.
+// leader returns the index of the one ready leader among the running
+// nodes named (all if none are), waiting for it.
 func leader(t *testing.T, c *InprocCluster, among ...int) int {
 	t.Helper()
-	if len(among) == 0 {
-		for i := range c.Size() {
-			among = append(among, i)
+	var exclude []string
+	for i := range c.Size() {
+		if len(among) > 0 && !slices.Contains(among, i) {
+			exclude = append(exclude, c.NodeID(i))
 		}
 	}
-	l := -1
-	poll(t, 15*time.Second, "a leader", func() bool {
-		l = -1
-		for _, i := range among {
-			if n := c.Node(i); n != nil && n.Raft().State() == raft.Leader && n.ReadyErr() == nil {
-				l = i
-			}
-		}
-		return l >= 0
-	})
-	return l
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.h.WaitLeader(ctx, exclude...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Index(c.ids, l.NodeID())
 }
 
 func others(c *InprocCluster, not int) []int {
@@ -159,7 +159,7 @@ func TestInprocPartitionDeposesLeaderAndHealConverges(t *testing.T) {
 	nl := leader(t, c, maj...)
 	t.Logf("new leader %s after %v", c.NodeID(nl), time.Since(cut).Round(time.Millisecond))
 	poll(t, 10*time.Second, "old leader deposed", func() bool {
-		return c.Node(old).Raft().State() != raft.Leader
+		return !c.Node(old).Cluster().IsLeader()
 	})
 	// Writes through the majority's follower go through forwarding.
 	var follower int
@@ -210,13 +210,13 @@ func TestInprocOneWayBlock(t *testing.T) {
 	}
 	nl := leader(t, c, others(c, old)...)
 	poll(t, 10*time.Second, "old leader deposed", func() bool {
-		return c.Node(old).Raft().State() != raft.Leader
+		return !c.Node(old).Cluster().IsLeader()
 	})
 	acquireSoon(t, c, nl, 10*time.Second)
 	// Only that direction is cut: the old leader hears the new one (and
 	// follows it), though its answers never arrive.
 	poll(t, 10*time.Second, "the old leader hears the new one", func() bool {
-		_, id := c.Node(old).Raft().LeaderWithID()
+		_, id := c.Node(old).Cluster().Leader()
 		return string(id) == c.NodeID(nl)
 	})
 	// Forwarding obeys the block too: the old leader knows the new one but
@@ -296,7 +296,7 @@ func TestInprocIsolateClient(t *testing.T) {
 	}
 	// The node still leads: the others forward writes to it.
 	acquireSoon(t, c, others(c, l)[0], 10*time.Second)
-	if c.Node(l).Raft().State() != raft.Leader {
+	if !c.Node(l).Cluster().IsLeader() {
 		t.Fatal("client isolation cost the leader its leadership")
 	}
 	if err := c.Heal(); err != nil {
@@ -396,11 +396,11 @@ func TestInprocDeadServerRemoved(t *testing.T) {
 	}
 	killed := time.Now()
 	poll(t, 20*time.Second, "the dead server removed", func() bool {
-		fut := c.Node(l).Raft().GetConfiguration()
-		if fut.Error() != nil {
+		conf, err := c.Node(l).Cluster().Configuration()
+		if err != nil {
 			return false
 		}
-		for _, s := range fut.Configuration().Servers {
+		for _, s := range conf.Servers {
 			if string(s.ID) == c.NodeID(f) {
 				return false
 			}

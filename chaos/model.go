@@ -85,7 +85,6 @@ func LeaseModel(eps float64) porcupine.Model {
 }
 
 func stepLease(s leaseState, op Op, eps float64) []interface{} {
-	one := func(ns leaseState) []interface{} { return []interface{}{ns} }
 	// allowed reports whether the current lease may have expired by the
 	// return of op.
 	allowed := func() bool {
@@ -105,98 +104,119 @@ func stepLease(s leaseState, op Op, eps float64) []interface{} {
 	case KRestore:
 		return stepRestore(s, op, allowed)
 	case KAcquire:
-		switch op.Status {
-		case StatusOK:
-			if !allowed() || op.Fence <= s.MaxFence {
-				return nil
-			}
-			return one(leaseState{Held: true, ID: op.LeaseID, TokenFP: op.TokenFP, Fence: op.Fence,
-				Refresh: op.Call, TTL: ttl, MaxFence: op.Fence})
-		case StatusFail:
-			if op.Code == codeLeaseHeld && !s.Held {
-				return nil // a lost release or expiry-free key refused
-			}
-			return one(s)
-		default:
-			return []interface{}{s, leaseState{Held: true, ID: unknownID, Refresh: op.Call, TTL: ttl, MaxFence: s.MaxFence}}
-		}
-
+		return stepAcquire(s, op, ttl, allowed)
 	case KRenew:
-		switch op.Status {
-		case StatusOK:
-			if !rightToken {
-				return nil
-			}
+		return stepRenew(s, op, ttl, current, rightToken, allowed)
+	case KRelease:
+		return stepRelease(s, op, current, rightToken, allowed)
+	case KRead:
+		return stepRead(s, op, allowed)
+	}
+	return oneState(s)
+}
+
+// oneState is the single state a step leads to.
+func oneState(ns leaseState) []interface{} { return []interface{}{ns} }
+
+// stepAcquire is an acquire of the key, with a TTL of ttl ns.
+func stepAcquire(s leaseState, op Op, ttl int64, allowed func() bool) []interface{} {
+	switch op.Status {
+	case StatusOK:
+		if !allowed() || op.Fence <= s.MaxFence {
+			return nil
+		}
+		return oneState(leaseState{Held: true, ID: op.LeaseID, TokenFP: op.TokenFP, Fence: op.Fence,
+			Refresh: op.Call, TTL: ttl, MaxFence: op.Fence})
+	case StatusFail:
+		if op.Code == codeLeaseHeld && !s.Held {
+			return nil // a lost release or expiry-free key refused
+		}
+		return oneState(s)
+	default:
+		return []interface{}{s, leaseState{Held: true, ID: unknownID, Refresh: op.Call, TTL: ttl, MaxFence: s.MaxFence}}
+	}
+}
+
+// stepRenew is a renewal of op.LeaseID, with a TTL of ttl ns.
+func stepRenew(s leaseState, op Op, ttl int64, current, rightToken bool, allowed func() bool) []interface{} {
+	switch op.Status {
+	case StatusOK:
+		if !rightToken {
+			return nil
+		}
+		ns := s
+		ns.Refresh, ns.TTL = op.Call, ttl
+		return oneState(ns)
+	case StatusFail:
+		return failOnCurrent(s, op, current, rightToken, allowed)
+	default:
+		if rightToken {
 			ns := s
 			ns.Refresh, ns.TTL = op.Call, ttl
-			return one(ns)
-		case StatusFail:
-			return failOnCurrent(s, op, current, rightToken, allowed)
-		default:
-			if rightToken {
-				ns := s
-				ns.Refresh, ns.TTL = op.Call, ttl
-				return []interface{}{s, ns}
-			}
-			return one(s)
+			return []interface{}{s, ns}
 		}
+		return oneState(s)
+	}
+}
 
-	case KRelease:
-		switch op.Status {
-		case StatusOK:
-			if !rightToken {
-				return nil
-			}
-			return one(s.free())
-		case StatusFail:
-			return failOnCurrent(s, op, current, rightToken, allowed)
-		default:
-			if rightToken {
-				return []interface{}{s, s.free()}
-			}
-			return one(s)
-		}
-
-	case KRead:
-		if op.Status != StatusOK {
-			return one(s)
-		}
-		if op.LeaseID == "" {
-			if !allowed() {
-				return nil
-			}
-			return one(s.free())
-		}
-		if !s.Held {
+// stepRelease is a release of op.LeaseID.
+func stepRelease(s leaseState, op Op, current, rightToken bool, allowed func() bool) []interface{} {
+	switch op.Status {
+	case StatusOK:
+		if !rightToken {
 			return nil
 		}
-		if s.ID == unknownID {
-			ns := s
-			ns.ID = op.LeaseID
-			if op.Fence != 0 {
-				if op.Fence <= s.MaxFence {
-					return nil
-				}
-				ns.Fence, ns.MaxFence = op.Fence, op.Fence
-			}
-			return one(ns)
+		return oneState(s.free())
+	case StatusFail:
+		return failOnCurrent(s, op, current, rightToken, allowed)
+	default:
+		if rightToken {
+			return []interface{}{s, s.free()}
 		}
-		if s.ID != op.LeaseID || (op.Fence != 0 && s.Fence != 0 && op.Fence != s.Fence) {
+		return oneState(s)
+	}
+}
+
+// stepRead is a read of the key: its lease (op.LeaseID, op.Fence), or
+// none.
+func stepRead(s leaseState, op Op, allowed func() bool) []interface{} {
+	if op.Status != StatusOK {
+		return oneState(s)
+	}
+	if op.LeaseID == "" {
+		if !allowed() {
 			return nil
 		}
-		if s.Fence == 0 && op.Fence != 0 {
-			// A lease a restore brought back: its new token is above
-			// every token granted before.
+		return oneState(s.free())
+	}
+	if !s.Held {
+		return nil
+	}
+	if s.ID == unknownID {
+		ns := s
+		ns.ID = op.LeaseID
+		if op.Fence != 0 {
 			if op.Fence <= s.MaxFence {
 				return nil
 			}
-			ns := s
 			ns.Fence, ns.MaxFence = op.Fence, op.Fence
-			return one(ns)
 		}
-		return one(s)
+		return oneState(ns)
 	}
-	return one(s)
+	if s.ID != op.LeaseID || (op.Fence != 0 && s.Fence != 0 && op.Fence != s.Fence) {
+		return nil
+	}
+	if s.Fence == 0 && op.Fence != 0 {
+		// A lease a restore brought back: its new token is above
+		// every token granted before.
+		if op.Fence <= s.MaxFence {
+			return nil
+		}
+		ns := s
+		ns.Fence, ns.MaxFence = op.Fence, op.Fence
+		return oneState(ns)
+	}
+	return oneState(s)
 }
 
 // stepRestore is a restore as seen from one key whose lease in the file

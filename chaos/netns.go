@@ -212,6 +212,9 @@ func NewNetnsCluster(ctx context.Context, o NetnsOptions) (*NetnsCluster, error)
 		}
 		c.nodes = append(c.nodes, n)
 	}
+	if err := c.mountDisks(); err != nil {
+		return nil, err
+	}
 	for _, n := range c.nodes {
 		if err := n.start(); err != nil {
 			return nil, err
@@ -440,6 +443,19 @@ func (c *NetnsCluster) Wipe(i int) error {
 	if err := n.kill(); err != nil {
 		return err
 	}
+	if n.mounted {
+		// A mount point stays; its contents go.
+		entries, err := os.ReadDir(n.data)
+		if err != nil {
+			return fmt.Errorf("chaos: wipe %s: %w", n.id, err)
+		}
+		for _, e := range entries {
+			if err := os.RemoveAll(filepath.Join(n.data, e.Name())); err != nil {
+				return fmt.Errorf("chaos: wipe %s: %w", n.id, err)
+			}
+		}
+		return nil
+	}
 	if err := os.RemoveAll(n.data); err != nil {
 		return fmt.Errorf("chaos: wipe %s: %w", n.id, err)
 	}
@@ -664,6 +680,9 @@ func (c *NetnsCluster) close(ctx context.Context, keepData bool) error {
 		}
 	}
 	if err := os.RemoveAll(filepath.Join(c.opts.Dir, "clock")); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.unmountDisks(); err != nil {
 		errs = append(errs, err)
 	}
 	if !keepData {

@@ -27,6 +27,12 @@ type NetnsOptions struct {
 	// Logger receives the harness's account of what it does (every fault,
 	// kill, restart). Default: Dir/logs/harness.log, appended.
 	Logger *slog.Logger
+	// DiskSize, if > 0, puts each node's data directory on a tmpfs of
+	// this many bytes of its own, mounted before the node first starts and
+	// unmounted by Close (its data goes with it, keepData or not), so that
+	// FillDisk can fill it. 0: the data directories are on Dir's
+	// filesystem and FillDisk is ErrUnsupported.
+	DiskSize int64
 	// StartTimeout bounds NewNetnsCluster's wait for every node to be ready
 	// with all voters, on top of ctx. Default 90s.
 	StartTimeout time.Duration

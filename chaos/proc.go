@@ -29,6 +29,8 @@ type procNode struct {
 	log   string
 	data  string
 	clock string
+	// mounted: data is a tmpfs of its own (NetnsOptions.DiskSize).
+	mounted bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd

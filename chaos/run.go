@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/anishathalye/porcupine"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -89,24 +90,7 @@ func (s *Summary) Failed() []string {
 // harness failing to run at all; checker failures are in the summary.
 func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 	s := rc.Scenario
-	if rc.Warmup == 0 {
-		rc.Warmup = 3 * time.Second
-	}
-	if rc.Recovery == 0 {
-		rc.Recovery = 4 * time.Second
-	}
-	if rc.Eps == 0 {
-		rc.Eps = 0.01
-		if s.Eps > 0 {
-			rc.Eps = s.Eps
-		}
-	}
-	if rc.CheckTimeout == 0 {
-		rc.CheckTimeout = 60 * time.Second
-	}
-	if rc.MinOpsBeforeFault == 0 {
-		rc.MinOpsBeforeFault = 30
-	}
+	rc.defaults()
 	progress := func(format string, args ...any) {
 		if rc.Progress != nil {
 			fmt.Fprintf(rc.Progress, "chaos: %s: "+format+"\n", append([]any{s.Name}, args...)...)
@@ -115,9 +99,7 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 	if err := os.MkdirAll(rc.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	sum := &Summary{Scenario: s.Name, Class: s.Class, Tier: rc.Tier, Seed: rc.Seed, Started: time.Now(),
-		Counts: map[string]int{}, Dir: rc.Dir,
-		Replay: fmt.Sprintf("leasehold chaos --tier %s --scenario %s --seed %d", rc.Tier, s.Name, rc.Seed)}
+	sum := newSummary(rc)
 	h, err := NewHistory(filepath.Join(rc.Dir, "history.jsonl"))
 	if err != nil {
 		return nil, err
@@ -141,13 +123,115 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	stopWatch := startLeaderWatch(ctx, env)
+	defer stopWatch()
+	stopLoad, err := startLoad(ctx, c, h, rc)
+	if err != nil {
+		return nil, err
+	}
+
+	progress("warm-up %v", rc.Warmup)
+	_ = sleepCtx(ctx, rc.Warmup)
+	okBefore := countOK(h.Ops())
+	progress("nemesis %s", s.Class)
+	h.Note(Event{Type: "note", Name: "nemesis-begin"})
+	nerr := s.Nemesis(ctx, env)
+	h.Note(Event{Type: "note", Name: "nemesis-end"})
+	healAll(c, env)
+	if errors.Is(nerr, ErrUnsupported) {
+		stopLoad()
+		sum.Valid = true
+		sum.Skipped = fmt.Sprintf("the %s tier cannot inject this fault: %v", rc.Tier, nerr)
+		progress("skipped: %s", sum.Skipped)
+		fill(sum, h, env)
+		return sum, writeSummary(sum)
+	}
+	progress("recovery %v", rc.Recovery)
+	_ = sleepCtx(ctx, rc.Recovery)
+	stopLoad()
+	stopWatch()
+	end := h.Now()
+
+	progress("checking")
+	ops := h.Ops()
+	verdicts, info, windows := check(ctx, c, env, h, rc, nerr, end)
+	verdicts = append(verdicts, checkEffective(s, env, okBefore, rc.MinOpsBeforeFault))
+	sum.Verdicts = verdicts
+	sum.Valid = allValid(verdicts)
+	fill(sum, h, env)
+	writeRunFiles(rc, info, windows, h.Events(), ops, end, progress)
+	if sum.Valid {
+		progress("PASS: %d ops (%d ok, %.1f%% indeterminate), %d leader changes", sum.Ops, sum.OK, 100*sum.InfoRate, sum.LeaderChanges)
+	} else {
+		progress("FAIL: %s (see %s)", strings.Join(sum.Failed(), ", "), rc.Dir)
+	}
+	return sum, writeSummary(sum)
+}
+
+// newSummary is the summary of rc's run as it starts: no verdicts yet.
+func newSummary(rc RunConfig) *Summary {
+	s := rc.Scenario
+	return &Summary{Scenario: s.Name, Class: s.Class, Tier: rc.Tier, Seed: rc.Seed, Started: time.Now(),
+		Counts: map[string]int{}, Dir: rc.Dir,
+		Replay: fmt.Sprintf("leasehold-chaos --tier %s --scenario %s --seed %d", rc.Tier, s.Name, rc.Seed)}
+}
+
+// startLeaderWatch runs env's leader watch until the returned stop, which
+// waits for it to end (stop may be called more than once).
+func startLeaderWatch(ctx context.Context, env *Env) (stop func()) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var watchWG sync.WaitGroup
 	watchWG.Add(1)
 	go func() { defer watchWG.Done(); env.leaderWatch(watchCtx, 100*time.Millisecond) }()
-	defer func() { stopWatch(); watchWG.Wait() }()
+	return func() { stopWatch(); watchWG.Wait() }
+}
 
-	// Workloads.
+// allValid reports whether every verdict is valid.
+func allValid(verdicts []Verdict) bool {
+	for _, v := range verdicts {
+		if !v.Valid {
+			return false
+		}
+	}
+	return true
+}
+
+// writeRunFiles writes the linearizability visualization and the timeline
+// into the run's directory; a failure is only reported as progress.
+func writeRunFiles(rc RunConfig, info porcupine.LinearizationInfo, windows []window, evs []Event, ops []Op, end int64, progress func(string, ...any)) {
+	if err := writeVisualization(filepath.Join(rc.Dir, "linearizability.html"), rc.Eps, info, evs, end); err != nil {
+		progress("visualization: %v", err)
+	}
+	if err := writeTimeline(rc.Dir, windows, evs, ops, end); err != nil {
+		progress("timeline: %v", err)
+	}
+}
+
+// defaults fills in what rc leaves zero.
+func (rc *RunConfig) defaults() {
+	if rc.Warmup == 0 {
+		rc.Warmup = 3 * time.Second
+	}
+	if rc.Recovery == 0 {
+		rc.Recovery = 4 * time.Second
+	}
+	if rc.Eps == 0 {
+		rc.Eps = 0.01
+		if rc.Scenario.Eps > 0 {
+			rc.Eps = rc.Scenario.Eps
+		}
+	}
+	if rc.CheckTimeout == 0 {
+		rc.CheckTimeout = 60 * time.Second
+	}
+	if rc.MinOpsBeforeFault == 0 {
+		rc.MinOpsBeforeFault = 30
+	}
+}
+
+// startLoad starts the workloads (lease and counter workers) and the tick
+// sampler against c; the function it returns stops them and waits.
+func startLoad(ctx context.Context, c Cluster, h *History, rc RunConfig) (func(), error) {
 	wc := rc.Workload
 	wc.Prefix = fmt.Sprintf("chaos-%d", rc.Seed)
 	wc.Eps = rc.Eps
@@ -173,20 +257,24 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); w.run(wctx) }()
 	}
-
 	tctx, stopTicks := context.WithCancel(ctx)
 	var tickWG sync.WaitGroup
 	tickWG.Add(1)
 	go func() { defer tickWG.Done(); sampleTicks(tctx, h, cls, rand.New(rand.NewPCG(rc.Seed, 99))) }()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			stopWork()
+			wg.Wait()
+			stopTicks()
+			tickWG.Wait()
+		})
+	}, nil
+}
 
-	progress("warm-up %v", rc.Warmup)
-	_ = sleepCtx(ctx, rc.Warmup)
-	okBefore := countOK(h.Ops())
-	progress("nemesis %s", s.Class)
-	h.Note(Event{Type: "note", Name: "nemesis-begin"})
-	nerr := s.Nemesis(ctx, env)
-	h.Note(Event{Type: "note", Name: "nemesis-end"})
-	// Whatever the nemesis did, heal everything.
+// healAll undoes whatever a nemesis left: network faults, pauses, clock
+// rates, disk faults, and restarts a node it left down.
+func healAll(c Cluster, env *Env) {
 	_ = c.Heal()
 	for i := 0; i < c.Size(); i++ {
 		_ = c.Resume(i)
@@ -198,28 +286,11 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 			}
 		}
 	}
-	if errors.Is(nerr, ErrUnsupported) {
-		stopWork()
-		wg.Wait()
-		stopTicks()
-		tickWG.Wait()
-		sum.Valid = true
-		sum.Skipped = fmt.Sprintf("the %s tier cannot inject this fault: %v", rc.Tier, nerr)
-		progress("skipped: %s", sum.Skipped)
-		fill(sum, h, env)
-		return sum, writeSummary(sum)
-	}
-	progress("recovery %v", rc.Recovery)
-	_ = sleepCtx(ctx, rc.Recovery)
-	stopWork()
-	wg.Wait()
-	stopTicks()
-	tickWG.Wait()
-	stopWatch()
-	watchWG.Wait()
-	end := h.Now()
+}
 
-	progress("checking")
+// check runs every checker on the run's history (and on the cluster, for
+// recovery, lost acknowledgments, convergence and logs).
+func check(ctx context.Context, c Cluster, env *Env, h *History, rc RunConfig, nerr error, end int64) ([]Verdict, porcupine.LinearizationInfo, []window) {
 	ops := h.Ops()
 	var verdicts []Verdict
 	if nerr != nil {
@@ -228,41 +299,28 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 	verdicts = append(verdicts, checkRecovery(ctx, c, env, h))
 	verdicts = append(verdicts, CheckNoLostAcks(ctx, ops, lookupVia(c)))
 	verdicts = append(verdicts, checkConvergence(ctx, c, env))
-	verdicts = append(verdicts, CheckLogs(readLogs(c)))
+	logs := readLogs(c)
+	for i := range env.damaged {
+		if p := c.LogPath(i); p != "" {
+			if l, ok := logs[filepath.Base(p)]; ok {
+				logs[filepath.Base(p)] = withoutDamage(l)
+			}
+		}
+	}
+	verdicts = append(verdicts, CheckLogs(logs))
 	lin, info := CheckLinearizable(ops, rc.Eps, rc.CheckTimeout)
 	verdicts = append(verdicts, lin)
 	hw, windows := CheckHolderWindows(ops, rc.Eps, end)
 	verdicts = append(verdicts, hw)
 	verdicts = append(verdicts, CheckFencing(ops))
 	verdicts = append(verdicts, CheckClock(ops, rc.Eps))
-	if s.Liveness {
+	if rc.Scenario.Liveness {
 		verdicts = append(verdicts, CheckLiveness(ops, h.Events(), LivenessBound, end))
 	}
 	ctr := CheckCounter(ops)
 	verdicts = append(verdicts, ctr)
 	env.Count("stale-token-rejected", ctr.Counts["stale-token-rejected"])
-	verdicts = append(verdicts, checkEffective(s, env, okBefore, rc.MinOpsBeforeFault))
-	sum.Verdicts = verdicts
-	sum.Valid = true
-	for _, v := range verdicts {
-		if !v.Valid {
-			sum.Valid = false
-		}
-	}
-	fill(sum, h, env)
-	evs := h.Events()
-	if err := writeVisualization(filepath.Join(rc.Dir, "linearizability.html"), rc.Eps, info, evs, end); err != nil {
-		progress("visualization: %v", err)
-	}
-	if err := writeTimeline(rc.Dir, windows, evs, ops, end); err != nil {
-		progress("timeline: %v", err)
-	}
-	if sum.Valid {
-		progress("PASS: %d ops (%d ok, %.1f%% indeterminate), %d leader changes", sum.Ops, sum.OK, 100*sum.InfoRate, sum.LeaderChanges)
-	} else {
-		progress("FAIL: %s (see %s)", strings.Join(sum.Failed(), ", "), rc.Dir)
-	}
-	return sum, writeSummary(sum)
+	return verdicts, info, windows
 }
 
 func countOK(ops []Op) int {
@@ -496,4 +554,31 @@ func sampleTicks(ctx context.Context, h *History, cls clients, rng *rand.Rand) {
 		}
 		h.Add(op)
 	}
+}
+
+// withoutDamage drops, from the log of a node whose data a nemesis damaged
+// on purpose, what refusing that damage prints: the message of a log entry
+// that does not decode or a snapshot whose CRC does not match, and the
+// panic (with its goroutine dump) that stops the server on it. A data race
+// or any other panic still shows.
+func withoutDamage(log string) string {
+	lines := strings.Split(log, "\n")
+	out := lines[:0]
+	dump := false
+	for _, line := range lines {
+		switch {
+		case strings.Contains(line, "does not decode") || strings.Contains(line, "CRC mismatch") ||
+			strings.Contains(line, "CRC checksum failed") || strings.Contains(line, "checksum mismatch"):
+			dump = strings.HasPrefix(line, "panic:")
+			continue
+		case dump && !strings.Contains(line, "DATA RACE"):
+			if line == "" || strings.HasPrefix(line, "time=") {
+				dump = false
+				out = append(out, line)
+			}
+			continue
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
 }

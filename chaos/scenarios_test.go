@@ -15,6 +15,7 @@ import (
 var inprocScenarios = []string{
 	"none", "partition-leader", "one-way-leader", "loss", "latency",
 	"kill-leader", "transfer-storm", "snapshot-catchup", "remove-partitioned", "restore-under-load",
+	"restore-lost-leader", "restore-large", "restore-during-backlog",
 	"disk-stall-leader",
 }
 

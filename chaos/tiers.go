@@ -35,7 +35,12 @@ func NewFactory(tier string, o FactoryOptions) (ClusterFactory, error) {
 				flags = append(flags, "--snapshot-threshold", fmt.Sprint(s.SnapshotThreshold),
 					"--snapshot-interval", "200ms", "--trailing-logs", fmt.Sprint(max(1, s.SnapshotThreshold/2)))
 			}
-			return NewNetnsCluster(ctx, NetnsOptions{Nodes: nodes, Binary: o.Binary, Dir: dir, ExtraFlags: flags})
+			var disk int64
+			if s != nil && s.DiskMiB > 0 {
+				disk = int64(s.DiskMiB) << 20
+				flags = append(flags, "--min-free-disk", fmt.Sprintf("%dMiB", s.MinFreeDiskMiB))
+			}
+			return NewNetnsCluster(ctx, NetnsOptions{Nodes: nodes, Binary: o.Binary, Dir: dir, ExtraFlags: flags, DiskSize: disk})
 		}, nil
 	}
 	return nil, fmt.Errorf("chaos: unknown tier %q (want netns or inproc)", tier)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,21 +11,26 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
-	bberrors "go.etcd.io/bbolt/errors"
+	autopilot "github.com/hashicorp/raft-autopilot"
 )
 
 // Config configures the Raft side of a server.
 type Config struct {
 	// NodeID is this server's Raft id.
 	NodeID string
-	// Dir holds wal/ (the log), raft.db (the stable store; its lock keeps
-	// a second server off the directory) and snapshots/.
+	// Dir holds raft.db (the stable store; its lock keeps a second server
+	// off the directory; the log too with LogStoreBoltDB), wal/ (the log
+	// with LogStoreWAL) and snapshots/.
 	Dir string
+	// LogStore is the Raft log store of a new data dir: LogStoreBoltDB or
+	// LogStoreWAL; empty: DefaultLogStore. An existing directory keeps the
+	// store it has: a LogStore that is not the directory's fails Open,
+	// naming both (MigrateLog moves a log, offline).
+	LogStore string
 	// BindAddr is the TCP address the Raft transport listens on.
 	BindAddr string
 	// Advertise is the address peers dial; empty means BindAddr.
@@ -76,7 +82,7 @@ type Config struct {
 
 // Cluster is one running Raft server.
 type Cluster struct {
-	Raft *raft.Raft
+	raft *raft.Raft
 	// HadState: Raft state existed when Open ran (this server belongs, or
 	// belonged, to a cluster).
 	HadState bool
@@ -97,193 +103,252 @@ type Cluster struct {
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+
+	watchdogStepDowns atomic.Int64
+	failed            failures                        // when servers of the configuration were first missed (reconcile.go)
+	apState           atomic.Pointer[autopilot.State] // autopilot's latest view (leader only)
 }
 
-// ErrInvalidConfig wraps configuration problems found by Open.
+// ErrInvalidConfig wraps configuration problems found by Validate.
 var ErrInvalidConfig = errors.New("cluster: invalid config")
 
-// Open starts Raft with fsm. It returns once Raft runs; leadership comes
-// later (see OnLeadership and raft.Raft.Leader).
-func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
-	if cfg.NodeID == "" {
-		return nil, fmt.Errorf("%w: node id is required", ErrInvalidConfig)
+// DefaultConfig is a Config with every default filled in; NodeID and
+// either Dir or InMemory remain to be set.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		TrailingLogs:       10240,
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.HeartbeatTimeout == 0 {
-		cfg.HeartbeatTimeout = 500 * time.Millisecond
-	}
-	if cfg.ElectionTimeout == 0 {
-		cfg.ElectionTimeout = 500 * time.Millisecond
-	}
-	if cfg.LeaderLeaseTimeout == 0 {
-		cfg.LeaderLeaseTimeout = 250 * time.Millisecond
-	}
-	if cfg.TrailingLogs == 0 {
-		cfg.TrailingLogs = 10240
-	}
-	c := &Cluster{cfg: cfg, logger: cfg.Logger, notifyCh: make(chan bool, 16),
-		stop: make(chan struct{}), done: make(chan struct{})}
+}
 
+// Validate returns every problem of the configuration at once (each wraps
+// ErrInvalidConfig), or nil. A zero duration or count means its default.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if c.NodeID == "" {
+		bad("node id is required")
+	}
+	if !c.InMemory && c.Dir == "" {
+		bad("a data directory is required (or InMemory)")
+	}
+	for name, d := range map[string]time.Duration{"heartbeat timeout": c.HeartbeatTimeout,
+		"election timeout": c.ElectionTimeout, "leader lease timeout": c.LeaderLeaseTimeout,
+		"snapshot interval": c.SnapshotInterval} {
+		if d < 0 {
+			bad("%s must not be negative, got %v", name, d)
+		}
+	}
+	if !c.InMemory && c.LogStore != "" && c.LogStore != LogStoreBoltDB && c.LogStore != LogStoreWAL {
+		bad("raft log store %q: want %s or %s", c.LogStore, LogStoreBoltDB, LogStoreWAL)
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills the zero fields of c from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, d.HeartbeatTimeout)
+	c.ElectionTimeout = cmp.Or(c.ElectionTimeout, d.ElectionTimeout)
+	c.LeaderLeaseTimeout = cmp.Or(c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
+	c.TrailingLogs = cmp.Or(c.TrailingLogs, d.TrailingLogs)
+	return c
+}
+
+// raftConfig is hashicorp/raft's configuration for c.
+func (c Config) raftConfig(notify chan bool) *raft.Config {
 	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.LocalID = raft.ServerID(c.NodeID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
 	rc.CommitTimeout = 5 * time.Millisecond
 	rc.MaxAppendEntries = 256
 	rc.BatchApplyCh = true
-	rc.TrailingLogs = cfg.TrailingLogs
-	if cfg.SnapshotThreshold > 0 {
-		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = c.TrailingLogs
+	if c.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = c.SnapshotThreshold
 	}
-	if cfg.SnapshotInterval > 0 {
-		rc.SnapshotInterval = cfg.SnapshotInterval
+	if c.SnapshotInterval > 0 {
+		rc.SnapshotInterval = c.SnapshotInterval
 	}
-	rc.NotifyCh = c.notifyCh
-	rc.Logger = newHCLogger("raft", cfg.Logger)
+	rc.NotifyCh = notify
+	rc.Logger = newHCLogger("raft", c.Logger)
+	return rc
+}
 
+// stores are Raft's log, stable and snapshot stores.
+type stores struct {
+	logs   raft.LogStore
+	stable raft.StableStore
+	snaps  raft.SnapshotStore
+}
+
+// Open starts Raft with fsm. It returns once Raft runs; leadership comes
+// later (see OnLeadership and Leader).
+func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	c := &Cluster{cfg: cfg, logger: cfg.Logger, notifyCh: make(chan bool, 16),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	rc := cfg.raftConfig(c.notifyCh)
 	var (
-		logs   raft.LogStore
-		stable raft.StableStore
-		snaps  raft.SnapshotStore
-		addr   raft.ServerAddress
+		st   stores
+		addr raft.ServerAddress
+		err  error
 	)
 	if cfg.InMemory {
 		store := raft.NewInmemStore()
-		logs, stable = store, store
-		snaps = newMemSnapshots()
-		a, t := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
+		st = stores{logs: store, stable: store, snaps: newMemSnapshots()}
+		// Raft's default of 500 ms per in-memory RPC counts a vote that
+		// a saturated machine answers later as refused: two candidates
+		// could then fail every (pre-)vote round for as long as the load
+		// lasts (seen: 20 s without a leader in tests under load). An
+		// answer within the election timeout still counts.
+		a, t := raft.NewInmemTransportWithTimeout(raft.ServerAddress(cfg.NodeID), max(500*time.Millisecond, 2*cfg.HeartbeatTimeout))
 		addr, c.trans = a, t
 	} else {
-		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
-			return nil, fmt.Errorf("cluster: data dir: %w", err)
-		}
-		// fsync stays on (NoSync false). The freelist is not synced on every
-		// commit (bbolt rebuilds it on open) and a large initial mmap avoids
-		// remapping stalls as the log grows.
-		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db"),
-			BoltOptions: &bbolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true,
-				FreelistType: bbolt.FreelistMapType, InitialMmapSize: 64 << 20}})
-		if errors.Is(err, bberrors.ErrTimeout) {
-			return nil, fmt.Errorf("cluster: %s is locked: is another leasehold server using data dir %s?", filepath.Join(cfg.Dir, "raft.db"), cfg.Dir)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("cluster: open raft.db: %w", err)
-		}
-		c.closers = append(c.closers, bolt)
-		fss, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, newHCLogger("snapshot", cfg.Logger))
-		if err != nil {
-			c.closeStores()
-			return nil, fmt.Errorf("cluster: snapshot store: %w", err)
-		}
-		snaps = fss
-		// The newest snapshot that opens is the one Raft restores (it
-		// skips those that do not): the log move counts on it.
-		var snapIndex uint64
-		metas, _ := fss.List()
-		for _, m := range metas {
-			if _, rc, err := fss.Open(m.ID); err == nil {
-				rc.Close()
-				snapIndex = m.Index
-				break
-			}
-		}
-		wal, err := openLogStore(cfg.Dir, bolt, snapIndex, cfg.Logger)
-		if err != nil {
+		if st, err = c.openStores(); err != nil {
 			c.closeStores()
 			return nil, err
 		}
-		c.closers = append(c.closers, wal)
-		cache, err := raft.NewLogCache(1024, wal)
-		if err != nil {
+		if addr, err = c.openTransport(); err != nil {
 			c.closeStores()
 			return nil, err
 		}
-		logs, stable = cache, bolt
-		adv := cfg.Advertise
-		if adv == "" {
-			adv = cfg.BindAddr
-		}
-		tcpAdv, err := net.ResolveTCPAddr("tcp", adv)
-		if err != nil {
-			c.closeStores()
-			return nil, fmt.Errorf("cluster: advertise address %q: %w", adv, err)
-		}
-		if tcpAdv.IP == nil || tcpAdv.IP.IsUnspecified() {
-			c.closeStores()
-			return nil, fmt.Errorf("%w: advertise address %q is not reachable by peers; set an advertise address", ErrInvalidConfig, adv)
-		}
-		stream, err := newStreamLayer(cfg, tcpAdv)
-		if err != nil {
-			c.closeStores()
-			return nil, err
-		}
-		var wrapped raft.StreamLayer = stream
-		if cfg.Identity != nil {
-			c.idl = newIdentityLayer(wrapped, *cfg.Identity, cfg.Logger.With("component", "raft-identity"))
-			c.peerLn = &peerListener{s: c.idl, closed: make(chan struct{})}
-			wrapped = c.idl
-		}
-		if cfg.WrapStream != nil {
-			wrapped = cfg.WrapStream(wrapped)
-		}
-		// Pipelined replication (MaxRPCsInFlight 2, raft's default: the
-		// next AppendEntries is prepared and sent while the previous one is
-		// answered) goes through pipelineTransport, which keeps a follower
-		// that rejects an append from wedging its replication stream
-		// (hashicorp/raft#612; the chaos suite's leadership-transfer storm
-		// hit it before, and TestPipelineSurvivesRejectedAppends does).
-		nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: wrapped, MaxPool: 8,
-			MaxRPCsInFlight: raftMaxRPCsInFlight, Timeout: 10 * time.Second, Logger: newHCLogger("transport", cfg.Logger)})
-		t := &pipelineTransport{nt}
-		c.trans, c.stream = t, stream
-		addr = nt.LocalAddr()
 	}
-
 	if cfg.WrapStores != nil {
-		logs, stable = cfg.WrapStores(logs, stable)
+		st.logs, st.stable = cfg.WrapStores(st.logs, st.stable)
 	}
 	if !cfg.InMemory {
-		logs = monotonicLogs{logs}
+		st.logs = &gaplessLogs{LogStore: st.logs}
 	}
-	existing, err := raft.HasExistingState(logs, stable, snaps)
+	if err := c.prepare(rc, st, addr); err != nil {
+		c.closeAll()
+		return nil, err
+	}
+	r, err := newRaft(rc, fsm, st.logs, st.stable, st.snaps, c.trans)
 	if err != nil {
 		c.closeAll()
-		return nil, fmt.Errorf("cluster: inspect state: %w", err)
+		return nil, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	c.raft = r
+	go c.watchLeadership()
+	return c, nil
+}
+
+// openStores opens the data directory's stores: raft.db first (its lock,
+// then its data format, checked before anything in the directory is
+// written or anything else opened), the snapshots, the log.
+func (c *Cluster) openStores() (stores, error) {
+	cfg := c.cfg
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return stores{}, fmt.Errorf("cluster: data dir: %w", err)
+	}
+	bolt, format, err := openBolt(filepath.Join(cfg.Dir, "raft.db"))
+	if isLocked(err) {
+		return stores{}, fmt.Errorf("cluster: %s is locked: is another leasehold server using data dir %s?", filepath.Join(cfg.Dir, "raft.db"), cfg.Dir)
+	}
+	if err != nil {
+		return stores{}, err
+	}
+	c.closers = append(c.closers, bolt)
+	fss, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, newHCLogger("snapshot", cfg.Logger))
+	if err != nil {
+		return stores{}, fmt.Errorf("cluster: snapshot store: %w", err)
+	}
+	wal, closer, err := openLogs(cfg.Dir, bolt, format, cfg.LogStore, cfg.Logger)
+	if err != nil {
+		return stores{}, err
+	}
+	c.closers = append(c.closers, closer)
+	cache, err := raft.NewLogCache(1024, wal)
+	if err != nil {
+		return stores{}, err
+	}
+	return stores{logs: cache, stable: bolt, snaps: fss}, nil
+}
+
+// openTransport opens the Raft port: TCP (or TLS), the cluster identity
+// exchange, the embedder's wrapper, and the network transport on top. It
+// returns the address the others dial.
+func (c *Cluster) openTransport() (raft.ServerAddress, error) {
+	cfg := c.cfg
+	adv := cfg.Advertise
+	if adv == "" {
+		adv = cfg.BindAddr
+	}
+	tcpAdv, err := net.ResolveTCPAddr("tcp", adv)
+	if err != nil {
+		return "", fmt.Errorf("cluster: advertise address %q: %w", adv, err)
+	}
+	if tcpAdv.IP == nil || tcpAdv.IP.IsUnspecified() {
+		return "", fmt.Errorf("%w: advertise address %q is not reachable by peers; set an advertise address", ErrInvalidConfig, adv)
+	}
+	stream, err := newStreamLayer(cfg, tcpAdv)
+	if err != nil {
+		return "", err
+	}
+	var wrapped raft.StreamLayer = stream
+	if cfg.Identity != nil {
+		c.idl = newIdentityLayer(wrapped, *cfg.Identity, cfg.Logger.With("component", "raft-identity"))
+		c.peerLn = &peerListener{s: c.idl, closed: make(chan struct{})}
+		wrapped = c.idl
+	}
+	if cfg.WrapStream != nil {
+		wrapped = cfg.WrapStream(wrapped)
+	}
+	// Pipelined replication (MaxRPCsInFlight 2, raft's default: the
+	// next AppendEntries is prepared and sent while the previous one is
+	// answered) goes through pipelineTransport, which keeps a follower
+	// that rejects an append from wedging its replication stream
+	// (hashicorp/raft#612; the chaos suite's leadership-transfer storm
+	// hit it before, and TestPipelineSurvivesRejectedAppends does).
+	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: wrapped, MaxPool: 8,
+		MaxRPCsInFlight: raftMaxRPCsInFlight, Timeout: 10 * time.Second, Logger: newHCLogger("transport", cfg.Logger)})
+	c.trans, c.stream = &pipelineTransport{nt}, stream
+	return nt.LocalAddr(), nil
+}
+
+// prepare runs the steps between opening the stores and starting Raft:
+// note whether state exists, bootstrap a new single server when asked,
+// the embedder's BeforeStart, and LogEnd.
+func (c *Cluster) prepare(rc *raft.Config, st stores, addr raft.ServerAddress) error {
+	cfg := c.cfg
+	existing, err := raft.HasExistingState(st.logs, st.stable, st.snaps)
+	if err != nil {
+		return fmt.Errorf("cluster: inspect state: %w", err)
 	}
 	c.HadState, c.Addr = existing, addr
 	if !existing && cfg.Bootstrap {
 		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: addr}}}
-		if err := raft.BootstrapCluster(rc, logs, stable, snaps, c.trans, conf); err != nil {
-			c.closeAll()
-			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
+		if err := raft.BootstrapCluster(rc, st.logs, st.stable, st.snaps, c.trans, conf); err != nil {
+			return fmt.Errorf("cluster: bootstrap: %w", err)
 		}
 		c.logger.Info("bootstrapped a new cluster", "node_id", cfg.NodeID, "raft_addr", addr)
 	}
 	if cfg.BeforeStart != nil {
 		if err := cfg.BeforeStart(existing, addr); err != nil {
-			c.closeAll()
-			return nil, err
+			return err
 		}
 	}
 	if cfg.LogEnd != nil {
-		last, err := logs.LastIndex()
+		last, err := st.logs.LastIndex()
 		if err != nil {
-			c.closeAll()
-			return nil, fmt.Errorf("cluster: read the log's last index: %w", err)
+			return fmt.Errorf("cluster: read the log's last index: %w", err)
 		}
 		cfg.LogEnd(last)
 	}
-	r, err := raft.NewRaft(rc, fsm, logs, stable, snaps, c.trans)
-	if err != nil {
-		c.closeAll()
-		return nil, fmt.Errorf("cluster: start raft: %w", err)
-	}
-	c.Raft = r
-	go c.watchLeadership()
-	return c, nil
+	return nil
 }
 
 // PeerListener accepts the node-to-node streams other servers of this
@@ -338,8 +403,8 @@ func (c *Cluster) DialPeer(ctx context.Context, addr string) (net.Conn, error) {
 // this server has Raft state already; every server of a new cluster must
 // call it with the same configuration (see node's bootstrap-expect).
 func (c *Cluster) BootstrapWith(servers []raft.Server) error {
-	if err := c.Raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
-		return fmt.Errorf("cluster: bootstrap: %w", err)
+	if err := c.bootstrap(servers); err != nil {
+		return err
 	}
 	c.logger.Info("bootstrapped a new cluster", "node_id", c.cfg.NodeID, "servers", len(servers))
 	return nil
@@ -399,8 +464,8 @@ func (c *Cluster) setLeader(isLeader bool) {
 func (c *Cluster) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
-		if c.Raft != nil {
-			err = c.Raft.Shutdown().Error()
+		if c.raft != nil {
+			err = c.raft.Shutdown().Error()
 			close(c.stop)
 			<-c.done
 		}
@@ -423,4 +488,19 @@ func (c *Cluster) closeStores() {
 		c.closers[i].Close()
 	}
 	c.closers = nil
+}
+
+// newRaft is raft.NewRaft, with the panics it raises on a log or snapshots
+// that do not fit together (a snapshot that failed its CRC check, whose
+// predecessor needs log entries compacted long ago: "log not found")
+// turned into an error that says what to do, instead of a crash.
+func newRaft(rc *raft.Config, fsm raft.FSM, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore,
+	trans raft.Transport) (r *raft.Raft, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("the Raft state in the data directory does not fit together (%v): "+
+				"a snapshot or the log is damaged (the log says which); move the data directory aside and let this server rejoin empty", p)
+		}
+	}()
+	return raft.NewRaft(rc, fsm, logs, stable, snaps, trans)
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -31,7 +32,7 @@ func (nopSnap) Release()                          {}
 func waitLeader(t *testing.T, c *Cluster) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for c.Raft.State() != raft.Leader {
+	for c.raft.State() != raft.Leader {
 		if time.Now().After(deadline) {
 			t.Fatal("no leadership within 10s")
 		}
@@ -56,7 +57,7 @@ func TestBootstrapOnceAndLeadershipContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("leadership handler not called")
 	}
-	if err := c.Raft.Apply([]byte("x"), time.Second).Error(); err != nil {
+	if err := c.raft.Apply([]byte("x"), time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Close(); err != nil {
@@ -76,13 +77,13 @@ func TestBootstrapOnceAndLeadershipContext(t *testing.T) {
 	}
 	defer c2.Close()
 	waitLeader(t, c2)
-	if err := c2.Raft.Barrier(5 * time.Second).Error(); err != nil {
+	if err := c2.raft.Barrier(5 * time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	if got := f2.n.Load(); got != 1 {
 		t.Fatalf("replayed %d commands, want 1", got)
 	}
-	conf := c2.Raft.GetConfiguration()
+	conf := c2.raft.GetConfiguration()
 	if err := conf.Error(); err != nil || len(conf.Configuration().Servers) != 1 {
 		t.Fatalf("configuration %v %v", conf.Configuration(), err)
 	}
@@ -105,5 +106,28 @@ func TestSecondOpenOfDataDirFailsClearly(t *testing.T) {
 	_, err = Open(Config{NodeID: "a", Dir: dir, BindAddr: "127.0.0.1:0", Bootstrap: true}, &countFSM{})
 	if err == nil || !strings.Contains(err.Error(), "another leasehold server") {
 		t.Fatalf("second open: %v", err)
+	}
+}
+
+// TestConfigValidate: Validate names every problem at once, each wrapping
+// ErrInvalidConfig; DefaultConfig with an id and a directory is valid.
+func TestConfigValidate(t *testing.T) {
+	bad := Config{ElectionTimeout: -time.Second, LogStore: "rocks"}
+	err := bad.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("invalid config: %v", err)
+	}
+	for _, want := range []string{"node id is required", "data directory is required", "election timeout must not be negative", `raft log store "rocks"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %q, missing %q", err, want)
+		}
+	}
+	good := DefaultConfig()
+	good.NodeID, good.Dir = "n1", t.TempDir()
+	if err := good.Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	if _, err := Open(bad, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Open with an invalid config: %v", err)
 	}
 }

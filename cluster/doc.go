@@ -1,7 +1,21 @@
-// Package cluster runs Raft for one Leasehold server: the hashicorp/raft
-// instance, its raft-wal log and raft-boltdb stable store (fsync on), a file snapshot
-// store, the TCP transport, bootstrap of a new single-node cluster, and
-// leadership tracking.
+// Package cluster is one Leasehold server's consensus: the hashicorp/raft
+// instance behind Cluster (its *raft.Raft stays inside the package), the
+// log in raft.db (raft-boltdb/v2) or raft-wal with the data format (fsync
+// on; format.go), a file snapshot store, the TCP or mutual-TLS transport
+// with the cluster identity exchange, gossip (memberlist), and the
+// orchestration around Raft:
+//
+//   - consensus.go: state, indexes, the configuration and its changes,
+//     Apply with ClassifyApply (what a failed proposal means for the write),
+//     and ReadIndex, the read barrier of a leader established in a term;
+//   - leadership.go: the watchdog that hands on a leader that commits
+//     nothing, StepDown (a transfer, or TimeoutNow when Raft's leader loop
+//     is stuck), and HandOff before a graceful stop;
+//   - bootstrap.go and gossip.go: bootstrap-expect, joining and keeping in
+//     touch;
+//   - reconcile.go: the leader's reconciliation of gossip with the
+//     configuration and autopilot, over the member registry the server
+//     lends it (Registry).
 //
 // The package knows Raft, storage and membership, not leases: it takes any
 // raft.FSM. Callers learn about leadership through OnLeadership, whose

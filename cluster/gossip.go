@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -41,6 +43,25 @@ type Meta struct {
 	// ChunkedExpiry: the server's version reads limited ticks and Expire
 	// entries (chunked expiry); false for servers of earlier versions.
 	ChunkedExpiry bool `json:"chunk,omitempty"`
+	// RestoreLog: the server's version applies a restore through the log
+	// (RestoreChunk and RestoreCommit entries); false for earlier versions.
+	RestoreLog bool `json:"rlog,omitempty"`
+	// EntryCRC: the server's version reads log entries that carry a
+	// checksum (fsm.VersionChecked); false for earlier versions.
+	EntryCRC bool `json:"crc,omitempty"`
+	// RenewMeta: the server's version reads renewals and heartbeats that
+	// carry metadata (fsm.TypeRenewMeta, fsm.TypeHeartbeatMeta); false
+	// for earlier versions.
+	RenewMeta bool `json:"rmeta,omitempty"`
+	// GrantKey is the server's grant signing public key (Ed25519,
+	// base64url); set, it also says that the server's version reads the
+	// entries that record such keys (fsm.TypeMemberKey). Empty for
+	// earlier versions.
+	GrantKey string `json:"gkey,omitempty"`
+	// LeaseGroups: the server's version reads lease group entries
+	// (fsm.TypeAcquireGroup, fsm.TypeRenewGroup, fsm.TypeReleaseGroup)
+	// and snapshots with groups; false for earlier versions.
+	LeaseGroups bool `json:"groups,omitempty"`
 }
 
 // PeerStats is a server's view of Raft, carried in gossip ping acks.
@@ -51,6 +72,11 @@ type PeerStats struct {
 	// LastContactMS is how long ago the server last heard from the leader
 	// (0 on the leader itself, -1 when it never did).
 	LastContactMS int64 `json:"c"`
+	// DiskLow: the server's free disk space is below its --min-free-disk
+	// (the leader then refuses writes that grow the state); DiskFree is
+	// its free bytes (0 when unknown or not reported).
+	DiskLow  bool  `json:"dl,omitempty"`
+	DiskFree int64 `json:"df,omitempty"`
 }
 
 // Peer is one server as gossip knows it.
@@ -107,8 +133,9 @@ type Gossip struct {
 	mu    sync.Mutex
 	peers map[string]*Peer
 
-	closeOnce sync.Once
-	closeErr  error
+	closeOnce  sync.Once
+	closeErr   error
+	refreshing atomic.Bool // Refresh runs
 }
 
 // StartGossip creates the memberlist and starts listening. Join is separate.
@@ -213,6 +240,57 @@ func (g *Gossip) Join(addrs []string) (int, error) {
 		return 0, nil
 	}
 	return g.ml.Join(others)
+}
+
+// ErrGossipClosed: JoinWithin was stopped before any server answered.
+var ErrGossipClosed = errors.New("cluster: stopped before joining")
+
+// JoinWithin joins gossip through addrs, trying again every 500 ms until
+// one answers, timeout passes, or stop is closed (ErrGossipClosed).
+func (g *Gossip) JoinWithin(addrs []string, timeout time.Duration, stop <-chan struct{}) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		joined, err := g.Join(addrs)
+		if joined > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("could not join any of %v within %v: %v", addrs, timeout, err)
+		}
+		g.log.Info("waiting for other servers to answer gossip", "join", addrs, "err", err)
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-stop:
+			return ErrGossipClosed
+		}
+	}
+}
+
+// Refresh exchanges state with addrs and the alive servers, in the
+// background (one exchange at a time; a paused peer can hold one for
+// gossip's TCP timeout). done, if set, runs when the exchange ends.
+func (g *Gossip) Refresh(addrs []string, self string, done func()) bool {
+	if !g.refreshing.CompareAndSwap(false, true) {
+		return false
+	}
+	addrs = append([]string(nil), addrs...)
+	for _, p := range g.Peers() {
+		if p.Status == "alive" && p.ID != self && p.Addr != "" {
+			addrs = append(addrs, p.Addr)
+		}
+	}
+	if len(addrs) == 0 {
+		g.refreshing.Store(false)
+		return false
+	}
+	go func() {
+		defer g.refreshing.Store(false)
+		if done != nil {
+			defer done()
+		}
+		g.Join(addrs)
+	}()
+	return true
 }
 
 // UpdateMeta re-announces this server's metadata.

@@ -232,22 +232,22 @@ func TestRaftRefusesOtherCluster(t *testing.T) {
 	a, _ := open("a", true, "x")
 	waitLeader(t, a)
 	b, fb := open("b", false, "") // new: no id yet
-	if err := a.Raft.AddVoter("b", b.Addr, 0, 10*time.Second).Error(); err != nil {
+	if err := a.raft.AddVoter("b", b.Addr, 0, 10*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Raft.Apply([]byte("one"), 5*time.Second).Error(); err != nil {
+	if err := a.raft.Apply([]byte("one"), 5*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, "b replicates", func() bool { return fb.n.Load() == 1 })
-	term := a.Raft.CurrentTerm()
+	term := a.raft.CurrentTerm()
 
 	// d bootstrapped cluster y: added to x, it receives nothing.
 	d, fd := open("d", true, "y")
 	waitLeader(t, d)
-	if err := a.Raft.AddNonvoter("d", d.Addr, 0, 10*time.Second).Error(); err != nil {
+	if err := a.raft.AddNonvoter("d", d.Addr, 0, 10*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Raft.Apply([]byte("two"), 5*time.Second).Error(); err != nil {
+	if err := a.raft.Apply([]byte("two"), 5*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, "b replicates", func() bool { return fb.n.Load() == 2 })
@@ -255,7 +255,7 @@ func TestRaftRefusesOtherCluster(t *testing.T) {
 	if n := fd.n.Load(); n != 0 {
 		t.Fatalf("the server of another cluster applied %d entries of x", n)
 	}
-	if err := a.Raft.RemoveServer("d", 0, 10*time.Second).Error(); err != nil {
+	if err := a.raft.RemoveServer("d", 0, 10*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -264,9 +264,9 @@ func TestRaftRefusesOtherCluster(t *testing.T) {
 	if err := e.BootstrapWith([]raft.Server{{ID: "e", Address: e.Addr}, {ID: "a", Address: a.Addr}, {ID: "b", Address: b.Addr}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "e campaigns", func() bool { return e.Raft.State() == raft.Candidate })
+	waitFor(t, 20*time.Second, "e campaigns", func() bool { return e.raft.State() == raft.Candidate })
 	time.Sleep(2 * time.Second)
-	if a.Raft.State() != raft.Leader || a.Raft.CurrentTerm() != term || b.Raft.CurrentTerm() != term {
-		t.Fatalf("a is %v at term %d, b at term %d; was term %d", a.Raft.State(), a.Raft.CurrentTerm(), b.Raft.CurrentTerm(), term)
+	if a.raft.State() != raft.Leader || a.raft.CurrentTerm() != term || b.raft.CurrentTerm() != term {
+		t.Fatalf("a is %v at term %d, b at term %d; was term %d", a.raft.State(), a.raft.CurrentTerm(), b.raft.CurrentTerm(), term)
 	}
 }

@@ -6,52 +6,77 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	metrics "github.com/hashicorp/go-metrics/compat"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+	walmetrics "github.com/hashicorp/raft-wal/metrics"
 )
 
-// walDir is the directory, inside the data dir, of Raft's log: segment
-// files (raft-wal) and their metadata (wal-meta.db). raft.db stays Raft's
-// stable store (current term, vote) and holds the data dir's lock.
+// walDir is the directory, inside the data dir, of Raft's log when it is
+// kept by raft-wal: segment files and their metadata (wal-meta.db).
+// raft.db stays Raft's stable store (current term, vote) and holds the
+// data dir's lock either way.
 const walDir = "wal"
+
+// The Raft log stores a data dir can use (Config.LogStore, the server's
+// --raft-log).
+const (
+	// LogStoreBoltDB keeps the log in raft.db (bbolt, raft-boltdb's
+	// layout): the log of every release up to edecda9. An append is one
+	// bbolt transaction (two writes and two fsyncs).
+	LogStoreBoltDB = "boltdb"
+	// LogStoreWAL keeps the log in wal/ (hashicorp/raft-wal, which its
+	// authors still call experimental): an append is one write and one
+	// fsync to a preallocated segment file.
+	LogStoreWAL = "wal"
+)
+
+// DefaultLogStore is the log store of a new data dir when Config.LogStore
+// is empty. It is the store that passes the whole durability suite
+// (TestLogStoreDurability): raft-wal wedges after ENOSPC at a segment
+// rotation (every later append fails with "segment is sealed" until a
+// restart) and boltdb does not.
+const DefaultLogStore = LogStoreBoltDB
 
 // migrateBatchBytes is about how much log data one append of a migration
 // carries.
 const migrateBatchBytes = 4 << 20
 
-// openLogStore opens the Raft log in dir/wal. An append to it is one
-// write and one fsync (bbolt's commit is two of each). bolt must already
-// be open: its file lock keeps a second server off the whole data dir.
-//
-// Log entries a previous version stored in raft.db move to the new log:
-// copied (each batch fsynced), then deleted from raft.db. A crash in
-// between repeats or finishes the move on the next open: entries already
-// copied are not copied again, and raft.db's are deleted only once the new
-// log holds them all. snapIndex is the index of the latest snapshot (0:
-// none), which may cover a gap in raft.db's log (migrateLogs).
-func openLogStore(dir string, bolt *raftboltdb.BoltStore, snapIndex uint64, logger *slog.Logger) (*walStore, error) {
+// walSegmentSize is raft-wal's segment size (tests lower it to rotate
+// segments often); 0 is raft-wal's default, 64 MiB.
+var walSegmentSize = 0
+
+// openWAL opens the Raft log in dir/wal, creating it if need be. An append
+// to it is one write and one fsync. raft.db must already be open: its
+// file lock keeps a second server off the whole data dir.
+func openWAL(dir string, logger *slog.Logger) (*walStore, error) {
 	path := filepath.Join(dir, walDir)
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("cluster: log dir: %w", err)
 	}
 	meta := &metadb.BoltMetaDB{}
-	wal, err := raftwal.Open(path, raftwal.WithMetaStore(meta), raftwal.WithLogger(newHCLogger("wal", logger)))
+	var (
+		wal *raftwal.WAL
+		err error
+	)
+	collector := walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)
+	if walSegmentSize > 0 {
+		wal, err = raftwal.Open(path, raftwal.WithMetaStore(meta), raftwal.WithLogger(newHCLogger("wal", logger)),
+			raftwal.WithMetricsCollector(collector), raftwal.WithSegmentSize(walSegmentSize))
+	} else {
+		wal, err = raftwal.Open(path, raftwal.WithMetaStore(meta), raftwal.WithLogger(newHCLogger("wal", logger)),
+			raftwal.WithMetricsCollector(collector))
+	}
 	if err != nil {
 		meta.Close()
 		return nil, fmt.Errorf("cluster: open the raft log in %s: %w", path, err)
 	}
-	s := &walStore{WAL: wal, meta: meta}
-	if err := migrateLogs(s, bolt, snapIndex, logger); err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
+	return &walStore{WAL: wal, meta: meta}, nil
 }
 
 // walStore is the raft-wal log and its metadata store. WAL.Close closes
@@ -66,19 +91,24 @@ type walStore struct {
 	meta *metadb.BoltMetaDB
 }
 
-// storeLogsMetric is the go-metrics key of a log append's time (write and
-// fsync). It keeps raft-boltdb's name, which the dashboards, the slow-fsync
-// alert (deploy/) and docs/monitoring.md use as leasehold_raft_boltdb_storeLogs.
-var storeLogsMetric = []string{"raft", "boltdb", "storeLogs"}
+// The go-metrics keys of a log append's time (write and fsync), one per
+// log store: leasehold_raft_boltdb_storeLogs (raft-boltdb's name, which
+// the releases that kept the log in raft.db reported) and
+// leasehold_raft_wal_storeLogs. The slow-fsync alert (deploy/) and the
+// dashboard read both.
+var (
+	boltStoreLogsMetric = []string{"raft", "boltdb", "storeLogs"}
+	walStoreLogsMetric  = []string{"raft", "wal", "storeLogs"}
+)
 
 // StoreLogs appends logs (one write, one fsync) and reports the time taken
-// as storeLogsMetric.
+// as walStoreLogsMetric.
 func (s *walStore) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
 	if err := s.WAL.StoreLogs(logs); err != nil {
 		return err
 	}
-	metrics.MeasureSince(storeLogsMetric, start)
+	metrics.MeasureSince(walStoreLogsMetric, start)
 	return nil
 }
 
@@ -114,26 +144,40 @@ func (s *walStore) Close() error {
 	return err
 }
 
-// migrateLogs moves the log entries in src (raft.db of a previous
-// version) to the end of dst, then deletes them from src. Entries dst
-// already holds (a move cut short by a crash) are not copied again.
+// logSource is a log a move reads: raft.db's (boltStore's view, which
+// never shows the format guard) or wal/'s.
+type logSource interface {
+	FirstIndex() (uint64, error)
+	LastIndex() (uint64, error)
+	GetLog(index uint64, log *raft.Log) error
+}
+
+// migrateLogs moves the log entries in src (named from in errors and
+// logs) to the end of dst, then has drop retire src's entries first..last
+// (first and last are 0 when src is empty: drop must still run, it
+// records the move). Entries dst already holds (a move cut short by a
+// crash) are not copied again.
 //
-// raft.db's log may have a gap: the earlier version left one where a
-// follower installed a snapshot, and where a backup was restored (Raft
-// skips an index then). Entries before the last gap are not moved when the
-// latest snapshot (at snapIndex) covers the gap; a gap no snapshot covers
-// is refused.
-func migrateLogs(dst, src raft.LogStore, snapIndex uint64, logger *slog.Logger) error {
+// A log in raft.db may have a gap: releases before the format check left
+// one where a follower installed a snapshot, and where a backup was
+// restored (Raft skips an index then). Entries before the last gap are not
+// moved when the latest snapshot (at snapIndex) covers the gap; a gap no
+// snapshot covers is refused. dst is raft-wal (which takes no gap) or
+// raft.db.
+func migrateLogs(dst raft.LogStore, src logSource, from string, snapIndex uint64, logger *slog.Logger, drop func(first, last uint64) error) error {
 	first, err := src.FirstIndex()
 	if err != nil {
-		return fmt.Errorf("cluster: raft.db's first log index: %w", err)
+		return fmt.Errorf("cluster: %s's first log index: %w", from, err)
 	}
 	last, err := src.LastIndex()
 	if err != nil {
-		return fmt.Errorf("cluster: raft.db's last log index: %w", err)
+		return fmt.Errorf("cluster: %s's last log index: %w", from, err)
 	}
 	if last == 0 {
-		return nil
+		if dstLast, err := dst.LastIndex(); err != nil || dstLast != 0 {
+			return fmt.Errorf("cluster: %s's log is empty but the log it moves to is not (last index %d, %v): refusing to move", from, dstLast, err)
+		}
+		return drop(0, 0)
 	}
 	if snapIndex >= last {
 		// The latest snapshot covers every entry (a follower that
@@ -141,57 +185,57 @@ func migrateLogs(dst, src raft.LogStore, snapIndex uint64, logger *slog.Logger) 
 		// Moved, they would end the new log below the snapshot, and
 		// raft-wal takes only the next index, not the snapshot's next.
 		if dstLast, err := dst.LastIndex(); err != nil || dstLast != 0 {
-			return fmt.Errorf("cluster: the latest snapshot (index %d) covers raft.db's log entries %d-%d, but the raft log is not empty (last index %d, %v): refusing to start", snapIndex, first, last, dstLast, err)
+			return fmt.Errorf("cluster: the latest snapshot (index %d) covers %s's log entries %d-%d, but the log they would move to is not empty (last index %d, %v): refusing to move", snapIndex, from, first, last, dstLast, err)
 		}
-		logger.Info("raft.db's log is covered by the latest snapshot: dropping it", "first", first, "last", last, "snapshot_index", snapIndex)
-		if err := src.DeleteRange(first, last); err != nil {
-			return fmt.Errorf("cluster: delete the log entries the snapshot covers from raft.db: %w", err)
+		logger.Info("the log is covered by the latest snapshot: dropping it", "from", from, "first", first, "last", last, "snapshot_index", snapIndex)
+		if err := drop(first, last); err != nil {
+			return fmt.Errorf("cluster: drop the log entries the snapshot covers from %s: %w", from, err)
 		}
 		return nil
 	}
-	start, err := unbrokenFrom(src, first, last)
+	start, err := unbrokenFrom(src, from, first, last)
 	if err != nil {
 		return err
 	}
 	if start > first {
 		if start-1 > snapIndex {
-			return fmt.Errorf("cluster: raft.db's log has no entry %d and the latest snapshot (index %d) does not cover it: refusing to move the log", start-1, snapIndex)
+			return fmt.Errorf("cluster: %s's log has no entry %d and the latest snapshot (index %d) does not cover it: refusing to move the log", from, start-1, snapIndex)
 		}
-		logger.Info("raft.db's log has a gap a snapshot covers: moving the entries after it", "gap_before", start, "snapshot_index", snapIndex)
+		logger.Info("the log has a gap a snapshot covers: moving the entries after it", "from", from, "gap_before", start, "snapshot_index", snapIndex)
 	}
 	dstFirst, err := dst.FirstIndex()
 	if err != nil {
-		return fmt.Errorf("cluster: the raft log's first index: %w", err)
+		return fmt.Errorf("cluster: the new log's first index: %w", err)
 	}
 	dstLast, err := dst.LastIndex()
 	if err != nil {
-		return fmt.Errorf("cluster: the raft log's last index: %w", err)
+		return fmt.Errorf("cluster: the new log's last index: %w", err)
 	}
-	from := start
+	next := start
 	if dstLast > 0 {
 		// A move cut short: dst must hold a prefix of the entries to
-		// move, or all of them, and end with the same entry as raft.db
-		// at that index (a log from another history is refused).
+		// move, or all of them, and end with the same entry as src at
+		// that index (a log from another history is refused).
 		if dstFirst != start || dstLast > last || !sameEntry(dst, src, dstLast) {
-			return fmt.Errorf("cluster: raft.db holds log entries %d-%d and the raft log %d-%d, which does not continue into it: refusing to merge them", start, last, dstFirst, dstLast)
+			return fmt.Errorf("cluster: %s holds log entries %d-%d and the new log %d-%d, which does not continue into it: refusing to merge them", from, start, last, dstFirst, dstLast)
 		}
-		from = dstLast + 1
+		next = dstLast + 1
 	}
-	if from <= last {
-		logger.Info("moving the raft log out of raft.db", "first", from, "last", last)
-		if err := copyLogs(dst, src, from, last); err != nil {
+	if next <= last {
+		logger.Info("moving the raft log", "from", from, "first", next, "last", last)
+		if err := copyLogs(dst, src, from, next, last); err != nil {
 			return err
 		}
 	}
-	if err := src.DeleteRange(first, last); err != nil {
-		return fmt.Errorf("cluster: delete the moved log entries from raft.db: %w", err)
+	if err := drop(first, last); err != nil {
+		return fmt.Errorf("cluster: retire the moved log entries of %s: %w", from, err)
 	}
 	return nil
 }
 
 // unbrokenFrom returns the first index of the unbroken run of src's
 // entries that ends at last.
-func unbrokenFrom(src raft.LogStore, first, last uint64) (uint64, error) {
+func unbrokenFrom(src logSource, from string, first, last uint64) (uint64, error) {
 	var l raft.Log
 	for i := last; i > first; i-- {
 		err := src.GetLog(i-1, &l)
@@ -199,36 +243,36 @@ func unbrokenFrom(src raft.LogStore, first, last uint64) (uint64, error) {
 			return i, nil
 		}
 		if err != nil {
-			return 0, fmt.Errorf("cluster: read log entry %d from raft.db: %w", i-1, err)
+			return 0, fmt.Errorf("cluster: read log entry %d from %s: %w", i-1, from, err)
 		}
 	}
 	return first, nil
 }
 
 // sameEntry reports whether a and b both hold entry i, of the same term.
-func sameEntry(a, b raft.LogStore, i uint64) bool {
+func sameEntry(a, b logSource, i uint64) bool {
 	var la, lb raft.Log
 	return a.GetLog(i, &la) == nil && b.GetLog(i, &lb) == nil && la.Term == lb.Term
 }
 
-// copyLogs appends src's entries from..last to dst in batches of about
+// copyLogs appends src's entries next..last to dst in batches of about
 // migrateBatchBytes.
-func copyLogs(dst, src raft.LogStore, from, last uint64) error {
+func copyLogs(dst raft.LogStore, src logSource, from string, next, last uint64) error {
 	var batch []*raft.Log
 	size := 0
-	for i := from; i <= last; i++ {
+	for i := next; i <= last; i++ {
 		l := new(raft.Log)
 		if err := src.GetLog(i, l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
-				return fmt.Errorf("cluster: raft.db has no log entry %d (between %d and %d)", i, from, last)
+				return fmt.Errorf("cluster: %s has no log entry %d (between %d and %d)", from, i, next, last)
 			}
-			return fmt.Errorf("cluster: read log entry %d from raft.db: %w", i, err)
+			return fmt.Errorf("cluster: read log entry %d from %s: %w", i, from, err)
 		}
 		batch = append(batch, l)
 		size += len(l.Data) + len(l.Extensions) + 32
 		if size >= migrateBatchBytes || i == last {
 			if err := dst.StoreLogs(batch); err != nil {
-				return fmt.Errorf("cluster: copy log entries %d-%d from raft.db: %w", batch[0].Index, i, err)
+				return fmt.Errorf("cluster: copy log entries %d-%d from %s: %w", batch[0].Index, i, from, err)
 			}
 			batch, size = batch[:0], 0
 		}
@@ -236,11 +280,53 @@ func copyLogs(dst, src raft.LogStore, from, last uint64) error {
 	return nil
 }
 
-// monotonicLogs tells Raft that the log cannot hold a gap (raft-wal
-// refuses one): after installing a snapshot Raft then empties the log
-// rather than leaving entries before the gap. Wrappers of the log store
-// (WrapStores, raft.LogCache) need not pass the method on.
-type monotonicLogs struct{ raft.LogStore }
+// gaplessLogs keeps the log free of gaps (raft-wal refuses one) without
+// telling Raft the log is monotonic. Raft's monotonic path is broken
+// (hashicorp/raft#697): after installing a snapshot it empties the whole
+// log, also when the follower's log ran past the snapshot's index, while it
+// still believes it holds those entries, and the next commit panics with
+// "log not found" (seen: a follower rejoining under load got a snapshot
+// older than its own log). So Raft takes its ordinary path (keep the
+// entries above the snapshot, compact the rest), and the one append that
+// would leave a gap, the first after a snapshot newer than the whole log,
+// empties the log before it stores. Wrappers of the log store (WrapStores,
+// raft.LogCache) sit inside this one.
+type gaplessLogs struct {
+	raft.LogStore
+	mu sync.Mutex // a gap check and the emptying it leads to are one step
+}
 
-// IsMonotonic implements raft.MonotonicLogStore.
-func (monotonicLogs) IsMonotonic() bool { return true }
+// StoreLog implements raft.LogStore.
+func (g *gaplessLogs) StoreLog(l *raft.Log) error { return g.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs implements raft.LogStore: entries that do not follow the last
+// one (a snapshot newer than the whole log was installed) replace the log.
+func (g *gaplessLogs) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	last, err := g.LogStore.LastIndex()
+	if err != nil {
+		return err
+	}
+	if last > 0 && logs[0].Index > last+1 {
+		first, err := g.LogStore.FirstIndex()
+		if err != nil {
+			return err
+		}
+		if err := g.LogStore.DeleteRange(first, last); err != nil {
+			return fmt.Errorf("cluster: empty the log (entries %d-%d) before appending %d past a snapshot: %w",
+				first, last, logs[0].Index, err)
+		}
+	}
+	return g.LogStore.StoreLogs(logs)
+}
+
+// DeleteRange implements raft.LogStore.
+func (g *gaplessLogs) DeleteRange(lo, hi uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.LogStore.DeleteRange(lo, hi)
+}

@@ -60,12 +60,12 @@ func TestRaftMutualTLS(t *testing.T) {
 	b, fb := openTLS(t, "b", false, tlsFor(t, good, "b", good))
 	c, fc := openTLS(t, "c", false, tlsFor(t, good, "c", good))
 	for _, s := range []*Cluster{b, c} {
-		if err := a.Raft.AddVoter(raft.ServerID(s.cfg.NodeID), s.Addr, 0, 10*time.Second).Error(); err != nil {
+		if err := a.raft.AddVoter(raft.ServerID(s.cfg.NodeID), s.Addr, 0, 10*time.Second).Error(); err != nil {
 			t.Fatalf("add %s: %v", s.cfg.NodeID, err)
 		}
 	}
 	for i := range 10 {
-		if err := a.Raft.Apply(fmt.Appendf(nil, "cmd%d", i), 5*time.Second).Error(); err != nil {
+		if err := a.raft.Apply(fmt.Appendf(nil, "cmd%d", i), 5*time.Second).Error(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -75,23 +75,23 @@ func TestRaftMutualTLS(t *testing.T) {
 	if r := rejected(a) + rejected(b) + rejected(c); r != 0 {
 		t.Fatalf("%d connections refused between servers of the same CA", r)
 	}
-	term := a.Raft.CurrentTerm()
+	term := a.raft.CurrentTerm()
 
 	// d has a certificate from another CA (and trusts that CA): the leader
 	// cannot replicate to it.
 	d, fd := openTLS(t, "d", false, tlsFor(t, evil, "d", evil))
-	if err := a.Raft.AddNonvoter("d", d.Addr, 0, 10*time.Second).Error(); err != nil {
+	if err := a.raft.AddNonvoter("d", d.Addr, 0, 10*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, "d refuses the leader", func() bool { return rejected(d) > 0 })
-	if err := a.Raft.Apply([]byte("after-d"), 5*time.Second).Error(); err != nil {
+	if err := a.raft.Apply([]byte("after-d"), 5*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, "the others still replicate", func() bool { return fb.n.Load() == 11 && fc.n.Load() == 11 })
 	if n := fd.n.Load(); n != 0 {
 		t.Fatalf("the wrong-CA server applied %d entries", n)
 	}
-	if err := a.Raft.RemoveServer("d", 0, 10*time.Second).Error(); err != nil {
+	if err := a.raft.RemoveServer("d", 0, 10*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -111,15 +111,15 @@ func TestRaftMutualTLS(t *testing.T) {
 	waitFor(t, 20*time.Second, "e campaigns and is refused by a, b and c", func() bool {
 		return rejected(a) > before[0] && rejected(b) > before[1] && rejected(c) > before[2]
 	})
-	if a.Raft.State() != raft.Leader || a.Raft.CurrentTerm() != term {
-		t.Fatalf("leader a is %v at term %d, was leader at term %d", a.Raft.State(), a.Raft.CurrentTerm(), term)
+	if a.raft.State() != raft.Leader || a.raft.CurrentTerm() != term {
+		t.Fatalf("leader a is %v at term %d, was leader at term %d", a.raft.State(), a.raft.CurrentTerm(), term)
 	}
 	for _, s := range []*Cluster{b, c} {
-		if s.Raft.CurrentTerm() != term {
-			t.Fatalf("%s moved to term %d (was %d)", s.cfg.NodeID, s.Raft.CurrentTerm(), term)
+		if s.raft.CurrentTerm() != term {
+			t.Fatalf("%s moved to term %d (was %d)", s.cfg.NodeID, s.raft.CurrentTerm(), term)
 		}
 	}
-	if err := a.Raft.Apply([]byte("after-e"), 5*time.Second).Error(); err != nil {
+	if err := a.raft.Apply([]byte("after-e"), 5*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 }

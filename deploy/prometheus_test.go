@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/chaos"
+	lhcluster "github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/node"
 )
 
 const (
@@ -191,7 +193,9 @@ func promAPI(base, path string, q url.Values, data any) error {
 
 // TestPrometheusScrapesCluster: a real Prometheus scrapes a three-server
 // cluster with the kit's rules loaded; every series the rules and the
-// dashboard use exists, and every server is up.
+// dashboard use exists, and every server is up. Server 0 keeps its Raft
+// log in wal/, the others in raft.db, so that both log stores' series
+// (leasehold_raft_wal_storeLogs, leasehold_raft_boltdb_storeLogs) show.
 func TestPrometheusScrapesCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster and a Prometheus server")
@@ -205,7 +209,14 @@ func TestPrometheusScrapesCluster(t *testing.T) {
 
 	ctx := context.Background()
 	dir := t.TempDir()
-	c, err := chaos.NewInprocCluster(ctx, chaos.InprocOptions{Dir: filepath.Join(dir, "cluster"), RaftTimeout: time.Second})
+	c, err := chaos.NewInprocCluster(ctx, chaos.InprocOptions{Dir: filepath.Join(dir, "cluster"), RaftTimeout: time.Second,
+		Configure: func(i int, cfg *node.Config) {
+			if i == 0 {
+				cfg.RaftLog = lhcluster.LogStoreWAL
+			} else {
+				cfg.RaftLog = lhcluster.LogStoreBoltDB
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

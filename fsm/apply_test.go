@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func TestApply(t *testing.T) {
@@ -31,9 +32,9 @@ func TestApply(t *testing.T) {
 			}),
 			eventTypes("acquired L1"),
 			ticks(3),
-			doCheck(acq("L2", "k", "bob", 10), fsm.CodeLeaseHeld, func(t *testing.T, h *harness, res []fsm.Result) {
+			doCheck(acq("L2", "k", "bob", 10), wire.CodeLeaseHeld, func(t *testing.T, h *harness, res []fsm.Result) {
 				e := res[0].Err
-				want := []fsm.HolderInfo{{Holder: "alice", LeaseID: "L1", RemainingMS: 7000}}
+				want := []wire.HolderInfo{{Holder: "alice", LeaseID: "L1", RemainingMS: 7000}}
 				if e.Key != "k" || !reflect.DeepEqual(e.Holders, want) {
 					t.Fatalf("LEASE_HELD key %q holders %+v, want %+v", e.Key, e.Holders, want)
 				}
@@ -66,7 +67,7 @@ func TestApply(t *testing.T) {
 			do(withLimit(acq("S1", "sem", "a", 10), 3), ""),
 			do(withLimit(acq("S2", "sem", "b", 10), 3), ""),
 			do(withLimit(acq("S3", "sem", "c", 10), 3), ""),
-			doCheck(withLimit(acq("S4", "sem", "d", 10), 3), fsm.CodeLeaseHeld, func(t *testing.T, h *harness, res []fsm.Result) {
+			doCheck(withLimit(acq("S4", "sem", "d", 10), 3), wire.CodeLeaseHeld, func(t *testing.T, h *harness, res []fsm.Result) {
 				var ids []string
 				for _, hi := range res[0].Err.Holders {
 					ids = append(ids, hi.LeaseID)
@@ -77,7 +78,7 @@ func TestApply(t *testing.T) {
 			}),
 			do(release("S2"), ""),
 			do(withLimit(acq("S5", "sem", "d", 10), 3), ""),
-			do(withLimit(acq("S6", "sem", "e", 10), 3), fsm.CodeLeaseHeld),
+			do(withLimit(acq("S6", "sem", "e", 10), 3), wire.CodeLeaseHeld),
 			check(func(t *testing.T, h *harness, _ []fsm.Result) {
 				var ids []string
 				for _, l := range h.f.ActiveOnKey("sem") {
@@ -91,15 +92,15 @@ func TestApply(t *testing.T) {
 
 		{name: "LIMIT_MISMATCH while the key is in use", steps: []step{
 			do(withLimit(acq("M1", "k", "a", 10), 2), ""),
-			doCheck(withLimit(acq("M2", "k", "b", 10), 3), fsm.CodeLimitMismatch, func(t *testing.T, h *harness, res []fsm.Result) {
+			doCheck(withLimit(acq("M2", "k", "b", 10), 3), wire.CodeLimitMismatch, func(t *testing.T, h *harness, res []fsm.Result) {
 				if res[0].Err.Key != "k" {
 					t.Fatalf("LIMIT_MISMATCH key %q", res[0].Err.Key)
 				}
 			}),
-			do(acq("M3", "k", "b", 10), fsm.CodeLimitMismatch),
+			do(acq("M3", "k", "b", 10), wire.CodeLimitMismatch),
 			do(withLimit(acq("M4", "k", "b", 10), 2), ""),
 			do(release("M1"), ""),
-			do(withLimit(acq("M5", "k", "c", 10), 3), fsm.CodeLimitMismatch),
+			do(withLimit(acq("M5", "k", "c", 10), 3), wire.CodeLimitMismatch),
 			do(release("M4"), ""),
 			// The key is free again: a new limit is accepted.
 			do(withLimit(acq("M6", "k", "c", 10), 3), ""),
@@ -107,16 +108,16 @@ func TestApply(t *testing.T) {
 
 		{name: "token checks on renew and release", steps: []step{
 			do(acq("T1", "k", "a", 10), ""),
-			do(&fsm.Renew{LeaseID: "T1", TokenHash: badTok}, fsm.CodeLeaseTokenInvalid),
-			do(&fsm.Renew{LeaseID: "T1"}, fsm.CodeLeaseTokenInvalid),
-			do(&fsm.Release{LeaseID: "T1", TokenHash: badTok}, fsm.CodeLeaseTokenInvalid),
-			do(&fsm.Release{LeaseID: "T1"}, fsm.CodeLeaseTokenInvalid),
+			do(&fsm.Renew{LeaseID: "T1", TokenHash: badTok}, wire.CodeLeaseTokenInvalid),
+			do(&fsm.Renew{LeaseID: "T1"}, wire.CodeLeaseTokenInvalid),
+			do(&fsm.Release{LeaseID: "T1", TokenHash: badTok}, wire.CodeLeaseTokenInvalid),
+			do(&fsm.Release{LeaseID: "T1"}, wire.CodeLeaseTokenInvalid),
 			// A session token does not stand in for a standalone lease's token.
-			do(&fsm.Release{LeaseID: "T1", SessionTokenHash: tok("T1")}, fsm.CodeLeaseTokenInvalid),
+			do(&fsm.Release{LeaseID: "T1", SessionTokenHash: tok("T1")}, wire.CodeLeaseTokenInvalid),
 			do(&fsm.Heartbeat{Items: []fsm.HeartbeatItem{{LeaseID: "T1", TokenHash: badTok}}}, ""),
-			do(renew("nope"), fsm.CodeLeaseNotFound),
-			do(release("nope"), fsm.CodeLeaseNotFound),
-			do(&fsm.Release{LeaseID: "", TokenHash: tok("")}, fsm.CodeInvalidArgument),
+			do(renew("nope"), wire.CodeLeaseNotFound),
+			do(release("nope"), wire.CodeLeaseNotFound),
+			do(&fsm.Release{LeaseID: "", TokenHash: tok("")}, wire.CodeInvalidArgument),
 			leaseIs("T1", fsm.StateActive, ""),
 			check(func(t *testing.T, h *harness, _ []fsm.Result) {
 				if l := h.f.Lease("T1"); l.RenewalCount != 0 || l.ExpiresTick != 11 {
@@ -138,20 +139,20 @@ func TestApply(t *testing.T) {
 			leaseIs("E", fsm.StateExpired, fsm.ReasonExpired),
 			leaseIs("R", fsm.StateReleased, "done"),
 			leaseIs("V", fsm.StateRevoked, "operator"),
-			do(renew("E"), fsm.CodeLeaseExpired),
-			do(release("E"), fsm.CodeLeaseExpired),
-			do(&fsm.Revoke{LeaseID: "E"}, fsm.CodeLeaseExpired),
-			do(renew("R"), fsm.CodeLeaseReleased),
-			do(release("R"), fsm.CodeLeaseReleased),
-			do(&fsm.Revoke{LeaseID: "R"}, fsm.CodeLeaseReleased),
-			do(renew("V"), fsm.CodeLeaseRevoked),
-			do(release("V"), fsm.CodeLeaseRevoked),
-			do(&fsm.Revoke{LeaseID: "V"}, fsm.CodeLeaseRevoked),
+			do(renew("E"), wire.CodeLeaseExpired),
+			do(release("E"), wire.CodeLeaseExpired),
+			do(&fsm.Revoke{LeaseID: "E"}, wire.CodeLeaseExpired),
+			do(renew("R"), wire.CodeLeaseReleased),
+			do(release("R"), wire.CodeLeaseReleased),
+			do(&fsm.Revoke{LeaseID: "R"}, wire.CodeLeaseReleased),
+			do(renew("V"), wire.CodeLeaseRevoked),
+			do(release("V"), wire.CodeLeaseRevoked),
+			do(&fsm.Revoke{LeaseID: "V"}, wire.CodeLeaseRevoked),
 			// The token is checked before the state: a stranger learns nothing.
-			do(&fsm.Renew{LeaseID: "E", TokenHash: badTok}, fsm.CodeLeaseTokenInvalid),
+			do(&fsm.Renew{LeaseID: "E", TokenHash: badTok}, wire.CodeLeaseTokenInvalid),
 			doCheck(&fsm.Heartbeat{Items: []fsm.HeartbeatItem{{LeaseID: "E", TokenHash: tok("E")}, {LeaseID: "R", TokenHash: tok("R")}}}, "",
 				func(t *testing.T, h *harness, res []fsm.Result) {
-					if c0, c1 := code(res[0].Items[0].Err), code(res[0].Items[1].Err); c0 != fsm.CodeLeaseExpired || c1 != fsm.CodeLeaseReleased {
+					if c0, c1 := code(res[0].Items[0].Err), code(res[0].Items[1].Err); c0 != wire.CodeLeaseExpired || c1 != wire.CodeLeaseReleased {
 						t.Fatalf("heartbeat item codes %s %s", c0, c1)
 					}
 				}),
@@ -175,7 +176,7 @@ func TestApply(t *testing.T) {
 					t.Fatalf("after short renewal: expires %d ttl %d/%d count %d", l.ExpiresTick, l.TTLTicks, l.TTLMS, l.RenewalCount)
 				}
 			}),
-			do(&fsm.Renew{LeaseID: "R", TokenHash: tok("R"), TTLTicks: 2}, fsm.CodeInvalidArgument),
+			do(&fsm.Renew{LeaseID: "R", TokenHash: tok("R"), TTLTicks: 2}, wire.CodeInvalidArgument),
 			tickTo(14),
 			doCheck(renew("R"), "", func(t *testing.T, h *harness, res []fsm.Result) {
 				if l := res[0].Lease; l.ExpiresTick != 16 || l.RenewalCount != 3 {
@@ -186,11 +187,11 @@ func TestApply(t *testing.T) {
 				func(t *testing.T, h *harness, res []fsm.Result) {
 					it := res[0].Items
 					if len(it) != 2 || it[0].LeaseID != "R" || it[0].Err != nil || it[0].Lease.RenewalCount != 4 ||
-						it[1].LeaseID != "X" || code(it[1].Err) != fsm.CodeLeaseNotFound {
+						it[1].LeaseID != "X" || code(it[1].Err) != wire.CodeLeaseNotFound {
 						t.Fatalf("heartbeat items %+v", it)
 					}
 				}),
-			do(&fsm.Heartbeat{}, fsm.CodeInvalidArgument),
+			do(&fsm.Heartbeat{}, wire.CodeInvalidArgument),
 			tickTo(17),
 			leaseIs("R", fsm.StateActive, ""),
 			ticks(1),
@@ -212,7 +213,7 @@ func TestApply(t *testing.T) {
 					t.Fatalf("session %s one tick early", s.State)
 				}
 			}),
-			do(acq("E2", "k", "b", 3), fsm.CodeLeaseHeld),
+			do(acq("E2", "k", "b", 3), wire.CodeLeaseHeld),
 			ticks(1),
 			leaseIs("E", fsm.StateExpired, fsm.ReasonExpired),
 			eventTypes("expired E", "session_ended S"),
@@ -270,7 +271,7 @@ func TestApply(t *testing.T) {
 				}
 			}),
 			eventTypes("session_created S"),
-			do(session("S", "alice", 5), fsm.CodeInvalidArgument),
+			do(session("S", "alice", 5), wire.CodeInvalidArgument),
 			doCheck(bound("B1", "k", "S"), "", func(t *testing.T, h *harness, res []fsm.Result) {
 				l := res[0].Lease
 				if l.SessionID != "S" || l.Holder != "alice" || l.ExpiresTick != 0 || l.TTLTicks != 0 || h.f.EndTick(l) != 6 {
@@ -280,12 +281,12 @@ func TestApply(t *testing.T) {
 					t.Fatalf("session lease ids %v", ids)
 				}
 			}),
-			do(func() *fsm.Acquire { a := bound("B2", "k2", "S"); a.Holder = "bob"; return a }(), fsm.CodeInvalidArgument),
-			do(func() *fsm.Acquire { a := bound("B2", "k2", "S"); a.SessionTokenHash = badTok; return a }(), fsm.CodeLeaseTokenInvalid),
-			do(bound("B2", "k2", "nope"), fsm.CodeSessionNotFound),
-			do(func() *fsm.Acquire { a := bound("B2", "k2", "S"); a.TTLTicks = 5; return a }(), fsm.CodeInvalidArgument),
+			do(func() *fsm.Acquire { a := bound("B2", "k2", "S"); a.Holder = "bob"; return a }(), wire.CodeInvalidArgument),
+			do(func() *fsm.Acquire { a := bound("B2", "k2", "S"); a.SessionTokenHash = badTok; return a }(), wire.CodeLeaseTokenInvalid),
+			do(bound("B2", "k2", "nope"), wire.CodeSessionNotFound),
+			do(func() *fsm.Acquire { a := bound("B2", "k2", "S"); a.TTLTicks = 5; return a }(), wire.CodeInvalidArgument),
 			do(func() *fsm.Acquire { a := bound("B2", "k2", "S"); a.Holder = "alice"; return a }(), ""),
-			do(renew("B1"), fsm.CodeInvalidArgument),
+			do(renew("B1"), wire.CodeInvalidArgument),
 			tickTo(5),
 			doCheck(&fsm.SessionHeartbeat{SessionID: "S", TokenHash: tok("S"), WallMS: 7}, "", func(t *testing.T, h *harness, res []fsm.Result) {
 				s := res[0].Session
@@ -297,8 +298,8 @@ func TestApply(t *testing.T) {
 				}
 			}),
 			eventTypes("session_heartbeat S"),
-			do(&fsm.SessionHeartbeat{SessionID: "S", TokenHash: badTok}, fsm.CodeLeaseTokenInvalid),
-			do(&fsm.SessionHeartbeat{SessionID: "nope", TokenHash: badTok}, fsm.CodeSessionNotFound),
+			do(&fsm.SessionHeartbeat{SessionID: "S", TokenHash: badTok}, wire.CodeLeaseTokenInvalid),
+			do(&fsm.SessionHeartbeat{SessionID: "nope", TokenHash: badTok}, wire.CodeSessionNotFound),
 			tickTo(11),
 			leaseIs("B1", fsm.StateActive, ""),
 			leaseIs("B2", fsm.StateActive, ""),
@@ -312,9 +313,9 @@ func TestApply(t *testing.T) {
 					t.Fatalf("expired session %+v", s)
 				}
 			}),
-			do(&fsm.SessionHeartbeat{SessionID: "S", TokenHash: tok("S")}, fsm.CodeSessionEnded),
-			do(bound("B3", "k3", "S"), fsm.CodeSessionEnded),
-			do(&fsm.SessionEnd{SessionID: "S", TokenHash: tok("S")}, fsm.CodeSessionEnded),
+			do(&fsm.SessionHeartbeat{SessionID: "S", TokenHash: tok("S")}, wire.CodeSessionEnded),
+			do(bound("B3", "k3", "S"), wire.CodeSessionEnded),
+			do(&fsm.SessionEnd{SessionID: "S", TokenHash: tok("S")}, wire.CodeSessionEnded),
 		}},
 
 		{name: "session end releases its leases", steps: []step{
@@ -323,7 +324,7 @@ func TestApply(t *testing.T) {
 			do(withDelay(bound("C2", "k2", "S"), 5), ""),
 			do(acq("C3", "k3", "alice", 10), ""),
 			// A bound lease may be released with the session's token.
-			do(&fsm.Release{LeaseID: "C1", SessionTokenHash: badTok}, fsm.CodeLeaseTokenInvalid),
+			do(&fsm.Release{LeaseID: "C1", SessionTokenHash: badTok}, wire.CodeLeaseTokenInvalid),
 			do(&fsm.Release{LeaseID: "C1", SessionTokenHash: tok("S")}, ""),
 			leaseIs("C1", fsm.StateReleased, fsm.ReasonReleased),
 			check(func(t *testing.T, h *harness, _ []fsm.Result) {
@@ -331,8 +332,8 @@ func TestApply(t *testing.T) {
 					t.Fatalf("session lease ids %v, want [C2]", ids)
 				}
 			}),
-			do(&fsm.SessionEnd{SessionID: "S", TokenHash: badTok}, fsm.CodeLeaseTokenInvalid),
-			do(&fsm.SessionEnd{SessionID: "nope", TokenHash: tok("nope")}, fsm.CodeSessionNotFound),
+			do(&fsm.SessionEnd{SessionID: "S", TokenHash: badTok}, wire.CodeLeaseTokenInvalid),
+			do(&fsm.SessionEnd{SessionID: "nope", TokenHash: tok("nope")}, wire.CodeSessionNotFound),
 			doCheck(&fsm.SessionEnd{SessionID: "S", TokenHash: tok("S")}, "", func(t *testing.T, h *harness, res []fsm.Result) {
 				if s := res[0].Session; s.State != fsm.SessionEnded || h.f.Session("S") != s {
 					t.Fatalf("ended session %+v", s)
@@ -343,7 +344,7 @@ func TestApply(t *testing.T) {
 			leaseIs("C3", fsm.StateActive, ""),
 			// Ending a session is voluntary: no lock-delay.
 			do(acq("C4", "k2", "bob", 10), ""),
-			do(&fsm.SessionEnd{SessionID: "S", TokenHash: tok("S")}, fsm.CodeSessionEnded),
+			do(&fsm.SessionEnd{SessionID: "S", TokenHash: tok("S")}, wire.CodeSessionEnded),
 			do(session("S2", "carol", 10), ""),
 			do(&fsm.SessionEnd{SessionID: "S2", Force: true}, ""),
 		}},
@@ -381,7 +382,7 @@ func TestApply(t *testing.T) {
 					t.Fatalf("count %d events %v", res[0].Count, h.events)
 				}
 			}),
-			do(&fsm.ReleaseHolder{}, fsm.CodeInvalidArgument),
+			do(&fsm.ReleaseHolder{}, wire.CodeInvalidArgument),
 		}},
 
 		{name: "idempotent acquire replays and conflicts", retain: 3, steps: []step{
@@ -392,8 +393,8 @@ func TestApply(t *testing.T) {
 					t.Fatalf("replay: %+v lease %+v events %v", res[0], l, h.events)
 				}
 			}),
-			do(withIdem(acq("I3", "k", "alice", 10), "op1", "fp2"), fsm.CodeIdempotencyConflict),
-			do(withIdem(acq("I3", "other", "alice", 10), "op1", "fp2"), fsm.CodeIdempotencyConflict),
+			do(withIdem(acq("I3", "k", "alice", 10), "op1", "fp2"), wire.CodeIdempotencyConflict),
+			do(withIdem(acq("I3", "other", "alice", 10), "op1", "fp2"), wire.CodeIdempotencyConflict),
 			do(release("I1"), ""),
 			doCheck(withIdem(acq("I4", "k", "alice", 10), "op1", "fp1"), "", func(t *testing.T, h *harness, res []fsm.Result) {
 				if !res[0].Replayed || res[0].Lease.ID != "I1" || res[0].Lease.State != fsm.StateReleased {
@@ -414,7 +415,7 @@ func TestApply(t *testing.T) {
 					t.Fatalf("queued replay: %+v", res[0])
 				}
 			}),
-			do(withWait(withIdem(acq("I7", "k", "bob", 10), "op2", "other"), 10), fsm.CodeIdempotencyConflict),
+			do(withWait(withIdem(acq("I7", "k", "bob", 10), "op2", "other"), 10), wire.CodeIdempotencyConflict),
 		}},
 
 		{name: "wait queue is first come first served", steps: []step{
@@ -426,8 +427,8 @@ func TestApply(t *testing.T) {
 			}),
 			do(withWait(acq("Q2", "k", "carol", 50), 20), ""),
 			do(withWait(acq("Q3", "k", "dave", 50), 20), ""), // deadline tick 21
-			do(acq("Q4", "k", "erin", 50), fsm.CodeLeaseHeld),
-			do(withWait(acq("Q1", "k", "bob", 50), 20), fsm.CodeInvalidArgument), // id already queued
+			do(acq("Q4", "k", "erin", 50), wire.CodeLeaseHeld),
+			do(withWait(acq("Q1", "k", "bob", 50), 20), wire.CodeInvalidArgument), // id already queued
 			do(release("Q0"), ""),
 			eventTypes("released Q0", "acquired Q1"),
 			noticesAre("Q1 granted"),
@@ -461,7 +462,7 @@ func TestApply(t *testing.T) {
 			do(withWait(withLimit(acq("W2", "k", "c", 10), 2), 30), ""),
 			do(withWait(withLimit(acq("W3", "k", "d", 10), 2), 30), ""),
 			do(withWait(withLimit(acq("W4", "k", "e", 10), 2), 30), ""),
-			do(withWait(acq("W5", "k", "e", 10), 30), fsm.CodeLimitMismatch),
+			do(withWait(acq("W5", "k", "e", 10), 30), wire.CodeLimitMismatch),
 			tickTo(5),
 			eventTypes("expired W0", "acquired W2"),
 			noticesAre("W2 granted"),
@@ -494,7 +495,7 @@ func TestApply(t *testing.T) {
 		{name: "a lease id queued on one key is refused on another", retain: 2, steps: []step{
 			do(acq("A", "k1", "alice", 100), ""),
 			do(withWait(acq("X", "k1", "bob", 100), 50), ""),
-			do(acq("X", "k2", "carol", 100), fsm.CodeInvalidArgument),
+			do(acq("X", "k2", "carol", 100), wire.CodeInvalidArgument),
 			do(release("A"), ""),
 			noticesAre("X granted"),
 			check(func(t *testing.T, h *harness, _ []fsm.Result) {
@@ -506,7 +507,7 @@ func TestApply(t *testing.T) {
 				}
 			}),
 			do(acq("B", "k2", "dave", 10), ""),
-			do(acq("C", "k2", "erin", 10), fsm.CodeLeaseHeld),
+			do(acq("C", "k2", "erin", 10), wire.CodeLeaseHeld),
 		}},
 
 		{name: "release-holder also withdraws the holder's queued acquires", steps: []step{
@@ -665,8 +666,8 @@ func TestApply(t *testing.T) {
 					t.Fatalf("fence %d, want %d", h.f.Fence(), h.f.Lease("P3").Fence)
 				}
 			}),
-			do(renew("P1"), fsm.CodeLeaseNotFound),
-			do(&fsm.SessionHeartbeat{SessionID: "PS", TokenHash: tok("PS")}, fsm.CodeSessionNotFound),
+			do(renew("P1"), wire.CodeLeaseNotFound),
+			do(&fsm.SessionHeartbeat{SessionID: "PS", TokenHash: tok("PS")}, wire.CodeSessionNotFound),
 			tickTo(8),
 			leaseIs("P3", fsm.StateExpired, fsm.ReasonExpired),
 			ticks(1),
@@ -712,7 +713,7 @@ func TestApply(t *testing.T) {
 				session("S", "a", 10), bound("B", "k", "S"), acq("L", "k2", "a", 10), release("L"),
 			}}, ""),
 			eventTypes("session_created S", "acquired B", "acquired L", "released L"),
-			do(renew("L"), fsm.CodeLeaseReleased),
+			do(renew("L"), wire.CodeLeaseReleased),
 			eventTypes(),
 			do(acq("L2", "k2", "a", 10), ""),
 			check(func(t *testing.T, h *harness, _ []fsm.Result) {
@@ -731,19 +732,19 @@ func TestApply(t *testing.T) {
 		}},
 
 		{name: "validation refuses bad requests", steps: []step{
-			do(acq("V", "", "a", 10), fsm.CodeInvalidArgument),
-			do(acq("V", "a\x01b", "a", 10), fsm.CodeInvalidArgument),
-			do(acq("V", "a\u0085b", "a", 10), fsm.CodeInvalidArgument),
-			do(acq("V", strings.Repeat("k", fsm.MaxKeyBytes+1), "a", 10), fsm.CodeInvalidArgument),
+			do(acq("V", "", "a", 10), wire.CodeInvalidArgument),
+			do(acq("V", "a\x01b", "a", 10), wire.CodeInvalidArgument),
+			do(acq("V", "a\u0085b", "a", 10), wire.CodeInvalidArgument),
+			do(acq("V", strings.Repeat("k", fsm.MaxKeyBytes+1), "a", 10), wire.CodeInvalidArgument),
 			do(acq("V", strings.Repeat("k", fsm.MaxKeyBytes), "a", 10), ""),
-			do(acq("V2", "k", "", 10), fsm.CodeInvalidArgument),
-			do(acq("V2", "k", strings.Repeat("h", fsm.MaxHolderBytes+1), 10), fsm.CodeInvalidArgument),
-			do(withLimit(acq("V2", "k", "a", 10), 0), fsm.CodeInvalidArgument),
-			do(withLimit(acq("V2", "k", "a", 10), fsm.MaxLimit+1), fsm.CodeInvalidArgument),
-			do(acq("V2", "k", "a", 0), fsm.CodeInvalidArgument),
-			do(acq("", "k", "a", 10), fsm.CodeInvalidArgument),
-			do(acq(strings.Repeat("i", fsm.MaxIDBytes+1), "k", "a", 10), fsm.CodeInvalidArgument),
-			do(func() *fsm.Acquire { a := acq("V2", "k", "a", 10); a.TokenHash = fsm.Hash{}; return a }(), fsm.CodeInvalidArgument),
+			do(acq("V2", "k", "", 10), wire.CodeInvalidArgument),
+			do(acq("V2", "k", strings.Repeat("h", fsm.MaxHolderBytes+1), 10), wire.CodeInvalidArgument),
+			do(withLimit(acq("V2", "k", "a", 10), 0), wire.CodeInvalidArgument),
+			do(withLimit(acq("V2", "k", "a", 10), fsm.MaxLimit+1), wire.CodeInvalidArgument),
+			do(acq("V2", "k", "a", 0), wire.CodeInvalidArgument),
+			do(acq("", "k", "a", 10), wire.CodeInvalidArgument),
+			do(acq(strings.Repeat("i", fsm.MaxIDBytes+1), "k", "a", 10), wire.CodeInvalidArgument),
+			do(func() *fsm.Acquire { a := acq("V2", "k", "a", 10); a.TokenHash = fsm.Hash{}; return a }(), wire.CodeInvalidArgument),
 			do(func() *fsm.Acquire {
 				a := acq("V2", "k", "a", 10)
 				a.Metadata = map[string]string{}
@@ -751,17 +752,17 @@ func TestApply(t *testing.T) {
 					a.Metadata[fmt.Sprint(i)] = "v"
 				}
 				return a
-			}(), fsm.CodeInvalidArgument),
+			}(), wire.CodeInvalidArgument),
 			do(func() *fsm.Acquire {
 				a := acq("V2", "k", "a", 10)
 				a.Metadata = map[string]string{"big": strings.Repeat("v", fsm.MaxMetaBytes)}
 				return a
-			}(), fsm.CodeInvalidArgument),
-			do(acq("V", "k", "a", 10), fsm.CodeInvalidArgument), // duplicate id
-			do(&fsm.Release{LeaseID: "V", TokenHash: tok("V"), Reason: strings.Repeat("r", fsm.MaxReasonBytes+1)}, fsm.CodeInvalidArgument),
-			do(session("S", "a", 0), fsm.CodeInvalidArgument),
-			do(session("", "a", 10), fsm.CodeInvalidArgument),
-			do(session("S", "", 10), fsm.CodeInvalidArgument),
+			}(), wire.CodeInvalidArgument),
+			do(acq("V", "k", "a", 10), wire.CodeInvalidArgument), // duplicate id
+			do(&fsm.Release{LeaseID: "V", TokenHash: tok("V"), Reason: strings.Repeat("r", fsm.MaxReasonBytes+1)}, wire.CodeInvalidArgument),
+			do(session("S", "a", 0), wire.CodeInvalidArgument),
+			do(session("", "a", 10), wire.CodeInvalidArgument),
+			do(session("S", "", 10), wire.CodeInvalidArgument),
 			check(func(t *testing.T, h *harness, _ []fsm.Result) {
 				if n, m := h.f.Counts(); n != 1 || m != 0 || len(h.allEvents) != 1 {
 					t.Fatalf("counts %d %d, %d events after refused requests", n, m, len(h.allEvents))

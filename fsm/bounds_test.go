@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestQuotaKeyWaiters: a key's queue holds at most KeyWaiters acquires; one
@@ -35,7 +36,7 @@ func TestQuotaKeyWaiters(t *testing.T) {
 	if r := h.one(withQuota(withWait(acq("Y", "k2", "bob", 5), 20), q)); r.Err != nil || !r.Queued {
 		t.Fatalf("other key: %+v", r)
 	}
-	if r := h.one(withQuota(acq("Z", "k", "bob", 5), q)); code(r.Err) != fsm.CodeLeaseHeld {
+	if r := h.one(withQuota(acq("Z", "k", "bob", 5), q)); code(r.Err) != wire.CodeLeaseHeld {
 		t.Fatalf("no wait: %v", r.Err)
 	}
 	h.one(&fsm.CancelWait{LeaseID: "W1", Key: "k"})

@@ -1,5 +1,7 @@
 package fsm
 
+import "github.com/leasehold/leasehold/wire"
+
 // The cluster identity: a random id the cluster's first leader decides
 // (node creates it at bootstrap) and the log carries in a ClusterID command.
 // Servers exchange it on every Raft connection and in gossip, so that two
@@ -23,13 +25,19 @@ func (*ClusterID) Type() Type { return TypeClusterID }
 
 // ValidClusterID checks a cluster id: 1-64 bytes of printable ASCII
 // without spaces.
-func ValidClusterID(id string) *Error {
-	if id == "" || len(id) > MaxClusterIDBytes {
-		return InvalidField("id", "cluster id must be 1-%d bytes, got %d", MaxClusterIDBytes, len(id))
+func ValidClusterID(id string) *wire.Error {
+	return validPrintable("cluster id", id, MaxClusterIDBytes)
+}
+
+// validPrintable checks an id (field "id", named what in the message):
+// 1-maxBytes bytes of printable ASCII without spaces.
+func validPrintable(what, id string, maxBytes int) *wire.Error {
+	if id == "" || len(id) > maxBytes {
+		return InvalidField("id", "%s must be 1-%d bytes, got %d", what, maxBytes, len(id))
 	}
 	for i := 0; i < len(id); i++ {
 		if b := id[i]; b <= 0x20 || b > 0x7E {
-			return InvalidField("id", "cluster id must be printable ASCII without spaces")
+			return InvalidField("id", "%s must be printable ASCII without spaces", what)
 		}
 	}
 	return nil

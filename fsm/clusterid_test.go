@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestClusterID: the first valid ClusterID sets the identity, another one
@@ -18,7 +19,7 @@ func TestClusterID(t *testing.T) {
 		t.Fatalf("new state has cluster id %q", got)
 	}
 	for _, bad := range []string{"", "a b", "é", strings.Repeat("x", fsm.MaxClusterIDBytes+1), "a\x00"} {
-		if r := h.one(&fsm.ClusterID{ID: bad}); r.Err == nil || r.Err.Code != fsm.CodeInvalidArgument {
+		if r := h.one(&fsm.ClusterID{ID: bad}); r.Err == nil || r.Err.Code != wire.CodeInvalidArgument {
 			t.Fatalf("cluster id %q: %+v", bad, r.Err)
 		}
 	}

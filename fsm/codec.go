@@ -36,11 +36,13 @@ func newBody(t Type) Command {
 		return new(Acquire)
 	case TypeRenew:
 		return new(Renew)
+	case TypeRenewMeta:
+		return &Renew{SetMetadata: true}
 	case TypeRelease:
 		return new(Release)
 	case TypeRevoke:
 		return new(Revoke)
-	case TypeHeartbeat:
+	case TypeHeartbeat, TypeHeartbeatMeta:
 		return new(Heartbeat)
 	case TypeSessionCreate:
 		return new(SessionCreate)
@@ -54,10 +56,22 @@ func newBody(t Type) Command {
 		return new(CancelWait)
 	case TypeMember:
 		return new(Member)
+	case TypeMemberKey:
+		return new(MemberKey)
 	case TypeClusterID:
 		return new(ClusterID)
 	case TypeSealCheck:
 		return new(SealCheck)
+	case TypeRestoreChunk:
+		return new(RestoreChunk)
+	case TypeRestoreCommit:
+		return new(RestoreCommit)
+	case TypeAcquireGroup:
+		return new(AcquireGroup)
+	case TypeRenewGroup:
+		return new(RenewGroup)
+	case TypeReleaseGroup:
+		return new(ReleaseGroup)
 	}
 	return nil
 }
@@ -83,11 +97,11 @@ func encodeBinary(c Command) ([]byte, error) {
 // decodeBinary parses the body of a binary (version 2 or 3) entry of type t.
 func decodeBinary(version byte, t Type, in []byte) (Command, error) {
 	c := newBody(t)
-	if c == nil || version < versionBounds && (t == TypeExpire || t == TypeTickLimited) {
+	if c == nil || !knownIn(version, t) {
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	d := dec{b: in, size: len(in), version: version}
-	decodeFields(&d, c)
+	decodeFields(&d, t, c)
 	if d.err == nil && len(d.b) > 0 {
 		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
 	}
@@ -95,6 +109,20 @@ func decodeBinary(version byte, t Type, in []byte) (Command, error) {
 		return nil, fmt.Errorf("fsm: decode %T: %w", c, d.err)
 	}
 	return c, nil
+}
+
+// knownIn reports whether binary entries of version may carry type t:
+// the types of chunked expiry, of metadata renewals and of grant keys came
+// with version 4
+// (entries of earlier versions never carry them, so that a command keeps
+// exactly one encoding).
+func knownIn(version byte, t Type) bool {
+	switch t {
+	case TypeExpire, TypeTickLimited, TypeRenewMeta, TypeHeartbeatMeta, TypeMemberKey,
+		TypeAcquireGroup, TypeRenewGroup, TypeReleaseGroup:
+		return version >= versionBounds
+	}
+	return true
 }
 
 // encodeFields writes the body of c (what follows its type byte). It and
@@ -161,11 +189,35 @@ func encodeFields(e *enc, c Command) {
 		if ok = c != nil; ok {
 			c.encode(e)
 		}
+	case *MemberKey:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
 	case *ClusterID:
 		if ok = c != nil; ok {
 			c.encode(e)
 		}
 	case *SealCheck:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *RestoreChunk:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *RestoreCommit:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *AcquireGroup:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *RenewGroup:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
+	case *ReleaseGroup:
 		if ok = c != nil; ok {
 			c.encode(e)
 		}
@@ -175,8 +227,8 @@ func encodeFields(e *enc, c Command) {
 	}
 }
 
-// decodeFields reads the body of c, a command from newBody.
-func decodeFields(d *dec, c Command) {
+// decodeFields reads the body of c, a command of type t from newBody.
+func decodeFields(d *dec, t Type, c Command) {
 	switch c := c.(type) {
 	case *Batch:
 		c.decode(d)
@@ -196,7 +248,7 @@ func decodeFields(d *dec, c Command) {
 	case *Revoke:
 		c.decode(d)
 	case *Heartbeat:
-		c.decode(d)
+		c.decode(d, t == TypeHeartbeatMeta)
 	case *SessionCreate:
 		c.decode(d)
 		if d.version >= versionQuota {
@@ -212,9 +264,21 @@ func decodeFields(d *dec, c Command) {
 		c.decode(d)
 	case *Member:
 		c.decode(d)
+	case *MemberKey:
+		c.decode(d)
 	case *ClusterID:
 		c.decode(d)
 	case *SealCheck:
+		c.decode(d)
+	case *RestoreChunk:
+		c.decode(d)
+	case *RestoreCommit:
+		c.decode(d)
+	case *AcquireGroup:
+		c.decode(d)
+	case *RenewGroup:
+		c.decode(d)
+	case *ReleaseGroup:
 		c.decode(d)
 	default:
 		d.fail(fmt.Sprintf("no decoder for %T", c)) // newBody returns none such
@@ -454,6 +518,9 @@ func (c *Batch) encode(e *enc) {
 		case sub.Type() == TypeBatch:
 			e.fail(errors.New("fsm: nested batch"))
 			return
+		case sub.Type() == TypeRestoreChunk || sub.Type() == TypeRestoreCommit:
+			e.fail(fmt.Errorf("fsm: command type %d in a batch", sub.Type()))
+			return
 		}
 		e.b = append(e.b, byte(sub.Type()))
 		encodeFields(e, sub)
@@ -483,12 +550,16 @@ func (c *Batch) decode(d *dec) {
 			d.fail("nested batch")
 			return
 		}
+		if t == TypeRestoreChunk || t == TypeRestoreCommit {
+			d.fail(fmt.Sprintf("command type %d in a batch", t))
+			return
+		}
 		sub := newBody(t)
-		if sub == nil || d.version < versionBounds && (t == TypeExpire || t == TypeTickLimited) {
+		if sub == nil || !knownIn(d.version, t) {
 			d.fail(fmt.Sprintf("unknown command type %d", t))
 			return
 		}
-		decodeFields(d, sub)
+		decodeFields(d, t, sub)
 		c.Commands = append(c.Commands, sub)
 	}
 }
@@ -587,6 +658,12 @@ func (c *Renew) encode(e *enc) {
 	e.varint(c.TTLMS)
 	e.uvarint(c.TTLTicks)
 	e.varint(c.WallMS)
+	switch {
+	case c.SetMetadata: // TypeRenewMeta
+		e.strmap(c.Metadata)
+	case len(c.Metadata) > 0:
+		e.fail(errors.New("fsm: renew metadata without SetMetadata"))
+	}
 }
 
 func (c *Renew) decode(d *dec) {
@@ -595,6 +672,9 @@ func (c *Renew) decode(d *dec) {
 	c.TTLMS = d.varint()
 	c.TTLTicks = d.uvarint()
 	c.WallMS = d.varint()
+	if c.SetMetadata { // TypeRenewMeta (newBody)
+		c.Metadata = d.strmap()
+	}
 }
 
 func (c *Release) encode(e *enc) {
@@ -626,27 +706,60 @@ func (c *Revoke) decode(d *dec) {
 }
 
 // heartbeatItemBytes is the least an encoded HeartbeatItem takes: an empty
-// lease id and a hash.
-const heartbeatItemBytes = 1 + len(Hash{})
+// lease id and a hash; in a TypeHeartbeatMeta entry also the flag and an
+// empty map.
+const (
+	heartbeatItemBytes     = 1 + len(Hash{})
+	heartbeatMetaItemBytes = heartbeatItemBytes + 2
+)
 
+// A TypeHeartbeatMeta body is a TypeHeartbeat body whose items each carry
+// SetMetadata (a bool) and Metadata (a map, empty unless SetMetadata) after
+// the hash; at least one item sets metadata.
 func (c *Heartbeat) encode(e *enc) {
+	meta := c.Type() == TypeHeartbeatMeta
 	e.uvarint(uint64(len(c.Items)))
 	for _, it := range c.Items {
 		e.str(it.LeaseID)
 		e.hash(it.TokenHash)
+		if !it.SetMetadata && len(it.Metadata) > 0 {
+			e.fail(errors.New("fsm: heartbeat item metadata without SetMetadata"))
+			return
+		}
+		if meta {
+			e.bool(it.SetMetadata)
+			e.strmap(it.Metadata)
+		}
 	}
 	e.varint(c.WallMS)
 }
 
-func (c *Heartbeat) decode(d *dec) {
-	if n := d.count(heartbeatItemBytes); n > 0 {
+func (c *Heartbeat) decode(d *dec, meta bool) {
+	size := heartbeatItemBytes
+	if meta {
+		size = heartbeatMetaItemBytes
+	}
+	sets := false
+	if n := d.count(size); n > 0 {
 		c.Items = make([]HeartbeatItem, n)
 		for i := range c.Items {
-			c.Items[i].LeaseID = d.str()
-			c.Items[i].TokenHash = d.hash()
+			it := &c.Items[i]
+			it.LeaseID = d.str()
+			it.TokenHash = d.hash()
+			if meta {
+				it.SetMetadata = d.bool()
+				it.Metadata = d.strmap()
+				if d.err == nil && !it.SetMetadata && it.Metadata != nil {
+					d.fail("heartbeat item metadata without its flag")
+				}
+				sets = sets || it.SetMetadata
+			}
 		}
 	}
 	c.WallMS = d.varint()
+	if meta && d.err == nil && !sets {
+		d.fail("metadata heartbeat without an item that sets metadata")
+	}
 }
 
 func (c *SessionCreate) encode(e *enc) {

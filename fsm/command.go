@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 )
 
@@ -171,6 +172,11 @@ type Renew struct {
 	TTLMS    int64  `json:"ttl_ms,omitempty"`
 	TTLTicks uint64 `json:"ttl_ticks,omitempty"`
 	WallMS   int64  `json:"wall_ms"`
+	// SetMetadata: the renewal replaces the lease's metadata with Metadata
+	// (empty: clears it), if it succeeds. A Renew with it set is written
+	// as TypeRenewMeta (renewmeta.go); Metadata must be empty without it.
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	SetMetadata bool              `json:"set_metadata,omitempty"`
 }
 
 // Release ends a lease voluntarily.
@@ -195,6 +201,10 @@ type Revoke struct {
 type HeartbeatItem struct {
 	LeaseID   string `json:"lease_id"`
 	TokenHash Hash   `json:"token_hash"`
+	// Metadata and SetMetadata as in Renew: a Heartbeat with an item that
+	// sets metadata is written as TypeHeartbeatMeta (renewmeta.go).
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	SetMetadata bool              `json:"set_metadata,omitempty"`
 }
 
 // Heartbeat renews many standalone leases, each with its own TTL.
@@ -274,10 +284,8 @@ func (c *Tick) Type() Type {
 }
 
 func (*Acquire) Type() Type          { return TypeAcquire }
-func (*Renew) Type() Type            { return TypeRenew }
 func (*Release) Type() Type          { return TypeRelease }
 func (*Revoke) Type() Type           { return TypeRevoke }
-func (*Heartbeat) Type() Type        { return TypeHeartbeat }
 func (*SessionCreate) Type() Type    { return TypeSessionCreate }
 func (*SessionHeartbeat) Type() Type { return TypeSessionHeartbeat }
 func (*SessionEnd) Type() Type       { return TypeSessionEnd }
@@ -290,6 +298,47 @@ func (*Batch) Type() Type            { return TypeBatch }
 // The body is the compact binary encoding described in codec.go.
 func Encode(c Command) ([]byte, error) { return encodeBinary(c) }
 
+// VersionChecked is the encoding version of entries that carry a checksum:
+// a version-4 entry whose version byte is 5, followed by the CRC-32C
+// (Castagnoli, little-endian) of every byte before it. Decode verifies it
+// before it reads anything else, so that a bit flipped in the log (a disk
+// that rots, a store that checks nothing) is an error naming the entry,
+// never a different command applied.
+const VersionChecked byte = 5
+
+// EncodeChecked encodes c with a checksum (VersionChecked). Servers of
+// earlier versions do not read it: the leader writes it only once every
+// server of the configuration does.
+func EncodeChecked(c Command) ([]byte, error) {
+	b, err := encodeBinary(c)
+	if err != nil {
+		return nil, err
+	}
+	b[0] = VersionChecked
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
+}
+
+// ErrChecksum is the error Decode wraps for an entry whose checksum does
+// not match its bytes.
+var ErrChecksum = errors.New("fsm: entry checksum mismatch (the entry's bytes changed after it was written)")
+
+// VerifyChecksum checks the checksum of a VersionChecked entry (ErrChecksum
+// when it does not match its bytes); entries of earlier versions carry none
+// and pass.
+func VerifyChecksum(b []byte) error {
+	if len(b) == 0 || b[0] != VersionChecked {
+		return nil
+	}
+	if len(b) < 6 {
+		return errors.New("fsm: checked entry shorter than its header and checksum")
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return ErrChecksum
+	}
+	return nil
+}
+
 // Decode parses log bytes strictly: a known version and type, and a body
 // that is exactly one valid encoding with nothing after it. Version 2 bodies
 // are binary (codec.go); version 1 bodies are JSON, still read so that logs
@@ -299,6 +348,11 @@ func Decode(b []byte) (Command, error) {
 		return nil, errors.New("fsm: entry shorter than its header")
 	}
 	switch b[0] {
+	case VersionChecked:
+		if err := VerifyChecksum(b); err != nil {
+			return nil, err
+		}
+		return decodeBinary(versionBounds, Type(b[1]), b[2:len(b)-4])
 	case versionBinary, versionQuota, versionBounds:
 		return decodeBinary(b[0], Type(b[1]), b[2:])
 	case versionJSON:
@@ -344,7 +398,9 @@ func decodeJSON(t Type, body []byte) (Command, error) {
 		return &batch, nil
 	}
 	c := newBody(t)
-	if c == nil || t == TypeClusterID || t == TypeSealCheck || t == TypeExpire || t == TypeTickLimited { // version 1 predates them
+	if c == nil || t == TypeClusterID || t == TypeSealCheck || t == TypeExpire || t == TypeTickLimited ||
+		t == TypeRestoreChunk || t == TypeRestoreCommit || t == TypeRenewMeta || t == TypeHeartbeatMeta || t == TypeMemberKey ||
+		t == TypeAcquireGroup || t == TypeRenewGroup || t == TypeReleaseGroup { // version 1 predates them
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -364,6 +420,15 @@ func decodeJSON(t Type, body []byte) (Command, error) {
 	case *Heartbeat:
 		if len(c.Items) == 0 {
 			c.Items = nil
+		}
+		for _, it := range c.Items {
+			if it.SetMetadata || it.Metadata != nil {
+				return nil, fmt.Errorf("fsm: decode %T: version 1 predates heartbeat metadata", c)
+			}
+		}
+	case *Renew:
+		if c.SetMetadata || c.Metadata != nil {
+			return nil, fmt.Errorf("fsm: decode %T: version 1 predates renew metadata", c)
 		}
 	case *SessionCreate:
 		c.Metadata = nilIfEmpty(c.Metadata)

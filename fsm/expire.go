@@ -151,7 +151,14 @@ func (f *FSM) fire(t timer, left uint64, wallMS int64, midTick bool) uint64 {
 			f.schedule(at, kindLease, l.ID) // renewed since the timer was set
 			return 0
 		}
-		f.end(l, endOpts{state: StateExpired, reason: ReasonExpired, wallMS: wallMS, delay: true, midTick: midTick})
+		o := endOpts{state: StateExpired, reason: ReasonExpired, wallMS: wallMS, delay: true, midTick: midTick}
+		if g := l.GroupID(); g != "" {
+			// A lease group expires whole, in one chunk even if that
+			// takes the chunk past its bound (by less than MaxGroupKeys).
+			_, n := f.endGroup(g, l.ID, o)
+			return n
+		}
+		f.end(l, o)
 		return 1
 	case kindSession:
 		s := f.sessions[t.id]
@@ -179,7 +186,7 @@ func (f *FSM) fire(t timer, left uint64, wallMS int64, midTick bool) uint64 {
 // expireSession ends a due session and as many of its leases as left
 // allows (the session counts as one); the rest go to the front of the
 // backlog as lease timers, in id order, which is where a restored replica's
-// rebuilt backlog has them (snapshot.go).
+// rebuilt backlog has them (snapshot_rebuild.go).
 func (f *FSM) expireSession(s *Session, left uint64, wallMS int64, midTick bool) uint64 {
 	_, n := f.endSessionN(s, SessionExpired, ReasonExpired, wallMS, left, midTick)
 	return n

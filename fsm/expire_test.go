@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // stormLog is the log of a storm larger than one chunk: n standalone
@@ -213,13 +214,13 @@ func checkStormWrites(t *testing.T, f *fsm.FSM, index uint64, b *fsm.Batch, res 
 		r := res[k]
 		switch c := c.(type) {
 		case *fsm.Renew:
-			wantCode(t, fmt.Sprintf("entry %d: renew %s", index, c.LeaseID), r.Err, fsm.CodeLeaseExpired)
+			wantCode(t, fmt.Sprintf("entry %d: renew %s", index, c.LeaseID), r.Err, wire.CodeLeaseExpired)
 		case *fsm.Release:
-			if r.Err == nil || r.Err.Code != fsm.CodeLeaseExpired && r.Err.Code != fsm.CodeLeaseReleased {
+			if r.Err == nil || r.Err.Code != wire.CodeLeaseExpired && r.Err.Code != wire.CodeLeaseReleased {
 				t.Fatalf("entry %d: release of due lease %s: %v", index, c.LeaseID, r.Err)
 			}
 		case *fsm.SessionHeartbeat:
-			wantCode(t, fmt.Sprintf("entry %d: heartbeat", index), r.Err, fsm.CodeSessionEnded)
+			wantCode(t, fmt.Sprintf("entry %d: heartbeat", index), r.Err, wire.CodeSessionEnded)
 		case *fsm.Acquire:
 			if c.Holder != "late" {
 				break
@@ -231,7 +232,7 @@ func checkStormWrites(t *testing.T, f *fsm.FSM, index uint64, b *fsm.Batch, res 
 			if r.Err == nil && (len(active) != 1 || active[0].ID != c.LeaseID) {
 				t.Fatalf("entry %d: %s granted but %s holds %v", index, c.LeaseID, c.Key, active)
 			}
-			if r.Err != nil && r.Err.Code != fsm.CodeLeaseHeld && r.Err.Code != fsm.CodeLockDelay {
+			if r.Err != nil && r.Err.Code != wire.CodeLeaseHeld && r.Err.Code != wire.CodeLockDelay {
 				t.Fatalf("entry %d: acquire %s: %v", index, c.Key, r.Err)
 			}
 		}
@@ -315,6 +316,7 @@ func TestDeterminismChunked(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			g := newGen(seed, true)
 			g.chunk = 2
+			g.groups = true
 			log := genLog(t, g, entries)
 			a, b := newReplica(t), newReplica(t)
 			snaps := map[int][]byte{} // position in the log -> snapshot before it
@@ -399,12 +401,12 @@ func TestExpireLockDelayFromNextTick(t *testing.T) {
 	}
 	for _, step := range []struct {
 		tick  uint64
-		codeA fsm.Code
-		codeB fsm.Code
+		codeA wire.Code
+		codeB wire.Code
 	}{
-		{due + 1, fsm.CodeLockDelay, fsm.CodeLockDelay},
-		{due + 2, "", fsm.CodeLockDelay},
-		{due + 3, fsm.CodeLeaseHeld, ""},
+		{due + 1, wire.CodeLockDelay, wire.CodeLockDelay},
+		{due + 2, "", wire.CodeLockDelay},
+		{due + 3, wire.CodeLeaseHeld, ""},
 	} {
 		h.tickTo(step.tick)
 		id := fmt.Sprint(step.tick)

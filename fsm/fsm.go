@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Limits on what one request may carry. The node validates them before
@@ -46,6 +48,10 @@ type blocked struct {
 type waiter struct {
 	Cmd      *Acquire `json:"cmd"`
 	Deadline uint64   `json:"deadline"`
+	// group is the lease group the acquire is a member of (group.go):
+	// it is queued on every key of the group at once; "" for an acquire
+	// of one key.
+	group string
 }
 
 // keyState is everything about one key that is not in its lease records.
@@ -208,13 +214,24 @@ type FSM struct {
 	// (expire.go). Empty between entries unless ticks are limited.
 	backlog []timer
 	members map[string]MemberRecord // the member registry (member.go)
+	// groups are the lease groups with retained members: id -> member
+	// lease ids in key order; groupWaits the queued ones: id -> their
+	// waiters, one per key in key order (group.go). Both derived.
+	groups     map[string][]string
+	groupWaits map[string][]waiter
+	// repump are keys whose queue a group grant or withdrawal changed,
+	// to pump once the change is complete (group.go).
+	repump    []string
+	repumping bool
 	// clusterID is the cluster's identity (clusterid.go); "" until set.
 	clusterID string
 	// sealCheck is the sealing key's check value (sealcheck.go); "" until set.
 	sealCheck string
 	prune     []pruneItem
-	active    int
-	sessOpen  int
+	// stage is the restore being received (restore.go); nil when none.
+	stage    *restoreStage
+	active   int
+	sessOpen int
 
 	seq     uint32
 	events  []Event
@@ -233,6 +250,8 @@ func New() *FSM {
 		holders:     make(map[string]*holderIndex),
 		buckets:     make(map[uint64][]timer),
 		members:     make(map[string]MemberRecord),
+		groups:      make(map[string][]string),
+		groupWaits:  make(map[string][]waiter),
 	}
 }
 
@@ -314,10 +333,22 @@ func (f *FSM) apply1(c Command) Result {
 		return Result{}
 	case *Member:
 		return f.member(c)
+	case *MemberKey:
+		return f.memberKey(c)
+	case *AcquireGroup:
+		return f.acquireGroup(c)
+	case *RenewGroup:
+		return f.renewGroup(c)
+	case *ReleaseGroup:
+		return f.releaseGroup(c)
 	case *ClusterID:
 		return f.clusterIDCmd(c)
 	case *SealCheck:
 		return f.sealCheckCmd(c)
+	case *RestoreChunk:
+		return f.restoreChunk(c)
+	case *RestoreCommit:
+		return f.restoreCommit(c)
 	default:
 		panic(fmt.Sprintf("fsm: no handler for %T", c))
 	}
@@ -385,26 +416,26 @@ func (f *FSM) leaseEnd(l *Lease) uint64 {
 	return l.ExpiresTick
 }
 
-func terminalError(l *Lease) *Error {
+func terminalError(l *Lease) *wire.Error {
 	switch l.State {
 	case StateExpired:
-		return Errorf(CodeLeaseExpired, "lease %s has expired", l.ID)
+		return Errorf(wire.CodeLeaseExpired, "lease %s has expired", l.ID)
 	case StateReleased:
-		return Errorf(CodeLeaseReleased, "lease %s was released", l.ID)
+		return Errorf(wire.CodeLeaseReleased, "lease %s was released", l.ID)
 	default:
-		return Errorf(CodeLeaseRevoked, "lease %s was revoked", l.ID)
+		return Errorf(wire.CodeLeaseRevoked, "lease %s was revoked", l.ID)
 	}
 }
 
 // ValidKey reports whether k is an acceptable key: 1-512 bytes of UTF-8
 // without control characters.
-func ValidKey(k string) *Error { return validName("key", k, MaxKeyBytes) }
+func ValidKey(k string) *wire.Error { return validName("key", k, MaxKeyBytes) }
 
 // ValidHolder reports whether h is an acceptable holder: 1-128 bytes of
 // UTF-8 without control characters.
-func ValidHolder(h string) *Error { return validName("holder", h, MaxHolderBytes) }
+func ValidHolder(h string) *wire.Error { return validName("holder", h, MaxHolderBytes) }
 
-func validName(field, s string, maxBytes int) *Error {
+func validName(field, s string, maxBytes int) *wire.Error {
 	if len(s) == 0 || len(s) > maxBytes {
 		return InvalidField(field, "%s must be 1-%d bytes, got %d", field, maxBytes, len(s))
 	}
@@ -421,7 +452,7 @@ func validName(field, s string, maxBytes int) *Error {
 
 // ValidMetadata checks the metadata limits: at most 16 entries and 4 KiB of
 // keys and values in all.
-func ValidMetadata(m map[string]string) *Error {
+func ValidMetadata(m map[string]string) *wire.Error {
 	if len(m) > MaxMetaEntries {
 		return InvalidField("metadata", "at most %d metadata entries, got %d", MaxMetaEntries, len(m))
 	}
@@ -442,14 +473,14 @@ func ValidMetadata(m map[string]string) *Error {
 }
 
 // ValidReason checks a release or revoke reason.
-func ValidReason(r string) *Error {
+func ValidReason(r string) *wire.Error {
 	if len(r) > MaxReasonBytes || !validUTF8(r) {
 		return InvalidField("reason", "reason must be valid UTF-8 of at most %d bytes", MaxReasonBytes)
 	}
 	return nil
 }
 
-func validID(field, id string) *Error {
+func validID(field, id string) *wire.Error {
 	if id == "" || len(id) > MaxIDBytes {
 		return InvalidField(field, "%s must be 1-%d bytes", field, MaxIDBytes)
 	}

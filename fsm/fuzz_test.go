@@ -52,6 +52,13 @@ func normalize(c fsm.Command) {
 		if len(c.Metadata) == 0 {
 			c.Metadata = nil
 		}
+	case *fsm.AcquireGroup:
+		if len(c.Metadata) == 0 {
+			c.Metadata = nil
+		}
+		if len(c.SealedToken) == 0 {
+			c.SealedToken = nil
+		}
 	case *fsm.Batch:
 		for _, sub := range c.Commands {
 			normalize(sub)
@@ -166,6 +173,10 @@ var fuzzState = sync.OnceValue(func() []byte {
 		release("B"),
 		&fsm.Member{ID: "n1", Incarnation: "i1"},
 		&fsm.Member{ID: "n2", Incarnation: "i2", Removed: true},
+		&fsm.MemberKey{ID: "n1", Key: fsm.GrantKey{1, 31: 1}},
+		&fsm.MemberKey{ID: "n1", Key: fsm.GrantKey{2, 31: 2}},
+		grp("G", "erin", 10, "g1", "g2"),
+		grpWait(grp("Q", "fay", 10, "g3", "k"), 5),
 	} {
 		if r := f.Apply(uint64(i+1), c); r[0].Err != nil {
 			panic(r[0].Err)
@@ -209,6 +220,13 @@ func FuzzDecode(f *testing.F) {
 		if v2, err := hex.DecodeString(g.hex); err == nil {
 			f.Add(v2)
 		}
+	}
+	for _, c := range append(metaCommands(), groupCommands()...) {
+		b, err := fsm.Encode(c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
 	}
 	f.Add([]byte{})
 	f.Add([]byte{fsm.Version, byte(fsm.TypeBatch), 0})

@@ -19,10 +19,23 @@ type gen struct {
 	// draws exactly what it drew before they existed, so that pinned logs
 	// (testdata/snapshot_v1.json) stay the same.
 	members bool
+	// grantKeys: with members, some of those commands are MemberKey
+	// (grantkey.go), some refused. Off, the generator draws exactly what
+	// it drew before they existed.
+	grantKeys bool
 	// chunk: ticks end at most this many records and Expire entries
 	// (some stale) end the rest (expire.go). 0: unlimited ticks, as
 	// the generator drew before chunked expiry existed.
 	chunk uint64
+	// meta: renewals and heartbeat items sometimes carry metadata
+	// (renewmeta.go), some past the limits, some on bound leases. Off,
+	// the generator draws exactly what it drew before they existed.
+	meta bool
+	// groups: lease groups (group.go) are acquired (waiting and
+	// idempotent ones too when full), renewed and released, and their
+	// members named by single-lease commands. Off, the generator draws
+	// exactly what it drew before they existed.
+	groups bool
 
 	tick       uint64
 	nLease     int
@@ -34,6 +47,11 @@ type gen struct {
 	leaseSess  map[string]string
 	sessions   []string
 	sessHolder map[string]string
+	nGroup     int
+	groupIDs   []string // every group proposed
+	groupsHeld []string // groups granted (told by granted)
+	groupSess  map[string]string
+	lastIdem   *fsm.AcquireGroup // the last idempotent group acquire, to retry
 }
 
 // genRetain is the RetainTicks of every generated tick.
@@ -52,6 +70,7 @@ func newGen(seed uint64, full bool) *gen {
 		leaseKey:   map[string]string{},
 		leaseSess:  map[string]string{},
 		sessHolder: map[string]string{},
+		groupSess:  map[string]string{},
 	}
 }
 
@@ -89,15 +108,42 @@ func (g *gen) token(id string) fsm.Hash {
 	}
 }
 
+// metadata draws what a renewal sets: usually a few entries, sometimes
+// none (clearing), sometimes too many (refused).
+func (g *gen) metadata() map[string]string {
+	switch x := g.r.IntN(10); {
+	case x == 0:
+		return nil
+	case x == 1:
+		m := map[string]string{}
+		for i := range fsm.MaxMetaEntries + 1 {
+			m[fmt.Sprint("k", i)] = ""
+		}
+		return m
+	default:
+		m := map[string]string{"n": fmt.Sprint(g.r.IntN(1000))}
+		if x > 6 {
+			m["tick"] = fmt.Sprint(g.tick)
+		}
+		return m
+	}
+}
+
 func (g *gen) holder() string { return genHolders[g.r.IntN(len(genHolders))] }
 
 func (g *gen) ttl() uint64 { return 1 + uint64(g.r.IntN(6)) }
 
 func (g *gen) command() fsm.Command {
 	if g.members && g.r.IntN(30) == 0 {
+		if g.grantKeys && g.r.IntN(2) == 0 {
+			return g.memberKey()
+		}
 		return g.member()
 	}
 	wall := int64(g.tick)*periodMS + int64(g.r.IntN(periodMS))
+	if g.groups && g.r.IntN(8) == 0 {
+		return g.group(wall)
+	}
 	switch x := g.r.IntN(100); {
 	case x < 30:
 		return g.acquire(wall)
@@ -107,6 +153,9 @@ func (g *gen) command() fsm.Command {
 		if g.r.IntN(5) == 0 {
 			c.TTLTicks = g.ttl()
 			c.TTLMS = int64(c.TTLTicks) * periodMS
+		}
+		if g.meta && g.r.IntN(3) == 0 {
+			c.Metadata, c.SetMetadata = g.metadata(), true
 		}
 		return c
 	case x < 52:
@@ -127,7 +176,11 @@ func (g *gen) command() fsm.Command {
 		c := &fsm.Heartbeat{WallMS: wall}
 		for range 1 + g.r.IntN(3) {
 			id := g.pick(g.leases)
-			c.Items = append(c.Items, fsm.HeartbeatItem{LeaseID: id, TokenHash: g.token(id)})
+			it := fsm.HeartbeatItem{LeaseID: id, TokenHash: g.token(id)}
+			if g.meta && g.r.IntN(3) == 0 {
+				it.Metadata, it.SetMetadata = g.metadata(), true
+			}
+			c.Items = append(c.Items, it)
 		}
 		return c
 	case x < 63:
@@ -192,6 +245,20 @@ func (g *gen) member() *fsm.Member {
 	return c
 }
 
+// memberKey returns a MemberKey: one of a few keys for a server, sometimes
+// the zero key or an unknown server (both refused).
+func (g *gen) memberKey() *fsm.MemberKey {
+	c := &fsm.MemberKey{ID: genServers[g.r.IntN(len(genServers))]}
+	c.Key[0], c.Key[31] = byte(1+g.r.IntN(4)), byte(g.r.IntN(3))
+	switch g.r.IntN(20) {
+	case 0:
+		c.Key = fsm.GrantKey{}
+	case 1:
+		c.ID = "n9"
+	}
+	return c
+}
+
 func (g *gen) acquire(wall int64) *fsm.Acquire {
 	id := fmt.Sprintf("L%d", g.nLease)
 	g.nLease++
@@ -250,10 +317,108 @@ func (g *gen) acquire(wall int64) *fsm.Acquire {
 	return a
 }
 
+// group returns a lease group command: mostly an acquire of two or three
+// keys (sometimes with the wrong limit for one, bound to a session,
+// waiting, idempotent, with a lock-delay), else a renewal or release of a
+// group proposed earlier, with the right token most of the time.
+func (g *gen) group(wall int64) fsm.Command {
+	switch x := g.r.IntN(10); {
+	case x < 2:
+		id := g.pick(g.groupsHeld)
+		c := &fsm.RenewGroup{GroupID: id, TokenHash: g.token(id), WallMS: wall}
+		if g.r.IntN(4) == 0 {
+			c.TTLTicks = g.ttl()
+			c.TTLMS = int64(c.TTLTicks) * periodMS
+		}
+		return c
+	case x < 4:
+		id := g.pick(g.groupIDs)
+		if g.r.IntN(4) > 0 {
+			id = g.pick(g.groupsHeld)
+		}
+		c := &fsm.ReleaseGroup{GroupID: id, WallMS: wall, Reason: []string{"", "done"}[g.r.IntN(2)]}
+		if sid := g.groupSess[id]; sid != "" && g.r.IntN(2) == 0 {
+			c.SessionTokenHash = g.token(sid)
+		} else {
+			c.TokenHash = g.token(id)
+		}
+		return c
+	}
+	id := fmt.Sprintf("G%d", g.nGroup)
+	g.nGroup++
+	if last := g.lastIdem; g.full && last != nil && g.r.IntN(3) == 0 {
+		// A client's retry: the same request and idempotency key, with
+		// the new ids its node drew.
+		c := *last
+		c.GroupID, c.Keys = id, slices.Clone(last.Keys)
+		for i := range c.Keys {
+			c.Keys[i].LeaseID = fmt.Sprintf("L%d", g.nLease)
+			g.nLease++
+		}
+		if g.r.IntN(4) == 0 {
+			c.Fingerprint = fsm.HashOf("another request")
+		}
+		return &c
+	}
+	keys := slices.Clone(genKeys)
+	g.r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	keys = keys[:2+g.r.IntN(2)]
+	slices.Sort(keys)
+	c := &fsm.AcquireGroup{GroupID: id, TokenHash: tok(id), WallMS: wall}
+	for _, k := range keys {
+		lid := fmt.Sprintf("L%d", g.nLease)
+		g.nLease++
+		limit := genLimits[k]
+		if g.r.IntN(20) == 0 {
+			limit = 1 + uint32(g.r.IntN(3))
+		}
+		c.Keys = append(c.Keys, fsm.GroupKey{LeaseID: lid, Key: k, Limit: limit})
+		g.proposed = append(g.proposed, lid)
+		g.leaseKey[lid] = k
+	}
+	if len(g.sessions) > 0 && g.r.IntN(4) == 0 {
+		sid := g.pick(g.sessions)
+		c.SessionID, c.SessionTokenHash = sid, g.token(sid)
+		g.groupSess[id] = sid
+		for _, k := range c.Keys {
+			g.leaseSess[k.LeaseID] = sid
+		}
+	} else {
+		c.Holder = g.holder()
+		c.TTLTicks = g.ttl()
+		c.TTLMS = int64(c.TTLTicks) * periodMS
+	}
+	if g.r.IntN(3) == 0 {
+		c.LockDelayTicks = 1 + uint64(g.r.IntN(4))
+		c.LockDelayMS = int64(c.LockDelayTicks) * periodMS
+	}
+	if g.full {
+		if g.r.IntN(2) == 0 {
+			c.WaitTicks = 1 + uint64(g.r.IntN(8))
+		}
+		if g.r.IntN(5) == 0 {
+			c.IdemHash = fsm.HashOf(fmt.Sprintf("idem group %s %d", c.Holder, g.r.IntN(3)))
+			c.Fingerprint = fsm.HashOf(fmt.Sprint("fp ", g.r.IntN(2)))
+			c.SealedToken = []byte("sealed " + id)
+			g.lastIdem = c
+		}
+	}
+	g.groupIDs = append(g.groupIDs, id)
+	return c
+}
+
 // granted tells the generator which leases the state machine granted, so
 // that later commands mostly name leases that exist.
 func (g *gen) granted(res []fsm.Result, notices []fsm.Notice) {
 	for _, r := range res {
+		if r.Err == nil && !r.Queued && !r.Replayed && r.Lease == nil {
+			for _, l := range r.Leases { // a lease group granted at once
+				g.leases = append(g.leases, l.ID)
+			}
+			if len(r.Leases) > 0 {
+				g.groupsHeld = append(g.groupsHeld, r.Leases[0].GroupID())
+			}
+		}
 		switch {
 		case r.Err != nil || r.Lease == nil || r.Replayed:
 		case r.Queued:
@@ -263,6 +428,13 @@ func (g *gen) granted(res []fsm.Result, notices []fsm.Notice) {
 		}
 	}
 	for _, n := range notices {
+		if n.Leases != nil { // a lease group granted after a wait
+			for _, l := range n.Leases {
+				g.leases = append(g.leases, l.ID)
+			}
+			g.groupsHeld = append(g.groupsHeld, n.LeaseID)
+			continue
+		}
 		if n.Lease != nil {
 			g.leases = append(g.leases, n.Lease.ID)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // periodMS is the tick period every test cluster runs at.
@@ -136,19 +137,19 @@ func session(id, holder string, ttl uint64) *fsm.SessionCreate {
 }
 
 // code is the error code of err, "" for none.
-func code(err *fsm.Error) fsm.Code {
+func code(err *wire.Error) wire.Code {
 	if err == nil {
 		return ""
 	}
 	return err.Code
 }
 
-func wantCode(t testing.TB, what string, err *fsm.Error, want fsm.Code) {
+func wantCode(t testing.TB, what string, err *wire.Error, want wire.Code) {
 	t.Helper()
 	if got := code(err); got != want {
 		t.Fatalf("%s: code %q (%v), want %q", what, got, err, want)
 	}
-	if err != nil && !errors.Is(err, &fsm.Error{Code: want}) {
+	if err != nil && !errors.Is(err, &wire.Error{Code: want}) {
 		t.Fatalf("%s: errors.Is does not match code %s", what, want)
 	}
 }

@@ -3,9 +3,11 @@ package fsm
 import (
 	"cmp"
 	"slices"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
-func validateAcquire(c *Acquire) *Error {
+func validateAcquire(c *Acquire) *wire.Error {
 	if err := validID("lease_id", c.LeaseID); err != nil {
 		return err
 	}
@@ -67,7 +69,7 @@ func (f *FSM) acquire(c *Acquire) Result {
 	}
 	ks := f.keys[c.Key]
 	if ks != nil && ks.inUse() && ks.limit != c.Limit {
-		return Result{Err: &Error{Code: CodeLimitMismatch, Key: c.Key,
+		return Result{Err: &wire.Error{Code: wire.CodeLimitMismatch, Key: c.Key,
 			Message: "key " + quote(c.Key) + " is in use with limit " + itoa(uint64(ks.limit)) + ", not " + itoa(uint64(c.Limit))}}
 	}
 	if ks == nil {
@@ -78,7 +80,7 @@ func (f *FSM) acquire(c *Acquire) Result {
 		ks.limit = c.Limit
 	}
 	if ks.free() > 0 && ks.nWaiters() == 0 {
-		l := f.grant(c, ks, sess)
+		l := f.grant(c, ks, sess, "")
 		return Result{Lease: l}
 	}
 	if c.WaitTicks > 0 {
@@ -112,7 +114,7 @@ func (f *FSM) acquire(c *Acquire) Result {
 // checkLeaseQuota refuses a new lease (granted or queued) of holder when the
 // cluster's live leases (active and queued) or the holder's active leases
 // are at their limit. An idempotent replay is answered before this check.
-func (f *FSM) checkLeaseQuota(q Quota, holder string) *Error {
+func (f *FSM) checkLeaseQuota(q Quota, holder string) *wire.Error {
 	if live := uint64(f.active + len(f.waiting)); q.Leases > 0 && live >= q.Leases {
 		return Exhausted("leases", q.Leases, "the cluster has %d live leases (active or queued), its limit", live)
 	}
@@ -124,7 +126,7 @@ func (f *FSM) checkLeaseQuota(q Quota, holder string) *Error {
 
 // checkWaitQuota refuses to queue an acquire of holder on key when the
 // key's queue or the holder's queued acquires are at their limit.
-func (f *FSM) checkWaitQuota(q Quota, key string, ks *keyState, holder string) *Error {
+func (f *FSM) checkWaitQuota(q Quota, key string, ks *keyState, holder string) *wire.Error {
 	if n := uint64(ks.nWaiters()); q.KeyWaiters > 0 && n >= q.KeyWaiters {
 		return Exhausted("waiters_per_key", q.KeyWaiters, "key %s has %d queued acquires, its limit", quote(key), n)
 	}
@@ -169,42 +171,46 @@ func (f *FSM) unqueue(ks *keyState, id string) (waiter, bool) {
 
 // busyError explains why no slot is free: LOCK_DELAY when a blocked slot is
 // what stands in the way, LEASE_HELD otherwise.
-func (f *FSM) busyError(key string, ks *keyState) *Error {
+func (f *FSM) busyError(key string, ks *keyState) *wire.Error {
 	if len(ks.blocked()) > 0 && len(ks.active()) < int(ks.limit) {
 		until := ks.blocked()[0].Until
 		for _, b := range ks.blocked() {
 			until = min(until, b.Until)
 		}
-		return &Error{Code: CodeLockDelay, Key: key, RemainingMS: f.remainingMS(until),
+		return &wire.Error{Code: wire.CodeLockDelay, Key: key, RemainingMS: f.remainingMS(until),
 			Message: "key " + quote(key) + " is in lock-delay after its last holder's lease ended involuntarily"}
 	}
-	holders := make([]HolderInfo, 0, len(ks.active()))
+	holders := make([]wire.HolderInfo, 0, len(ks.active()))
 	for _, id := range ks.active() {
 		l := f.leases[id]
-		holders = append(holders, HolderInfo{Holder: l.Holder, LeaseID: l.ID, RemainingMS: f.remainingMS(f.leaseEnd(l))})
+		holders = append(holders, wire.HolderInfo{Holder: l.Holder, LeaseID: l.ID, RemainingMS: f.remainingMS(f.leaseEnd(l))})
 	}
 	msg := "key " + quote(key) + " is held"
-	if n := ks.nWaiters(); n > 0 {
+	if n := ks.nWaiters(); n > 0 && ks.free() > 0 {
+		// A lease group at the head of the queue waits for its other
+		// keys: the free slots are kept for the queue (group.go).
+		msg = "key " + quote(key) + " has " + itoa(uint64(n)) + " acquires queued ahead, the first of them a lease group waiting for its other keys"
+	} else if n > 0 {
 		msg += " and " + itoa(uint64(n)) + " acquires are queued for it"
 	}
-	return &Error{Code: CodeLeaseHeld, Key: key, Holders: holders, Message: msg}
+	return &wire.Error{Code: wire.CodeLeaseHeld, Key: key, Holders: holders, Message: msg}
 }
 
 func (f *FSM) replay(id string, c *Acquire) Result {
 	if l := f.leases[id]; l != nil {
-		if l.fingerprint() != c.Fingerprint {
-			return Result{Err: Errorf(CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+		if l.fingerprint() != c.Fingerprint || l.GroupID() != "" {
+			return Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
 		}
 		return Result{Lease: l, Replayed: true}
 	}
 	if w, ok := f.findWaiter(c.Key, id); ok {
-		if w.Cmd.Fingerprint != c.Fingerprint {
-			return Result{Err: Errorf(CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+		if w.Cmd.Fingerprint != c.Fingerprint || w.group != "" {
+			return Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
 		}
 		return Result{Queued: true, Replayed: true, Lease: &Lease{ID: id, Key: w.Cmd.Key, Holder: c.Holder, idem: newLeaseIdem(Hash{}, Hash{}, w.Cmd.SealedToken)}}
 	}
 	// The key differs from the queued request's: a different request.
-	return Result{Err: Errorf(CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+	return Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
 }
 
 // findWaiter returns the queued acquire id on key.
@@ -216,32 +222,33 @@ func (f *FSM) findWaiter(key, id string) (waiter, bool) {
 	return ks.more.waitq.find(id)
 }
 
-func (f *FSM) checkSession(id string, tok Hash) (*Session, *Error) {
+func (f *FSM) checkSession(id string, tok Hash) (*Session, *wire.Error) {
 	s := f.sessions[id]
 	if s == nil {
-		return nil, Errorf(CodeSessionNotFound, "session %s not found", id)
+		return nil, Errorf(wire.CodeSessionNotFound, "session %s not found", id)
 	}
 	if s.TokenHash != tok {
-		return nil, Errorf(CodeLeaseTokenInvalid, "session token does not match session %s", id)
+		return nil, Errorf(wire.CodeLeaseTokenInvalid, "session token does not match session %s", id)
 	}
 	if s.State != SessionActive {
-		return nil, Errorf(CodeSessionEnded, "session %s has %s", id, s.State)
+		return nil, Errorf(wire.CodeSessionEnded, "session %s has %s", id, s.State)
 	}
 	if s.ExpiresTick+GraceTicks <= f.tick {
 		// Due to expire at this very tick (its timer has not run yet):
 		// nothing may be granted to it any more.
-		return nil, Errorf(CodeSessionEnded, "session %s has expired", id)
+		return nil, Errorf(wire.CodeSessionEnded, "session %s has expired", id)
 	}
 	return s, nil
 }
 
-func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session) *Lease {
+// grant makes c's lease, a member of lease group group if not "".
+func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session, group string) *Lease {
 	l := &Lease{
 		ID: c.LeaseID, Key: c.Key, Holder: c.Holder, Limit: c.Limit, State: StateActive,
 		Fence: f.nextFence(), TokenHash: c.TokenHash, TTLMS: c.TTLMS, TTLTicks: c.TTLTicks,
 		AcquiredTick: f.tick, AcquiredWallMS: c.WallMS, Metadata: c.Metadata,
 		LockDelayTicks: c.LockDelayTicks,
-		idem:           newLeaseIdem(c.IdemHash, c.Fingerprint, c.SealedToken),
+		idem:           withGroup(newLeaseIdem(c.IdemHash, c.Fingerprint, c.SealedToken), group),
 	}
 	if sess != nil {
 		l.SessionID = sess.ID
@@ -371,6 +378,14 @@ func (f *FSM) removeActive(ks *keyState, l *Lease) {
 func (f *FSM) pump(key string, ks *keyState) {
 	for ks.free() > 0 && ks.nWaiters() > 0 {
 		w := ks.more.waitq.front()
+		if w.group != "" {
+			// A lease group: granted only at the head of every one of
+			// its keys' queues, and until then it holds this queue up.
+			if !f.pumpGroup(w.group) {
+				break
+			}
+			continue
+		}
 		f.unqueue(ks, w.Cmd.LeaseID)
 		c := w.Cmd
 		if _, dup := f.leases[c.LeaseID]; dup {
@@ -390,10 +405,11 @@ func (f *FSM) pump(key string, ks *keyState) {
 			}
 			sess = s
 		}
-		l := f.grant(c, ks, sess)
+		l := f.grant(c, ks, sess, "")
 		f.notices = append(f.notices, Notice{LeaseID: c.LeaseID, Lease: l})
 	}
 	f.dropKey(key, ks)
+	f.repumpKeys()
 }
 
 func (f *FSM) forgetIdem(h Hash, id string) {
@@ -411,13 +427,13 @@ func (f *FSM) dropKey(key string, ks *keyState) {
 
 // checkLease finds an active lease and checks its token. A bound lease may
 // also be authenticated by its session's token when sessTok is set.
-func (f *FSM) checkLease(id string, tok, sessTok Hash) (*Lease, *Error) {
+func (f *FSM) checkLease(id string, tok, sessTok Hash) (*Lease, *wire.Error) {
 	if err := validID("lease_id", id); err != nil {
 		return nil, err
 	}
 	l := f.leases[id]
 	if l == nil {
-		return nil, Errorf(CodeLeaseNotFound, "lease %s not found", id)
+		return nil, Errorf(wire.CodeLeaseNotFound, "lease %s not found", id)
 	}
 	ok := !tok.IsZero() && tok == l.TokenHash
 	if !ok && !sessTok.IsZero() && l.SessionID != "" {
@@ -426,7 +442,7 @@ func (f *FSM) checkLease(id string, tok, sessTok Hash) (*Lease, *Error) {
 		}
 	}
 	if !ok {
-		return nil, Errorf(CodeLeaseTokenInvalid, "token does not match lease %s", id)
+		return nil, Errorf(wire.CodeLeaseTokenInvalid, "token does not match lease %s", id)
 	}
 	if l.Terminal() {
 		return nil, terminalError(l)
@@ -434,35 +450,66 @@ func (f *FSM) checkLease(id string, tok, sessTok Hash) (*Lease, *Error) {
 	if f.leaseDue(l) {
 		// Its expiry is in the backlog (expire.go): it has expired as
 		// far as its holder can tell.
-		return nil, Errorf(CodeLeaseExpired, "lease %s has expired", id)
+		return nil, Errorf(wire.CodeLeaseExpired, "lease %s has expired", id)
 	}
 	return l, nil
 }
 
-func (f *FSM) renewOne(id string, tok Hash, ttlMS int64, ttlTicks uint64, wallMS int64) (*Lease, *Error) {
+// renewal is what one renewal asks besides the lease and its token.
+type renewal struct {
+	ttlMS    int64
+	ttlTicks uint64
+	wallMS   int64
+	// setMeta: replace the lease's metadata with meta (validated).
+	meta    map[string]string
+	setMeta bool
+	// group: the renewal of a whole lease group (group.go); a member is
+	// renewed only so.
+	group bool
+}
+
+func (f *FSM) renewOne(id string, tok Hash, r renewal) (*Lease, *wire.Error) {
 	if canaryRenewToken && f.leases[id] != nil {
 		tok = f.leases[id].TokenHash
+	}
+	if r.setMeta {
+		if err := ValidMetadata(r.meta); err != nil {
+			return nil, err
+		}
 	}
 	l, err := f.checkLease(id, tok, Hash{})
 	if err != nil {
 		return nil, err
 	}
+	if g := l.GroupID(); g != "" && !r.group {
+		return nil, InvalidField("lease_id", "lease %s is a member of lease group %s: renew the group", id, g)
+	}
 	if l.SessionID != "" {
-		return nil, InvalidField("lease_id", "lease %s is bound to session %s: heartbeat the session instead", id, l.SessionID)
+		if !r.setMeta {
+			return nil, InvalidField("lease_id", "lease %s is bound to session %s: heartbeat the session instead", id, l.SessionID)
+		}
+		if r.ttlTicks > 0 {
+			return nil, InvalidField("ttl_ms", "lease %s is bound to session %s: it takes the session's ttl", id, l.SessionID)
+		}
 	}
 	nl := *l
-	if ttlTicks > 0 {
-		nl.TTLMS, nl.TTLTicks = ttlMS, ttlTicks
+	if r.ttlTicks > 0 {
+		nl.TTLMS, nl.TTLTicks = r.ttlMS, r.ttlTicks
 	}
-	if end := f.tick + nl.TTLTicks; end > nl.ExpiresTick {
-		nl.ExpiresTick = end // the lease's timer moves when it comes due (applyTick)
+	if l.SessionID == "" {
+		if end := f.tick + nl.TTLTicks; end > nl.ExpiresTick {
+			nl.ExpiresTick = end // the lease's timer moves when it comes due (applyTick)
+		}
+	}
+	if r.setMeta {
+		nl.Metadata = nilIfEmpty(r.meta)
 	}
 	if nl.RenewalCount < ^uint32(0) {
 		nl.RenewalCount++
 	}
-	nl.RenewedWallMS = wallMS
+	nl.RenewedWallMS = r.wallMS
 	f.leases[l.ID] = &nl
-	f.emit(Event{Type: EventRenewed, WallMS: wallMS, Key: l.Key, Lease: &nl})
+	f.emit(Event{Type: EventRenewed, WallMS: r.wallMS, Key: l.Key, Lease: &nl})
 	return &nl, nil
 }
 
@@ -470,7 +517,8 @@ func (f *FSM) renew(c *Renew) Result {
 	if c.TTLTicks > 0 && c.TTLMS <= 0 || c.TTLTicks > MaxTicks {
 		return Result{Err: InvalidField("ttl_ms", "ttl_ms must be positive")}
 	}
-	l, err := f.renewOne(c.LeaseID, c.TokenHash, c.TTLMS, c.TTLTicks, c.WallMS)
+	l, err := f.renewOne(c.LeaseID, c.TokenHash, renewal{ttlMS: c.TTLMS, ttlTicks: c.TTLTicks, wallMS: c.WallMS,
+		meta: c.Metadata, setMeta: c.SetMetadata})
 	return Result{Lease: l, Err: err}
 }
 
@@ -480,7 +528,7 @@ func (f *FSM) heartbeat(c *Heartbeat) Result {
 	}
 	items := make([]ItemResult, len(c.Items))
 	for i, it := range c.Items {
-		l, err := f.renewOne(it.LeaseID, it.TokenHash, 0, 0, c.WallMS)
+		l, err := f.renewOne(it.LeaseID, it.TokenHash, renewal{wallMS: c.WallMS, meta: it.Metadata, setMeta: it.SetMetadata})
 		items[i] = ItemResult{LeaseID: it.LeaseID, Lease: l, Err: err}
 	}
 	return Result{Items: items}
@@ -493,6 +541,9 @@ func (f *FSM) release(c *Release) Result {
 	l, err := f.checkLease(c.LeaseID, c.TokenHash, c.SessionTokenHash)
 	if err != nil {
 		return Result{Err: err}
+	}
+	if g := l.GroupID(); g != "" {
+		return Result{Err: InvalidField("lease_id", "lease %s is a member of lease group %s: release the group", c.LeaseID, g)}
 	}
 	reason := c.Reason
 	if reason == "" {
@@ -513,7 +564,7 @@ func (f *FSM) revoke(c *Revoke) Result {
 	}
 	l := f.leases[c.LeaseID]
 	if l == nil {
-		return Result{Err: Errorf(CodeLeaseNotFound, "lease %s not found", c.LeaseID)}
+		return Result{Err: Errorf(wire.CodeLeaseNotFound, "lease %s not found", c.LeaseID)}
 	}
 	if l.Terminal() {
 		return Result{Err: terminalError(l)}
@@ -522,7 +573,12 @@ func (f *FSM) revoke(c *Revoke) Result {
 	if reason == "" {
 		reason = ReasonRevoked
 	}
-	return Result{Lease: f.end(l, endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS, delay: true, midTick: true})}
+	o := endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS, delay: true, midTick: true}
+	if g := l.GroupID(); g != "" {
+		res, _ := f.endGroup(g, l.ID, o) // a group ends whole
+		return res
+	}
+	return Result{Lease: f.end(l, o)}
 }
 
 func (f *FSM) releaseHolder(c *ReleaseHolder) Result {
@@ -563,22 +619,35 @@ func (f *FSM) dropWaitersOf(holder string) int {
 	for _, id := range ids {
 		key := hw[id]
 		ks := f.keys[key]
+		if w, ok := f.findWaiter(key, id); ok && w.group != "" {
+			// Its keys are pumped once every waiter of the holder is
+			// gone, so that none of them is granted meanwhile.
+			f.withdrawGroup(w.group, Errorf(wire.CodeLeaseRevoked, "all leases of holder %s were released while this lease group waited", holder))
+			n++
+			continue
+		}
 		w, ok := f.unqueue(ks, id)
 		if !ok {
 			continue
 		}
 		c := w.Cmd
 		f.forgetIdem(c.IdemHash, id)
-		f.notices = append(f.notices, Notice{LeaseID: id, Err: Errorf(CodeLeaseRevoked, "all leases of holder %s were released while this acquire waited", holder)})
+		f.notices = append(f.notices, Notice{LeaseID: id, Err: Errorf(wire.CodeLeaseRevoked, "all leases of holder %s were released while this acquire waited", holder)})
 		f.dropKey(key, ks)
 		n++
 	}
+	f.repumpKeys()
 	return n
 }
 
 func (f *FSM) cancelWait(c *CancelWait) {
 	ks := f.keys[c.Key]
 	if ks == nil {
+		return
+	}
+	if w, ok := f.findWaiter(c.Key, c.LeaseID); ok && w.group != "" {
+		f.withdrawGroup(w.group, nil) // any member names the whole group
+		f.repumpKeys()
 		return
 	}
 	if w, ok := f.unqueue(ks, c.LeaseID); ok {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestRevokeLockDelayCountsFromNextTick checks, against the worst case of
@@ -40,7 +41,7 @@ func TestRevokeLockDelayCountsFromNextTick(t *testing.T) {
 			}
 			r := h.one(acq(fmt.Sprintf("M%d", j), "k", "bob", 10))
 			if earliest < delayMS {
-				if code(r.Err) != fsm.CodeLockDelay {
+				if code(r.Err) != wire.CodeLockDelay {
 					t.Fatalf("lock_delay_ms=%d: acquire after tick T+%d (possibly %d ms after the revoke) got %v, want LOCK_DELAY",
 						delayMS, j, earliest, r.Err)
 				}

@@ -3,6 +3,8 @@ package fsm
 import (
 	"slices"
 	"strings"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // The member registry: which data directory (incarnation) each server of the
@@ -25,12 +27,15 @@ type MemberRecord struct {
 	Incarnation string
 	Removed     bool   // a tombstone: the operator removed the server
 	Index       uint64 // the log index of the Member command that wrote it
+	// GrantKeys are the server's grant signing keys (grantkey.go); nil
+	// when none was recorded. Shared, never modified in place.
+	GrantKeys *GrantKeys `json:"-"`
 }
 
 // ValidMember checks a Member command: an id of 1-128 bytes of UTF-8
 // without control characters, an incarnation of 0-64 bytes of printable
 // ASCII (0x20-0x7E).
-func ValidMember(c *Member) *Error {
+func ValidMember(c *Member) *wire.Error {
 	if err := validName("id", c.ID, MaxServerIDBytes); err != nil {
 		return err
 	}
@@ -46,12 +51,20 @@ func ValidMember(c *Member) *Error {
 }
 
 // member applies a Member command: it writes (or overwrites) the record of
-// the server.
+// the server. Its grant keys stay, but a tombstone or another incarnation
+// retires its current one.
 func (f *FSM) member(c *Member) Result {
 	if err := ValidMember(c); err != nil {
 		return Result{Err: err}
 	}
-	f.members[c.ID] = MemberRecord{ID: c.ID, Incarnation: c.Incarnation, Removed: c.Removed, Index: f.index}
+	rec := MemberRecord{ID: c.ID, Incarnation: c.Incarnation, Removed: c.Removed, Index: f.index}
+	if old, ok := f.members[c.ID]; ok && old.GrantKeys != nil {
+		rec.GrantKeys = old.GrantKeys
+		if c.Removed || c.Incarnation != old.Incarnation {
+			rec.GrantKeys = old.GrantKeys.retireCurrent(f.tick)
+		}
+	}
+	f.members[c.ID] = rec
 	return Result{}
 }
 
@@ -76,13 +89,15 @@ func sortMembers(ms []MemberRecord) {
 	slices.SortFunc(ms, func(a, b MemberRecord) int { return strings.Compare(a.ID, b.ID) })
 }
 
-// Snapshot record of a member: id, incarnation, removed, index.
+// Snapshot record of a member: id, incarnation, removed, index, then its
+// grant keys if it has any (grantkey.go).
 
 func encodeMember(e *enc, m *MemberRecord) {
 	e.str(m.ID)
 	e.str(m.Incarnation)
 	e.bool(m.Removed)
 	e.uvarint(m.Index)
+	encodeGrantKeys(e, m.GrantKeys)
 }
 
 func decodeMember(d *dec, m *MemberRecord) {
@@ -90,4 +105,5 @@ func decodeMember(d *dec, m *MemberRecord) {
 	m.Incarnation = d.str()
 	m.Removed = d.bool()
 	m.Index = d.uvarint()
+	m.GrantKeys = decodeGrantKeys(d)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestMember: the member registry records, overwrites and tombstones
@@ -56,7 +57,7 @@ func TestMember(t *testing.T) {
 		&fsm.Member{ID: "", Incarnation: "x"},
 		&fsm.Member{ID: "n0", Removed: true},
 	}})
-	if len(res) != 4 || res[0].Err != nil || res[1].Err != nil || res[1].Lease == nil || code(res[2].Err) != fsm.CodeInvalidArgument || res[3].Err != nil {
+	if len(res) != 4 || res[0].Err != nil || res[1].Err != nil || res[1].Lease == nil || code(res[2].Err) != wire.CodeInvalidArgument || res[3].Err != nil {
 		t.Fatalf("batch results %+v", res)
 	}
 	if len(h.events) != 1 || h.events[0].Type != fsm.EventRenewed || h.events[0].Seq != 0 {
@@ -85,7 +86,7 @@ func TestMember(t *testing.T) {
 		// Applied directly: Encode would make invalid UTF-8 valid.
 		h.index++
 		res := h.f.Apply(h.index, c)
-		if len(res) != 1 || code(res[0].Err) != fsm.CodeInvalidArgument || res[0].Err.Field == "" {
+		if len(res) != 1 || code(res[0].Err) != wire.CodeInvalidArgument || res[0].Err.Field == "" {
 			t.Errorf("Member %q %q: %+v", c.ID, c.Incarnation, res)
 		}
 		if ev := h.f.TakeEvents(); len(ev) != 0 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // The model test drives the state machine and a tiny reference model of the
@@ -29,7 +30,8 @@ type mLease struct {
 	ttl, expires, ended   uint64
 	delay                 uint64
 	renewals              uint32
-	seq                   int // grant order
+	seq                   int    // grant order
+	group                 string // lease group, "" for none
 }
 
 type mSession struct {
@@ -56,14 +58,15 @@ func newModel(retain uint64) *model {
 
 // outcome is what the test compares of one command's result.
 type outcome struct {
-	code  fsm.Code
+	code  wire.Code
 	lease string // granted, renewed, released or revoked lease
 	count int
-	items []fsm.Code
+	items []wire.Code
+	group string // a lease group's members
 }
 
 func (o outcome) String() string {
-	return fmt.Sprintf("{code %q lease %q count %d items %v}", o.code, o.lease, o.count, o.items)
+	return fmt.Sprintf("{code %q lease %q count %d items %v group %q}", o.code, o.lease, o.count, o.items, o.group)
 }
 
 func outcomeOf(r fsm.Result) outcome {
@@ -71,13 +74,18 @@ func outcomeOf(r fsm.Result) outcome {
 	if r.Lease != nil {
 		o.lease = r.Lease.ID
 	}
+	var ids []string
+	for _, l := range r.Leases {
+		ids = append(ids, l.ID)
+	}
+	o.group = strings.Join(ids, ",")
 	for _, it := range r.Items {
 		o.items = append(o.items, code(it.Err))
 	}
 	return o
 }
 
-func fail(c fsm.Code) outcome { return outcome{code: c} }
+func fail(c wire.Code) outcome { return outcome{code: c} }
 
 func (m *model) active(key string) []*mLease {
 	var out []*mLease
@@ -90,14 +98,14 @@ func (m *model) active(key string) []*mLease {
 	return out
 }
 
-func terminalCode(s fsm.State) fsm.Code {
+func terminalCode(s fsm.State) wire.Code {
 	switch s {
 	case fsm.StateExpired:
-		return fsm.CodeLeaseExpired
+		return wire.CodeLeaseExpired
 	case fsm.StateReleased:
-		return fsm.CodeLeaseReleased
+		return wire.CodeLeaseReleased
 	default:
-		return fsm.CodeLeaseRevoked
+		return wire.CodeLeaseRevoked
 	}
 }
 
@@ -130,33 +138,72 @@ func (m *model) apply(c fsm.Command) outcome {
 	case *fsm.Release:
 		l := m.leases[c.LeaseID]
 		if l == nil {
-			return fail(fsm.CodeLeaseNotFound)
+			return fail(wire.CodeLeaseNotFound)
 		}
 		ok := !c.TokenHash.IsZero() && c.TokenHash == l.tok
 		if s := m.sessions[l.sess]; !ok && s != nil && !c.SessionTokenHash.IsZero() && s.tok == c.SessionTokenHash {
 			ok = true
 		}
 		if !ok {
-			return fail(fsm.CodeLeaseTokenInvalid)
+			return fail(wire.CodeLeaseTokenInvalid)
 		}
 		if l.state != fsm.StateActive {
 			return fail(terminalCode(l.state))
+		}
+		if l.group != "" {
+			return fail(wire.CodeInvalidArgument) // released through its group only
 		}
 		m.end(l, fsm.StateReleased, cmp.Or(c.Reason, fsm.ReasonReleased), false)
 		return outcome{lease: l.id}
 	case *fsm.Revoke:
 		l := m.leases[c.LeaseID]
 		if l == nil {
-			return fail(fsm.CodeLeaseNotFound)
+			return fail(wire.CodeLeaseNotFound)
 		}
 		if l.state != fsm.StateActive {
 			return fail(terminalCode(l.state))
 		}
+		if l.group != "" {
+			o := outcome{lease: l.id, group: m.groupIDs(l.group)}
+			for _, ml := range m.members(l.group) {
+				if ml.state == fsm.StateActive {
+					m.end(ml, fsm.StateRevoked, cmp.Or(c.Reason, fsm.ReasonRevoked), true)
+				}
+			}
+			return o
+		}
 		m.end(l, fsm.StateRevoked, cmp.Or(c.Reason, fsm.ReasonRevoked), true)
 		return outcome{lease: l.id}
+	case *fsm.AcquireGroup:
+		return m.acquireGroup(c)
+	case *fsm.RenewGroup:
+		ms, code := m.checkGroup(c.GroupID, c.TokenHash, fsm.Hash{})
+		if code != "" {
+			return fail(code)
+		}
+		if ms[0].sess != "" {
+			return fail(wire.CodeInvalidArgument)
+		}
+		for _, l := range ms {
+			if c.TTLTicks > 0 {
+				l.ttl = c.TTLTicks
+			}
+			l.expires = max(l.expires, m.tick+l.ttl)
+			l.renewals++
+		}
+		return outcome{group: m.groupIDs(c.GroupID)}
+	case *fsm.ReleaseGroup:
+		ms, code := m.checkGroup(c.GroupID, c.TokenHash, c.SessionTokenHash)
+		if code != "" {
+			return fail(code)
+		}
+		for _, l := range ms {
+			m.end(l, fsm.StateReleased, cmp.Or(c.Reason, fsm.ReasonReleased), false)
+		}
+		return outcome{group: m.groupIDs(c.GroupID)}
 	case *fsm.SessionCreate:
 		if m.sessions[c.SessionID] != nil {
-			return fail(fsm.CodeInvalidArgument)
+			return fail(wire.CodeInvalidArgument)
 		}
 		m.sessions[c.SessionID] = &mSession{id: c.SessionID, holder: c.Holder, tok: c.TokenHash,
 			state: fsm.SessionActive, ttl: c.TTLTicks, expires: m.tick + c.TTLTicks}
@@ -194,22 +241,22 @@ func (m *model) apply(c fsm.Command) outcome {
 	case *fsm.Member:
 		// The member registry is not modelled: only whether it is valid.
 		if fsm.ValidMember(c) != nil {
-			return fail(fsm.CodeInvalidArgument)
+			return fail(wire.CodeInvalidArgument)
 		}
 		return outcome{}
 	}
 	panic(fmt.Sprintf("model: no handler for %T", c))
 }
 
-func (m *model) session(id string, tok fsm.Hash, force bool) (*mSession, fsm.Code) {
+func (m *model) session(id string, tok fsm.Hash, force bool) (*mSession, wire.Code) {
 	s := m.sessions[id]
 	switch {
 	case s == nil:
-		return nil, fsm.CodeSessionNotFound
+		return nil, wire.CodeSessionNotFound
 	case !force && s.tok != tok:
-		return nil, fsm.CodeLeaseTokenInvalid
+		return nil, wire.CodeLeaseTokenInvalid
 	case s.state != fsm.SessionActive:
-		return nil, fsm.CodeSessionEnded
+		return nil, wire.CodeSessionEnded
 	}
 	return s, ""
 }
@@ -235,14 +282,14 @@ func (m *model) acquire(c *fsm.Acquire) outcome {
 			return fail(code)
 		}
 		if c.Holder != "" && c.Holder != s.holder {
-			return fail(fsm.CodeInvalidArgument)
+			return fail(wire.CodeInvalidArgument)
 		}
 		holder = s.holder
 	}
 	act, blocked := m.active(c.Key), m.blocked[c.Key]
 	inUse := len(act) > 0 || len(blocked) > 0
 	if inUse && m.limit[c.Key] != c.Limit {
-		return fail(fsm.CodeLimitMismatch)
+		return fail(wire.CodeLimitMismatch)
 	}
 	if !inUse {
 		m.limit[c.Key] = c.Limit
@@ -259,22 +306,115 @@ func (m *model) acquire(c *fsm.Acquire) outcome {
 		return outcome{lease: l.id}
 	}
 	if len(blocked) > 0 && len(act) < limit {
-		return fail(fsm.CodeLockDelay)
+		return fail(wire.CodeLockDelay)
 	}
-	return fail(fsm.CodeLeaseHeld)
+	return fail(wire.CodeLeaseHeld)
+}
+
+// members are the retained leases of group g in key order.
+func (m *model) members(g string) []*mLease {
+	var out []*mLease
+	for _, l := range m.leases {
+		if l.group == g {
+			out = append(out, l)
+		}
+	}
+	slices.SortFunc(out, func(a, b *mLease) int { return strings.Compare(a.key, b.key) })
+	return out
+}
+
+func (m *model) groupIDs(g string) string {
+	var ids []string
+	for _, l := range m.members(g) {
+		ids = append(ids, l.id)
+	}
+	return strings.Join(ids, ",")
+}
+
+// checkGroup checks a group token (or the session token of a bound group)
+// against every member, as a group renewal or release does first.
+func (m *model) checkGroup(g string, tok, sessTok fsm.Hash) ([]*mLease, wire.Code) {
+	ms := m.members(g)
+	if len(ms) == 0 {
+		return nil, wire.CodeLeaseNotFound
+	}
+	for _, l := range ms {
+		ok := !tok.IsZero() && tok == l.tok
+		if s := m.sessions[l.sess]; !ok && s != nil && !sessTok.IsZero() && s.tok == sessTok {
+			ok = true
+		}
+		if !ok {
+			return nil, wire.CodeLeaseTokenInvalid
+		}
+		if l.state != fsm.StateActive {
+			return nil, terminalCode(l.state)
+		}
+	}
+	return ms, ""
+}
+
+// acquireGroup: all of the group's keys must agree on their limits and
+// have a free slot, or nothing is granted (the model has no waits).
+func (m *model) acquireGroup(c *fsm.AcquireGroup) outcome {
+	holder := c.Holder
+	if c.SessionID != "" {
+		s, code := m.session(c.SessionID, c.SessionTokenHash, false)
+		if code != "" {
+			return fail(code)
+		}
+		if c.Holder != "" && c.Holder != s.holder {
+			return fail(wire.CodeInvalidArgument)
+		}
+		holder = s.holder
+	}
+	busy := wire.Code("")
+	for _, k := range c.Keys {
+		act, blocked := m.active(k.Key), m.blocked[k.Key]
+		inUse := len(act) > 0 || len(blocked) > 0
+		if inUse && m.limit[k.Key] != k.Limit {
+			return fail(wire.CodeLimitMismatch)
+		}
+		if !inUse || busy != "" {
+			continue
+		}
+		if limit := int(m.limit[k.Key]); limit-len(act)-len(blocked) <= 0 {
+			busy = wire.CodeLeaseHeld
+			if len(blocked) > 0 && len(act) < limit {
+				busy = wire.CodeLockDelay
+			}
+		}
+	}
+	if busy != "" {
+		return fail(busy)
+	}
+	var ids []string
+	for _, k := range c.Keys {
+		if len(m.active(k.Key)) == 0 && len(m.blocked[k.Key]) == 0 {
+			m.limit[k.Key] = k.Limit
+		}
+		m.grants++
+		l := &mLease{id: k.LeaseID, key: k.Key, holder: holder, sess: c.SessionID, limit: k.Limit,
+			state: fsm.StateActive, tok: c.TokenHash, ttl: c.TTLTicks, delay: c.LockDelayTicks, seq: m.grants, group: c.GroupID}
+		if c.SessionID == "" {
+			l.expires = m.tick + c.TTLTicks
+		}
+		m.leases[l.id] = l
+		ids = append(ids, l.id)
+	}
+	return outcome{group: strings.Join(ids, ",")}
 }
 
 func (m *model) renew(id string, tok fsm.Hash, ttl uint64) outcome {
 	l := m.leases[id]
 	switch {
 	case l == nil:
-		return fail(fsm.CodeLeaseNotFound)
+		return fail(wire.CodeLeaseNotFound)
 	case tok.IsZero() || tok != l.tok:
-		return fail(fsm.CodeLeaseTokenInvalid)
+		return fail(wire.CodeLeaseTokenInvalid)
 	case l.state != fsm.StateActive:
 		return fail(terminalCode(l.state))
-	case l.sess != "":
-		return fail(fsm.CodeInvalidArgument)
+	case l.sess != "", l.group != "":
+		return fail(wire.CodeInvalidArgument)
 	}
 	if ttl > 0 {
 		l.ttl = ttl
@@ -336,10 +476,10 @@ func (m *model) compare(f *fsm.FSM) error {
 		if ml == nil {
 			return fmt.Errorf("lease %s (%s) is not in the model", l.ID, l.State)
 		}
-		got := fmt.Sprintf("key %s holder %s session %s limit %d state %s reason %q expires %d ended %d renewals %d",
-			l.Key, l.Holder, l.SessionID, l.Limit, l.State, l.EndReason, l.ExpiresTick, l.EndedTick, l.RenewalCount)
-		want := fmt.Sprintf("key %s holder %s session %s limit %d state %s reason %q expires %d ended %d renewals %d",
-			ml.key, ml.holder, ml.sess, ml.limit, ml.state, ml.reason, ml.expires, ml.ended, ml.renewals)
+		got := fmt.Sprintf("key %s holder %s session %s limit %d state %s reason %q expires %d ended %d renewals %d group %q",
+			l.Key, l.Holder, l.SessionID, l.Limit, l.State, l.EndReason, l.ExpiresTick, l.EndedTick, l.RenewalCount, l.GroupID())
+		want := fmt.Sprintf("key %s holder %s session %s limit %d state %s reason %q expires %d ended %d renewals %d group %q",
+			ml.key, ml.holder, ml.sess, ml.limit, ml.state, ml.reason, ml.expires, ml.ended, ml.renewals, ml.group)
 		if got != want {
 			return fmt.Errorf("lease %s:\n  fsm   %s\n  model %s", l.ID, got, want)
 		}
@@ -453,6 +593,23 @@ func (o *observer) check(f *fsm.FSM, index uint64, cmds []fsm.Command, events []
 			released[c.LeaseID] = released[c.LeaseID] || ok
 		case *fsm.Revoke:
 			revoked[c.LeaseID] = true
+			if l := f.Lease(c.LeaseID); l != nil && l.GroupID() != "" {
+				for _, m := range f.Group(l.GroupID()) { // a group ends whole
+					revoked[m.ID] = true
+				}
+			}
+		case *fsm.RenewGroup:
+			for _, l := range f.Group(c.GroupID) {
+				renewed[l.ID] = renewed[l.ID] || !c.TokenHash.IsZero() && c.TokenHash == l.TokenHash
+			}
+		case *fsm.ReleaseGroup:
+			for _, l := range f.Group(c.GroupID) {
+				ok := !c.TokenHash.IsZero() && c.TokenHash == l.TokenHash
+				if l.SessionID != "" && !c.SessionTokenHash.IsZero() {
+					ok = ok || c.SessionTokenHash == sessTokenOf(l.SessionID)
+				}
+				released[l.ID] = released[l.ID] || ok
+			}
 		case *fsm.SessionEnd:
 			sessEnded[c.SessionID] = sessEnded[c.SessionID] || c.Force || c.TokenHash == sessTokenOf(c.SessionID)
 		case *fsm.ReleaseHolder:
@@ -589,6 +746,26 @@ func (o *observer) check(f *fsm.FSM, index uint64, cmds []fsm.Command, events []
 			}
 		}
 	}
+	// The members of a lease group share their fate and their deadline.
+	groups := map[string]*fsm.Lease{}
+	for _, l := range all {
+		g := l.GroupID()
+		if g == "" {
+			continue
+		}
+		first := groups[g]
+		if first == nil {
+			groups[g] = l
+			if got := f.Group(g); len(got) == 0 || !slices.Contains(got, l) {
+				return fmt.Errorf("lease %s of group %s is not among its members %v", l.ID, g, got)
+			}
+			continue
+		}
+		if l.State != first.State || l.EndedTick != first.EndedTick || l.ExpiresTick != first.ExpiresTick ||
+			l.RenewalCount != first.RenewalCount || l.TokenHash != first.TokenHash || l.Holder != first.Holder || l.SessionID != first.SessionID {
+			return fmt.Errorf("members of group %s differ: %+v and %+v", g, first, l)
+		}
+	}
 	if n, _ := f.Counts(); n != countActive(all) {
 		return fmt.Errorf("Counts() says %d active leases, %d are", n, countActive(all))
 	}
@@ -691,7 +868,7 @@ func describe(c fsm.Command) string {
 
 func TestModel(t *testing.T) {
 	const seeds, entries = 16, 1500
-	seen := map[fsm.Code]int{}
+	seen := map[wire.Code]int{}
 	ran := 0
 	for seed := uint64(1); seed <= seeds; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
@@ -704,9 +881,9 @@ func TestModel(t *testing.T) {
 	}
 	// The generator must reach the interesting outcomes, or the model test
 	// proves little.
-	for _, c := range []fsm.Code{"", fsm.CodeLeaseHeld, fsm.CodeLimitMismatch, fsm.CodeLockDelay,
-		fsm.CodeLeaseTokenInvalid, fsm.CodeLeaseNotFound, fsm.CodeLeaseExpired, fsm.CodeLeaseReleased,
-		fsm.CodeLeaseRevoked, fsm.CodeSessionEnded, fsm.CodeSessionNotFound, fsm.CodeInvalidArgument} {
+	for _, c := range []wire.Code{"", wire.CodeLeaseHeld, wire.CodeLimitMismatch, wire.CodeLockDelay,
+		wire.CodeLeaseTokenInvalid, wire.CodeLeaseNotFound, wire.CodeLeaseExpired, wire.CodeLeaseReleased,
+		wire.CodeLeaseRevoked, wire.CodeSessionEnded, wire.CodeSessionNotFound, wire.CodeInvalidArgument} {
 		if seen[c] < 5 {
 			t.Errorf("outcome %q seen %d times across all seeds", c, seen[c])
 		}
@@ -714,8 +891,9 @@ func TestModel(t *testing.T) {
 	t.Logf("outcomes: %v", seen)
 }
 
-func runModel(t *testing.T, seed uint64, entries int, seen map[fsm.Code]int) {
+func runModel(t *testing.T, seed uint64, entries int, seen map[wire.Code]int) {
 	g := newGen(seed, false)
+	g.groups = true
 	m := newModel(genRetain)
 	h := newHarness(t)
 	obs := newObserver()

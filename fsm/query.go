@@ -40,6 +40,17 @@ func (f *FSM) Session(id string) *Session { return f.sessions[id] }
 // Counts returns the number of active leases and active sessions.
 func (f *FSM) Counts() (leases, sessions int) { return f.active, f.sessOpen }
 
+// ReadState is the state a read shows of l: its own, except that a lease
+// past its end whose expiry waits in the backlog (Due) reads as expired, as
+// a validation answers it. Only its key's occupancy tells it from an ended
+// lease until its chunk applies.
+func (f *FSM) ReadState(l *Lease) State {
+	if f.Due(l) {
+		return StateExpired
+	}
+	return l.State
+}
+
 // EndTick is the nominal end tick of an active lease: its own for a
 // standalone lease, its session's for a bound one.
 func (f *FSM) EndTick(l *Lease) uint64 { return f.leaseEnd(l) }
@@ -83,7 +94,8 @@ type LeaseFilter struct {
 }
 
 // Leases returns the matching leases ordered by id, and the id to continue
-// after when the limit cut the list (empty when it did not). Filters by
+// after when the limit cut the list (empty when it did not). A state filter
+// matches ReadState (a due lease is expired, not active). Filters by
 // active leases of a key or holder use their indexes; other listings walk
 // the id index from the cursor.
 func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
@@ -91,7 +103,7 @@ func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
 		return l != nil && (q.After == "" || l.ID > q.After) &&
 			(q.Key == "" || l.Key == q.Key) && (q.Prefix == "" || strings.HasPrefix(l.Key, q.Prefix)) &&
 			(q.Holder == "" || l.Holder == q.Holder) && (q.SessionID == "" || l.SessionID == q.SessionID) &&
-			(q.State == "" || l.State == q.State)
+			(q.State == "" || f.ReadState(l) == q.State)
 	}
 	if !f.anyKey(q.Key, q.Prefix) {
 		return nil, "" // no record has such a key: nothing to walk

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func withQuota(a *fsm.Acquire, q fsm.Quota) *fsm.Acquire { a.Quota = q; return a }
@@ -17,7 +18,7 @@ func refused(t *testing.T, h *harness, c fsm.Command, field string, limit uint64
 	before := snapshotBytes(t, h.f)
 	leases, sessions := h.f.Counts()
 	r := h.one(c)
-	wantCode(t, field, r.Err, fsm.CodeResourceExhausted)
+	wantCode(t, field, r.Err, wire.CodeResourceExhausted)
 	if r.Err.Field != field || r.Err.Limit != limit {
 		t.Fatalf("%s: error %+v, want field %q limit %d", field, r.Err, field, limit)
 	}
@@ -126,7 +127,7 @@ func TestQuotaHolderLeases(t *testing.T) {
 		withQuota(acq("F", "k5", "erin", 5), q),
 		withQuota(acq("G", "k6", "erin", 5), q),
 	}})
-	if res[0].Err != nil || res[1].Err != nil || code(res[2].Err) != fsm.CodeResourceExhausted {
+	if res[0].Err != nil || res[1].Err != nil || code(res[2].Err) != wire.CodeResourceExhausted {
 		t.Fatalf("batch results %v %v %v", res[0].Err, res[1].Err, res[2].Err)
 	}
 }

@@ -72,111 +72,170 @@ func (f *FSM) Rebase(cur *FSM, index uint64) int {
 
 // RebaseStats is Rebase, saying what it did.
 func (f *FSM) RebaseStats(cur *FSM, index uint64) RebaseStats {
-	var st RebaseStats
-	tick := max(f.tick, cur.tick)
-	sf, sc := tick-f.tick, tick-cur.tick
-	st.TickShift = sf
-	wallMS := max(f.wallMS, cur.wallMS)
+	r := newRebaser(f, cur)
+	r.sessionsMerged()
+	r.leasesMerged()
+	r.sessionsBound()
+	r.install(index, r.keysMerged())
+	return r.st
+}
 
-	// Keys in use before the restore: they keep cur's state.
-	curKeys := make(map[string]bool)
+// rebaser holds what Rebase builds, step by step: f is the file's state
+// (its records are changed in place), cur the running one (only read).
+type rebaser struct {
+	f, cur *FSM
+	st     RebaseStats
+	tick   uint64 // the later of the two clocks
+	sf, sc uint64 // how far f's and cur's ticks move to reach it
+	wallMS int64
+	fence  uint64
+	// curKeys are the keys in use in cur (an active lease or a pending
+	// lock-delay); curSess the sessions active in cur.
+	curKeys, curSess map[string]bool
+	sessions         map[string]*Session
+	leases           map[string]*Lease
+}
+
+func newRebaser(f, cur *FSM) *rebaser {
+	tick := max(f.tick, cur.tick)
+	r := &rebaser{f: f, cur: cur, tick: tick, sf: tick - f.tick, sc: tick - cur.tick, wallMS: max(f.wallMS, cur.wallMS),
+		curKeys: make(map[string]bool), curSess: make(map[string]bool)}
+	r.st.TickShift = r.sf
 	for k, ks := range cur.keys {
 		live := len(ks.active()) > 0
 		for _, b := range ks.blocked() {
 			live = live || b.Until > cur.tick
 		}
 		if live {
-			curKeys[k] = true
+			r.curKeys[k] = true
 		}
 	}
+	return r
+}
 
-	// Sessions: the file's, then every session active in cur as it is.
-	sessions := make(map[string]*Session, len(f.sessions))
-	for id, s := range f.sessions {
-		sessions[id] = shiftSession(s, sf)
+// sessionsMerged: the file's sessions, then every session active in cur
+// as it is.
+func (r *rebaser) sessionsMerged() {
+	r.sessions = make(map[string]*Session, len(r.f.sessions))
+	for id, s := range r.f.sessions {
+		r.sessions[id] = shiftSession(s, r.sf)
 	}
-	curSess := make(map[string]bool)
-	for id, s := range cur.sessions {
+	for id, s := range r.cur.sessions {
 		switch {
 		case s.State == SessionActive:
-			sessions[id] = shiftSession(s, sc)
-			curSess[id] = true
-		case sessions[id] == nil:
-			sessions[id] = shiftSession(s, sc) // ended, and unknown to the file
+			r.sessions[id] = shiftSession(s, r.sc)
+			r.curSess[id] = true
+		case r.sessions[id] == nil:
+			r.sessions[id] = shiftSession(s, r.sc) // ended, and unknown to the file
 		}
 	}
+}
 
-	// Leases: the file's, shifted; those active are brought back with a
-	// new token or ended; then every lease active in cur as it is.
-	leases := make(map[string]*Lease, len(f.leases)+cur.active)
+// leasesMerged: the file's leases, shifted; those active are brought back
+// with a new token or ended; then every lease active in cur as it is.
+func (r *rebaser) leasesMerged() {
+	r.leases = make(map[string]*Lease, len(r.f.leases)+r.cur.active)
 	var back []*Lease
-	for id, l := range f.leases {
-		nl := shiftLease(l, sf)
-		leases[id] = nl
+	for id, l := range r.f.leases {
+		nl := shiftLease(l, r.sf, true) // f's own records: changed in place
+		r.leases[id] = nl
 		if l.State != StateActive {
 			continue
 		}
-		if c := cur.leases[id]; c != nil && c.State == StateActive {
+		if c := r.cur.leases[id]; c != nil && c.State == StateActive {
 			continue // replaced by cur's record below
 		}
-		if curKeys[l.Key] || l.SessionID != "" && curSess[l.SessionID] {
-			nl.State, nl.EndReason, nl.EndedTick, nl.EndedWallMS = StateRevoked, ReasonRestore, tick, wallMS
-			st.Superseded++
+		if r.curKeys[l.Key] || l.SessionID != "" && r.curSess[l.SessionID] {
+			nl.State, nl.EndReason, nl.EndedTick, nl.EndedWallMS = StateRevoked, ReasonRestore, r.tick, r.wallMS
+			r.st.Superseded++
 			continue
 		}
 		back = append(back, nl)
 	}
+	back = r.wholeGroups(back)
 	slices.SortFunc(back, func(a, b *Lease) int { return cmp.Or(cmp.Compare(a.Fence, b.Fence), strings.Compare(a.ID, b.ID)) })
-	fence := max(f.fence, cur.fence)
+	r.fence = max(r.f.fence, r.cur.fence)
 	for _, l := range back {
-		fence++
-		l.Fence = fence
+		r.fence++
+		l.Fence = r.fence
 	}
-	st.Refenced = len(back)
-	for id, l := range cur.leases {
+	r.st.Refenced = len(back)
+	for id, l := range r.cur.leases {
 		switch {
 		case l.State == StateActive:
-			leases[id] = shiftLease(l, sc)
-			st.Kept++
-		case leases[id] == nil:
+			r.leases[id] = shiftLease(l, r.sc, false)
+			r.st.Kept++
+		case r.leases[id] == nil:
 			// Ended before the restore and unknown to the file: it stays
 			// ended (a renew says so) until it is pruned.
-			leases[id] = shiftLease(l, sc)
+			r.leases[id] = shiftLease(l, r.sc, false)
 		}
 	}
+}
 
-	// A session of the file keeps only the leases brought back.
-	for id, s := range sessions {
-		if curSess[id] || s.State != SessionActive || len(s.LeaseIDs) == 0 {
+// sessionsBound: a session of the file keeps only the leases brought
+// back, and every active lease bound to an active session is on its list
+// (a lease not on it would outlive the session's end, with no timer to end
+// it); an active lease whose session is not active ends, as the session's
+// end would have ended it.
+func (r *rebaser) sessionsBound() {
+	bound := make(map[string][]string)
+	for _, id := range sortedKeys(r.leases) {
+		if l := r.leases[id]; l.State == StateActive && l.SessionID != "" {
+			bound[l.SessionID] = append(bound[l.SessionID], id)
+		}
+	}
+	for id, s := range r.sessions {
+		if s.State != SessionActive {
 			continue
 		}
 		ids := slices.DeleteFunc(slices.Clone(s.LeaseIDs), func(lid string) bool {
-			l := leases[lid]
-			return l == nil || l.State != StateActive
+			l := r.leases[lid]
+			return l == nil || l.State != StateActive || l.SessionID != id
 		})
-		if len(ids) != len(s.LeaseIDs) {
+		for _, lid := range bound[id] {
+			if !slices.Contains(ids, lid) {
+				ids = append(ids, lid)
+			}
+		}
+		if !slices.Equal(ids, s.LeaseIDs) {
 			ns := *s
 			ns.LeaseIDs = ids
-			sessions[id] = &ns
+			r.sessions[id] = &ns
 		}
 	}
+	for _, l := range r.leases {
+		if l.State != StateActive || l.SessionID == "" {
+			continue
+		}
+		if s := r.sessions[l.SessionID]; s == nil || s.State != SessionActive {
+			if c := r.cur.leases[l.ID]; c == l {
+				l = shiftLease(l, 0, false)
+				r.leases[l.ID] = l
+			}
+			l.State, l.EndReason, l.EndedTick, l.EndedWallMS = StateExpired, ReasonSessionEnded, r.tick, r.wallMS
+		}
+	}
+}
 
-	// Keys: cur's for those in use before, the file's for the others; no
-	// waiters; stolen ids only of leases still there.
-	keys := make(map[string]*keyState, len(f.keys)+len(curKeys))
-	for k, ks := range f.keys {
-		if !curKeys[k] {
-			keys[k] = copyKey(ks, sf, f.tick, &st.DroppedWaits)
+// keysMerged: cur's state for the keys in use before, the file's for the
+// others; no waiters; stolen ids only of leases still there. The keys with
+// something left on them, sorted.
+func (r *rebaser) keysMerged() []keyRec {
+	keys := make(map[string]*keyState, len(r.f.keys)+len(r.curKeys))
+	for k, ks := range r.f.keys {
+		if !r.curKeys[k] {
+			keys[k] = copyKey(ks, r.sf, r.f.tick, &r.st.DroppedWaits)
 		} else {
-			st.DroppedWaits += ks.nWaiters()
+			r.st.DroppedWaits += ks.nWaiters()
 		}
 	}
 	var curWaits int // failed by the node that restores
-	for k := range curKeys {
-		keys[k] = copyKey(cur.keys[k], sc, cur.tick, &curWaits)
+	for k := range r.curKeys {
+		keys[k] = copyKey(r.cur.keys[k], r.sc, r.cur.tick, &curWaits)
 	}
 	activeOn := make(map[string]bool)
-	for _, l := range leases {
+	for _, l := range r.leases {
 		if l.State == StateActive {
 			activeOn[l.Key] = true
 		}
@@ -185,7 +244,7 @@ func (f *FSM) RebaseStats(cur *FSM, index uint64) RebaseStats {
 	for k, ks := range keys {
 		if m := ks.more; m != nil {
 			m.stolen = slices.DeleteFunc(m.stolen, func(id string) bool {
-				l := leases[id]
+				l := r.leases[id]
 				return l == nil || l.State == StateActive
 			})
 			ks.tidy()
@@ -196,20 +255,26 @@ func (f *FSM) RebaseStats(cur *FSM, index uint64) RebaseStats {
 		recs = append(recs, keyRec{key: k, ks: ks})
 	}
 	slices.SortFunc(recs, func(a, b keyRec) int { return strings.Compare(a.key, b.key) })
+	return recs
+}
 
+// install derives every index from the merged records and makes them f's
+// state, at log index index, with cur's member registry and identity.
+func (r *rebaser) install(index uint64, recs []keyRec) {
+	f, cur := r.f, r.cur
 	n := New()
-	n.index, n.tick, n.periodMS, n.wallMS, n.fence = max(f.index, index), tick, cmp.Or(f.periodMS, cur.periodMS), wallMS, fence
-	for _, r := range recs {
-		n.keys[r.key] = r.ks
+	n.index, n.tick, n.periodMS, n.wallMS, n.fence = index, r.tick, cmp.Or(f.periodMS, cur.periodMS), r.wallMS, r.fence
+	for _, kr := range recs {
+		n.keys[kr.key] = kr.ks
 	}
-	n.sessions = sessions
-	sortedSessions := make([]*Session, 0, len(sessions))
-	for _, id := range sortedKeys(sessions) {
-		sortedSessions = append(sortedSessions, sessions[id])
+	n.sessions = r.sessions
+	sortedSessions := make([]*Session, 0, len(r.sessions))
+	for _, id := range sortedKeys(r.sessions) {
+		sortedSessions = append(sortedSessions, r.sessions[id])
 	}
-	sortedLeases := make([]*Lease, 0, len(leases))
-	for _, id := range sortedKeys(leases) {
-		sortedLeases = append(sortedLeases, leases[id])
+	sortedLeases := make([]*Lease, 0, len(r.leases))
+	for _, id := range sortedKeys(r.leases) {
+		sortedLeases = append(sortedLeases, r.leases[id])
 	}
 	if err := n.rebuild(recs, sortedSessions, sortedLeases); err != nil {
 		// Every active lease is on a key of recs, by construction.
@@ -227,9 +292,9 @@ func (f *FSM) RebaseStats(cur *FSM, index uint64) RebaseStats {
 	f.backlog = n.backlog
 	f.members, f.active, f.sessOpen = n.members, n.active, n.sessOpen
 	f.holderWaits, f.keyIdx = n.holderWaits, n.keyIdx
+	f.groups, f.groupWaits = n.groups, n.groupWaits
 	f.clusterID, f.sealCheck = cur.clusterID, cur.sealCheck
 	f.events, f.notices = f.events[:0], nil
-	return st
 }
 
 // copyKey copies a key's limit, pending lock-delays (moved by shift ticks;
@@ -254,10 +319,21 @@ func copyKey(ks *keyState, shift, now uint64, dropped *int) *keyState {
 	return n
 }
 
-func shiftLease(l *Lease, d uint64) *Lease {
-	nl := *l
+// shiftLease moves l's ticks by d: in place if own (a record of the
+// decoded file, which nothing else shares), else in a copy when d moves
+// anything. (Records are copy-on-write: a record that stays as it is may be
+// shared with the running state.)
+func shiftLease(l *Lease, d uint64, own bool) *Lease {
+	nl := l
+	if !own {
+		if d == 0 {
+			return l
+		}
+		c := *l
+		nl = &c
+	}
 	if d == 0 {
-		return &nl
+		return nl
 	}
 	if nl.ExpiresTick != 0 {
 		nl.ExpiresTick += d
@@ -266,7 +342,7 @@ func shiftLease(l *Lease, d uint64) *Lease {
 	if nl.EndedTick != 0 || nl.State != StateActive {
 		nl.EndedTick += d
 	}
-	return &nl
+	return nl
 }
 
 func shiftSession(s *Session, d uint64) *Session {

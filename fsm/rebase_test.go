@@ -2,10 +2,12 @@ package fsm_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestRebase: a state restored from an old snapshot continues above
@@ -68,24 +70,33 @@ func TestRebase(t *testing.T) {
 	}
 }
 
-// restoreInto decodes snap and rebases it onto the running state of h, the
-// way node.RestoreSnapshot does, then carries on in h from the installed
-// state (encoded and decoded again, as Raft installs it).
+// restoreInto restores snap into the running state of h the way a node
+// does: through the log, as RestoreChunk entries and a RestoreCommit, each
+// encoded and decoded. A second state machine that starts from h's state
+// as a snapshot and applies the same entries ends with the same bytes, and
+// the restored state round-trips through a snapshot.
 func restoreInto(t *testing.T, h *harness, snap []byte) fsm.RebaseStats {
 	t.Helper()
+	twin := &harness{t: t, f: fsm.New(), index: h.index}
+	if err := twin.f.Restore(bytes.NewReader(snapshotBytes(t, h.f))); err != nil {
+		t.Fatal(err)
+	}
 	var st fsm.RebaseStats
-	var installed []byte
-	for i := range 2 { // the same inputs give the same state
-		r := fsm.New()
-		if err := r.Restore(bytes.NewReader(snap)); err != nil {
-			t.Fatal(err)
+	for i, c := range restoreCommands("r-"+fmt.Sprint(h.index), snap) {
+		res := h.one(c)
+		if tw := twin.one(c); (res.Err == nil) != (tw.Err == nil) {
+			t.Fatalf("entry %d: %v on one replica, %v on the other", i, res.Err, tw.Err)
 		}
-		st = r.RebaseStats(h.f, h.index+1)
-		b := snapshotBytes(t, r)
-		if i > 0 && !bytes.Equal(b, installed) {
-			t.Fatal("two rebases of the same states differ")
+		if res.Err != nil {
+			t.Fatalf("restore entry %d (%T): %v", i, c, res.Err)
 		}
-		installed = b
+		if res.Restore != nil {
+			st = *res.Restore
+		}
+	}
+	installed := snapshotBytes(t, h.f)
+	if !bytes.Equal(snapshotBytes(t, twin.f), installed) {
+		t.Fatal("two replicas applying the same restore differ")
 	}
 	n := fsm.New()
 	if err := n.Restore(bytes.NewReader(installed)); err != nil {
@@ -95,8 +106,20 @@ func restoreInto(t *testing.T, h *harness, snap []byte) fsm.RebaseStats {
 		t.Fatal("the rebased state does not round-trip")
 	}
 	h.f = n
-	h.index = n.Index() + 1 // Raft's restore takes an index of its own
 	return st
+}
+
+// restoreCommands is what a node proposes to restore body: its chunks,
+// then the commit.
+func restoreCommands(id string, body []byte) []fsm.Command {
+	var out []fsm.Command
+	var seq uint64
+	for rest := body; len(rest) > 0; seq++ {
+		n := min(len(rest), fsm.MaxRestoreChunk)
+		out = append(out, &fsm.RestoreChunk{ID: id, Seq: seq, Data: rest[:n], CRC: fsm.ChunkCRC(rest[:n])})
+		rest = rest[n:]
+	}
+	return append(out, &fsm.RestoreCommit{ID: id, Chunks: seq, Size: uint64(len(body)), SHA256: sha256.Sum256(body)})
 }
 
 // TestRestoreNeverGoesBack is the case: A holds k (fA), a snapshot
@@ -132,13 +155,13 @@ func TestRestoreNeverGoesBack(t *testing.T) {
 	if a := h.f.Lease("A"); a == nil || a.State != fsm.StateRevoked || a.EndReason != fsm.ReasonRestore {
 		t.Fatalf("A after the restore: %+v", a)
 	}
-	if r := h.one(acq("C", "k", "carol", 30)); code(r.Err) != fsm.CodeLeaseHeld {
+	if r := h.one(acq("C", "k", "carol", 30)); code(r.Err) != wire.CodeLeaseHeld {
 		t.Fatalf("third client: %v, want LEASE_HELD", r.Err)
 	}
 	if r := h.one(renew("B")); r.Err != nil || r.Lease.Fence != b.Fence {
 		t.Fatalf("B renews: %+v", r)
 	}
-	if r := h.one(renew("A")); code(r.Err) != fsm.CodeLeaseRevoked {
+	if r := h.one(renew("A")); code(r.Err) != wire.CodeLeaseRevoked {
 		t.Fatalf("A renews: %v, want LEASE_REVOKED", r.Err)
 	}
 	if r := h.one(release("B")); r.Err != nil {
@@ -165,10 +188,10 @@ func TestRestoreKeepsEndedLeases(t *testing.T) {
 	}
 	fenceBefore := h.f.Fence()
 	restoreInto(t, h, snap)
-	if r := h.one(renew("B")); code(r.Err) != fsm.CodeLeaseExpired {
+	if r := h.one(renew("B")); code(r.Err) != wire.CodeLeaseExpired {
 		t.Fatalf("renew of a lease expired before the restore: %v", r.Err)
 	}
-	if r := h.one(renew("C")); code(r.Err) != fsm.CodeLeaseReleased {
+	if r := h.one(renew("C")); code(r.Err) != wire.CodeLeaseReleased {
 		t.Fatalf("renew of a lease released before the restore: %v", r.Err)
 	}
 	if r := h.one(acq("D", "k", "dave", 30)); r.Err != nil || r.Lease.Fence <= fenceBefore {
@@ -221,7 +244,7 @@ func TestRestoreRefencesWhatComesBack(t *testing.T) {
 			t.Fatal("the token issued before the restore is valid again")
 		}
 	}
-	if r := h.one(acq("C", "k", "carol", 30)); code(r.Err) != fsm.CodeLeaseHeld {
+	if r := h.one(acq("C", "k", "carol", 30)); code(r.Err) != wire.CodeLeaseHeld {
 		t.Fatalf("acquire of a restored key: %v", r.Err)
 	}
 	h.tickTo(ra.ExpiresTick + fsm.GraceTicks)
@@ -247,7 +270,7 @@ func TestRestoreKeepsLockDelay(t *testing.T) {
 		t.Fatalf("lock-delay until %d after the restore, %d before", got, until)
 	}
 	h.tickTo(until - 1)
-	if r := h.one(acq("C", "k", "carol", 30)); code(r.Err) != fsm.CodeLockDelay {
+	if r := h.one(acq("C", "k", "carol", 30)); code(r.Err) != wire.CodeLockDelay {
 		t.Fatalf("acquire in the lock-delay: %v", r.Err)
 	}
 	h.tick(1)

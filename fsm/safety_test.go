@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // These tests pin the safety properties the chaos suite's canaries break
@@ -114,11 +115,11 @@ func TestRenewNeedsToken(t *testing.T) {
 		&fsm.Renew{LeaseID: "A", WallMS: 9},
 	} {
 		res := h.f.Apply(h.index, roundTrip(t, c))
-		wantCode(t, "renew with a wrong token", res[0].Err, fsm.CodeLeaseTokenInvalid)
+		wantCode(t, "renew with a wrong token", res[0].Err, wire.CodeLeaseTokenInvalid)
 		h.index++
 	}
 	res := h.f.Apply(h.index, roundTrip(t, &fsm.Heartbeat{Items: []fsm.HeartbeatItem{{LeaseID: "A", TokenHash: badTok}}, WallMS: 9}))
-	wantCode(t, "bulk heartbeat with a wrong token", res[0].Items[0].Err, fsm.CodeLeaseTokenInvalid)
+	wantCode(t, "bulk heartbeat with a wrong token", res[0].Items[0].Err, wire.CodeLeaseTokenInvalid)
 	if l := h.f.Lease("A"); l.RenewalCount != 0 || l.ExpiresTick != 6 || l.RenewedWallMS != 0 {
 		t.Fatalf("refused renewals changed the lease: %+v", l)
 	}

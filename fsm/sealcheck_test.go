@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestSealCheck: a valid SealCheck records the check value (a later one
@@ -18,7 +19,7 @@ func TestSealCheck(t *testing.T) {
 	}
 	plain := snapshotBytes(t, h.f)
 	for _, bad := range [][]byte{nil, {}, bytes.Repeat([]byte{1}, fsm.MaxSealCheckBytes+1)} {
-		if r := h.one(&fsm.SealCheck{Check: bad}); r.Err == nil || r.Err.Code != fsm.CodeInvalidArgument {
+		if r := h.one(&fsm.SealCheck{Check: bad}); r.Err == nil || r.Err.Code != wire.CodeInvalidArgument {
 			t.Fatalf("seal check %x: %+v", bad, r.Err)
 		}
 	}

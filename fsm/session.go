@@ -1,6 +1,10 @@
 package fsm
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/leasehold/leasehold/wire"
+)
 
 func (f *FSM) sessionCreate(c *SessionCreate) Result {
 	if err := validID("session_id", c.SessionID); err != nil {
@@ -69,18 +73,18 @@ func (f *FSM) sessionEnd(c *SessionEnd) Result {
 	}
 	s := f.sessions[c.SessionID]
 	if s == nil {
-		return Result{Err: Errorf(CodeSessionNotFound, "session %s not found", c.SessionID)}
+		return Result{Err: Errorf(wire.CodeSessionNotFound, "session %s not found", c.SessionID)}
 	}
 	if !c.Force && s.TokenHash != c.TokenHash {
-		return Result{Err: Errorf(CodeLeaseTokenInvalid, "session token does not match session %s", c.SessionID)}
+		return Result{Err: Errorf(wire.CodeLeaseTokenInvalid, "session token does not match session %s", c.SessionID)}
 	}
 	if s.State != SessionActive {
-		return Result{Err: Errorf(CodeSessionEnded, "session %s has %s", c.SessionID, s.State)}
+		return Result{Err: Errorf(wire.CodeSessionEnded, "session %s has %s", c.SessionID, s.State)}
 	}
 	if s.ExpiresTick+GraceTicks <= f.tick {
 		// Due, its expiry still in the backlog (expire.go): it has
 		// expired as far as its holder can tell.
-		return Result{Err: Errorf(CodeSessionEnded, "session %s has expired", c.SessionID)}
+		return Result{Err: Errorf(wire.CodeSessionEnded, "session %s has expired", c.SessionID)}
 	}
 	return Result{Session: f.endSession(s, SessionEnded, "ended", c.WallMS)}
 }

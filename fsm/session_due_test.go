@@ -1,6 +1,10 @@
 package fsm
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/leasehold/leasehold/wire"
+)
 
 // A session due to expire at a tick gets nothing granted at that tick, even
 // when a lease expiring at the same tick frees the slot its waiter wants.
@@ -24,7 +28,7 @@ func TestNoGrantToSessionDueThisTick(t *testing.T) {
 	if l := f.Lease("W"); l != nil {
 		t.Fatalf("W was granted to a session expiring in the same tick: %+v", l)
 	}
-	if len(notices) != 1 || notices[0].LeaseID != "W" || notices[0].Err == nil || notices[0].Err.Code != CodeSessionEnded {
+	if len(notices) != 1 || notices[0].LeaseID != "W" || notices[0].Err == nil || notices[0].Err.Code != wire.CodeSessionEnded {
 		t.Fatalf("notices %+v, want W refused with SESSION_ENDED", notices)
 	}
 	if until := f.KeyLockDelay("k"); until != 0 {

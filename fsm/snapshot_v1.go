@@ -43,62 +43,15 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 	if hdr.Format != snapshotFormatJSON {
 		return nil, fmt.Errorf("fsm: unknown snapshot format %d", hdr.Format)
 	}
-	var leases []*Lease
-	for i := 0; i < hdr.Leases; i++ {
-		var v leaseV1
-		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("fsm: snapshot lease %d: %w", i, err)
-		}
-		l := &v.Lease
-		l.idem = newLeaseIdem(v.IdemHash, v.Fingerprint, v.SealedToken)
-		if !slices.Contains(leaseStates, l.State) {
-			return nil, fmt.Errorf("fsm: snapshot lease %d: unknown state %q", i, l.State)
-		}
-		l.State = leaseStates[slices.Index(leaseStates, l.State)] // no copy of the string per record
-		leases = append(leases, l)
-	}
-	var sessions []*Session
-	for i := 0; i < hdr.Sessions; i++ {
-		s := new(Session)
-		if err := dec.Decode(s); err != nil {
-			return nil, fmt.Errorf("fsm: snapshot session %d: %w", i, err)
-		}
-		if !slices.Contains(sessionStates, s.State) {
-			return nil, fmt.Errorf("fsm: snapshot session %d: unknown state %q", i, s.State)
-		}
-		s.State = sessionStates[slices.Index(sessionStates, s.State)]
-		sessions = append(sessions, s)
-	}
-	var keys []snapKeyV1
-	for i := 0; i < hdr.Keys; i++ {
-		var k snapKeyV1
-		if err := dec.Decode(&k); err != nil {
-			return nil, fmt.Errorf("fsm: snapshot key %d: %w", i, err)
-		}
-		keys = append(keys, k)
+	leases, sessions, keys, err := decodeV1Records(dec, hdr)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("fsm: trailing data in snapshot")
 	}
-	// Format 1 wrote each group sorted too, but did not insist on it when
-	// reading: sort here, and refuse duplicates.
-	slices.SortStableFunc(leases, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
-	slices.SortStableFunc(sessions, func(a, b *Session) int { return strings.Compare(a.ID, b.ID) })
-	slices.SortStableFunc(keys, func(a, b snapKeyV1) int { return strings.Compare(a.Key, b.Key) })
-	for i := 1; i < len(leases); i++ {
-		if leases[i].ID == leases[i-1].ID {
-			return nil, fmt.Errorf("fsm: snapshot: duplicate lease %s", leases[i].ID)
-		}
-	}
-	for i := 1; i < len(sessions); i++ {
-		if sessions[i].ID == sessions[i-1].ID {
-			return nil, fmt.Errorf("fsm: snapshot: duplicate session %s", sessions[i].ID)
-		}
-	}
-	for i := 1; i < len(keys); i++ {
-		if keys[i].Key == keys[i-1].Key {
-			return nil, fmt.Errorf("fsm: snapshot: duplicate key %q", keys[i].Key)
-		}
+	if err := sortV1Records(leases, sessions, keys); err != nil {
+		return nil, err
 	}
 	n := New()
 	n.setHeader(hdr)
@@ -114,4 +67,70 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// decodeV1Records decodes the lease, session and key records the header
+// counts.
+func decodeV1Records(dec *json.Decoder, hdr snapHeader) ([]*Lease, []*Session, []snapKeyV1, error) {
+	var leases []*Lease
+	for i := 0; i < hdr.Leases; i++ {
+		var v leaseV1
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, nil, fmt.Errorf("fsm: snapshot lease %d: %w", i, err)
+		}
+		l := &v.Lease
+		l.idem = newLeaseIdem(v.IdemHash, v.Fingerprint, v.SealedToken)
+		if !slices.Contains(leaseStates, l.State) {
+			return nil, nil, nil, fmt.Errorf("fsm: snapshot lease %d: unknown state %q", i, l.State)
+		}
+		l.State = leaseStates[slices.Index(leaseStates, l.State)] // no copy of the string per record
+		leases = append(leases, l)
+	}
+	var sessions []*Session
+	for i := 0; i < hdr.Sessions; i++ {
+		s := new(Session)
+		if err := dec.Decode(s); err != nil {
+			return nil, nil, nil, fmt.Errorf("fsm: snapshot session %d: %w", i, err)
+		}
+		if !slices.Contains(sessionStates, s.State) {
+			return nil, nil, nil, fmt.Errorf("fsm: snapshot session %d: unknown state %q", i, s.State)
+		}
+		s.State = sessionStates[slices.Index(sessionStates, s.State)]
+		sessions = append(sessions, s)
+	}
+	var keys []snapKeyV1
+	for i := 0; i < hdr.Keys; i++ {
+		var k snapKeyV1
+		if err := dec.Decode(&k); err != nil {
+			return nil, nil, nil, fmt.Errorf("fsm: snapshot key %d: %w", i, err)
+		}
+		keys = append(keys, k)
+	}
+	return leases, sessions, keys, nil
+}
+
+// sortV1Records sorts each group of records by id or key and refuses
+// duplicates.
+func sortV1Records(leases []*Lease, sessions []*Session, keys []snapKeyV1) error {
+	// Format 1 wrote each group sorted too, but did not insist on it when
+	// reading: sort here, and refuse duplicates.
+	slices.SortStableFunc(leases, func(a, b *Lease) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortStableFunc(sessions, func(a, b *Session) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortStableFunc(keys, func(a, b snapKeyV1) int { return strings.Compare(a.Key, b.Key) })
+	for i := 1; i < len(leases); i++ {
+		if leases[i].ID == leases[i-1].ID {
+			return fmt.Errorf("fsm: snapshot: duplicate lease %s", leases[i].ID)
+		}
+	}
+	for i := 1; i < len(sessions); i++ {
+		if sessions[i].ID == sessions[i-1].ID {
+			return fmt.Errorf("fsm: snapshot: duplicate session %s", sessions[i].ID)
+		}
+	}
+	for i := 1; i < len(keys); i++ {
+		if keys[i].Key == keys[i-1].Key {
+			return fmt.Errorf("fsm: snapshot: duplicate key %q", keys[i].Key)
+		}
+	}
+	return nil
 }

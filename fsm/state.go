@@ -1,5 +1,7 @@
 package fsm
 
+import "github.com/leasehold/leasehold/wire"
+
 // GraceTicks is how many ticks past its nominal end a lease or session is
 // actually expired. A grant applied just before a tick boundary and a tick
 // whose proposal waited for the previous one to apply each cost up to one
@@ -71,11 +73,13 @@ type Lease struct {
 	idem *leaseIdem
 }
 
-// leaseIdem identifies the idempotent acquire that created a lease.
+// leaseIdem identifies the idempotent acquire that created a lease, and
+// the lease group it belongs to (group.go).
 type leaseIdem struct {
 	hash        Hash   // names (holder, session, idempotency key): Acquire.IdemHash
 	fingerprint Hash   // of the request
 	sealed      []byte // Acquire.SealedToken
+	group       string // the lease group's id; "" for a lease of its own
 }
 
 func newLeaseIdem(hash, fingerprint Hash, sealed []byte) *leaseIdem {
@@ -173,26 +177,34 @@ type Event struct {
 // Result is the outcome of one command. Err is a business failure (nothing
 // changed); otherwise the fields the command calls for are set.
 type Result struct {
-	Err      *Error
+	Err      *wire.Error
 	Lease    *Lease
 	Session  *Session
 	Replayed bool // an idempotent acquire matched an earlier one
 	Queued   bool // an acquire is waiting for a slot (wait_ms)
 	Items    []ItemResult
-	Count    int // ReleaseHolder: how many leases and sessions ended
+	// Leases are a lease group's members, in key order (AcquireGroup,
+	// RenewGroup, ReleaseGroup; a Revoke of a member: the whole group).
+	Leases []*Lease
+	Count  int // ReleaseHolder: how many leases and sessions ended
+	// Restore is what a RestoreCommit did (nil for every other command,
+	// and for a restore that changed nothing).
+	Restore *RebaseStats
 }
 
 // ItemResult is the outcome for one lease of a bulk heartbeat.
 type ItemResult struct {
 	LeaseID string
 	Lease   *Lease
-	Err     *Error
+	Err     *wire.Error
 }
 
 // Notice tells the proposer of a queued acquire how its wait ended: granted
-// (Lease set) or not (Err set).
+// (Lease set) or not (Err set). For a queued lease group LeaseID is the
+// group's id and Leases its members once granted.
 type Notice struct {
 	LeaseID string
 	Lease   *Lease
-	Err     *Error
+	Leases  []*Lease
+	Err     *wire.Error
 }

@@ -6,21 +6,22 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // step is one entry of a scenario: a command with the error code its first
 // result must carry, or (cmd nil) a clock advance, then an optional check.
 type step struct {
 	cmd   fsm.Command
-	want  fsm.Code
+	want  wire.Code
 	ticks int    // with cmd nil: advance this many ticks
 	to    uint64 // with cmd nil: advance to this tick
 	check func(t *testing.T, h *harness, res []fsm.Result)
 }
 
-func do(c fsm.Command, want fsm.Code) step { return step{cmd: c, want: want} }
+func do(c fsm.Command, want wire.Code) step { return step{cmd: c, want: want} }
 
-func doCheck(c fsm.Command, want fsm.Code, check func(*testing.T, *harness, []fsm.Result)) step {
+func doCheck(c fsm.Command, want wire.Code, check func(*testing.T, *harness, []fsm.Result)) step {
 	return step{cmd: c, want: want, check: check}
 }
 
@@ -99,7 +100,7 @@ func noticesAre(want ...string) step {
 
 // lockDelay checks the LOCK_DELAY error of an acquire on key at this tick.
 func lockDelay(id, key string, remaining int64) step {
-	return doCheck(acq(id, key, "bob", 10), fsm.CodeLockDelay, func(t *testing.T, h *harness, res []fsm.Result) {
+	return doCheck(acq(id, key, "bob", 10), wire.CodeLockDelay, func(t *testing.T, h *harness, res []fsm.Result) {
 		if e := res[0].Err; e.Key != key || e.RemainingMS != remaining {
 			t.Fatalf("LOCK_DELAY key %q remaining %d, want %q %d", e.Key, e.RemainingMS, key, remaining)
 		}

@@ -46,6 +46,7 @@ func (f *FSM) applyTick(c *Tick) {
 	if c.RetainMax > 0 {
 		f.pruneOver(c.RetainMax)
 	}
+	f.dropStaleStage()
 }
 
 // leaseDeadline is the tick whose commit expires standalone lease l: its
@@ -63,10 +64,16 @@ func leaseDeadline(l *Lease) uint64 {
 // reports whether it did.
 func (f *FSM) waitTimeout(key, id string) bool {
 	ks := f.keys[key]
-	if w, ok := f.findWaiter(key, id); !ok || w.Deadline > f.tick {
+	w, ok := f.findWaiter(key, id)
+	if !ok || w.Deadline > f.tick {
 		return false
 	}
-	w, _ := f.unqueue(ks, id)
+	if w.group != "" {
+		f.withdrawGroup(w.group, f.groupBusy(w.group))
+		f.repumpKeys()
+		return true
+	}
+	w, _ = f.unqueue(ks, id)
 	f.forgetIdem(w.Cmd.IdemHash, id)
 	err := f.busyError(key, ks)
 	f.notices = append(f.notices, Notice{LeaseID: id, Err: err})
@@ -143,6 +150,9 @@ func (f *FSM) pruneOne(p pruneItem) {
 		f.order.remove(p.id)
 		f.dropKeyRef(l.Key)
 		f.forgetIdem(l.idemHash(), l.ID)
+		if g := l.GroupID(); g != "" {
+			f.dropGroupMember(g, l.ID)
+		}
 		if ks := f.keys[l.Key]; ks != nil {
 			if m := ks.more; m != nil && len(m.stolen) > 0 {
 				if m.stolen[0] == l.ID {

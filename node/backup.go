@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
 )
@@ -35,8 +38,18 @@ type (
 	SnapshotState = wire.SnapshotState
 )
 
-func badSnapshot(format string, args ...any) *Error {
-	return &Error{Code: CodeInvalidArgument, Message: "invalid snapshot file: " + fmt.Sprintf(format, args...)}
+func badSnapshot(format string, args ...any) *wire.Error {
+	return &wire.Error{Code: wire.CodeInvalidArgument, Message: "invalid snapshot file: " + fmt.Sprintf(format, args...)}
+}
+
+// backups takes snapshots and runs restores for one server.
+type backups struct {
+	n *Node
+	// restoreMu runs one restore at a time; restoreAt is when one last
+	// made progress (since processStart); onRestoreStep is a test's hook.
+	restoreMu     sync.Mutex
+	restoreAt     atomic.Int64
+	onRestoreStep func(step string)
 }
 
 // SaveSnapshot writes a snapshot file of the cluster's current state to w
@@ -46,23 +59,23 @@ func badSnapshot(format string, args ...any) *Error {
 // call. Nothing is written to w before the snapshot has been taken; an
 // error after the first write means w holds a partial file.
 func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (*SnapshotInfo, error) {
-	if n.cl.Raft.State() != raft.Leader || !n.isLeaderReady() {
+	if !n.cl.IsLeader() || !n.lt.isReady() {
 		return nil, n.noLeader()
 	}
-	if err := n.awaitFirstTick(ctx); err != nil {
+	if err := n.bk.awaitFirstTick(ctx); err != nil {
 		return nil, err
 	}
-	fut, err := n.raftSnapshot(ctx)
+	fut, err := n.bk.raftSnapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
 	meta, rc, err := fut.Open()
 	if err != nil {
-		return nil, &Error{Code: CodeInternal, Message: "open the snapshot: " + err.Error()}
+		return nil, &wire.Error{Code: wire.CodeInternal, Message: "open the snapshot: " + err.Error()}
 	}
 	defer rc.Close()
 	// The header carries the body's checksum, so the body is spooled first.
-	tmp, err := n.spoolFile("save")
+	tmp, err := n.bk.spoolFile("save")
 	if err != nil {
 		return nil, err
 	}
@@ -70,10 +83,10 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (*SnapshotInfo, er
 	h := sha256.New()
 	size, err := io.Copy(io.MultiWriter(tmp, h), rc)
 	if err != nil {
-		return nil, &Error{Code: CodeInternal, Message: "copy the snapshot: " + err.Error()}
+		return nil, &wire.Error{Code: wire.CodeInternal, Message: "copy the snapshot: " + err.Error()}
 	}
 	if size != meta.Size {
-		return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("the snapshot has %d bytes, its metadata says %d", size, meta.Size)}
+		return nil, &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("the snapshot has %d bytes, its metadata says %d", size, meta.Size)}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -85,7 +98,7 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (*SnapshotInfo, er
 		return nil, err
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return nil, &Error{Code: CodeInternal, Message: "rewind the snapshot spool: " + err.Error()}
+		return nil, &wire.Error{Code: wire.CodeInternal, Message: "rewind the snapshot spool: " + err.Error()}
 	}
 	if _, err := w.Write(hdr); err != nil {
 		return nil, err
@@ -99,7 +112,7 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (*SnapshotInfo, er
 		return nil, err
 	}
 	if sent != size || hex.EncodeToString(h.Sum(nil)) != info.SHA256 {
-		return nil, &Error{Code: CodeInternal, Message: "the snapshot changed while it was being sent"}
+		return nil, &wire.Error{Code: wire.CodeInternal, Message: "the snapshot changed while it was being sent"}
 	}
 	n.log.Info("saved a snapshot", "index", info.Index, "term", info.Term, "bytes", info.Size)
 	return info, nil
@@ -110,14 +123,14 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (*SnapshotInfo, er
 // is elected). A snapshot without it would not say how long its ticks are,
 // and RestoreSnapshot could not refuse it in a cluster that ticks at
 // another pace.
-func (n *Node) awaitFirstTick(ctx context.Context) error {
-	timer := time.NewTimer(n.cfg.ApplyTimeout)
+func (bk *backups) awaitFirstTick(ctx context.Context) error {
+	timer := time.NewTimer(bk.n.cfg.ApplyTimeout)
 	defer timer.Stop()
 	for {
-		ch, _ := n.rep.waitApplied()
-		n.rep.mu.RLock()
-		p := n.rep.f.PeriodMS()
-		n.rep.mu.RUnlock()
+		ch, _ := bk.n.rep.waitApplied()
+		bk.n.rep.mu.RLock()
+		p := bk.n.rep.f.PeriodMS()
+		bk.n.rep.mu.RUnlock()
 		if p != 0 {
 			return nil
 		}
@@ -125,10 +138,10 @@ func (n *Node) awaitFirstTick(ctx context.Context) error {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-n.closing:
+		case <-bk.n.closing:
 			return errShuttingDown()
 		case <-timer.C:
-			return &Error{Code: CodeUnavailable, Message: "the cluster has not ticked yet; try again"}
+			return &wire.Error{Code: wire.CodeUnavailable, Message: "the cluster has not ticked yet; try again"}
 		}
 	}
 }
@@ -137,18 +150,18 @@ func (n *Node) awaitFirstTick(ctx context.Context) error {
 // comes first: it makes the state reflect every committed write, and it is
 // a new entry, so Raft never answers that there is nothing new to snapshot
 // (unless an automatic snapshot got in between: then it tries again).
-func (n *Node) raftSnapshot(ctx context.Context) (raft.SnapshotFuture, error) {
+func (bk *backups) raftSnapshot(ctx context.Context) (raft.SnapshotFuture, error) {
 	for attempt := 0; ; attempt++ {
-		if err := n.cl.Raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+		if err := bk.n.cl.Barrier(bk.n.cfg.ApplyTimeout); err != nil {
 			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-				return nil, n.noLeader()
+				return nil, bk.n.noLeader()
 			}
-			return nil, &Error{Code: CodeUnavailable, Message: "snapshot: barrier: " + err.Error()}
+			return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "snapshot: barrier: " + err.Error()}
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		fut := n.cl.Raft.Snapshot()
+		fut := bk.n.cl.Snapshot()
 		err := fut.Error()
 		switch {
 		case err == nil:
@@ -158,17 +171,24 @@ func (n *Node) raftSnapshot(ctx context.Context) (raft.SnapshotFuture, error) {
 		case errors.Is(err, raft.ErrRaftShutdown):
 			return nil, errShuttingDown()
 		}
-		return nil, &Error{Code: CodeUnavailable, Message: "snapshot: " + err.Error()}
+		return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "snapshot: " + err.Error()}
 	}
 }
 
 // RestoreSnapshot restores the cluster state from a snapshot file read
 // from r. Only the leader restores (elsewhere: NO_LEADER). The file is read
-// and verified completely first (magic, format, size, checksum, and that
-// the state decodes); a bad file is INVALID_ARGUMENT and changes nothing.
+// and verified completely first (magic, format, size, checksum, that the
+// state decodes, its tick period); a bad file is INVALID_ARGUMENT and
+// changes nothing.
 //
-// A restore never goes backwards (fsm.FSM.Rebase decides, on the state
-// applied just before the restore, with writes paused):
+// A restore travels through the Raft log (fsm/restore.go): the leader
+// proposes the file's body as RestoreChunk entries and then one
+// RestoreCommit, and every server applies the restore when it applies the
+// commit, at the same index, from the same bytes: a restore happens on
+// every server at one index, or on none. Writes go on meanwhile; the
+// restore rebases the file against the state as of the commit.
+//
+// A restore never goes backwards (fsm.FSM.Rebase decides):
 //   - what is live just before the restore stays as it is: every active
 //     lease and session keeps its record, fencing token and deadline, and a
 //     key in use (an active lease or a pending lock-delay) keeps its state,
@@ -181,9 +201,7 @@ func (n *Node) raftSnapshot(ctx context.Context) (raft.SnapshotFuture, error) {
 //     before it. The file's leases on keys in use (or bound to a session
 //     that is live) do not come back: they end as revoked, reason
 //     "restore". Sessions of the file that are not live come back too;
-//   - the log: Raft installs the state at an index above every existing
-//     one (raft.Raft.Restore), with the current configuration; followers
-//     receive it as a snapshot;
+//     what was due (past its end, not yet ended) in either state ends;
 //   - the clock: the tick never goes back (the file's deadlines move with
 //     it);
 //   - fencing tokens: the restored fencing counter is above every token
@@ -196,183 +214,248 @@ func (n *Node) raftSnapshot(ctx context.Context) (raft.SnapshotFuture, error) {
 //   - the member registry, which stays the cluster's current one.
 //
 // Queued acquires (wait_ms) are not restored: those in the file are
-// withdrawn, and acquires waiting on this node fail with UNAVAILABLE.
-// Writes are paused while the new state is installed.
+// withdrawn, and those waiting when the restore applies fail with
+// UNAVAILABLE, on whichever server they wait.
+//
+// The answer: the file's description with what the restore did, once the
+// commit entry is committed and applied here. UNAVAILABLE or NO_LEADER:
+// nothing changed (chunks without their commit are dropped). INDETERMINATE:
+// leadership was lost after the commit was proposed; every server applies
+// it, or none does, as the log decides.
 func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (*SnapshotInfo, error) {
-	if n.cl.Raft.State() != raft.Leader || !n.isLeaderReady() {
+	if !n.cl.IsLeader() || !n.lt.isReady() {
 		return nil, n.noLeader()
 	}
+	if err := n.bk.restoreSupported(); err != nil {
+		return nil, err
+	}
+	n.bk.restoreMu.Lock()
+	defer n.bk.restoreMu.Unlock()
 	info, body, err := ReadSnapshotFile(r)
 	if err != nil {
 		return nil, err
 	}
-	f, err := decodeSnapshotState(body)
-	if err != nil {
-		return nil, err
-	}
-	info.State = stateSummary(f)
-	if p, cur := f.PeriodMS(), n.period().Milliseconds(); p != 0 && p != cur {
-		// Ticks count every TTL; the leader would keep ticking at its own
-		// period, so time would run at the wrong speed.
-		return nil, badSnapshot("its tick period is %dms; this cluster ticks every %dms", p, cur)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-
-	// No write may be applied between reading the fencing counter and the
-	// restore, or a token granted meanwhile could be handed out again.
-	resume, err := n.pauseWrites(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer resume()
-	if n.cl.Raft.State() != raft.Leader {
-		return nil, n.noLeader()
-	}
-	n.rep.mu.RLock()
-	before := n.rep.f
-	st := f.RebaseStats(before, max(n.cl.Raft.LastIndex(), before.Index()))
-	info.DroppedWaits, info.Refenced, info.Kept, info.Superseded = st.DroppedWaits, st.Refenced, st.Kept, st.Superseded
-	n.rep.mu.RUnlock()
-	index := f.Index()
-
-	tmp, err := n.spoolFile("restore")
+	// The body is spooled (the reader verifies its size and checksum as it
+	// goes), decoded once to check it, and then read again to be sent.
+	tmp, err := n.bk.spoolFile("restore")
 	if err != nil {
 		return nil, err
 	}
 	defer removeSpool(tmp)
-	size, err := f.Snapshot().WriteTo(tmp)
+	if _, err := io.Copy(tmp, body); err != nil {
+		return nil, err
+	}
+	if err := n.bk.checkRestoreBody(tmp, info); err != nil {
+		return nil, err
+	}
+	var sum fsm.Hash
+	if b, err := hex.DecodeString(info.SHA256); err != nil || len(b) != len(sum) {
+		return nil, badSnapshot("bad sha256 in the header")
+	} else {
+		copy(sum[:], b)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id := newID("rs_")
+	chunks, err := n.bk.sendRestoreChunks(ctx, id, tmp)
 	if err != nil {
-		return nil, &Error{Code: CodeInternal, Message: "encode the state to restore: " + err.Error()}
+		return nil, err
 	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return nil, &Error{Code: CodeInternal, Message: "rewind the restore spool: " + err.Error()}
+	n.bk.restoreHook("chunks-sent")
+	res, index, err := n.bk.applyRestoreEntry(&fsm.RestoreCommit{ID: id, Chunks: chunks, Size: uint64(info.Size), SHA256: sum})
+	n.bk.restoreHook("committed")
+	if err != nil {
+		return nil, err
 	}
-
-	// No timeout: a timer that fires while a large state is being
-	// installed would make Raft report a failure after the fact. Raft's
-	// main loop takes the restore at once, or answers ErrNotLeader.
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: index, Term: info.Term, Size: size}
-	term := n.cl.Raft.CurrentTerm()
-	rerr := n.cl.Raft.Restore(meta, tmp, 0)
-	n.rep.mu.RLock()
-	restored := n.rep.f != before // only a restore replaces the state machine
-	n.rep.mu.RUnlock()
-	if restored {
-		n.failWaiters()
+	if res.Err != nil {
+		return nil, res.Err
 	}
-	if rerr != nil && restored && errors.Is(rerr, raft.ErrLeadershipLost) && n.restoreConfirmed(ctx, term) {
-		// Followers busy installing the restored state can miss the
-		// leader's lease check: it stepped down and won the next term.
-		rerr = nil
+	if res.Restore == nil {
+		return nil, &wire.Error{Code: wire.CodeInternal, Message: "the restore commit applied without a result"}
 	}
-	if rerr != nil {
-		switch {
-		case restored:
-			return nil, &Error{Code: CodeIndeterminate, Message: "the snapshot was installed on this node but the cluster did not confirm it (" +
-				rerr.Error() + "); check the state before retrying"}
-		case errors.Is(rerr, raft.ErrNotLeader):
-			return nil, n.noLeader()
-		case errors.Is(rerr, raft.ErrRaftShutdown):
-			return nil, errShuttingDown()
-		}
-		return nil, &Error{Code: CodeUnavailable, Message: "restore failed, nothing changed: " + rerr.Error()}
-	}
-	info.RestoredIndex = index + 1
-	if s, err := strconv.ParseUint(n.cl.Raft.Stats()["last_snapshot_index"], 10, 64); err == nil && s > index {
-		info.RestoredIndex = s
-	}
+	st := res.Restore
+	info.DroppedWaits, info.Refenced, info.Kept, info.Superseded = st.DroppedWaits, st.Refenced, st.Kept, st.Superseded
+	info.RestoredIndex = index
 	n.log.Warn("restored the cluster state from a snapshot",
 		"snapshot_index", info.Index, "snapshot_created_at", info.CreatedAt, "snapshot_node", info.NodeID,
-		"restored_index", info.RestoredIndex, "active_leases", info.State.ActiveLeases, "dropped_waits", info.DroppedWaits,
-		"refenced", info.Refenced, "kept", info.Kept, "superseded", info.Superseded)
+		"restored_index", info.RestoredIndex, "chunks", chunks, "active_leases", info.State.ActiveLeases,
+		"dropped_waits", info.DroppedWaits, "refenced", info.Refenced, "kept", info.Kept, "superseded", info.Superseded)
 	return info, nil
 }
 
-// restoreConfirmed reports whether a restore installed on this server
-// while it led term, whose confirming entry was lost with its leadership,
-// is part of the cluster's log after all: this server leads again in the
-// very next term (so no other server led in between) and commits a barrier
-// in it, which a majority acknowledges only with this server's log,
-// restored snapshot included. It waits a few election timeouts at most.
-func (n *Node) restoreConfirmed(ctx context.Context, term uint64) bool {
-	deadline := time.Now().Add(max(5*time.Second, 10*n.cfg.raftTimeout))
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		switch cur := n.cl.Raft.CurrentTerm(); {
-		case cur > term+1:
-			return false
-		case cur == term+1 && n.cl.Raft.State() == raft.Leader:
-			if n.cl.Raft.Barrier(time.Until(deadline)).Error() != nil {
-				return false
-			}
-			return n.cl.Raft.CurrentTerm() == term+1
-		case cur == term+1 && n.cl.Raft.State() == raft.Follower:
-			if addr, _ := n.cl.Raft.LeaderWithID(); addr != "" {
-				return false // another server leads the next term
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+// restoreSupported refuses a restore while a server of the configuration
+// runs a version that does not know restore entries (it would stop on
+// them): gossip says which do.
+func (bk *backups) restoreSupported() error {
+	ids, err := bk.n.cl.ServerIDs()
+	if err != nil {
+		return &wire.Error{Code: wire.CodeUnavailable, Message: "restore: read the configuration: " + err.Error()}
 	}
-	return false
+	if bk.n.cfg.olderPeer || !everyPeer(bk.n.cfg.NodeID, ids, bk.n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.RestoreLog }) {
+		return &wire.Error{Code: wire.CodeUnavailable, Message: "a server of the configuration runs a version that cannot apply a restore " +
+			"(or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
+	}
+	return nil
 }
 
-// pauseWrites stops the batcher from handing entries to Raft and waits for
-// the entries in flight to be applied, by taking every in-flight slot. The
-// returned function gives them back. Proposals made meanwhile queue up and
-// are applied afterwards.
-func (n *Node) pauseWrites(ctx context.Context) (func(), error) {
-	timer := time.NewTimer(n.cfg.ApplyTimeout)
-	defer timer.Stop()
-	held := 0
-	resume := func() {
-		for range held {
-			<-n.inflight
-		}
+// checkRestoreBody decodes the spooled body to check that it is a state
+// this cluster can take, describes it in info, and rewinds the spool.
+func (bk *backups) checkRestoreBody(tmp *os.File, info *SnapshotInfo) error {
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return &wire.Error{Code: wire.CodeInternal, Message: "rewind the restore spool: " + err.Error()}
 	}
-	for held < cap(n.inflight) {
-		select {
-		case n.inflight <- struct{}{}:
-			held++
-			continue
-		case <-ctx.Done():
-			resume()
-			return nil, ctx.Err()
-		case <-n.closing:
-			resume()
-			return nil, errShuttingDown()
-		case <-timer.C:
-			resume()
-			return nil, &Error{Code: CodeUnavailable, Message: "writes did not pause in time for the restore; nothing changed"}
-		}
+	f, err := decodeSnapshotState(bufio.NewReaderSize(tmp, 1<<20))
+	if err != nil {
+		return err
 	}
-	return resume, nil
+	info.State = stateSummary(f)
+	if p, cur := f.PeriodMS(), bk.n.tk.period().Milliseconds(); p != 0 && p != cur {
+		// Ticks count every TTL; the leader would keep ticking at its own
+		// period, so time would run at the wrong speed.
+		return badSnapshot("its tick period is %dms; this cluster ticks every %dms", p, cur)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return &wire.Error{Code: wire.CodeInternal, Message: "rewind the restore spool: " + err.Error()}
+	}
+	return nil
 }
 
-// failWaiters answers every acquire waiting on this node for a slot: the
-// restore replaced the queue it waited in. (A waiter whose acquire is
-// still to be proposed listens again when it is queued; see awaitGrant.)
-func (n *Node) failWaiters() {
-	n.waitMu.Lock()
-	ns := make([]fsm.Notice, 0, len(n.waiters))
-	for id := range n.waiters {
-		ns = append(ns, fsm.Notice{LeaseID: id, Err: &Error{Code: CodeUnavailable,
-			Message: "the cluster state was restored from a snapshot while this acquire waited; it was not granted"}})
+// restoreWindow is how many restore chunks are in flight at once.
+const restoreWindow = 16
+
+// sendRestoreChunks proposes the body read from src as the chunks of
+// restore id, restoreWindow at a time, and returns their count once every
+// one is committed and applied here. Any failure is UNAVAILABLE (or
+// NO_LEADER): without its commit, the staged chunks change nothing.
+func (bk *backups) sendRestoreChunks(ctx context.Context, id string, src io.Reader) (uint64, error) {
+	type inflight struct {
+		fut raft.ApplyFuture
+		seq uint64
 	}
-	n.waitMu.Unlock()
-	n.deliverNotices(ns)
+	var pending []inflight
+	wait := func(p inflight) error {
+		err := p.fut.Error()
+		if err == nil {
+			if rs, _ := p.fut.Response().([]fsm.Result); len(rs) == 1 && rs[0].Err != nil {
+				err = rs[0].Err
+			}
+		}
+		if err != nil {
+			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+				return bk.n.noLeader()
+			}
+			return &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("restore chunk %d was not applied (%v); nothing changed", p.seq, err)}
+		}
+		bk.markRestoreProgress()
+		return nil
+	}
+	buf := make([]byte, fsm.MaxRestoreChunk)
+	var seq uint64
+	for ; ; seq++ {
+		m, rerr := io.ReadFull(src, buf)
+		if m == 0 {
+			break
+		}
+		if rerr != nil && rerr != io.ErrUnexpectedEOF {
+			return 0, &wire.Error{Code: wire.CodeInternal, Message: "read the restore spool: " + rerr.Error()}
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if !bk.n.cl.IsLeader() {
+			return 0, bk.n.noLeader()
+		}
+		data, err := bk.n.gc.encode(&fsm.RestoreChunk{ID: id, Seq: seq, Data: buf[:m], CRC: fsm.ChunkCRC(buf[:m])})
+		if err != nil {
+			return 0, &wire.Error{Code: wire.CodeInternal, Message: "encode a restore chunk: " + err.Error()}
+		}
+		if len(pending) == restoreWindow {
+			if err := wait(pending[0]); err != nil {
+				return 0, err
+			}
+			pending = pending[1:]
+		}
+		pending = append(pending, inflight{fut: bk.n.cl.Apply(data, bk.n.cfg.ApplyTimeout), seq: seq})
+		if seq == 0 {
+			bk.restoreHook("first-chunk")
+		}
+	}
+	for _, p := range pending {
+		if err := wait(p); err != nil {
+			return 0, err
+		}
+	}
+	return seq, nil
+}
+
+// applyRestoreEntry proposes a restore entry and waits until it is applied
+// here. The commit's failures after it may have been appended are
+// INDETERMINATE; those that prove it never was are NO_LEADER or
+// UNAVAILABLE.
+func (bk *backups) applyRestoreEntry(c fsm.Command) (fsm.Result, uint64, error) {
+	data, err := bk.n.gc.encode(c)
+	if err != nil {
+		return fsm.Result{}, 0, &wire.Error{Code: wire.CodeInternal, Message: "encode the restore entry: " + err.Error()}
+	}
+	if !bk.n.cl.IsLeader() {
+		return fsm.Result{}, 0, bk.n.noLeader()
+	}
+	fut := bk.n.cl.Apply(data, bk.n.cfg.ApplyTimeout)
+	if err := fut.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader):
+			return fsm.Result{}, 0, bk.n.noLeader()
+		case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return fsm.Result{}, 0, &wire.Error{Code: wire.CodeUnavailable, Message: "the restore commit was not proposed (" + err.Error() + "); nothing changed"}
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return fsm.Result{}, 0, &wire.Error{Code: wire.CodeIndeterminate, Message: "the server shut down while the restore commit was in flight; " +
+				"every server applies it or none does: check the state (GET /v1/cluster/snapshot/info or the leases) before retrying"}
+		}
+		return fsm.Result{}, 0, &wire.Error{Code: wire.CodeIndeterminate, Message: "leadership was lost while the restore commit was in flight (" + err.Error() +
+			"); every server applies it or none does: check the state before retrying"}
+	}
+	rs, _ := fut.Response().([]fsm.Result)
+	if len(rs) != 1 {
+		return fsm.Result{}, 0, &wire.Error{Code: wire.CodeInternal, Message: "missing apply result"}
+	}
+	return rs[0], fut.Index(), nil
+}
+
+// markRestoreProgress tells the leadership watchdog that a restore is
+// making progress (restoreBusy).
+func (bk *backups) markRestoreProgress() { bk.restoreAt.Store(int64(time.Since(processStart))) }
+
+// processStart anchors the monotonic times kept as durations (restoreAt):
+// a wall-clock step must not make an old restore look recent.
+var processStart = time.Now()
+
+// restoreBusy reports whether a restore made progress within bound, or is
+// being applied here now: the watchdog counts either as this term's
+// progress (a large restore's commit applies for seconds, and ticks wait
+// behind it).
+func (bk *backups) restoreBusy(bound time.Duration) bool {
+	at := bk.restoreAt.Load()
+	return bk.n.rep.applyingRestore.Load() || at != 0 && time.Since(processStart)-time.Duration(at) < bound
+}
+
+// restoreHook is a test's view of the restore's steps.
+func (bk *backups) restoreHook(step string) {
+	if h := bk.onRestoreStep; h != nil {
+		h(step)
+	}
 }
 
 // spoolFile creates a temporary file next to the Raft data (or in the
 // system's temporary directory for an in-memory node).
-func (n *Node) spoolFile(what string) (*os.File, error) {
+func (bk *backups) spoolFile(what string) (*os.File, error) {
 	dir := ""
-	if !n.cfg.InMemory {
-		dir = n.cfg.DataDir
+	if !bk.n.cfg.InMemory {
+		dir = bk.n.cfg.DataDir
 	}
 	f, err := os.CreateTemp(dir, ".snapshot-"+what+"-*.tmp")
 	if err != nil {
-		return nil, &Error{Code: CodeInternal, Message: "create a spool file: " + err.Error()}
+		return nil, &wire.Error{Code: wire.CodeInternal, Message: "create a spool file: " + err.Error()}
 	}
 	return f, nil
 }
@@ -425,4 +508,43 @@ func InspectSnapshotFile(r io.Reader) (*SnapshotInfo, error) {
 	}
 	info.State = stateSummary(f)
 	return info, nil
+}
+
+// DowngradeSnapshotFile rewrites the snapshot file read from r for a
+// rollback to the release before grant keys (see fsm.ForPreviousRelease),
+// writing it to w; it returns the new file's info and how many servers'
+// grant keys it dropped. It checks the file the way a restore would first
+// and refuses a state the previous release cannot hold.
+func DowngradeSnapshotFile(r io.Reader, w io.Writer) (*SnapshotInfo, int, error) {
+	info, body, err := ReadSnapshotFile(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	f, err := decodeSnapshotState(body)
+	if err != nil {
+		return nil, 0, err
+	}
+	dropped, err := f.ForPreviousRelease()
+	if err != nil {
+		return nil, 0, &wire.Error{Code: wire.CodeInvalidArgument, Message: err.Error()}
+	}
+	snap := f.Snapshot()
+	h := sha256.New()
+	size, err := snap.WriteTo(h)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := *info
+	out.Size, out.SHA256, out.State = size, hex.EncodeToString(h.Sum(nil)), stateSummary(f)
+	hdr, err := wire.EncodeSnapshotHeader(&out)
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, err := w.Write(hdr); err != nil {
+		return nil, 0, err
+	}
+	if _, err := snap.WriteTo(w); err != nil {
+		return nil, 0, err
+	}
+	return &out, dropped, nil
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // leaseSnap is what must come back after a restore.
@@ -25,7 +27,7 @@ func allLeases(t *testing.T, n *Node) map[string]leaseSnap {
 	out := map[string]leaseSnap{}
 	after := ""
 	for {
-		page, err := n.ListLeases(context.Background(), ListRequest{After: after, Limit: 1000}, false)
+		page, err := n.ListLeases(context.Background(), wire.ListRequest{After: after, Limit: 1000}, false)
 		if err != nil {
 			t.Fatalf("list: %v", err)
 		}
@@ -62,20 +64,20 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	n := openNode(t, cfg)
 	ctx := context.Background()
 
-	a, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "a", TTLMS: 60000, Metadata: map[string]string{"x": "y"}})
+	a, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "cam/1", Holder: "a", TTLMS: 60000, Metadata: map[string]string{"x": "y"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, err := n.CreateSession(ctx, SessionRequest{Holder: "s", TTLMS: 60000})
+	sess, err := n.CreateSession(ctx, wire.SessionRequest{Holder: "s", TTLMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bound, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/2", SessionID: sess.SessionID, SessionToken: sess.Token})
+	bound, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "cam/2", SessionID: sess.SessionID, SessionToken: sess.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ended, _, _ := n.Acquire(ctx, AcquireRequest{Key: "cam/3", Holder: "c", TTLMS: 60000})
-	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: ended.LeaseID, Token: ended.Token}); err != nil {
+	ended, _, _ := n.Acquire(ctx, wire.AcquireRequest{Key: "cam/3", Holder: "c", TTLMS: 60000})
+	if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: ended.LeaseID, Token: ended.Token}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -105,7 +107,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 
 	// Change everything: release, acquire, and grant many leases in
 	// concurrent batches so the fencing counter runs ahead of the log index.
-	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: a.LeaseID, Token: a.Token}); err != nil {
+	if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: a.LeaseID, Token: a.Token}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.EndSession(ctx, sess.SessionID, sess.Token, false); err != nil {
@@ -118,7 +120,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("after/", i), Holder: "b", TTLMS: 60000})
+			l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprint("after/", i), Holder: "b", TTLMS: 60000})
 			if err != nil {
 				t.Error(err)
 				return
@@ -129,7 +131,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	taken, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "d", TTLMS: 60000})
+	taken, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "cam/1", Holder: "d", TTLMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,15 +142,15 @@ func TestSnapshotSaveRestore(t *testing.T) {
 			t.Fatalf("token %d above the fencing counter %d", f, maxBefore)
 		}
 	}
-	t.Logf("fencing counter %d at log index %d before the restore", maxBefore, n.cl.Raft.LastIndex())
+	t.Logf("fencing counter %d at log index %d before the restore", maxBefore, n.cl.LastIndex())
 
-	live, err := n.Subscribe(ctx, EventFilter{})
+	live, err := n.Subscribe(ctx, wire.EventFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer live.Close()
 	lastBefore := n.AppliedIndex()
-	indexBefore := n.cl.Raft.LastIndex()
+	indexBefore := n.cl.LastIndex()
 
 	got, err := n.RestoreSnapshot(ctx, bytes.NewReader(file))
 	if err != nil {
@@ -188,13 +190,13 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if l := now[a.LeaseID]; l.State != "revoked" || l.Fence != saved[a.LeaseID].Fence {
 		t.Fatalf("lease a after the restore: %+v", l)
 	}
-	if v, err := n.Validate(ctx, ValidateRequest{Key: "cam/1", FencingToken: a.FencingToken}); err != nil || v.Valid {
+	if v, err := n.Validate(ctx, wire.ValidateRequest{Key: "cam/1", FencingToken: a.FencingToken}); err != nil || v.Valid {
 		t.Fatalf("a's token after the restore: %v %+v", err, v)
 	}
-	if _, err := n.Renew(ctx, a.LeaseID, a.Token, 0); ErrorCode(err) != CodeLeaseRevoked {
+	if _, err := n.Renew(ctx, a.LeaseID, a.Token, 0); wire.ErrorCode(err) != wire.CodeLeaseRevoked {
 		t.Fatalf("renew a after the restore: %v", err)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "e", TTLMS: 60000}); ErrorCode(err) != CodeLeaseHeld {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "cam/1", Holder: "e", TTLMS: 60000}); wire.ErrorCode(err) != wire.CodeLeaseHeld {
 		t.Fatalf("acquire of a key held before the restore: %v", err)
 	}
 	// The session ended since the save comes back, with its lease on a
@@ -207,7 +209,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if err != nil || gotB.State != "active" || gotB.FencingToken <= maxBefore {
 		t.Fatalf("bound lease after restore: %v %+v (tokens before up to %d)", err, gotB, maxBefore)
 	}
-	if v, err := n.Validate(ctx, ValidateRequest{Key: "cam/2", FencingToken: bound.FencingToken}); err != nil || v.Valid {
+	if v, err := n.Validate(ctx, wire.ValidateRequest{Key: "cam/2", FencingToken: bound.FencingToken}); err != nil || v.Valid {
 		t.Fatalf("the bound lease's old token after the restore: %v %+v", err, v)
 	}
 	if _, err := n.SessionHeartbeat(ctx, sess.SessionID, sess.Token); err != nil {
@@ -218,17 +220,17 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	}
 
 	// Fencing tokens never go back.
-	fresh, _, err := n.Acquire(ctx, AcquireRequest{Key: "new/0", Holder: "f", TTLMS: 60000})
+	fresh, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "new/0", Holder: "f", TTLMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fresh.FencingToken <= gotB.FencingToken {
 		t.Fatalf("fencing token %d after the restore, %d was granted before", fresh.FencingToken, gotB.FencingToken)
 	}
-	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: taken.LeaseID, Token: taken.Token}); err != nil {
+	if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: taken.LeaseID, Token: taken.Token}); err != nil {
 		t.Fatal(err)
 	}
-	again, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "g", TTLMS: 60000})
+	again, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "cam/1", Holder: "g", TTLMS: 60000})
 	if err != nil || again.FencingToken <= fresh.FencingToken {
 		t.Fatalf("reacquire after restore: %v %+v", err, again)
 	}
@@ -243,13 +245,13 @@ func TestSnapshotSaveRestore(t *testing.T) {
 			t.Fatal("live subscription did not end at the restore")
 		}
 	}
-	if ErrorCode(live.Err()) != CodeEventsCompacted {
+	if wire.ErrorCode(live.Err()) != wire.CodeEventsCompacted {
 		t.Fatalf("live subscription ended with %v", live.Err())
 	}
-	if _, err := n.Subscribe(ctx, EventFilter{AfterIndex: lastBefore}); ErrorCode(err) != CodeEventsCompacted {
+	if _, err := n.Subscribe(ctx, wire.EventFilter{AfterIndex: lastBefore}); wire.ErrorCode(err) != wire.CodeEventsCompacted {
 		t.Fatalf("resume from before the restore: %v", err)
 	}
-	sub, err := n.Subscribe(ctx, EventFilter{FromStart: true, Key: "cam/1"})
+	sub, err := n.Subscribe(ctx, wire.EventFilter{FromStart: true, Key: "cam/1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +272,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if l, err := n2.GetLease(ctx, again.LeaseID, false); err != nil || l.FencingToken != again.FencingToken {
 		t.Fatalf("after restart: %v %+v", err, l)
 	}
-	after, _, err := n2.Acquire(ctx, AcquireRequest{Key: "new/1", Holder: "h", TTLMS: 60000})
+	after, _, err := n2.Acquire(ctx, wire.AcquireRequest{Key: "new/1", Holder: "h", TTLMS: 60000})
 	if err != nil || after.FencingToken <= again.FencingToken {
 		t.Fatalf("acquire after restart: %v %+v", err, after)
 	}
@@ -281,11 +283,11 @@ func TestSnapshotSaveRestore(t *testing.T) {
 func TestSnapshotRestoreRefusesBadFiles(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "k", Holder: "a", TTLMS: 60000}); err != nil {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "k", Holder: "a", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
 	file, info := saveSnapshot(t, n)
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "k2", Holder: "a", TTLMS: 60000}); err != nil {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "k2", Holder: "a", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
 	before := allLeases(t, n)
@@ -322,11 +324,11 @@ func TestSnapshotRestoreRefusesBadFiles(t *testing.T) {
 	}
 	for name, b := range cases {
 		_, err := n.RestoreSnapshot(ctx, bytes.NewReader(b))
-		if ErrorCode(err) != CodeInvalidArgument {
+		if wire.ErrorCode(err) != wire.CodeInvalidArgument {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT", name, err)
 			continue
 		}
-		if _, ierr := InspectSnapshotFile(bytes.NewReader(b)); ErrorCode(ierr) != CodeInvalidArgument {
+		if _, ierr := InspectSnapshotFile(bytes.NewReader(b)); wire.ErrorCode(ierr) != wire.CodeInvalidArgument {
 			t.Errorf("%s: inspect says %v", name, ierr)
 		}
 		t.Logf("%s: %v", name, err)
@@ -348,26 +350,26 @@ func TestSnapshotRestoreRefusesBadFiles(t *testing.T) {
 func TestSnapshotRestoreQueuedAcquires(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
-	held, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "a", TTLMS: 60000})
+	held, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "q", Holder: "a", TTLMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
-		l   *Lease
+		l   *wire.Lease
 		err error
 	}
 	waited := make(chan result, 1)
 	go func() {
-		l, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "b", TTLMS: 60000, WaitMS: 60000})
+		l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "q", Holder: "b", TTLMS: 60000, WaitMS: 60000})
 		waited <- result{l, err}
 	}()
 	waitFor(t, 5*time.Second, func() bool {
-		n.waitMu.Lock()
-		defer n.waitMu.Unlock()
-		return len(n.waiters) == 1
+		n.waits.mu.Lock()
+		defer n.waits.mu.Unlock()
+		return len(n.waits.m) == 1
 	})
 	waitFor(t, 5*time.Second, func() bool { // the busy answer counts the queue
-		_, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "probe", TTLMS: 60000})
+		_, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "q", Holder: "probe", TTLMS: 60000})
 		return err != nil && strings.Contains(err.Error(), "1 acquires are queued")
 	})
 	file, _ := saveSnapshot(t, n)
@@ -380,20 +382,20 @@ func TestSnapshotRestoreQueuedAcquires(t *testing.T) {
 	}
 	select {
 	case r := <-waited:
-		if ErrorCode(r.err) != CodeUnavailable {
+		if wire.ErrorCode(r.err) != wire.CodeUnavailable {
 			t.Fatalf("waiting acquire got %v %+v, want UNAVAILABLE", r.err, r.l)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiting acquire was not answered by the restore")
 	}
 	// Releasing the slot hands it to nobody: the queue is empty.
-	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: held.LeaseID, Token: held.Token}); err != nil {
+	if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: held.LeaseID, Token: held.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if active, err := n.ListLeases(ctx, ListRequest{Key: "q", State: "active"}, false); err != nil || len(active.Leases) != 0 {
+	if active, err := n.ListLeases(ctx, wire.ListRequest{Key: "q", State: "active"}, false); err != nil || len(active.Leases) != 0 {
 		t.Fatalf("active after release: %v %+v", err, active)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "c", TTLMS: 60000}); err != nil {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "q", Holder: "c", TTLMS: 60000}); err != nil {
 		t.Fatalf("acquire of the freed key: %v", err)
 	}
 }
@@ -403,7 +405,7 @@ func TestSnapshotRestoreQueuedAcquires(t *testing.T) {
 func TestSnapshotRestoreAcrossNodes(t *testing.T) {
 	ctx := context.Background()
 	src := openNode(t, testConfig(t, ""))
-	l, _, err := src.Acquire(ctx, AcquireRequest{Key: "moved", Holder: "a", TTLMS: 60000})
+	l, _, err := src.Acquire(ctx, wire.AcquireRequest{Key: "moved", Holder: "a", TTLMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +413,7 @@ func TestSnapshotRestoreAcrossNodes(t *testing.T) {
 
 	dst := openNode(t, testConfig(t, ""))
 	for i := range 3 {
-		if _, _, err := dst.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("old/", i), Holder: "b", TTLMS: 60000}); err != nil {
+		if _, _, err := dst.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprint("old/", i), Holder: "b", TTLMS: 60000}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -425,17 +427,17 @@ func TestSnapshotRestoreAcrossNodes(t *testing.T) {
 	if err != nil || got.State != "active" || got.FencingToken <= fenceBefore {
 		t.Fatalf("moved lease: %v %+v (tokens before: up to %d)", err, got, fenceBefore)
 	}
-	if _, _, err := dst.Acquire(ctx, AcquireRequest{Key: "old/0", Holder: "c", TTLMS: 60000}); ErrorCode(err) != CodeLeaseHeld {
+	if _, _, err := dst.Acquire(ctx, wire.AcquireRequest{Key: "old/0", Holder: "c", TTLMS: 60000}); wire.ErrorCode(err) != wire.CodeLeaseHeld {
 		t.Fatalf("acquire of a key held before the restore: %v", err)
 	}
-	if nl, _, err := dst.Acquire(ctx, AcquireRequest{Key: "new/0", Holder: "c", TTLMS: 60000}); err != nil || nl.FencingToken <= got.FencingToken {
+	if nl, _, err := dst.Acquire(ctx, wire.AcquireRequest{Key: "new/0", Holder: "c", TTLMS: 60000}); err != nil || nl.FencingToken <= got.FencingToken {
 		t.Fatalf("acquire after restore: %v %+v (moved: %d)", err, nl, got.FencingToken)
 	}
 
 	cfg := testConfig(t, "")
 	cfg.TickPeriod = 30 * time.Millisecond
 	other := openNode(t, cfg)
-	if _, err := other.RestoreSnapshot(ctx, bytes.NewReader(file)); ErrorCode(err) != CodeInvalidArgument ||
+	if _, err := other.RestoreSnapshot(ctx, bytes.NewReader(file)); wire.ErrorCode(err) != wire.CodeInvalidArgument ||
 		!strings.Contains(err.Error(), "tick period") {
 		t.Fatalf("restore with another tick period: %v", err)
 	}

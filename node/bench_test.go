@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // BenchmarkAcquireRelease measures acquire+release cycles on distinct keys
@@ -23,11 +25,11 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			i++
-			l, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprintf("b/%d/%d", id, i), Holder: "bench", TTLMS: 10000})
+			l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprintf("b/%d/%d", id, i), Holder: "bench", TTLMS: 10000})
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := n.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
+			if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -43,7 +45,7 @@ func BenchmarkRenew(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		id := seq.Add(1)
-		l, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprintf("r/%d", id), Holder: "bench", TTLMS: 60000})
+		l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprintf("r/%d", id), Holder: "bench", TTLMS: 60000})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -66,7 +68,7 @@ func benchNode(b *testing.B) *Node {
 	}
 	b.Cleanup(func() { n.Close() })
 	<-n.Ready()
-	waitFor(b, 5*time.Second, n.isLeaderReady)
+	waitFor(b, 5*time.Second, n.lt.isReady)
 	return n
 }
 
@@ -97,10 +99,10 @@ func expiryStormWrites(b *testing.B, bound bool) {
 	// Each lease's TTL (or the session's) is chosen so that all of them
 	// end at the same moment, end, however long acquiring them takes.
 	end := time.Now().Add(15 * time.Second)
-	var sess *Session
+	var sess *wire.Session
 	if bound {
 		var err error
-		if sess, err = node.CreateSession(ctx, SessionRequest{Holder: "s", TTLMS: time.Until(end).Milliseconds()}); err != nil {
+		if sess, err = node.CreateSession(ctx, wire.SessionRequest{Holder: "s", TTLMS: time.Until(end).Milliseconds()}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -111,7 +113,7 @@ func expiryStormWrites(b *testing.B, bound bool) {
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1); i <= n; i = next.Add(1) {
-				r := AcquireRequest{Key: fmt.Sprint("storm/", i), Holder: "s", TTLMS: time.Until(end).Milliseconds()}
+				r := wire.AcquireRequest{Key: fmt.Sprint("storm/", i), Holder: "s", TTLMS: time.Until(end).Milliseconds()}
 				if sess != nil {
 					r.TTLMS, r.SessionID, r.SessionToken = 0, sess.SessionID, sess.Token
 				}
@@ -152,14 +154,14 @@ func expiryStormWrites(b *testing.B, bound bool) {
 					return
 				default:
 				}
-				var l *Lease
+				var l *wire.Lease
 				err := timed(func() (err error) {
-					l, _, err = node.Acquire(ctx, AcquireRequest{Key: fmt.Sprintf("w/%d/%d", w, i), Holder: "w", TTLMS: 5000})
+					l, _, err = node.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprintf("w/%d/%d", w, i), Holder: "w", TTLMS: 5000})
 					return err
 				})
 				if err == nil {
 					err = timed(func() error {
-						_, err := node.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
+						_, err := node.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
 						return err
 					})
 				}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestLimitWaitersPerKey: the node carries its waiter limits into the log:
@@ -17,18 +19,18 @@ func TestLimitWaitersPerKey(t *testing.T) {
 	n := openNode(t, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "k", Holder: "a", TTLMS: 60000}); err != nil {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "k", Holder: "a", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 2)
 	for i := range 2 {
 		go func() {
-			_, _, err := n.Acquire(ctx, AcquireRequest{Key: "k", Holder: fmt.Sprint("w", i), TTLMS: 60000, WaitMS: 60000})
+			_, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "k", Holder: fmt.Sprint("w", i), TTLMS: 60000, WaitMS: 60000})
 			done <- err
 		}()
 	}
 	waitFor(t, 10*time.Second, func() bool { return queued(n) == 2 })
-	_, _, err := n.Acquire(ctx, AcquireRequest{Key: "k", Holder: "x", TTLMS: 60000, WaitMS: 60000})
+	_, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "k", Holder: "x", TTLMS: 60000, WaitMS: 60000})
 	if !exhausted(err, "waiters_per_key", 2) {
 		t.Fatalf("third waiter: %v, want RESOURCE_EXHAUSTED waiters_per_key 2", err)
 	}
@@ -48,18 +50,18 @@ func TestLimitWaitersPerHolder(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 2)
 	for i := range 3 {
-		if _, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("k", i), Holder: "a", TTLMS: 60000}); err != nil {
+		if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprint("k", i), Holder: "a", TTLMS: 60000}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 2 {
 		go func() {
-			_, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("k", i), Holder: "w", TTLMS: 60000, WaitMS: 60000})
+			_, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprint("k", i), Holder: "w", TTLMS: 60000, WaitMS: 60000})
 			done <- err
 		}()
 	}
 	waitFor(t, 10*time.Second, func() bool { return queued(n) == 2 })
-	_, _, err := n.Acquire(ctx, AcquireRequest{Key: "k2", Holder: "w", TTLMS: 60000, WaitMS: 60000})
+	_, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "k2", Holder: "w", TTLMS: 60000, WaitMS: 60000})
 	if !exhausted(err, "waiters_per_holder", 2) {
 		t.Fatalf("third waiter: %v, want RESOURCE_EXHAUSTED waiters_per_holder 2", err)
 	}
@@ -77,16 +79,16 @@ func TestMaxRetained(t *testing.T) {
 	n := openNode(t, cfg)
 	ctx := context.Background()
 	for i := range 20 {
-		l, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("k", i), Holder: "a", TTLMS: 60000})
+		l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprint("k", i), Holder: "a", TTLMS: 60000})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := n.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
+		if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitFor(t, 10*time.Second, func() bool {
-		list, err := n.ListLeases(ctx, ListRequest{Limit: 1000}, false)
+		list, err := n.ListLeases(ctx, wire.ListRequest{Limit: 1000}, false)
 		return err == nil && len(list.Leases) <= 5
 	})
 }
@@ -111,15 +113,15 @@ func TestListBounded(t *testing.T) {
 		if i%10 == 0 {
 			key = fmt.Sprint("b/", i)
 		}
-		if _, _, err := n.Acquire(ctx, AcquireRequest{Key: key, Holder: "h", TTLMS: 60000}); err != nil {
+		if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: key, Holder: "h", TTLMS: 60000}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := n.CreateSession(ctx, SessionRequest{Holder: fmt.Sprint("h", i%10), TTLMS: 60000}); err != nil {
+		if _, err := n.CreateSession(ctx, wire.SessionRequest{Holder: fmt.Sprint("h", i%10), TTLMS: 60000}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// No key has the prefix: the key index answers at once.
-	page, err := n.ListLeases(ctx, ListRequest{Prefix: "zz/"}, false)
+	page, err := n.ListLeases(ctx, wire.ListRequest{Prefix: "zz/"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +129,7 @@ func TestListBounded(t *testing.T) {
 		t.Fatalf("prefix of no key: %d leases, next %q; want none and no cursor", len(page.Leases), page.Next)
 	}
 	// Keys match, records do not: a bounded walk, then a cursor.
-	page, err = n.ListLeases(ctx, ListRequest{Prefix: "a/", State: "revoked"}, false)
+	page, err = n.ListLeases(ctx, wire.ListRequest{Prefix: "a/", State: "revoked"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +138,7 @@ func TestListBounded(t *testing.T) {
 	}
 	found, pages := 0, 0
 	for after := ""; ; pages++ {
-		page, err := n.ListLeases(ctx, ListRequest{Prefix: "b/", After: after}, false)
+		page, err := n.ListLeases(ctx, wire.ListRequest{Prefix: "b/", After: after}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +179,7 @@ func TestListScanSlots(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := n.ListLeases(ctx, ListRequest{Prefix: "x/"}, true)
+		_, err := n.ListLeases(ctx, wire.ListRequest{Prefix: "x/"}, true)
 		done <- err
 	}()
 	cancel()
@@ -185,7 +187,7 @@ func TestListScanSlots(t *testing.T) {
 		t.Fatalf("listing with every slot taken: %v, want context.Canceled", err)
 	}
 	go func() {
-		_, err := n.ListLeases(context.Background(), ListRequest{Prefix: "x/"}, true)
+		_, err := n.ListLeases(context.Background(), wire.ListRequest{Prefix: "x/"}, true)
 		done <- err
 	}()
 	<-n.rep.scans

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // logBuf collects a node's log lines.
@@ -217,7 +219,7 @@ func TestChaosClockNode(t *testing.T) {
 	}
 	ctx := context.Background()
 	sent := time.Now()
-	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "clock/1", Holder: "w", TTLMS: 1000})
+	l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "clock/1", Holder: "w", TTLMS: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,14 +294,14 @@ func TestChaosClockDiskFault(t *testing.T) {
 	n := openNode(t, cfg)
 	t.Cleanup(func() { chaosDisk.Set(false, 0) }) // before the node closes
 	ctx := context.Background()
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "a", Holder: "h", TTLMS: 1000}); err != nil {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "a", Holder: "h", TTLMS: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	writeFault(t, path, `{"disk_stall": true}`)
 	waitFor(t, 5*time.Second, chaosDisk.Stalled)
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := n.Acquire(ctx, AcquireRequest{Key: "b", Holder: "h", TTLMS: 1000})
+		_, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "b", Holder: "h", TTLMS: 1000})
 		done <- err
 	}()
 	waitFor(t, 5*time.Second, func() bool { return chaosDisk.Waiting() > 0 })

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Close while many writes are in flight: nothing panics and every caller
@@ -18,7 +20,7 @@ func TestCloseUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-n.Ready()
-		waitFor(t, 5*time.Second, n.isLeaderReady)
+		waitFor(t, 5*time.Second, n.lt.isReady)
 		var ok atomic.Int64
 		var wg sync.WaitGroup
 		for w := range 16 {
@@ -27,7 +29,7 @@ func TestCloseUnderLoad(t *testing.T) {
 				defer wg.Done()
 				for i := 0; i < 100000; i++ {
 					// Short TTLs so that expiries (and their events) race the close.
-					if _, _, err := n.Acquire(context.Background(), AcquireRequest{Key: fmt.Sprintf("k%d-%d", w, i), Holder: "h", TTLMS: 50}); err != nil {
+					if _, _, err := n.Acquire(context.Background(), wire.AcquireRequest{Key: fmt.Sprintf("k%d-%d", w, i), Holder: "h", TTLMS: 50}); err != nil {
 						return
 					}
 					ok.Add(1)
@@ -51,27 +53,27 @@ func TestCloseUnderLoad(t *testing.T) {
 func TestIdempotentRetryOfQueuedAcquire(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	bg := context.Background()
-	a, _, err := n.Acquire(bg, AcquireRequest{Key: "k", Holder: "a", TTLMS: 60000})
+	a, _, err := n.Acquire(bg, wire.AcquireRequest{Key: "k", Holder: "a", TTLMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// listeners is the most requests listening for one queued lease.
 	listeners := func() int {
-		n.waitMu.Lock()
-		defer n.waitMu.Unlock()
+		n.waits.mu.Lock()
+		defer n.waits.mu.Unlock()
 		most := 0
-		for _, l := range n.waiters {
+		for _, l := range n.waits.m {
 			most = max(most, len(l))
 		}
 		return most
 	}
-	req := AcquireRequest{Key: "k", Holder: "b", TTLMS: 60000, WaitMS: 4000, IdempotencyKey: "idem-1"}
+	req := wire.AcquireRequest{Key: "k", Holder: "b", TTLMS: 60000, WaitMS: 4000, IdempotencyKey: "idem-1"}
 	ctx1, cancel1 := context.WithCancel(bg)
 	first := make(chan error, 1)
 	go func() { _, _, err := n.Acquire(ctx1, req); first <- err }()
 	waitFor(t, 5*time.Second, func() bool { return listeners() == 1 })
 	type res struct {
-		l   *Lease
+		l   *wire.Lease
 		err error
 	}
 	second := make(chan res, 1)
@@ -81,7 +83,7 @@ func TestIdempotentRetryOfQueuedAcquire(t *testing.T) {
 	if err := <-first; err == nil {
 		t.Fatal("cancelled attempt succeeded")
 	}
-	if _, err := n.Release(bg, ReleaseRequest{LeaseID: a.LeaseID, Token: a.Token}); err != nil {
+	if _, err := n.Release(bg, wire.ReleaseRequest{LeaseID: a.LeaseID, Token: a.Token}); err != nil {
 		t.Fatal(err)
 	}
 	r := <-second
@@ -96,11 +98,11 @@ func TestFromStartAfterWrap(t *testing.T) {
 	cfg.EventHistory = 4
 	n := openNode(t, cfg)
 	for i := range 6 {
-		if _, _, err := n.Acquire(context.Background(), AcquireRequest{Key: fmt.Sprint("k", i), Holder: "h", TTLMS: 5000}); err != nil {
+		if _, _, err := n.Acquire(context.Background(), wire.AcquireRequest{Key: fmt.Sprint("k", i), Holder: "h", TTLMS: 5000}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sub, err := n.Subscribe(context.Background(), EventFilter{FromStart: true})
+	sub, err := n.Subscribe(context.Background(), wire.EventFilter{FromStart: true})
 	if err != nil {
 		t.Fatalf("from start once the ring wrapped: %v", err)
 	}
@@ -110,7 +112,7 @@ func TestFromStartAfterWrap(t *testing.T) {
 		t.Fatalf("no event replayed: %+v", ev)
 	}
 	// Resuming from before the kept history is refused.
-	if _, err := n.Subscribe(context.Background(), EventFilter{After: "1-0"}); ErrorCode(err) != CodeEventsCompacted {
+	if _, err := n.Subscribe(context.Background(), wire.EventFilter{After: "1-0"}); wire.ErrorCode(err) != wire.CodeEventsCompacted {
 		t.Fatalf("resume before history: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestCloseSnapshots: a graceful stop with many entries since the last
@@ -26,11 +27,11 @@ func TestCloseSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-n.Ready()
-	waitFor(t, 5*time.Second, n.isLeaderReady)
+	waitFor(t, 5*time.Second, n.lt.isReady)
 	ctx := context.Background()
 	var ids []string
 	for i := range 20 {
-		l, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("k", i), Holder: "a", TTLMS: 600000})
+		l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprint("k", i), Holder: "a", TTLMS: 600000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,12 +77,12 @@ func TestCloseHandsLeadershipOn(t *testing.T) {
 	var during atomic.Value
 	closeSnapshotHook = func(n *Node) {
 		if n == l {
-			during.Store(n.cl.Raft.State())
+			during.Store(n.cl.State())
 		}
 	}
 	defer func() { closeSnapshotHook = nil }()
 	ctx := context.Background()
-	if _, _, err := l.Acquire(ctx, AcquireRequest{Key: "before", Holder: "a", TTLMS: 60000}); err != nil {
+	if _, _, err := l.Acquire(ctx, wire.AcquireRequest{Key: "before", Holder: "a", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
@@ -93,7 +94,7 @@ func TestCloseHandsLeadershipOn(t *testing.T) {
 		t.Fatal("the stopping server was still the leader when it took its snapshot")
 	}
 	next := c.leader(l.cfg.NodeID)
-	if _, _, err := next.Acquire(ctx, AcquireRequest{Key: "after", Holder: "a", TTLMS: 60000}); err != nil {
+	if _, _, err := next.Acquire(ctx, wire.AcquireRequest{Key: "after", Holder: "a", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
 }

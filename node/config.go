@@ -1,8 +1,11 @@
 package node
 
 import (
+	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/fsm"
 	"log/slog"
 	"time"
 
@@ -76,6 +79,16 @@ type Config struct {
 	// server whose key does not match the recorded check refuses to serve.
 	// Default false.
 	SealKeyRotate bool
+	// GrantKey is this server's grant signing key (Ed25519; package
+	// grant), never replicated. nil: the key in DataDir/grant.key, made at
+	// first start (mode 0600); with InMemory a new key per process.
+	GrantKey ed25519.PrivateKey
+	// GrantKeyRetention is how long the key set (GET /v1/keys) lists a
+	// key after it was retired (a rotation, or its server removed), by
+	// the cluster clock, so that grants it signed before still verify.
+	// 0: retired keys are not listed. Every server should have the same.
+	// Default 24h.
+	GrantKeyRetention time.Duration
 	// RaftTLS, if set, runs Raft traffic over mutual TLS: every peer must
 	// present a certificate from RaftTLS.CAs (see cluster.TLSConfig). nil:
 	// plain TCP. Ignored with InMemory.
@@ -107,6 +120,12 @@ type Config struct {
 	SnapshotThreshold uint64
 	// SnapshotInterval is how often the threshold is checked. Default 30s.
 	SnapshotInterval time.Duration
+	// StateCheckInterval is how often the leader compares the state of
+	// every server (statecheck.go): a server whose state differs from the
+	// majority's takes itself out of service. A server also compares
+	// itself with a majority of the servers when it starts. 0 turns both off. Default
+	// 5 minutes.
+	StateCheckInterval time.Duration
 	// TrailingLogs is how many log entries a snapshot leaves in the log
 	// for followers that lag; a follower further behind is sent the
 	// snapshot instead. 0: Raft's default, 10240.
@@ -117,6 +136,14 @@ type Config struct {
 	ApplyTimeout time.Duration
 	// MaxBatch bounds how many operations share one log entry. Default 1024.
 	MaxBatch int
+	// ApplyStallTimeout: a follower whose applied index has not advanced
+	// for this long while its leader's cluster went on (it knows of
+	// committed entries it has not applied, its Raft loop has not heard
+	// from the leader it still follows, or the leader's log, as gossip
+	// reports it, is ahead of its own) is frozen: not ready (ReadyErr,
+	// /readyz), and leasehold_apply_stalled is 1. A healthy follower
+	// applies a tick every tick period. Default (and 0) 5s.
+	ApplyStallTimeout time.Duration
 
 	// Count limits, each 0 for none. They travel in the commands that
 	// create leases and sessions and are enforced when the command is
@@ -147,6 +174,24 @@ type Config struct {
 	// MaxEventStreams bounds the event subscriptions open on this node at
 	// once (each HTTP event stream is one). Default 1024.
 	MaxEventStreams int
+	// MinFreeDisk is the free-space guard's threshold in bytes: while the
+	// filesystem of DataDir has less free, or a voter reports through
+	// gossip that its own has, the leader refuses writes that grow the
+	// state (acquire, session create) before proposing them, with
+	// RESOURCE_EXHAUSTED (field "min_free_disk"); renewals, heartbeats,
+	// releases and revokes go on. Free space is read every second.
+	// 0 (default): max(DefaultMinFreeDisk (256 MiB), twice the latest
+	// snapshot), which covers one more log segment (64 MiB) and a
+	// snapshot. Negative: off.
+	MinFreeDisk int64
+	// LogFailureTimeout: once every write to Raft's log store has failed
+	// for this long, the node fails (Node.Failed; the server exits with
+	// status 74 for its supervisor to restart it). It fails sooner when
+	// the disk has room again and the log still refuses writes (raft-wal's
+	// sealed segment after a failed rotation never recovers in-process).
+	// 0: DefaultLogFailureTimeout (60s). Negative: only the disk's room
+	// coming back fails it.
+	LogFailureTimeout time.Duration
 	// InMemory keeps log, stable store and snapshots in memory and uses an
 	// in-memory transport (tests only: a crash loses everything).
 	InMemory bool
@@ -170,11 +215,20 @@ type Config struct {
 	// WrapGossip wraps memberlist's transport (UDP packets and TCP streams
 	// on GossipAddr).
 	WrapGossip func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
-	// WrapRaftStores wraps Raft's log store (wal/) and stable store
+	// RaftLog is the Raft log store of a new data dir: "boltdb" (the log
+	// in raft.db) or "wal" (in wal/, raft-wal); empty: cluster's
+	// DefaultLogStore. An existing data dir keeps its store: a RaftLog that
+	// is not the directory's fails Open (see cluster.Config.LogStore).
+	RaftLog string
+	// WrapRaftStores wraps Raft's log store (raft.db or wal/) and stable store
 	// (raft.db), or the in-memory stores, for embedders and tests that inject storage
 	// faults or observe writes; the chaos suite stalls and slows writes
 	// through it. The stores it returns must pass every call on.
 	WrapRaftStores func(raft.LogStore, raft.StableStore) (raft.LogStore, raft.StableStore)
+
+	// Version is this build's version, gossiped to the other servers and
+	// shown in cluster status and metrics; empty: "dev".
+	Version string
 
 	// RaftTimeout, if positive, is Raft's heartbeat and election timeout
 	// (the leader lease is half of it). 0: 500ms, tuned for a LAN. Lower
@@ -186,8 +240,6 @@ type Config struct {
 	FastGossip bool
 
 	// Test hooks: quicker gossip, and Raft timeouts (0: cluster defaults).
-	fastGossip     bool
-	raftTimeout    time.Duration
 	keepGossipPort bool
 	// expireChunk replaces the records a tick or Expire entry ends (0:
 	// expireChunk).
@@ -195,33 +247,52 @@ type Config struct {
 	// olderPeer makes the leader act as if a server of the configuration
 	// ran a version without chunked expiry.
 	olderPeer bool
+	// corruptEntry replaces the panic on a committed entry that does not
+	// decode (a checksum mismatch, say); the replica applies nothing after
+	// it either way.
+	corruptEntry func(index uint64, err error)
+	// peerHashHook and divergedHook stand in for the node-to-node requests
+	// of the state check (statecheck.go) where there are none (in-memory
+	// test clusters); skewApply may change a command before this replica
+	// applies it (a deliberately diverged replica).
+	peerHashHook func(ctx context.Context, id string, at uint64) (string, error)
+	divergedHook func(id string, d divergedNotice)
+	skewApply    func(c fsm.Command) fsm.Command
+	// holdClock, when it returns true, keeps the leader from proposing
+	// ticks and Expire entries (tests that need a lease left due).
+	holdClock func(*Node) bool
+	// diskFree replaces the statfs of the free-space guard (diskguard.go).
+	diskFree func(dir string) (int64, error)
 }
 
 // DefaultConfig returns a single-node configuration on loopback with data in
 // ./leasehold-data.
 func DefaultConfig() Config {
 	return Config{
-		NodeID:            "node1",
-		DataDir:           "./leasehold-data",
-		RaftAddr:          "127.0.0.1:7701",
-		GossipAddr:        "127.0.0.1:7702",
-		HTTPAddr:          "127.0.0.1:7700",
-		BootstrapExpect:   1,
-		JoinTimeout:       time.Minute,
-		MinQuorum:         3,
-		StabilizationTime: 2 * time.Second,
-		TickPeriod:        100 * time.Millisecond,
-		Retention:         time.Hour,
-		MinTTL:            time.Second,
-		MaxTTL:            24 * time.Hour,
-		ControlMaxTTL:     DefaultControlMaxTTL,
-		MaxWait:           5 * time.Minute,
-		MaxLockDelay:      time.Hour,
-		EventHistory:      100000,
-		SnapshotThreshold: 8192,
-		SnapshotInterval:  30 * time.Second,
-		ApplyTimeout:      10 * time.Second,
-		MaxBatch:          1024,
+		NodeID:             "node1",
+		DataDir:            "./leasehold-data",
+		RaftAddr:           "127.0.0.1:7701",
+		GossipAddr:         "127.0.0.1:7702",
+		HTTPAddr:           "127.0.0.1:7700",
+		BootstrapExpect:    1,
+		JoinTimeout:        time.Minute,
+		MinQuorum:          3,
+		StabilizationTime:  2 * time.Second,
+		TickPeriod:         100 * time.Millisecond,
+		Retention:          time.Hour,
+		MinTTL:             time.Second,
+		MaxTTL:             24 * time.Hour,
+		ControlMaxTTL:      DefaultControlMaxTTL,
+		MaxWait:            5 * time.Minute,
+		MaxLockDelay:       time.Hour,
+		EventHistory:       100000,
+		SnapshotThreshold:  8192,
+		SnapshotInterval:   30 * time.Second,
+		StateCheckInterval: 5 * time.Minute,
+		ApplyTimeout:       10 * time.Second,
+		MaxBatch:           1024,
+		ApplyStallTimeout:  DefaultApplyStallTimeout,
+		GrantKeyRetention:  24 * time.Hour,
 
 		MaxLeases:            1_000_000,
 		MaxLeasesPerHolder:   100_000,
@@ -237,11 +308,17 @@ func DefaultConfig() Config {
 // Validate reports the first problem with the configuration.
 func (c Config) Validate() error {
 	var errs []error
+	if c.StateCheckInterval < 0 {
+		errs = append(errs, errors.New("state check interval must not be negative"))
+	}
 	if c.NodeID == "" {
 		errs = append(errs, errors.New("node id is required"))
 	}
 	if c.DataDir == "" && !c.InMemory {
 		errs = append(errs, errors.New("data dir is required"))
+	}
+	if c.RaftLog != "" && c.RaftLog != cluster.LogStoreBoltDB && c.RaftLog != cluster.LogStoreWAL {
+		errs = append(errs, fmt.Errorf("raft log store %q: want %s or %s", c.RaftLog, cluster.LogStoreBoltDB, cluster.LogStoreWAL))
 	}
 	if c.RaftAddr == "" && !c.InMemory {
 		errs = append(errs, errors.New("raft address is required"))
@@ -266,6 +343,9 @@ func (c Config) Validate() error {
 	}
 	if c.ApplyTimeout <= 0 {
 		errs = append(errs, errors.New("apply timeout must be positive"))
+	}
+	if c.ApplyStallTimeout < 0 {
+		errs = append(errs, errors.New("apply stall timeout must not be negative (0: the default)"))
 	}
 	if c.MaxBatch < 1 || c.MaxBatch > 4096 {
 		errs = append(errs, fmt.Errorf("max batch %d outside 1-4096", c.MaxBatch))
@@ -303,8 +383,22 @@ func (c Config) Validate() error {
 	if len(c.SealKey) != 0 && len(c.SealKey) != SealKeyBytes {
 		errs = append(errs, fmt.Errorf("seal key is %d bytes; want %d", len(c.SealKey), SealKeyBytes))
 	}
+	if c.GrantKey != nil && len(c.GrantKey) != ed25519.PrivateKeySize {
+		errs = append(errs, fmt.Errorf("grant key is %d bytes; want an Ed25519 private key (%d)", len(c.GrantKey), ed25519.PrivateKeySize))
+	}
+	if c.GrantKeyRetention < 0 {
+		errs = append(errs, errors.New("grant key retention must not be negative"))
+	}
 	if c.RaftTLS != nil && (c.RaftTLS.Certificate == nil || c.RaftTLS.CAs == nil) {
 		errs = append(errs, errors.New("raft TLS needs both a certificate and a CA pool"))
 	}
 	return errors.Join(errs...)
+}
+
+// version is Version, or "dev" when unset.
+func (c *Config) version() string {
+	if c.Version == "" {
+		return "dev"
+	}
+	return c.Version
 }

@@ -15,7 +15,7 @@ import (
 // key, so it is replicated, expires by committed ticks and survives a leader
 // change like any other lease. Its id is "cl_<hex>", its holder is the id of
 // the WebSocket connection that owns it, its token is hashed in the state
-// like every lease token, and the seed's owner fields travel in its
+// like every lease token, and the control protocol's owner fields travel in its
 // metadata. The public lease API refuses the reserved key and control lease
 // ids: only the control operations below grant, refresh or end it.
 
@@ -28,7 +28,7 @@ const ReservedKeyPrefix = "_leasehold/"
 // ControlScope is the only scope of the control lease in v1.
 const ControlScope = "global"
 
-// Control lease defaults and bounds (the seed's defaults).
+// Control lease defaults and bounds (the control protocol's defaults).
 const (
 	DefaultControlTTL       = 5000 * time.Millisecond
 	DefaultControlHeartbeat = 1000 * time.Millisecond
@@ -47,10 +47,6 @@ const (
 // broke (ControlBreak); the admin's name follows it.
 const ControlBreakReason = "broken_by_admin:"
 
-// CodeLeaseInvalid is the seed's code for a wrong control lease token or id
-// (403). Only the control layer uses it.
-const CodeLeaseInvalid = wire.CodeLeaseInvalid
-
 // Metadata keys of a control lease record.
 const (
 	metaClientName = "client_name"
@@ -63,80 +59,15 @@ const (
 // IsControlLeaseID reports whether id names a control lease.
 func IsControlLeaseID(id string) bool { return strings.HasPrefix(id, "cl_") }
 
-func errControlOnly() *Error {
+func errControlOnly() *wire.Error {
 	return fsm.InvalidField("lease_id", "control leases are granted, refreshed and released only over the control WebSocket")
 }
 
-// ControlState is the seed's canonical lease state. LeaseToken is set only
-// in the answer that granted (or refreshed) the lease to its owner; the
-// *AtMs fields are the cluster clock (committed ticks times the tick
-// period) modulo 2^32, the seed's wrap-tolerant millis(); RemainingMS is the
-// authoritative countdown.
-type ControlState struct {
-	Active              bool   `json:"active"`
-	LeaseID             string `json:"leaseId,omitempty"`
-	LeaseToken          string `json:"leaseToken,omitempty"`
-	Scope               string `json:"scope"`
-	OwnerWSClientID     uint32 `json:"ownerWsClientId,omitempty"`
-	OwnerClientName     string `json:"ownerClientName,omitempty"`
-	OwnerInstanceID     string `json:"ownerInstanceId,omitempty"`
-	AcquiredAtMS        uint32 `json:"acquiredAtMs"`
-	ExpiresAtMS         uint32 `json:"expiresAtMs"`
-	TTLMS               uint32 `json:"ttlMs"`
-	HeartbeatIntervalMS uint32 `json:"heartbeatIntervalMs"`
-	RemainingMS         uint32 `json:"remainingMs"`
-	TakeoverAllowed     bool   `json:"takeoverAllowed"`
-	// Owner is the holder (the owning connection's id); State, EndedAtMS and
-	// EndReason describe an ended lease. None of them is in the seed's
-	// objects; the API leaves them out of what it sends to clients.
-	Owner     string `json:"-"`
-	State     string `json:"-"`
-	EndedAtMS uint32 `json:"-"`
-	EndReason string `json:"-"`
-}
+// controlLease holds the control lease's helpers for one server (the
+// operations themselves are Node's).
+type controlLease struct{ n *Node }
 
-// ControlAcquireRequest asks for the control lease on behalf of a
-// connection. Holder identifies the connection cluster-wide. LeaseID and
-// Token, when set, are the connection's current lease: a re-acquire by its
-// owner refreshes that lease instead of failing.
-type ControlAcquireRequest struct {
-	Holder              string `json:"holder"`
-	ClientName          string `json:"clientName,omitempty"`
-	ClientInstanceID    string `json:"clientInstanceId,omitempty"`
-	WSClientID          uint32 `json:"wsClientId"`
-	TTLMS               int64  `json:"ttlMs,omitempty"`
-	HeartbeatIntervalMS int64  `json:"heartbeatIntervalMs,omitempty"`
-	LeaseID             string `json:"leaseId,omitempty"`
-	Token               string `json:"leaseToken,omitempty"`
-}
-
-// ControlError is a refusal of a control operation with the seed's lock
-// details. It unwraps to its *Error, so ErrorCode and errors.As work.
-type ControlError struct {
-	Err             *Error
-	OwnerClientName string
-	RemainingMS     int64
-}
-
-func (e *ControlError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the contract error.
-func (e *ControlError) Unwrap() error { return e.Err }
-
-func controlLocked(owner string, remainingMS int64, msg string) *ControlError {
-	return &ControlError{Err: &Error{Code: CodeControlLocked, Message: msg, RemainingMS: remainingMS},
-		OwnerClientName: owner, RemainingMS: remainingMS}
-}
-
-func controlExpired(id string) *ControlError {
-	return &ControlError{Err: &Error{Code: CodeLeaseExpired, Message: "control lease " + id + " timed out"}}
-}
-
-func controlInvalid(msg string) *ControlError {
-	return &ControlError{Err: &Error{Code: CodeLeaseInvalid, Message: msg}}
-}
-
-func (n *Node) validateControlAcquire(r *ControlAcquireRequest) *Error {
+func (ctl *controlLease) validateControlAcquire(r *ControlAcquireRequest) *wire.Error {
 	if err := fsm.ValidHolder(r.Holder); err != nil {
 		return err
 	}
@@ -151,10 +82,10 @@ func (n *Node) validateControlAcquire(r *ControlAcquireRequest) *Error {
 	}
 	// The WebSocket's bounds again, where the lease is granted: a request
 	// that reached the leader by another way cannot exceed them.
-	if most := n.controlMaxTTL().Milliseconds(); r.TTLMS < MinControlTTL.Milliseconds() || r.TTLMS > most {
+	if most := ctl.controlMaxTTL().Milliseconds(); r.TTLMS < MinControlTTL.Milliseconds() || r.TTLMS > most {
 		return fsm.InvalidField("ttlMs", "ttlMs must be %d-%d, got %d", MinControlTTL.Milliseconds(), most, r.TTLMS)
 	}
-	if err := n.checkTTL("ttlMs", r.TTLMS); err != nil {
+	if err := ctl.n.cfg.checkTTL("ttlMs", r.TTLMS); err != nil {
 		return err
 	}
 	if r.TTLMS > int64(^uint32(0)) {
@@ -176,15 +107,15 @@ func (n *Node) validateControlAcquire(r *ControlAcquireRequest) *Error {
 }
 
 // controlMaxTTL is the longest TTL the control lease is granted for.
-func (n *Node) controlMaxTTL() time.Duration {
-	most := n.cfg.ControlMaxTTL
+func (ctl *controlLease) controlMaxTTL() time.Duration {
+	most := ctl.n.cfg.ControlMaxTTL
 	if most <= 0 {
 		most = DefaultControlMaxTTL
 	}
-	return min(most, n.cfg.MaxTTL)
+	return min(most, ctl.n.cfg.MaxTTL)
 }
 
-func validControlName(field, s string) *Error {
+func validControlName(field, s string) *wire.Error {
 	if s == "" {
 		return nil
 	}
@@ -205,34 +136,77 @@ func validControlName(field, s string) *Error {
 // lease is CONTROL_LOCKED (a *ControlError with its owner and countdown).
 // Writes need the leader: a follower answers NO_LEADER.
 func (n *Node) ControlAcquire(ctx context.Context, r ControlAcquireRequest) (*ControlState, error) {
-	if err := n.validateControlAcquire(&r); err != nil {
+	if err := n.ctl.validateControlAcquire(&r); err != nil {
 		return nil, err
 	}
 	if r.LeaseID != "" && r.Token != "" {
 		st, err := n.ControlHeartbeat(ctx, r.Holder, r.LeaseID, r.Token)
-		if c := ErrorCode(err); c == CodeLeaseExpired || c == CodeLeaseInvalid {
+		if c := wire.ErrorCode(err); c == wire.CodeLeaseExpired || c == wire.CodeLeaseInvalid {
 			// The owner's lease ran out or ended: a re-acquire grants a new
 			// one. A lease whose countdown reached zero may still be active
-			// until its expiry commits (within two ticks): end it first, so
-			// that its owner is not told its own lease locks it out.
-			if c == CodeLeaseExpired && n.lookupActive(r.LeaseID) != nil {
-				if _, _, err := n.propose(ctx, &fsm.Release{LeaseID: r.LeaseID, TokenHash: hashToken(r.Token),
-					Reason: ReasonTimedOut, WallMS: wallNow().UnixMilli()}); err != nil {
+			// until its expiry commits: end it first, so that its owner is
+			// not told its own lease locks it out.
+			if c == wire.CodeLeaseExpired && n.rep.lookupActive(r.LeaseID) != nil {
+				if err := n.ctl.endOwnControlLease(ctx, r.LeaseID, r.Token); err != nil {
 					return nil, err
 				}
 			}
-			return n.controlGrant(ctx, r)
+			return n.ctl.controlGrant(ctx, r)
 		}
 		if err == nil {
 			st.LeaseToken = r.Token
 		}
 		return st, err
 	}
-	return n.controlGrant(ctx, r)
+	return n.ctl.controlGrant(ctx, r)
 }
 
-func (n *Node) controlGrant(ctx context.Context, r ControlAcquireRequest) (*ControlState, error) {
-	period := n.period()
+// endOwnControlLease ends the control lease id of a re-acquiring owner
+// (token is its own) whose countdown reached zero but which is still
+// active. Before its deadline a release ends it (reported as an expiry).
+// Past it, the lease is due: the state machine refuses the release
+// (LEASE_EXPIRED) and the lease holds the key until its expiry chunk
+// applies, so the expiry chunks of the current tick, due anyway, are
+// proposed here until it has ended.
+func (ctl *controlLease) endOwnControlLease(ctx context.Context, id, token string) error {
+	res, _, err := ctl.n.propose(ctx, &fsm.Release{LeaseID: id, TokenHash: hashToken(token),
+		Reason: ReasonTimedOut, WallMS: wallNow().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	if res.Err == nil {
+		return nil
+	}
+	switch res.Err.Code {
+	case wire.CodeLeaseReleased, wire.CodeLeaseRevoked:
+		return nil // ended meanwhile
+	case wire.CodeLeaseExpired: // ended meanwhile, or due
+	default:
+		return ctl.controlRefusal(id, res.Err)
+	}
+	for tries, most := 0, -1; ; tries++ {
+		ctl.n.rep.mu.RLock()
+		l := ctl.n.rep.f.Lease(id)
+		active := l != nil && l.State == fsm.StateActive
+		tick, backlog := ctl.n.rep.f.Tick(), ctl.n.rep.f.Backlog()
+		ctl.n.rep.mu.RUnlock()
+		if most < 0 {
+			// Every chunk ends up to chunk() records, the lease among
+			// them in its turn; a few more for ticks applied meanwhile.
+			most = backlog/int(ctl.n.tk.chunk()) + 4
+		}
+		if !active || backlog == 0 || !ctl.n.tk.chunkedOK.Load() || tries >= most {
+			// Ended, or not due after all: the grant answers.
+			return nil
+		}
+		if _, _, err := ctl.n.propose(ctx, &fsm.Expire{Tick: tick, WallMS: wallNow().UnixMilli(), Max: ctl.n.tk.chunk()}); err != nil {
+			return err
+		}
+	}
+}
+
+func (ctl *controlLease) controlGrant(ctx context.Context, r ControlAcquireRequest) (*ControlState, error) {
+	period := ctl.n.tk.period()
 	token := newToken()
 	cmd := &fsm.Acquire{
 		LeaseID: newID("cl_"), Key: ControlKey, Holder: r.Holder, Limit: 1, TokenHash: hashToken(token),
@@ -240,7 +214,7 @@ func (n *Node) controlGrant(ctx context.Context, r ControlAcquireRequest) (*Cont
 		Metadata: map[string]string{
 			metaWSClientID: strconv.FormatUint(uint64(r.WSClientID), 10),
 			metaHeartbeat:  strconv.FormatInt(r.HeartbeatIntervalMS, 10),
-			metaNode:       n.cfg.NodeID,
+			metaNode:       ctl.n.cfg.NodeID,
 		},
 	}
 	if r.ClientName != "" {
@@ -249,27 +223,27 @@ func (n *Node) controlGrant(ctx context.Context, r ControlAcquireRequest) (*Cont
 	if r.ClientInstanceID != "" {
 		cmd.Metadata[metaInstanceID] = r.ClientInstanceID
 	}
-	res, _, err := n.propose(ctx, cmd)
+	res, _, err := ctl.n.propose(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
 	if res.Err != nil {
-		if res.Err.Code == CodeLeaseHeld || res.Err.Code == CodeLockDelay {
-			return nil, n.lockedError("Control lease is held by another client")
+		if res.Err.Code == wire.CodeLeaseHeld || res.Err.Code == wire.CodeLockDelay {
+			return nil, ctl.lockedError("Control lease is held by another client")
 		}
 		return nil, res.Err
 	}
-	st := n.controlView(res.Lease)
+	st := ctl.controlView(res.Lease)
 	st.LeaseToken = token
 	return st, nil
 }
 
 // lockedError describes the current owner from this node's state.
-func (n *Node) lockedError(msg string) *ControlError {
-	n.rep.mu.RLock()
-	defer n.rep.mu.RUnlock()
-	for _, l := range n.rep.f.ActiveOnKey(ControlKey) {
-		st := n.controlStateLocked(l)
+func (ctl *controlLease) lockedError(msg string) *ControlError {
+	ctl.n.rep.mu.RLock()
+	defer ctl.n.rep.mu.RUnlock()
+	for _, l := range ctl.n.rep.f.ActiveOnKey(ControlKey) {
+		st := ctl.controlStateLocked(l)
 		return controlLocked(st.OwnerClientName, int64(st.RemainingMS), msg)
 	}
 	return controlLocked("", 0, msg)
@@ -281,7 +255,7 @@ func (n *Node) lockedError(msg string) *ControlError {
 // CONTROL_LOCKED when another connection holds the lease now (or owns
 // this one: the lease belongs to the connection that acquired it).
 func (n *Node) ControlHeartbeat(ctx context.Context, holder, leaseID, token string) (*ControlState, error) {
-	if err := n.controlPrecheck(holder, leaseID, token); err != nil {
+	if err := n.ctl.controlPrecheck(holder, leaseID, token); err != nil {
 		return nil, err
 	}
 	res, _, err := n.propose(ctx, &fsm.Renew{LeaseID: leaseID, TokenHash: hashToken(token), WallMS: wallNow().UnixMilli()})
@@ -289,16 +263,16 @@ func (n *Node) ControlHeartbeat(ctx context.Context, holder, leaseID, token stri
 		return nil, err
 	}
 	if res.Err != nil {
-		return nil, n.controlRefusal(leaseID, res.Err)
+		return nil, n.ctl.controlRefusal(leaseID, res.Err)
 	}
-	return n.controlView(res.Lease), nil
+	return n.ctl.controlView(res.Lease), nil
 }
 
 // ControlRelease ends the control lease leaseID of the connection holder
 // (reason is the owner's, "owner_disconnected" when its connection closed).
 // Errors as ControlHeartbeat.
 func (n *Node) ControlRelease(ctx context.Context, holder, leaseID, token, reason string) (*ControlState, error) {
-	if err := n.controlPrecheck(holder, leaseID, token); err != nil {
+	if err := n.ctl.controlPrecheck(holder, leaseID, token); err != nil {
 		return nil, err
 	}
 	if err := fsm.ValidReason(reason); err != nil {
@@ -309,35 +283,35 @@ func (n *Node) ControlRelease(ctx context.Context, holder, leaseID, token, reaso
 		return nil, err
 	}
 	if res.Err != nil {
-		return nil, n.controlRefusal(leaseID, res.Err)
+		return nil, n.ctl.controlRefusal(leaseID, res.Err)
 	}
-	return n.controlView(res.Lease), nil
+	return n.ctl.controlView(res.Lease), nil
 }
 
 // controlPrecheck refuses, from this node's state, what the state machine
-// would accept but the seed does not: a lease whose countdown reached zero,
+// would accept but the control protocol does not: a lease whose countdown reached zero,
 // or one owned by another connection.
-func (n *Node) controlPrecheck(holder, leaseID, token string) error {
+func (ctl *controlLease) controlPrecheck(holder, leaseID, token string) error {
 	if err := checkControlCreds(leaseID, token); err != nil {
 		return err
 	}
 	if err := fsm.ValidHolder(holder); err != nil {
 		return err
 	}
-	if err := n.ControlCheck(leaseID, token); err != nil {
+	if err := ctl.n.ControlCheck(leaseID, token); err != nil {
 		return err
 	}
-	n.rep.mu.RLock()
-	defer n.rep.mu.RUnlock()
-	if l := n.rep.f.Lease(leaseID); l != nil && l.State == fsm.StateActive && l.Holder != holder {
-		st := n.controlStateLocked(l)
+	ctl.n.rep.mu.RLock()
+	defer ctl.n.rep.mu.RUnlock()
+	if l := ctl.n.rep.f.Lease(leaseID); l != nil && l.State == fsm.StateActive && l.Holder != holder {
+		st := ctl.controlStateLocked(l)
 		return controlLocked(st.OwnerClientName, int64(st.RemainingMS), "the control lease belongs to another connection")
 	}
 	return nil
 }
 
 // checkControlCreds: a lease id that is not a control lease's is
-// LEASE_INVALID (a *ControlError, as every refusal of the seed's codes);
+// LEASE_INVALID (a *ControlError, as every refusal of the control protocol's codes);
 // a missing or oversized token INVALID_ARGUMENT.
 func checkControlCreds(leaseID, token string) error {
 	if leaseID == "" || len(leaseID) > fsm.MaxIDBytes || !IsControlLeaseID(leaseID) {
@@ -384,7 +358,7 @@ func (n *Node) ControlBreak(ctx context.Context, by string) (*ControlState, erro
 	}
 	n.rep.mu.RUnlock()
 	if id == "" {
-		return nil, fsm.Errorf(CodeLeaseNotFound, "no control lease is active")
+		return nil, fsm.Errorf(wire.CodeLeaseNotFound, "no control lease is active")
 	}
 	res, _, err := n.propose(ctx, &fsm.Revoke{LeaseID: id, Reason: reason, WallMS: wallNow().UnixMilli()})
 	if err != nil {
@@ -393,19 +367,19 @@ func (n *Node) ControlBreak(ctx context.Context, by string) (*ControlState, erro
 	if res.Err != nil {
 		return nil, res.Err
 	}
-	return n.controlView(res.Lease), nil
+	return n.ctl.controlView(res.Lease), nil
 }
 
 // controlRefusal turns the state machine's refusal of a renew or release
-// of a control lease into the seed's codes.
-func (n *Node) controlRefusal(leaseID string, e *Error) error {
+// of a control lease into the control protocol's codes.
+func (ctl *controlLease) controlRefusal(leaseID string, e *wire.Error) error {
 	switch e.Code {
-	case CodeLeaseNotFound, CodeLeaseTokenInvalid:
+	case wire.CodeLeaseNotFound, wire.CodeLeaseTokenInvalid:
 		return controlInvalid("leaseId or leaseToken does not match the control lease")
-	case CodeLeaseExpired:
+	case wire.CodeLeaseExpired:
 		return controlExpired(leaseID)
-	case CodeLeaseReleased, CodeLeaseRevoked:
-		if le := n.lockedError("Control lease is held by another client"); le.OwnerClientName != "" || le.RemainingMS > 0 {
+	case wire.CodeLeaseReleased, wire.CodeLeaseRevoked:
+		if le := ctl.lockedError("Control lease is held by another client"); le.OwnerClientName != "" || le.RemainingMS > 0 {
 			return le
 		}
 		return controlInvalid("control lease " + leaseID + " has ended")
@@ -422,9 +396,9 @@ func (n *Node) ControlStatus(ctx context.Context, stale bool) (*ControlState, er
 	n.rep.mu.RLock()
 	defer n.rep.mu.RUnlock()
 	for _, l := range n.rep.f.ActiveOnKey(ControlKey) {
-		return n.controlStateLocked(l), nil
+		return n.ctl.controlStateLocked(l), nil
 	}
-	return n.inactiveControlLocked(), nil
+	return n.ctl.inactiveControlLocked(), nil
 }
 
 // ControlCheck is the gate of routes the control lease protects, against
@@ -446,13 +420,13 @@ func (n *Node) ControlCheck(leaseID, token string) error {
 		return nil
 	}
 	cur := active[0]
-	st := n.controlStateLocked(cur)
+	st := n.ctl.controlStateLocked(cur)
 	locked := func() error {
 		return controlLocked(st.OwnerClientName, int64(st.RemainingMS), "Control lease is held by another client")
 	}
 	if token == "" {
 		e := controlLocked(st.OwnerClientName, int64(st.RemainingMS), "the control lease is active: send its token in X-Control-Lease")
-		e.Err.Code = CodeLeaseRequired
+		e.Err.Code = wire.CodeLeaseRequired
 		return e
 	}
 	h := hashToken(token)
@@ -477,120 +451,4 @@ func (n *Node) ControlCheck(leaseID, token string) error {
 		return controlExpired(leaseID)
 	}
 	return locked()
-}
-
-// ControlEvent turns an event of the control lease into the seed's
-// control.stateChanged: the event name (acquired, heartbeat, released,
-// expired, revoked or ownerDisconnected) and the state after it. ok is
-// false for events of other keys.
-func (n *Node) ControlEvent(ev Event) (name string, st *ControlState, ok bool) {
-	if ev.Lease == nil || ev.Lease.Key != ControlKey {
-		return "", nil, false
-	}
-	n.rep.mu.RLock()
-	period := n.rep.period()
-	var acquiredTick, endedTick uint64
-	if l := n.rep.f.Lease(ev.Lease.LeaseID); l != nil {
-		acquiredTick, endedTick = l.AcquiredTick, l.EndedTick
-	}
-	n.rep.mu.RUnlock()
-	v := ev.Lease
-	st = controlFromView(v.LeaseID, v.Holder, v.State, v.Metadata, v.TTLMS, v.RemainingMS)
-	st.AcquiredAtMS = clusterMS(acquiredTick, period)
-	st.EndReason = v.EndReason
-	switch ev.Type {
-	case "acquired":
-		name = "acquired"
-	case "renewed":
-		name = "heartbeat"
-	case "released":
-		name = "released"
-		switch v.EndReason {
-		case ReasonOwnerDisconnected:
-			name = "ownerDisconnected"
-		case ReasonTimedOut:
-			name = "expired"
-		}
-	case "expired":
-		name = "expired"
-	case "revoked":
-		name = "revoked"
-	default:
-		name = ev.Type
-	}
-	if st.Active {
-		st.ExpiresAtMS = clusterMS(ev.Tick, period) + uint32(v.RemainingMS)
-	} else {
-		st.EndedAtMS = clusterMS(endedTick, period)
-		st.ExpiresAtMS = st.EndedAtMS
-	}
-	return name, st, true
-}
-
-// ReasonOwnerDisconnected is the release reason when the owning connection
-// closed.
-const ReasonOwnerDisconnected = "owner_disconnected"
-
-// ReasonTimedOut ends a control lease whose countdown reached zero before
-// its expiry committed, when its owner acquires again; it is reported as
-// an expiry.
-const ReasonTimedOut = "expired"
-
-// clusterMS is the cluster clock at tick, modulo 2^32 (wrap-tolerant).
-func clusterMS(tick uint64, period int64) uint32 { return uint32(tick * uint64(period)) }
-
-func controlFromView(id, holder, state string, meta map[string]string, ttlMS, remainingMS int64) *ControlState {
-	st := &ControlState{
-		Active: state == string(fsm.StateActive), LeaseID: id, Scope: ControlScope,
-		OwnerClientName: meta[metaClientName], OwnerInstanceID: meta[metaInstanceID],
-		TTLMS: uint32(ttlMS), RemainingMS: uint32(max(0, remainingMS)), Owner: holder, State: state,
-	}
-	if v, err := strconv.ParseUint(meta[metaWSClientID], 10, 32); err == nil {
-		st.OwnerWSClientID = uint32(v)
-	}
-	if v, err := strconv.ParseUint(meta[metaHeartbeat], 10, 32); err == nil {
-		st.HeartbeatIntervalMS = uint32(v)
-	}
-	if !st.Active {
-		st.RemainingMS = 0
-	}
-	return st
-}
-
-func (n *Node) controlView(l *fsm.Lease) *ControlState {
-	n.rep.mu.RLock()
-	defer n.rep.mu.RUnlock()
-	return n.controlStateLocked(l)
-}
-
-// controlStateLocked renders a control lease record; the caller holds
-// n.rep.mu.
-func (n *Node) controlStateLocked(l *fsm.Lease) *ControlState {
-	period := n.rep.period()
-	tick := n.rep.f.Tick()
-	rem := int64(0)
-	if l.State == fsm.StateActive {
-		rem = remaining(l.ExpiresTick, tick, period)
-	}
-	st := controlFromView(l.ID, l.Holder, string(l.State), l.Metadata, l.TTLMS, rem)
-	st.AcquiredAtMS = clusterMS(l.AcquiredTick, period)
-	st.ExpiresAtMS = clusterMS(l.ExpiresTick, period)
-	if l.State != fsm.StateActive {
-		st.EndedAtMS = clusterMS(l.EndedTick, period)
-		st.EndReason = l.EndReason
-	}
-	return st
-}
-
-func (n *Node) inactiveControlLocked() *ControlState {
-	return &ControlState{Scope: ControlScope, TTLMS: uint32(DefaultControlTTL.Milliseconds()),
-		HeartbeatIntervalMS: uint32(DefaultControlHeartbeat.Milliseconds())}
-}
-
-// ControlClock is the cluster clock in milliseconds modulo 2^32 (committed
-// ticks times the tick period), as this node has applied it.
-func (n *Node) ControlClock() uint32 {
-	n.rep.mu.RLock()
-	defer n.rep.mu.RUnlock()
-	return clusterMS(n.rep.f.Tick(), n.rep.period())
 }

@@ -7,11 +7,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
-func wantCode(t *testing.T, err error, code Code) {
+func wantCode(t *testing.T, err error, code wire.Code) {
 	t.Helper()
-	if ErrorCode(err) != code {
+	if wire.ErrorCode(err) != code {
 		t.Fatalf("error = %v, want %s", err, code)
 	}
 }
@@ -46,16 +48,16 @@ func TestControlLeaseOperations(t *testing.T) {
 	// Another connection is locked out, with the owner's details.
 	_, err = n.ControlAcquire(ctx, ControlAcquireRequest{Holder: "ws_b", ClientName: "other"})
 	var ce *ControlError
-	if !errors.As(err, &ce) || ce.Err.Code != CodeControlLocked || ce.OwnerClientName != "K1" || ce.RemainingMS <= 0 {
+	if !errors.As(err, &ce) || ce.Err.Code != wire.CodeControlLocked || ce.OwnerClientName != "K1" || ce.RemainingMS <= 0 {
 		t.Fatalf("second acquire: %v", err)
 	}
 	// ... and cannot use the owner's credentials.
 	_, err = n.ControlHeartbeat(ctx, "ws_b", a.LeaseID, a.LeaseToken)
-	wantCode(t, err, CodeControlLocked)
+	wantCode(t, err, wire.CodeControlLocked)
 	_, err = n.ControlRelease(ctx, "ws_b", a.LeaseID, a.LeaseToken, "x")
-	wantCode(t, err, CodeControlLocked)
+	wantCode(t, err, wire.CodeControlLocked)
 	_, err = n.ControlHeartbeat(ctx, "ws_a", a.LeaseID, "wrong")
-	wantCode(t, err, CodeLeaseInvalid)
+	wantCode(t, err, wire.CodeLeaseInvalid)
 
 	// The owner's re-acquire refreshes the same lease: once the countdown
 	// has moved by 500 ms, the refresh moves the expiry (a tick, not the
@@ -68,25 +70,25 @@ func TestControlLeaseOperations(t *testing.T) {
 	}
 
 	// The gate.
-	wantCode(t, n.ControlCheck("", ""), CodeLeaseRequired)
-	wantCode(t, n.ControlCheck("", "wrong"), CodeLeaseInvalid)
-	wantCode(t, n.ControlCheck(a.LeaseID, "wrong"), CodeLeaseInvalid)
-	wantCode(t, n.ControlCheck("cl_nope", a.LeaseToken+"x"), CodeLeaseInvalid)
+	wantCode(t, n.ControlCheck("", ""), wire.CodeLeaseRequired)
+	wantCode(t, n.ControlCheck("", "wrong"), wire.CodeLeaseInvalid)
+	wantCode(t, n.ControlCheck(a.LeaseID, "wrong"), wire.CodeLeaseInvalid)
+	wantCode(t, n.ControlCheck("cl_nope", a.LeaseToken+"x"), wire.CodeLeaseInvalid)
 	if err := n.ControlCheck("", a.LeaseToken); err != nil {
 		t.Fatalf("gate with the token: %v", err)
 	}
 
 	// The public lease API neither grants the key nor touches the lease.
-	_, _, err = n.Acquire(ctx, AcquireRequest{Key: ControlKey, Holder: "h", TTLMS: 5000})
-	wantCode(t, err, CodeInvalidArgument)
+	_, _, err = n.Acquire(ctx, wire.AcquireRequest{Key: ControlKey, Holder: "h", TTLMS: 5000})
+	wantCode(t, err, wire.CodeInvalidArgument)
 	_, err = n.Renew(ctx, a.LeaseID, a.LeaseToken, 0)
-	wantCode(t, err, CodeInvalidArgument)
-	_, err = n.Release(ctx, ReleaseRequest{LeaseID: a.LeaseID, Token: a.LeaseToken})
-	wantCode(t, err, CodeInvalidArgument)
+	wantCode(t, err, wire.CodeInvalidArgument)
+	_, err = n.Release(ctx, wire.ReleaseRequest{LeaseID: a.LeaseID, Token: a.LeaseToken})
+	wantCode(t, err, wire.CodeInvalidArgument)
 	_, err = n.Revoke(ctx, a.LeaseID, "x")
-	wantCode(t, err, CodeInvalidArgument)
-	_, err = n.Heartbeat(ctx, []HeartbeatItem{{LeaseID: a.LeaseID, Token: a.LeaseToken}})
-	wantCode(t, err, CodeInvalidArgument)
+	wantCode(t, err, wire.CodeInvalidArgument)
+	_, err = n.Heartbeat(ctx, []wire.HeartbeatItem{{LeaseID: a.LeaseID, Token: a.LeaseToken}})
+	wantCode(t, err, wire.CodeInvalidArgument)
 	if s, _ := n.ControlStatus(ctx, false); !s.Active || s.LeaseID != a.LeaseID {
 		t.Fatalf("status after refused calls = %+v", s)
 	}
@@ -101,15 +103,15 @@ func TestControlLeaseOperations(t *testing.T) {
 	if err != nil || b.LeaseID == a.LeaseID || b.HeartbeatIntervalMS != 333 {
 		t.Fatalf("acquire after release = %+v, %v", b, err)
 	}
-	wantCode(t, n.ControlCheck(a.LeaseID, a.LeaseToken), CodeControlLocked)
+	wantCode(t, n.ControlCheck(a.LeaseID, a.LeaseToken), wire.CodeControlLocked)
 	_, err = n.ControlHeartbeat(ctx, "ws_a", a.LeaseID, a.LeaseToken)
-	wantCode(t, err, CodeControlLocked)
+	wantCode(t, err, wire.CodeControlLocked)
 
 	// b expires without heartbeats: LEASE_EXPIRED for its owner, and the
 	// gate is open again.
 	waitFor(t, 10*time.Second, func() bool { s, _ := n.ControlStatus(ctx, true); return !s.Active })
 	_, err = n.ControlHeartbeat(ctx, "ws_b", b.LeaseID, b.LeaseToken)
-	wantCode(t, err, CodeLeaseExpired)
+	wantCode(t, err, wire.CodeLeaseExpired)
 	if err := n.ControlCheck("", ""); err != nil {
 		t.Fatalf("gate after expiry: %v", err)
 	}
@@ -117,7 +119,7 @@ func TestControlLeaseOperations(t *testing.T) {
 	if _, err := n.ControlAcquire(ctx, ControlAcquireRequest{Holder: "ws_c"}); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, n.ControlCheck(b.LeaseID, b.LeaseToken), CodeLeaseExpired)
+	wantCode(t, n.ControlCheck(b.LeaseID, b.LeaseToken), wire.CodeLeaseExpired)
 }
 
 // TestControlBadInputChangesNothing: invalid requests are refused before
@@ -132,14 +134,14 @@ func TestControlBadInputChangesNothing(t *testing.T) {
 		{Holder: "ws_a", TTLMS: 10},
 		{Holder: "ws_a", TTLMS: 5000, HeartbeatIntervalMS: 4000},
 	} {
-		if _, err := n.ControlAcquire(ctx, r); ErrorCode(err) != CodeInvalidArgument {
+		if _, err := n.ControlAcquire(ctx, r); wire.ErrorCode(err) != wire.CodeInvalidArgument {
 			t.Errorf("%+v: %v", r, err)
 		}
 	}
-	if _, err := n.ControlHeartbeat(ctx, "ws_a", "ls_1", "t"); ErrorCode(err) != CodeLeaseInvalid {
+	if _, err := n.ControlHeartbeat(ctx, "ws_a", "ls_1", "t"); wire.ErrorCode(err) != wire.CodeLeaseInvalid {
 		t.Errorf("heartbeat of a plain lease id: %v", err)
 	}
-	if _, err := n.ControlRelease(ctx, "ws_a", "cl_1", "", "x"); ErrorCode(err) != CodeInvalidArgument {
+	if _, err := n.ControlRelease(ctx, "ws_a", "cl_1", "", "x"); wire.ErrorCode(err) != wire.CodeInvalidArgument {
 		t.Errorf("release without token: %v", err)
 	}
 	// Only ticks may have been applied meanwhile.
@@ -164,11 +166,11 @@ func TestControlAcquireBoundsAtApply(t *testing.T) {
 		{Holder: "ws_a", TTLMS: 5000, LeaseID: "cl_1", Token: strings.Repeat("t", MaxControlTokenBytes+1)},
 		{Holder: "ws_a", TTLMS: 5000, LeaseID: "ls_1", Token: "t"},
 	} {
-		if _, err := n.ControlAcquire(ctx, r); ErrorCode(err) != CodeInvalidArgument {
+		if _, err := n.ControlAcquire(ctx, r); wire.ErrorCode(err) != wire.CodeInvalidArgument {
 			t.Errorf("%+v: %v", r, err)
 		}
 	}
-	if _, err := n.ControlHeartbeat(ctx, "ws_a", "cl_1", strings.Repeat("t", MaxControlTokenBytes+1)); ErrorCode(err) != CodeInvalidArgument {
+	if _, err := n.ControlHeartbeat(ctx, "ws_a", "cl_1", strings.Repeat("t", MaxControlTokenBytes+1)); wire.ErrorCode(err) != wire.CodeInvalidArgument {
 		t.Errorf("heartbeat with an oversized token: %v", err)
 	}
 	if s, _ := n.ControlStatus(ctx, true); s.Active {
@@ -186,7 +188,7 @@ func TestControlAcquireBoundsAtApply(t *testing.T) {
 func TestControlBreakNode(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
-	if _, err := n.ControlBreak(ctx, "ops"); ErrorCode(err) != CodeLeaseNotFound {
+	if _, err := n.ControlBreak(ctx, "ops"); wire.ErrorCode(err) != wire.CodeLeaseNotFound {
 		t.Fatalf("break with no lease: %v", err)
 	}
 	a, err := n.ControlAcquire(ctx, ControlAcquireRequest{Holder: "ws_a", TTLMS: 30000})
@@ -221,7 +223,7 @@ func TestClusterControlLeaseSurvivesFailover(t *testing.T) {
 		}
 	}
 	_, err := f.ControlAcquire(ctx, ControlAcquireRequest{Holder: "ws_f"})
-	wantCode(t, err, CodeNoLeader)
+	wantCode(t, err, wire.CodeNoLeader)
 	st, err := l.ControlAcquire(ctx, ControlAcquireRequest{Holder: "ws_a", ClientName: "K1", TTLMS: 30000})
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +240,7 @@ func TestClusterControlLeaseSurvivesFailover(t *testing.T) {
 	if err != nil || !s.Active || s.LeaseID != st.LeaseID || s.OwnerClientName != "K1" {
 		t.Fatalf("status on the new leader = %+v, %v", s, err)
 	}
-	if s.RemainingMS > before.RemainingMS+uint32(nl.period().Milliseconds()) {
+	if s.RemainingMS > before.RemainingMS+uint32(nl.tk.period().Milliseconds()) {
 		t.Fatalf("remaining %d on the new leader, %d before: reset", s.RemainingMS, before.RemainingMS)
 	}
 	// The owner's token still works on the new leader, and the gate knows it.
@@ -268,12 +270,12 @@ func TestControlCountdownZeroIsExpired(t *testing.T) {
 		return s.Active && s.RemainingMS == 0
 	})
 	// Still active in the state machine: the window this test is about.
-	if n.lookupActive(a.LeaseID) == nil {
+	if n.rep.lookupActive(a.LeaseID) == nil {
 		t.Skip("the expiry committed before the checks could run (machine too slow for the window)")
 	}
-	wantCode(t, n.ControlCheck("", a.LeaseToken), CodeLeaseExpired)
+	wantCode(t, n.ControlCheck("", a.LeaseToken), wire.CodeLeaseExpired)
 	_, err = n.ControlHeartbeat(ctx, "ws_a", a.LeaseID, a.LeaseToken)
-	wantCode(t, err, CodeLeaseExpired)
+	wantCode(t, err, wire.CodeLeaseExpired)
 	b, err := n.ControlAcquire(ctx, ControlAcquireRequest{Holder: "ws_a", LeaseID: a.LeaseID, Token: a.LeaseToken})
 	if err != nil || b.LeaseID == a.LeaseID || !b.Active {
 		t.Fatalf("re-acquire at zero = %+v, %v", b, err)

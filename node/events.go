@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // hubEvent is an event as applied, with what rendering it needs later.
@@ -26,11 +27,11 @@ type hubEvent struct {
 
 type sharedEvent struct {
 	once sync.Once
-	ev   Event
+	ev   wire.Event
 }
 
 // render returns the subscriber view of e, computed once per event.
-func (e *hubEvent) render() Event {
+func (e *hubEvent) render() wire.Event {
 	if e.shared == nil {
 		return renderEvent(e)
 	}
@@ -150,7 +151,7 @@ func (h *hub) position(after eventID) (uint64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if after.less(h.floor) {
-		return 0, &Error{Code: CodeEventsCompacted, Message: fmt.Sprintf(
+		return 0, &wire.Error{Code: wire.CodeEventsCompacted, Message: fmt.Sprintf(
 			"event history no longer reaches back to %s; the oldest resumable point is %s", after, h.floor)}
 	}
 	n := uint64(len(h.ring))
@@ -169,7 +170,7 @@ func (h *hub) position(after eventID) (uint64, error) {
 
 // Subscription delivers events matching a filter, in log order.
 type Subscription struct {
-	ch     chan Event
+	ch     chan wire.Event
 	cancel context.CancelFunc
 	err    atomic.Pointer[error]
 	done   chan struct{}
@@ -179,7 +180,7 @@ type Subscription struct {
 // ends: Close was called, the node closed, or the subscriber fell so far
 // behind that history was overwritten (Err says which). An event's Lease and
 // Session are shared with every other subscriber: treat them as read-only.
-func (s *Subscription) Events() <-chan Event { return s.ch }
+func (s *Subscription) Events() <-chan wire.Event { return s.ch }
 
 // Err reports why the subscription ended, nil while it runs or after Close.
 func (s *Subscription) Err() error {
@@ -200,7 +201,7 @@ func (s *Subscription) Close() {
 // with INVALID_ARGUMENT on a malformed resume id, and with
 // RESOURCE_EXHAUSTED (field "event_streams") when Config.MaxEventStreams
 // subscriptions are open on this node.
-func (n *Node) Subscribe(ctx context.Context, f EventFilter) (*Subscription, error) {
+func (n *Node) Subscribe(ctx context.Context, f wire.EventFilter) (*Subscription, error) {
 	h := n.hub
 	var pos uint64
 	var after eventID // events up to this id are never delivered
@@ -238,7 +239,7 @@ func (n *Node) Subscribe(ctx context.Context, f EventFilter) (*Subscription, err
 			"this node has %d event streams open, its limit", n.cfg.MaxEventStreams)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Subscription{ch: make(chan Event, 256), cancel: cancel, done: make(chan struct{})}
+	s := &Subscription{ch: make(chan wire.Event, 256), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer h.streams.Add(-1)
 		defer close(s.done)
@@ -253,7 +254,7 @@ func (s *Subscription) fail(err error) { s.err.Store(&err) }
 // run delivers events from ring position pos. Events not after the resume
 // point are skipped: a node still replaying its log at startup may not have
 // reached that point when the subscription began.
-func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, after eventID, f EventFilter) {
+func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, after eventID, f wire.EventFilter) {
 	batch := make([]hubEvent, 0, 256)
 	for {
 		h.mu.Lock()
@@ -266,9 +267,9 @@ func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, after eventI
 			restored := pos < h.resetAt
 			h.mu.Unlock()
 			if restored {
-				s.fail(&Error{Code: CodeEventsCompacted, Message: "the state was replaced by a snapshot; read it again and subscribe anew"})
+				s.fail(&wire.Error{Code: wire.CodeEventsCompacted, Message: "the state was replaced by a snapshot; read it again and subscribe anew"})
 			} else {
-				s.fail(&Error{Code: CodeEventsCompacted, Message: "subscriber fell behind the event history; resume from the last event id received"})
+				s.fail(&wire.Error{Code: wire.CodeEventsCompacted, Message: "subscriber fell behind the event history; resume from the last event id received"})
 			}
 			return
 		}
@@ -307,7 +308,7 @@ func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, after eventI
 	}
 }
 
-func matches(e *hubEvent, f EventFilter) bool {
+func matches(e *hubEvent, f wire.EventFilter) bool {
 	if f.Key != "" && e.Key != f.Key {
 		return false
 	}

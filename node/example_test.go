@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Embedding a node: a single-node cluster in the process, its state in a
@@ -32,22 +33,22 @@ func Example() {
 	}
 
 	ctx := context.Background()
-	l, _, err := n.Acquire(ctx, node.AcquireRequest{Key: "tuner/3", Holder: "app", TTLMS: 10_000})
+	l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "tuner/3", Holder: "app", TTLMS: 10_000})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(l.Key, l.Holder, l.State)
 
-	_, _, err = n.Acquire(ctx, node.AcquireRequest{Key: "tuner/3", Holder: "other", TTLMS: 10_000})
-	fmt.Println("other:", node.ErrorCode(err))
+	_, _, err = n.Acquire(ctx, wire.AcquireRequest{Key: "tuner/3", Holder: "other", TTLMS: 10_000})
+	fmt.Println("other:", wire.ErrorCode(err))
 
-	v, err := n.Validate(ctx, node.ValidateRequest{Key: "tuner/3", FencingToken: l.FencingToken})
+	v, err := n.Validate(ctx, wire.ValidateRequest{Key: "tuner/3", FencingToken: l.FencingToken})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("fencing token valid:", v.Valid)
 
-	if _, err := n.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
+	if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
 		log.Fatal(err)
 	}
 	// Output:

@@ -7,25 +7,26 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // startStorm subscribes to storm/ events, then acquires n leases on
 // storm/0..n-1 with a TTL of 1.5 s: every one bound to a session that is
 // never heartbeaten if bound, else every other one.
-func startStorm(t *testing.T, n0 *Node, n int, bound bool) (*Subscription, *Session) {
+func startStorm(t *testing.T, n0 *Node, n int, bound bool) (*Subscription, *wire.Session) {
 	t.Helper()
 	ctx := context.Background()
-	sub, err := n0.Subscribe(ctx, EventFilter{Prefix: "storm/"})
+	sub, err := n0.Subscribe(ctx, wire.EventFilter{Prefix: "storm/"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sub.Close() })
-	sess, err := n0.CreateSession(ctx, SessionRequest{Holder: "s", TTLMS: 1500})
+	sess, err := n0.CreateSession(ctx, wire.SessionRequest{Holder: "s", TTLMS: 1500})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
-		r := AcquireRequest{Key: fmt.Sprint("storm/", i), Holder: "s", TTLMS: 1500}
+		r := wire.AcquireRequest{Key: fmt.Sprint("storm/", i), Holder: "s", TTLMS: 1500}
 		if bound || i%2 == 1 {
 			r.TTLMS, r.SessionID, r.SessionToken = 0, sess.SessionID, sess.Token
 		}
@@ -77,7 +78,7 @@ func TestExpiryStormChunked(t *testing.T) {
 	if len(perIndex) < n/chunk || len(perIndex) <= len(ticks)+3 {
 		t.Fatalf("%d leases expired in %d entries over %d ticks", n, len(perIndex), len(ticks))
 	}
-	if _, err := n0.SessionHeartbeat(ctx, sess.SessionID, sess.Token); ErrorCode(err) != CodeSessionEnded {
+	if _, err := n0.SessionHeartbeat(ctx, sess.SessionID, sess.Token); wire.ErrorCode(err) != wire.CodeSessionEnded {
 		t.Fatalf("heartbeat after the storm: %v", err)
 	}
 }
@@ -106,11 +107,11 @@ func TestChunkedExpiryWaitsForEveryServer(t *testing.T) {
 	cfg := testConfig(t, "")
 	cfg.expireChunk = 20
 	n0 := openNode(t, cfg)
-	if n0.chunkedOK.Store(false); n0.tickChunk() != 0 {
-		t.Fatalf("tick chunk %d before every server reads limited ticks, want 0 (an unlimited tick)", n0.tickChunk())
+	if n0.tk.chunkedOK.Store(false); n0.tk.tickChunk() != 0 {
+		t.Fatalf("tick chunk %d before every server reads limited ticks, want 0 (an unlimited tick)", n0.tk.tickChunk())
 	}
-	if n0.chunkedOK.Store(true); n0.tickChunk() != 20 {
-		t.Fatalf("tick chunk %d once every server reads limited ticks, want 20", n0.tickChunk())
+	if n0.tk.chunkedOK.Store(true); n0.tk.tickChunk() != 20 {
+		t.Fatalf("tick chunk %d once every server reads limited ticks, want 20", n0.tk.tickChunk())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // FuzzParseEventID: the Last-Event-ID parser (also ?after= of a
@@ -104,8 +105,8 @@ func FuzzSnapshotFile(f *testing.F) {
 		}
 		info, err := InspectSnapshotFile(bytes.NewReader(file))
 		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || e.Code != CodeInvalidArgument || e.Message == "" {
+			var e *wire.Error
+			if !errors.As(err, &e) || e.Code != wire.CodeInvalidArgument || e.Message == "" {
 				t.Fatalf("refusal is not INVALID_ARGUMENT: %#v", err)
 			}
 			if info != nil {

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestHostileLoad (make hostile; LEASEHOLD_HOSTILE=1) drives one in-memory
@@ -53,11 +55,11 @@ func TestHostileLoad(t *testing.T) {
 	defer stop()
 
 	// The probe: a lease renewed every 10 ms.
-	probe, _, err := n.Acquire(ctx, AcquireRequest{Key: "probe", Holder: "probe", TTLMS: 60000})
+	probe, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "probe", Holder: "probe", TTLMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "hot", Holder: "owner", TTLMS: 600000}); err != nil {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "hot", Holder: "owner", TTLMS: 600000}); err != nil {
 		t.Fatal(err)
 	}
 	tick0, wall0 := n.fsmTick(), time.Now()
@@ -82,7 +84,7 @@ func TestHostileLoad(t *testing.T) {
 
 	// Subscribers, draining their streams.
 	for i := range subs {
-		s, err := n.Subscribe(ctx, EventFilter{})
+		s, err := n.Subscribe(ctx, wire.EventFilter{})
 		if err != nil {
 			t.Fatalf("subscriber %d: %v", i, err)
 		}
@@ -98,7 +100,7 @@ func TestHostileLoad(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, err := n.Acquire(ctx, AcquireRequest{Key: "hot", Holder: fmt.Sprint("w", i%500), TTLMS: 60000,
+			_, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "hot", Holder: fmt.Sprint("w", i%500), TTLMS: 60000,
 				WaitMS: int64(1000 + (i*5000)/max(waiters, 1))})
 			if err != nil {
 				if exhaustedErr(err) {
@@ -118,11 +120,11 @@ func TestHostileLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := c; i < churn && ctx.Err() == nil; i += churners {
-				l, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("churn/", i), Holder: fmt.Sprint("c", c), TTLMS: 60000})
+				l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprint("churn/", i), Holder: fmt.Sprint("c", c), TTLMS: 60000})
 				if err != nil {
 					continue
 				}
-				if _, err := n.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err == nil {
+				if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err == nil {
 					churned.Add(1)
 				}
 			}
@@ -141,7 +143,7 @@ func TestHostileLoad(t *testing.T) {
 			for listCtx.Err() == nil {
 				after := ""
 				for listCtx.Err() == nil {
-					page, err := n.ListLeases(listCtx, ListRequest{Prefix: "nothing/", After: after, Limit: 1000}, true)
+					page, err := n.ListLeases(listCtx, wire.ListRequest{Prefix: "nothing/", After: after, Limit: 1000}, true)
 					if err != nil {
 						break
 					}
@@ -203,6 +205,6 @@ func (n *Node) fsmTick() uint64 {
 }
 
 func exhaustedErr(err error) bool {
-	e, ok := err.(*Error)
-	return ok && e.Code == CodeResourceExhausted
+	e, ok := err.(*wire.Error)
+	return ok && e.Code == wire.CodeResourceExhausted
 }

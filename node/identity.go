@@ -27,6 +27,7 @@ import (
 
 // identity holds this server's cluster id.
 type identity struct {
+	n       *Node
 	id      atomic.Pointer[string]
 	path    string // "" with InMemory
 	persist atomic.Pointer[string]
@@ -115,32 +116,32 @@ func syncDir(dir string) error {
 
 // clusterID is the id this server goes by: the replicated one once
 // applied, else the one in its data directory; "" when it has none.
-func (n *Node) clusterID() string {
-	n.rep.mu.RLock()
-	id := n.rep.f.ClusterID()
-	n.rep.mu.RUnlock()
+func (ci *identity) clusterID() string {
+	ci.n.rep.mu.RLock()
+	id := ci.n.rep.f.ClusterID()
+	ci.n.rep.mu.RUnlock()
 	if id != "" {
 		return id
 	}
-	return n.idn.get()
+	return ci.get()
 }
 
 // syncClusterID keeps the data directory's id equal to the replicated one.
-func (n *Node) syncClusterID() {
-	n.rep.mu.RLock()
-	id := n.rep.f.ClusterID()
-	n.rep.mu.RUnlock()
-	if id == "" || id == n.idn.get() {
+func (ci *identity) syncClusterID() {
+	ci.n.rep.mu.RLock()
+	id := ci.n.rep.f.ClusterID()
+	ci.n.rep.mu.RUnlock()
+	if id == "" || id == ci.get() {
 		return
 	}
-	if old := n.idn.get(); old != "" {
-		n.log.Warn("the replicated cluster id differs from the data directory's; taking the replicated one", "cluster_id", id, "was", old)
+	if old := ci.get(); old != "" {
+		ci.n.log.Warn("the replicated cluster id differs from the data directory's; taking the replicated one", "cluster_id", id, "was", old)
 	}
-	if err := n.idn.set(id); err != nil {
-		n.log.Error("recording the cluster id", "err", err)
+	if err := ci.set(id); err != nil {
+		ci.n.log.Error("recording the cluster id", "err", err)
 		return
 	}
-	n.mem.gossip.UpdateMeta()
+	ci.n.mem.gossip.UpdateMeta()
 }
 
 // recordClusterID runs on the leader (each reconcile pass): a state without
@@ -149,37 +150,37 @@ func (n *Node) syncClusterID() {
 // configuration runs a version that knows the ClusterID entry (an earlier
 // version stops on an entry type it does not know: a rolling upgrade
 // records the id once it is complete).
-func (n *Node) recordClusterID(ctx context.Context, conf raft.Configuration) {
-	n.rep.mu.RLock()
-	have := n.rep.f.ClusterID()
-	n.rep.mu.RUnlock()
+func (ci *identity) recordClusterID(ctx context.Context, conf raft.Configuration) {
+	ci.n.rep.mu.RLock()
+	have := ci.n.rep.f.ClusterID()
+	ci.n.rep.mu.RUnlock()
 	if have != "" {
 		return
 	}
 	for _, s := range conf.Servers {
-		if string(s.ID) == n.cfg.NodeID {
+		if string(s.ID) == ci.n.cfg.NodeID {
 			continue
 		}
-		if p, ok := n.mem.gossip.Peer(string(s.ID)); !ok || !p.RaftHello {
+		if p, ok := ci.n.mem.gossip.Peer(string(s.ID)); !ok || !p.RaftHello {
 			return
 		}
 	}
-	id := n.idn.get()
+	id := ci.get()
 	if id == "" {
 		id = randomHex(16)
 	}
-	res, _, err := n.propose(ctx, &fsm.ClusterID{ID: id})
+	res, _, err := ci.n.propose(ctx, &fsm.ClusterID{ID: id})
 	if err == nil && res.Err != nil {
 		err = res.Err
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			n.log.Warn("leadership: recording the cluster id failed", "err", err)
+			ci.n.log.Warn("leadership: recording the cluster id failed", "err", err)
 		}
 		return
 	}
-	n.log.Info("recorded the cluster id", "cluster_id", id)
-	n.syncClusterID()
+	ci.n.log.Info("recorded the cluster id", "cluster_id", id)
+	ci.syncClusterID()
 }
 
 // admitRaft decides whether a Raft connection may reach this server while it
@@ -191,11 +192,11 @@ func (n *Node) recordClusterID(ctx context.Context, conf raft.Configuration) {
 // peer without identity is a cluster being formed by bootstrap-expect (the
 // first server to bootstrap asks the others for votes before they have
 // bootstrapped themselves) or one from before identities: admitted.
-func (n *Node) admitRaft(peerCluster string) error {
-	if n.hadState.Load() {
+func (ci *identity) admitRaft(peerCluster string) error {
+	if ci.n.hadState.Load() {
 		return nil
 	}
-	m := n.mem
+	m := ci.n.mem
 	m.mu.Lock()
 	v := m.remote
 	m.mu.Unlock()
@@ -207,21 +208,21 @@ func (n *Node) admitRaft(peerCluster string) error {
 	case v.ClusterID != "" && peerCluster != "" && v.ClusterID != peerCluster:
 		err = fmt.Errorf("gossip names cluster %s, the peer is of cluster %s", v.ClusterID, peerCluster)
 	default:
-		if rec, ok := v.member(n.cfg.NodeID); ok && v.hasServer(n.cfg.NodeID) && !rec.Removed && rec.Incarnation != m.incarnation {
+		if rec, ok := v.member(ci.n.cfg.NodeID); ok && v.hasServer(ci.n.cfg.NodeID) && !rec.Removed && rec.Incarnation != m.incarnation {
 			err = fmt.Errorf("the cluster still lists %s as a voter with another data directory (%s, this one %s): "+
-				"waiting for its leader to replace the old member", n.cfg.NodeID, rec.Incarnation, m.incarnation)
+				"waiting for its leader to replace the old member", ci.n.cfg.NodeID, rec.Incarnation, m.incarnation)
 		}
 	}
 	if err != nil {
-		n.gated.Store(time.Now().UnixNano())
+		ci.n.gated.Store(time.Now().UnixNano())
 	}
 	return err
 }
 
 // legacyPeer: gossip shows the server at Raft address addr runs a version
 // whose Raft connections do not start with the cluster id exchange.
-func (n *Node) legacyPeer(addr raft.ServerAddress) bool {
-	g := n.mem.gossip
+func (ci *identity) legacyPeer(addr raft.ServerAddress) bool {
+	g := ci.n.mem.gossip
 	if g == nil {
 		return false
 	}
@@ -236,11 +237,11 @@ func (n *Node) legacyPeer(addr raft.ServerAddress) bool {
 // otherClusterErr says what the operator must do when gossip shows that this
 // server's id belongs to cluster theirs while this data directory holds
 // cluster ours.
-func (n *Node) otherClusterErr(ours, theirs string, v *clusterView) error {
+func (ci *identity) otherClusterErr(ours, theirs string, v *clusterView) error {
 	return fmt.Errorf("this server (%s) holds cluster %s, but cluster %s (servers %s) knows its id: "+
 		"its data directory was wiped or replaced and it formed a new cluster on its own at start. "+
 		"It exchanges no Raft traffic with cluster %s and serves nothing. Stop it, wipe its data directory "+
 		"and start it with --join naming a server of cluster %s (the leader replaces the old member); "+
 		"do not start a wiped server without --join",
-		n.cfg.NodeID, ours, theirs, strings.Join(v.Servers, ","), theirs, theirs)
+		ci.n.cfg.NodeID, ours, theirs, strings.Join(v.Servers, ","), theirs, theirs)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/internal/diskfault"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // faultyCluster is threeNodes with every node's Raft stores behind a
@@ -79,7 +80,7 @@ func TestLeaderWithStalledDiskStepsDown(t *testing.T) {
 	waitFor(t, 20*time.Second, func() bool {
 		for _, id := range []string{"n1", "n2", "n3"} {
 			n := c.node(id)
-			if id == lid || n.cl.Raft.State() != raft.Leader || !n.isLeaderReady() {
+			if id == lid || !n.cl.IsLeader() || !n.lt.isReady() {
 				continue
 			}
 			if n.tickNow() > tick+2 {
@@ -96,7 +97,7 @@ func TestLeaderWithStalledDiskStepsDown(t *testing.T) {
 	// The new leader serves writes while the old one's disk is stalled.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, _, err := nl.Acquire(ctx, AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000}); err != nil {
+	if _, _, err := nl.Acquire(ctx, wire.AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000}); err != nil {
 		t.Fatalf("acquire on the new leader: %v", err)
 	}
 
@@ -104,7 +105,7 @@ func TestLeaderWithStalledDiskStepsDown(t *testing.T) {
 	faults[lid].Set(false, 0)
 	old := c.node(lid)
 	waitFor(t, 20*time.Second, func() bool {
-		return old.cl.Raft.State() == raft.Follower && old.AppliedIndex() >= nl.AppliedIndex() && old.tickNow() > tick+2
+		return old.cl.State() == raft.Follower && old.AppliedIndex() >= nl.AppliedIndex() && old.tickNow() > tick+2
 	})
 }
 
@@ -147,7 +148,7 @@ func TestLeaderRetriesSetupAfterCommitStall(t *testing.T) {
 		h := &leaderHook{stall: 1500 * time.Millisecond, hit: make(chan struct{})}
 		h.leading = func() bool {
 			n, ok := nodes.Load(id)
-			return ok && n.(*Node).cl.Raft.State() == raft.Leader
+			return ok && n.(*Node).cl.IsLeader()
 		}
 		hooks[id] = h
 		inner := cfg.WrapRaftStores
@@ -172,7 +173,7 @@ func TestLeaderRetriesSetupAfterCommitStall(t *testing.T) {
 	hooks[tid].armed.Store(true)
 	var err error
 	for try := 0; try < 20; try++ {
-		if err = l.cl.Raft.LeadershipTransferToServer(raft.ServerID(tid), raft.ServerAddress(tid)).Error(); err == nil {
+		if err = l.cl.TransferLeadershipTo(raft.ServerID(tid), raft.ServerAddress(tid)); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -187,9 +188,9 @@ func TestLeaderRetriesSetupAfterCommitStall(t *testing.T) {
 	}
 	tick := target.tickNow()
 	waitFor(t, 15*time.Second, func() bool {
-		return target.cl.Raft.State() == raft.Leader && target.isLeaderReady() && target.tickNow() > tick+5
+		return target.cl.IsLeader() && target.lt.isReady() && target.tickNow() > tick+5
 	})
-	if st := target.cl.Raft.State(); st != raft.Leader {
+	if st := target.cl.State(); st != raft.Leader {
 		t.Fatalf("%s is %v", tid, st)
 	}
 }
@@ -199,8 +200,8 @@ func TestLeaderRetriesSetupAfterCommitStall(t *testing.T) {
 func TestAbandonedProposalIsDropped(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	// Hold the batcher: it takes a slot of inflight before each entry.
-	for i := 0; i < cap(n.inflight); i++ {
-		n.inflight <- struct{}{}
+	for i := 0; i < cap(n.gc.inflight); i++ {
+		n.gc.inflight <- struct{}{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stale := &fsm.Member{ID: "stale", Incarnation: "x"}
@@ -209,22 +210,22 @@ func TestAbandonedProposalIsDropped(t *testing.T) {
 		_, _, err := n.propose(ctx, stale)
 		res <- err
 	}()
-	waitFor(t, 5*time.Second, func() bool { return len(n.propCh) == 1 })
+	waitFor(t, 5*time.Second, func() bool { return len(n.gc.propCh) == 1 })
 	cancel()
 	<-res
 	before := n.AppliedIndex()
-	for i := 0; i < cap(n.inflight); i++ {
-		<-n.inflight
+	for i := 0; i < cap(n.gc.inflight); i++ {
+		<-n.gc.inflight
 	}
 	// Something after it, through the same queue, so we know the batcher
 	// has passed it.
 	if _, _, err := n.propose(context.Background(), &fsm.Member{ID: "live", Incarnation: "y"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := n.memberRecord("stale"); ok {
+	if _, ok := n.rc.memberRecord("stale"); ok {
 		t.Fatalf("a proposal abandoned while queued was applied (applied index %d -> %d)", before, n.AppliedIndex())
 	}
-	if _, ok := n.memberRecord("live"); !ok {
+	if _, ok := n.rc.memberRecord("live"); !ok {
 		t.Fatal("the live proposal was not applied")
 	}
 	// A cancelled ctx is refused before queueing at all.
@@ -233,7 +234,7 @@ func TestAbandonedProposalIsDropped(t *testing.T) {
 			t.Fatal("a proposal with an ended ctx was applied")
 		}
 	}
-	if _, ok := n.memberRecord("stale"); ok {
+	if _, ok := n.rc.memberRecord("stale"); ok {
 		t.Fatal("a proposal with an ended ctx was applied")
 	}
 }

@@ -8,13 +8,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // exhausted reports whether err is RESOURCE_EXHAUSTED naming field with
 // value limit.
 func exhausted(err error, field string, limit uint64) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Code == CodeResourceExhausted && e.Field == field && e.Limit == limit
+	var e *wire.Error
+	return errors.As(err, &e) && e.Code == wire.CodeResourceExhausted && e.Field == field && e.Limit == limit
 }
 
 // TestLimitMaxLeasesConcurrent: concurrent acquires cannot overshoot the
@@ -30,7 +32,7 @@ func TestLimitMaxLeasesConcurrent(t *testing.T) {
 	const tries = 40
 	var (
 		mu     sync.Mutex
-		leases []*Lease
+		leases []*wire.Lease
 		wg     sync.WaitGroup
 		errs   = make(chan error, tries)
 	)
@@ -38,7 +40,7 @@ func TestLimitMaxLeasesConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("k/", i), Holder: fmt.Sprint("h", i), TTLMS: 60000})
+			l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprint("k/", i), Holder: fmt.Sprint("h", i), TTLMS: 60000})
 			if err != nil {
 				errs <- err
 				return
@@ -62,16 +64,16 @@ func TestLimitMaxLeasesConcurrent(t *testing.T) {
 		t.Fatalf("%d active leases, want 10", s.ActiveLeases)
 	}
 	// A queued acquire counts too, so waiting is refused at the limit.
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "k/0", Holder: "w", TTLMS: 60000, WaitMS: 100}); !exhausted(err, "leases", 10) {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "k/0", Holder: "w", TTLMS: 60000, WaitMS: 100}); !exhausted(err, "leases", 10) {
 		t.Fatalf("queued acquire at the limit: %v", err)
 	}
-	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: leases[0].LeaseID, Token: leases[0].Token}); err != nil {
+	if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: leases[0].LeaseID, Token: leases[0].Token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "after", Holder: "x", TTLMS: 60000}); err != nil {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "after", Holder: "x", TTLMS: 60000}); err != nil {
 		t.Fatalf("acquire after a release: %v", err)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "over", Holder: "x", TTLMS: 60000}); !exhausted(err, "leases", 10) {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "over", Holder: "x", TTLMS: 60000}); !exhausted(err, "leases", 10) {
 		t.Fatalf("acquire over the limit again: %v", err)
 	}
 }
@@ -86,27 +88,27 @@ func TestLimitPerHolderAndSessions(t *testing.T) {
 	n := openNode(t, cfg)
 	ctx := context.Background()
 
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "a", Holder: "alice", TTLMS: 60000}); err != nil {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "a", Holder: "alice", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
 	// Short enough to wait for its expiry, long enough that a loaded
 	// machine does not let it expire before the refusals below.
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "b", Holder: "alice", TTLMS: 1500}); err != nil {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "b", Holder: "alice", TTLMS: 1500}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "c", Holder: "alice", TTLMS: 60000}); !exhausted(err, "leases_per_holder", 2) {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "c", Holder: "alice", TTLMS: 60000}); !exhausted(err, "leases_per_holder", 2) {
 		t.Fatalf("third lease of alice: %v", err)
 	}
-	if l, err := n.ListLeases(ctx, ListRequest{Key: "c"}, false); err != nil || len(l.Leases) != 0 {
+	if l, err := n.ListLeases(ctx, wire.ListRequest{Key: "c"}, false); err != nil || len(l.Leases) != 0 {
 		t.Fatalf("a refused acquire left %v (%v)", l, err)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "c", Holder: "bob", TTLMS: 60000}); err != nil {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "c", Holder: "bob", TTLMS: 60000}); err != nil {
 		t.Fatalf("another holder: %v", err)
 	}
 	// Lease b expires (1.5 s): alice has room again.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, _, err := n.Acquire(ctx, AcquireRequest{Key: "d", Holder: "alice", TTLMS: 60000})
+		_, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "d", Holder: "alice", TTLMS: 60000})
 		if err == nil {
 			break
 		}
@@ -116,20 +118,20 @@ func TestLimitPerHolderAndSessions(t *testing.T) {
 		<-time.After(20 * time.Millisecond)
 	}
 
-	s1, err := n.CreateSession(ctx, SessionRequest{Holder: "alice", TTLMS: 60000})
+	s1, err := n.CreateSession(ctx, wire.SessionRequest{Holder: "alice", TTLMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.CreateSession(ctx, SessionRequest{Holder: "alice", TTLMS: 60000}); err != nil {
+	if _, err := n.CreateSession(ctx, wire.SessionRequest{Holder: "alice", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.CreateSession(ctx, SessionRequest{Holder: "alice", TTLMS: 60000}); !exhausted(err, "sessions_per_holder", 2) {
+	if _, err := n.CreateSession(ctx, wire.SessionRequest{Holder: "alice", TTLMS: 60000}); !exhausted(err, "sessions_per_holder", 2) {
 		t.Fatalf("third session of alice: %v", err)
 	}
-	if _, err := n.CreateSession(ctx, SessionRequest{Holder: "bob", TTLMS: 60000}); err != nil {
+	if _, err := n.CreateSession(ctx, wire.SessionRequest{Holder: "bob", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.CreateSession(ctx, SessionRequest{Holder: "carol", TTLMS: 60000}); !exhausted(err, "sessions", 3) {
+	if _, err := n.CreateSession(ctx, wire.SessionRequest{Holder: "carol", TTLMS: 60000}); !exhausted(err, "sessions", 3) {
 		t.Fatalf("fourth session: %v", err)
 	}
 	if s := n.Stats(); s.ActiveSessions != 3 {
@@ -138,7 +140,7 @@ func TestLimitPerHolderAndSessions(t *testing.T) {
 	if _, err := n.EndSession(ctx, s1.SessionID, s1.Token, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.CreateSession(ctx, SessionRequest{Holder: "carol", TTLMS: 60000}); err != nil {
+	if _, err := n.CreateSession(ctx, wire.SessionRequest{Holder: "carol", TTLMS: 60000}); err != nil {
 		t.Fatalf("session after an end: %v", err)
 	}
 }
@@ -150,16 +152,16 @@ func TestLimitEventStreams(t *testing.T) {
 	cfg.MaxEventStreams = 2
 	n := openNode(t, cfg)
 	ctx := context.Background()
-	a, err := n.Subscribe(ctx, EventFilter{})
+	a, err := n.Subscribe(ctx, wire.EventFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := n.Subscribe(ctx, EventFilter{})
+	b, err := n.Subscribe(ctx, wire.EventFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if _, err := n.Subscribe(ctx, EventFilter{}); !exhausted(err, "event_streams", 2) {
+	if _, err := n.Subscribe(ctx, wire.EventFilter{}); !exhausted(err, "event_streams", 2) {
 		t.Fatalf("third stream: %v", err)
 	}
 	if got := n.Stats().EventStreams; got != 2 {
@@ -167,7 +169,7 @@ func TestLimitEventStreams(t *testing.T) {
 	}
 	a.Close()
 	waitFor(t, 5*time.Second, func() bool { return n.Stats().EventStreams == 1 })
-	c, err := n.Subscribe(ctx, EventFilter{})
+	c, err := n.Subscribe(ctx, wire.EventFilter{})
 	if err != nil {
 		t.Fatalf("stream after a close: %v", err)
 	}
@@ -190,35 +192,35 @@ func TestLimitSizes(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name  string
-		req   AcquireRequest
+		req   wire.AcquireRequest
 		field string // "": accepted
 	}{
-		{"key at 512", AcquireRequest{Key: strings.Repeat("k", 512), Holder: "h"}, ""},
-		{"key at 513", AcquireRequest{Key: strings.Repeat("k", 513), Holder: "h"}, "key"},
-		{"empty key", AcquireRequest{Key: "", Holder: "h"}, "key"},
-		{"holder at 128", AcquireRequest{Key: "a", Holder: strings.Repeat("h", 128)}, ""},
-		{"holder at 129", AcquireRequest{Key: "b", Holder: strings.Repeat("h", 129)}, "holder"},
-		{"metadata 16 entries, 4 KiB", AcquireRequest{Key: "c", Holder: "h", Metadata: meta(16, 4096)}, ""},
-		{"metadata 17 entries", AcquireRequest{Key: "d", Holder: "h", Metadata: meta(17, 4096)}, "metadata"},
-		{"metadata 4 KiB + 1", AcquireRequest{Key: "e", Holder: "h", Metadata: meta(16, 4097)}, "metadata"},
+		{"key at 512", wire.AcquireRequest{Key: strings.Repeat("k", 512), Holder: "h"}, ""},
+		{"key at 513", wire.AcquireRequest{Key: strings.Repeat("k", 513), Holder: "h"}, "key"},
+		{"empty key", wire.AcquireRequest{Key: "", Holder: "h"}, "key"},
+		{"holder at 128", wire.AcquireRequest{Key: "a", Holder: strings.Repeat("h", 128)}, ""},
+		{"holder at 129", wire.AcquireRequest{Key: "b", Holder: strings.Repeat("h", 129)}, "holder"},
+		{"metadata 16 entries, 4 KiB", wire.AcquireRequest{Key: "c", Holder: "h", Metadata: meta(16, 4096)}, ""},
+		{"metadata 17 entries", wire.AcquireRequest{Key: "d", Holder: "h", Metadata: meta(17, 4096)}, "metadata"},
+		{"metadata 4 KiB + 1", wire.AcquireRequest{Key: "e", Holder: "h", Metadata: meta(16, 4097)}, "metadata"},
 	} {
 		before := n.Stats().ActiveLeases
 		tt.req.TTLMS = 60000
 		_, _, err := n.Acquire(ctx, tt.req)
-		var e *Error
+		var e *wire.Error
 		switch {
 		case tt.field == "" && err != nil:
 			t.Errorf("%s: %v", tt.name, err)
-		case tt.field != "" && (!errors.As(err, &e) || e.Code != CodeInvalidArgument || e.Field != tt.field):
+		case tt.field != "" && (!errors.As(err, &e) || e.Code != wire.CodeInvalidArgument || e.Field != tt.field):
 			t.Errorf("%s: %v, want INVALID_ARGUMENT on %s", tt.name, err, tt.field)
 		case tt.field != "" && n.Stats().ActiveLeases != before:
 			t.Errorf("%s: a refused acquire changed the count", tt.name)
 		}
 	}
-	if _, err := n.CreateSession(ctx, SessionRequest{Holder: strings.Repeat("h", 129), TTLMS: 60000}); !errors.Is(err, &Error{Code: CodeInvalidArgument}) {
+	if _, err := n.CreateSession(ctx, wire.SessionRequest{Holder: strings.Repeat("h", 129), TTLMS: 60000}); !errors.Is(err, &wire.Error{Code: wire.CodeInvalidArgument}) {
 		t.Errorf("session holder of 129 bytes: %v", err)
 	}
-	if _, err := n.CreateSession(ctx, SessionRequest{Holder: "h", TTLMS: 60000, Metadata: meta(17, 100)}); !errors.Is(err, &Error{Code: CodeInvalidArgument}) {
+	if _, err := n.CreateSession(ctx, wire.SessionRequest{Holder: "h", TTLMS: 60000, Metadata: meta(17, 100)}); !errors.Is(err, &wire.Error{Code: wire.CodeInvalidArgument}) {
 		t.Errorf("session with 17 metadata entries: %v", err)
 	}
 	if s := n.Stats(); s.ActiveSessions != 0 {

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // LocalState is one node's own view, never forwarded: what a convergence
@@ -63,7 +64,7 @@ func (c *capture) hash(index uint64) (*stateHash, error) {
 		if _, err := c.snap.WriteTo(h); err != nil {
 			// Writing to a hash does not fail; an encoding error is a
 			// bug that every snapshot would hit too.
-			c.err = &Error{Code: CodeInternal, Message: "encode the state to hash it: " + err.Error()}
+			c.err = &wire.Error{Code: wire.CodeInternal, Message: "encode the state to hash it: " + err.Error()}
 			return
 		}
 		c.sum = hex.EncodeToString(h.Sum(nil))
@@ -74,11 +75,6 @@ func (c *capture) hash(index uint64) (*stateHash, error) {
 	}
 	return &stateHash{index: index, tick: c.tick, sum: c.sum}, nil
 }
-
-// CodeIndexPassed answers a state hash asked for at an index this node has
-// already applied past, or jumped over by installing a snapshot: the state
-// right after it is gone. The error's AppliedIndex says where the node is.
-const CodeIndexPassed = fsm.CodeIndexPassed
 
 // LocalState returns this node's view. With hashAt > 0 it also returns the
 // hash of the state right after the entry at index hashAt is applied: it
@@ -99,13 +95,13 @@ func (n *Node) LocalState(ctx context.Context, hashAt uint64) (*LocalState, erro
 			return nil, err
 		}
 	}
-	r := n.cl.Raft
-	_, leader := r.LeaderWithID()
+	r := n.cl
+	_, leader := r.Leader()
 	n.rep.mu.RLock()
 	tick := n.rep.f.Tick()
 	n.rep.mu.RUnlock()
 	st := &LocalState{
-		NodeID: n.cfg.NodeID, State: r.State().String(), Term: r.CurrentTerm(), Leader: string(leader),
+		NodeID: n.cfg.NodeID, State: r.State().String(), Term: r.Term(), Leader: string(leader),
 		CommitIndex: r.CommitIndex(), AppliedIndex: n.rep.applied.Load(), Tick: tick,
 		SnapshotsInstalled: n.rep.installed.Load(), SnapshotsRestored: n.rep.restores.Load(),
 	}
@@ -180,7 +176,7 @@ func (r *replica) hashAt(ctx context.Context, at uint64) (*stateHash, error) {
 	if ctx.Err() == context.Canceled {
 		return nil, ctx.Err()
 	}
-	return nil, &Error{Code: CodeUnavailable, AppliedIndex: r.applied.Load(),
+	return nil, &wire.Error{Code: wire.CodeUnavailable, AppliedIndex: r.applied.Load(),
 		Message: fmt.Sprintf("index %d was not applied in time (applied index %d)", at, r.applied.Load())}
 }
 
@@ -231,9 +227,9 @@ func (r *replica) failHashes(upTo uint64) {
 	})
 }
 
-func (r *replica) passedErr(at uint64, why string) *Error {
+func (r *replica) passedErr(at uint64, why string) *wire.Error {
 	pos := r.pos.Load()
-	return &Error{Code: CodeIndexPassed, AppliedIndex: pos,
+	return &wire.Error{Code: wire.CodeIndexPassed, AppliedIndex: pos,
 		Message: fmt.Sprintf("this node is past index %d%s: applied index %d; ask for a later index", at, why, pos)}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // hashReplica drives a replica the way Raft does, entry by entry.
@@ -104,7 +105,7 @@ func TestStateHashAtIndex(t *testing.T) {
 	}
 	// An index already passed.
 	_, err = h.r.hashAt(ctx, 1)
-	if e, ok := err.(*Error); !ok || e.Code != CodeIndexPassed || e.AppliedIndex != 2 {
+	if e, ok := err.(*wire.Error); !ok || e.Code != wire.CodeIndexPassed || e.AppliedIndex != 2 {
 		t.Fatalf("hash at a passed index: %v", err)
 	}
 
@@ -137,7 +138,7 @@ func TestStateHashAtIndex(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	_, err = h.r.hashAt(short, 1000)
-	if e, ok := err.(*Error); !ok || e.Code != CodeUnavailable || e.AppliedIndex != 5 {
+	if e, ok := err.(*wire.Error); !ok || e.Code != wire.CodeUnavailable || e.AppliedIndex != 5 {
 		t.Fatalf("hash at an index not reached: %v", err)
 	}
 	if h.r.hashWant.Load() != 0 || len(h.r.hashes) != 0 {
@@ -165,7 +166,7 @@ func TestStateHashSnapshotJump(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := recv(t, over)
-	if e, ok := res.err.(*Error); !ok || e.Code != CodeIndexPassed || e.AppliedIndex != 20 {
+	if e, ok := res.err.(*wire.Error); !ok || e.Code != wire.CodeIndexPassed || e.AppliedIndex != 20 {
 		t.Fatalf("hash at an index a snapshot jumped over: %+v %v", res.h, res.err)
 	}
 	restored := h.sum()
@@ -182,16 +183,16 @@ func TestClusterStateHashAgrees(t *testing.T) {
 	c := threeNodes(t)
 	ctx := context.Background()
 	l := c.leader()
-	s, err := l.CreateSession(ctx, SessionRequest{Holder: "w", TTLMS: 60000})
+	s, err := l.CreateSession(ctx, wire.SessionRequest{Holder: "w", TTLMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"cam/1", "cam/2"} {
-		if _, _, err := l.Acquire(ctx, AcquireRequest{Key: k, Holder: "w", TTLMS: 60000}); err != nil {
+		if _, _, err := l.Acquire(ctx, wire.AcquireRequest{Key: k, Holder: "w", TTLMS: 60000}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := l.Acquire(ctx, AcquireRequest{Key: "cam/3", SessionID: s.SessionID, SessionToken: s.Token}); err != nil {
+	if _, _, err := l.Acquire(ctx, wire.AcquireRequest{Key: "cam/3", SessionID: s.SessionID, SessionToken: s.Token}); err != nil {
 		t.Fatal(err)
 	}
 	// hashesAt asks every node for its hash at one index; passed says that
@@ -216,7 +217,7 @@ func TestClusterStateHashAgrees(t *testing.T) {
 		out := map[string]*LocalState{}
 		for range 3 {
 			a := <-ch
-			if ErrorCode(a.e) == CodeIndexPassed {
+			if wire.ErrorCode(a.e) == wire.CodeIndexPassed {
 				passed = true
 				continue
 			}
@@ -261,7 +262,7 @@ func TestClusterStateHashAgrees(t *testing.T) {
 		t.Fatalf("%d nodes report being the leader", leaders)
 	}
 	// A write later, the hash at a later index differs, and still agrees.
-	if _, _, err := l.Acquire(ctx, AcquireRequest{Key: "cam/4", Holder: "w", TTLMS: 60000}); err != nil {
+	if _, _, err := l.Acquire(ctx, wire.AcquireRequest{Key: "cam/4", Holder: "w", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
 	at2, second := hashes()
@@ -275,7 +276,7 @@ func TestClusterStateHashAgrees(t *testing.T) {
 	}
 	// Long past the first index now.
 	_, err = c.node("n2").LocalState(ctx, at)
-	if e, ok := err.(*Error); !ok || e.Code != CodeIndexPassed || e.AppliedIndex < at2 {
+	if e, ok := err.(*wire.Error); !ok || e.Code != wire.CodeIndexPassed || e.AppliedIndex < at2 {
 		t.Fatalf("hash at a passed index: %v", err)
 	}
 	// Without hash_at: no hash, no waiting.
@@ -292,7 +293,7 @@ func TestLocalStateCountsRestore(t *testing.T) {
 	cfg.GossipAddr = "127.0.0.1:0" // not the default port, which another process may hold
 	n := openNode(t, cfg)
 	ctx := context.Background()
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "r/1", Holder: "w", TTLMS: 60000}); err != nil {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "r/1", Holder: "w", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
 	file, _ := saveSnapshot(t, n)
@@ -317,7 +318,7 @@ func TestLocalStateCountsRestore(t *testing.T) {
 // BenchmarkStateHash: what a hash costs, by state size: the capture in the
 // apply path, and the encoding and hashing outside it.
 func BenchmarkStateHash(b *testing.B) {
-	for _, leases := range []int{1000, 100000} {
+	for _, leases := range []int{1000, 100000, 1000000} {
 		b.Run(strconv.Itoa(leases), func(b *testing.B) {
 			r := newReplica(newHub(100), newCounters(), nil)
 			r.f.Apply(1, tickCmd(1))

@@ -1,6 +1,9 @@
 package node
 
 import (
+	"sync/atomic"
+
+	"github.com/leasehold/leasehold/cluster"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -83,24 +86,42 @@ func newNodeMetrics(n *Node, reg *prometheus.Registry) *nodeMetrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildInfo(),
+		buildInfo(n.cfg.version()),
 		raftSink(),
 		m.tickInterval, m.expiryLateness, m.leaderChanges, m.snapshotDuration, m.snapshotSize, m.snapshots, m.acquireWait,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_tick_period_seconds",
 			Help: "The cluster's tick period.",
-		}, func() float64 { return n.period().Seconds() }),
+		}, func() float64 { return n.tk.period().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leasehold_apply_stalled",
+			Help: "1 while this server is a frozen follower: its applied index has not advanced for the apply stall timeout (--apply-stall-timeout, default 5s) while the cluster went on without it; /readyz then answers 503 with the reason. 0 otherwise.",
+		}, func() float64 {
+			if n.applyStall() != "" {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leasehold_apply_idle_seconds",
+			Help: "Seconds since this server's applied index last advanced (a healthy server applies a tick every tick period).",
+		}, func() float64 { return n.rep.sinceMoved().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_term",
 			Help: "This server's current Raft term.",
-		}, func() float64 { return float64(n.term()) }),
+		}, func() float64 {
+			if c := n.clP.Load(); c != nil {
+				return float64(c.Term())
+			}
+			return 0
+		}),
 	)
 	return m
 }
 
 // buildInfo is leasehold_build_info: always 1, with the version (Version,
 // as gossiped), the VCS commit and the Go version as labels.
-func buildInfo() prometheus.Collector {
+func buildInfo(version string) prometheus.Collector {
 	commit := "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
@@ -112,7 +133,7 @@ func buildInfo() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "leasehold_build_info",
 		Help:        "Always 1; labels say which build this server runs.",
-		ConstLabels: prometheus.Labels{"version": Version, "commit": commit, "goversion": runtime.Version()},
+		ConstLabels: prometheus.Labels{"version": version, "commit": commit, "goversion": runtime.Version()},
 	}, func() float64 { return 1 })
 }
 
@@ -122,8 +143,8 @@ var (
 )
 
 // raftSink returns the collector of hashicorp/raft's own metrics (commit
-// time, FSM apply, last contact, replication, elections, and raft-boltdb's
-// store timings), named leasehold_raft_*. Raft reports them to go-metrics'
+// time, FSM apply, last contact, replication, elections, the log store's
+// append timing and raft-wal's metrics), named leasehold_raft_*. Raft reports them to go-metrics'
 // process-wide global, so the first call installs, once per process, a
 // go-metrics Prometheus sink as that global; every node's registry then
 // collects the same sink (in-process test clusters share it; a deployed
@@ -152,47 +173,27 @@ func raftSink() prometheus.Collector {
 	return raftSinkC
 }
 
-// term is this server's current Raft term.
-func (n *Node) term() uint64 {
-	if r := n.raftP.Load(); r != nil {
-		return r.CurrentTerm()
-	}
-	return 0
-}
-
 // Registry is this node's Prometheus registry: Go runtime and process
 // collectors, build info, hashicorp/raft's metrics and the node's own. The
 // HTTP API serves it on /metrics together with its own; an application may
 // register more.
 func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
 
-// watchLeader counts leader changes as Raft observes them, until the node
-// closes.
-func (n *Node) watchLeader(r *raft.Raft) {
-	defer n.wg.Done()
-	ch := make(chan raft.Observation, 16)
-	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	r.RegisterObserver(obs)
-	defer r.DeregisterObserver(obs)
-	var last raft.ServerID
-	if _, id := r.LeaderWithID(); id != "" {
-		last = id
+// countLeaderChanges counts leader changes as Raft observes them, until
+// closing is closed.
+func (m *nodeMetrics) countLeaderChanges(c *cluster.Cluster, closing <-chan struct{}) {
+	var last atomic.Value // raft.ServerID
+	if _, id := c.Leader(); id != "" {
+		last.Store(id)
 	}
-	for {
-		select {
-		case <-n.closing:
-			return
-		case o := <-ch:
-			lo := o.Data.(raft.LeaderObservation)
-			if lo.LeaderID != "" && lo.LeaderID != last {
-				n.metrics.leaderChanges.Inc()
-				last = lo.LeaderID
-			}
+	stop := c.WatchLeader(func(id raft.ServerID) {
+		if prev, _ := last.Load().(raft.ServerID); id != "" && id != prev {
+			m.leaderChanges.Inc()
+			last.Store(id)
 		}
-	}
+	})
+	<-closing
+	stop()
 }
 
 // observeExpiry records, on the leader, how late an expiry applied after

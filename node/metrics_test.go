@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/wire"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -32,7 +33,7 @@ func TestCountersNotCountedOnReplay(t *testing.T) {
 	n := openNode(t, cfg)
 	ctx := context.Background()
 	for _, k := range []string{"a", "b", "c"} {
-		if _, _, err := n.Acquire(ctx, AcquireRequest{Key: k, Holder: "h", TTLMS: 60000}); err != nil {
+		if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: k, Holder: "h", TTLMS: 60000}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -51,7 +52,7 @@ func TestCountersNotCountedOnReplay(t *testing.T) {
 	if st.Acquired != 0 {
 		t.Fatalf("acquired after restart = %d, want 0: the replay counted the log's events again", st.Acquired)
 	}
-	if _, _, err := n2.Acquire(ctx, AcquireRequest{Key: "d", Holder: "h", TTLMS: 60000}); err != nil {
+	if _, _, err := n2.Acquire(ctx, wire.AcquireRequest{Key: "d", Holder: "h", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
 	if got := n2.Stats().Acquired; got != 1 {
@@ -69,7 +70,7 @@ func TestRegistryCollectors(t *testing.T) {
 		t.Fatal("two nodes share a registry")
 	}
 	ctx := context.Background()
-	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "k", Holder: "h", TTLMS: 100})
+	l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "k", Holder: "h", TTLMS: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,21 +147,21 @@ func histogramCount(t *testing.T, n *Node, name, labelValue string) uint64 {
 func TestAcquireWaitObserved(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
-	first, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "a", TTLMS: 60000, WaitMS: 1000})
+	first, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "q", Holder: "a", TTLMS: 60000, WaitMS: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "b", TTLMS: 60000, WaitMS: 60000})
+		_, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "q", Holder: "b", TTLMS: 60000, WaitMS: 60000})
 		done <- err
 	}()
 	waitFor(t, 30*time.Second, func() bool {
-		n.waitMu.Lock()
-		defer n.waitMu.Unlock()
-		return len(n.waiters) == 1
+		n.waits.mu.Lock()
+		defer n.waits.mu.Unlock()
+		return len(n.waits.m) == 1
 	})
-	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: first.LeaseID, Token: first.Token}); err != nil {
+	if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: first.LeaseID, Token: first.Token}); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -169,7 +170,7 @@ func TestAcquireWaitObserved(t *testing.T) {
 	if got := histogramCount(t, n, "leasehold_acquire_wait_seconds", "granted"); got != 1 {
 		t.Fatalf("granted waits observed = %d, want 1", got)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "c", TTLMS: 60000, WaitMS: 100}); ErrorCode(err) != CodeLeaseHeld {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "q", Holder: "c", TTLMS: 60000, WaitMS: 100}); wire.ErrorCode(err) != wire.CodeLeaseHeld {
 		t.Fatalf("acquire of a held key with a short wait: %v, want LEASE_HELD", err)
 	}
 	if got := histogramCount(t, n, "leasehold_acquire_wait_seconds", "refused"); got != 1 {
@@ -183,10 +184,10 @@ func TestAcquireWaitObserved(t *testing.T) {
 // TestSnapshotObserved: a Raft snapshot is counted, timed and sized.
 func TestSnapshotObserved(t *testing.T) {
 	n := openNode(t, testConfig(t, t.TempDir()))
-	if _, _, err := n.Acquire(context.Background(), AcquireRequest{Key: "k", Holder: "h", TTLMS: 60000}); err != nil {
+	if _, _, err := n.Acquire(context.Background(), wire.AcquireRequest{Key: "k", Holder: "h", TTLMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Raft().Snapshot().Error(); err != nil {
+	if err := n.cl.Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
 	fams := gathered(t, n)

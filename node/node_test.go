@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // testConfig is a fast single-node configuration: in-memory unless dir is
@@ -27,6 +28,9 @@ func testConfig(_ testing.TB, dir string) Config {
 	} else {
 		cfg.DataDir = dir
 		cfg.RaftAddr = "127.0.0.1:0"
+		// Not the default port: other packages' tests run at the same
+		// time and may hold it.
+		cfg.GossipAddr = "127.0.0.1:0"
 	}
 	return cfg
 }
@@ -44,7 +48,7 @@ func openNode(t *testing.T, cfg Config) *Node {
 		t.Fatal("node not ready within 10s")
 	}
 	// Wait for leadership barrier so linearizable reads work.
-	waitFor(t, 5*time.Second, func() bool { return n.isLeaderReady() })
+	waitFor(t, 5*time.Second, func() bool { return n.lt.isReady() })
 	return n
 }
 
@@ -62,26 +66,26 @@ func waitFor(t testing.TB, d time.Duration, cond func() bool) {
 func TestAcquireReleaseExclusive(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
-	l, replayed, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "a", TTLMS: 5000})
+	l, replayed, err := n.Acquire(ctx, wire.AcquireRequest{Key: "cam/1", Holder: "a", TTLMS: 5000})
 	if err != nil || replayed {
 		t.Fatalf("acquire: %v %v", err, replayed)
 	}
 	if l.Token == "" || l.FencingToken == 0 || l.State != "active" || l.RemainingMS < 5000 {
 		t.Fatalf("bad lease %+v", l)
 	}
-	_, _, err = n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "b", TTLMS: 5000})
-	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeLeaseHeld || len(e.Holders) != 1 || e.Holders[0].LeaseID != l.LeaseID {
+	_, _, err = n.Acquire(ctx, wire.AcquireRequest{Key: "cam/1", Holder: "b", TTLMS: 5000})
+	var e *wire.Error
+	if !errors.As(err, &e) || e.Code != wire.CodeLeaseHeld || len(e.Holders) != 1 || e.Holders[0].LeaseID != l.LeaseID {
 		t.Fatalf("second acquire: %v", err)
 	}
-	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: "wrong"}); ErrorCode(err) != CodeLeaseTokenInvalid {
+	if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: "wrong"}); wire.ErrorCode(err) != wire.CodeLeaseTokenInvalid {
 		t.Fatalf("release with wrong token: %v", err)
 	}
-	rl, err := n.Release(ctx, ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token, Reason: "done"})
+	rl, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token, Reason: "done"})
 	if err != nil || rl.State != "released" || rl.EndReason != "done" {
 		t.Fatalf("release: %v %+v", err, rl)
 	}
-	l2, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/1", Holder: "b", TTLMS: 5000})
+	l2, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "cam/1", Holder: "b", TTLMS: 5000})
 	if err != nil || l2.FencingToken <= l.FencingToken {
 		t.Fatalf("reacquire: %v %+v", err, l2)
 	}
@@ -101,13 +105,13 @@ func TestSemaphoreUnderConcurrency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, err := n.Acquire(ctx, AcquireRequest{Key: "tuner", Holder: fmt.Sprint("w", i), TTLMS: 5000, Limit: 3})
+			_, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "tuner", Holder: fmt.Sprint("w", i), TTLMS: 5000, Limit: 3})
 			mu.Lock()
 			defer mu.Unlock()
-			switch ErrorCode(err) {
+			switch wire.ErrorCode(err) {
 			case "":
 				granted++
-			case CodeLeaseHeld:
+			case wire.CodeLeaseHeld:
 				held++
 			default:
 				t.Errorf("acquire: %v", err)
@@ -118,7 +122,7 @@ func TestSemaphoreUnderConcurrency(t *testing.T) {
 	if granted != 3 || held != 37 {
 		t.Fatalf("granted %d held %d, want 3 and 37", granted, held)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "tuner", Holder: "x", TTLMS: 5000, Limit: 2}); ErrorCode(err) != CodeLimitMismatch {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "tuner", Holder: "x", TTLMS: 5000, Limit: 2}); wire.ErrorCode(err) != wire.CodeLimitMismatch {
 		t.Fatalf("limit mismatch: %v", err)
 	}
 }
@@ -127,14 +131,14 @@ func TestExpiryNotEarlyAndWithinTwoTicks(t *testing.T) {
 	cfg := testConfig(t, "")
 	n := openNode(t, cfg)
 	ctx := context.Background()
-	sub, err := n.Subscribe(ctx, EventFilter{Key: "exp"})
+	sub, err := n.Subscribe(ctx, wire.EventFilter{Key: "exp"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
 	ttl := 200 * time.Millisecond
 	sent := time.Now()
-	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "exp", Holder: "a", TTLMS: ttl.Milliseconds()})
+	l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "exp", Holder: "a", TTLMS: ttl.Milliseconds()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +172,7 @@ func TestExpiryNotEarlyAndWithinTwoTicks(t *testing.T) {
 		if limit := ttl + 10*time.Second; took > limit {
 			t.Fatalf("expired after %v, later than %v", took, limit)
 		}
-		if _, err := n.Renew(ctx, l.LeaseID, l.Token, 0); ErrorCode(err) != CodeLeaseExpired {
+		if _, err := n.Renew(ctx, l.LeaseID, l.Token, 0); wire.ErrorCode(err) != wire.CodeLeaseExpired {
 			t.Fatalf("renew after expiry: %v", err)
 		}
 		return
@@ -183,7 +187,7 @@ func TestRenewKeepsAlive(t *testing.T) {
 	// loaded machine to delay a renewal by most of a second: only a gap
 	// longer than the TTL lets the lease end legitimately.
 	ttl := 1200 * time.Millisecond
-	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "r", Holder: "a", TTLMS: ttl.Milliseconds()})
+	l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "r", Holder: "a", TTLMS: ttl.Milliseconds()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +204,7 @@ func TestRenewKeepsAlive(t *testing.T) {
 		}
 		<-time.After(40 * time.Millisecond)
 	}
-	if _, err := n.Renew(ctx, l.LeaseID, "bad", 0); ErrorCode(err) != CodeLeaseTokenInvalid {
+	if _, err := n.Renew(ctx, l.LeaseID, "bad", 0); wire.ErrorCode(err) != wire.CodeLeaseTokenInvalid {
 		t.Fatalf("renew bad token: %v", err)
 	}
 }
@@ -208,9 +212,9 @@ func TestRenewKeepsAlive(t *testing.T) {
 func TestIdempotentAcquire(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
-	req := AcquireRequest{Key: "svc", Holder: "gw", TTLMS: 5000, IdempotencyKey: "k1", Metadata: map[string]string{"a": "b"}}
+	req := wire.AcquireRequest{Key: "svc", Holder: "gw", TTLMS: 5000, IdempotencyKey: "k1", Metadata: map[string]string{"a": "b"}}
 	var wg sync.WaitGroup
-	results := make([]*Lease, 8)
+	results := make([]*wire.Lease, 8)
 	errs := make([]error, 8)
 	for i := range results {
 		wg.Add(1)
@@ -229,7 +233,7 @@ func TestIdempotentAcquire(t *testing.T) {
 		}
 	}
 	req.TTLMS = 6000
-	if _, _, err := n.Acquire(ctx, req); ErrorCode(err) != CodeIdempotencyConflict {
+	if _, _, err := n.Acquire(ctx, req); wire.ErrorCode(err) != wire.CodeIdempotencyConflict {
 		t.Fatalf("different request: %v", err)
 	}
 }
@@ -237,31 +241,31 @@ func TestIdempotentAcquire(t *testing.T) {
 func TestWaitFIFOAndLockDelay(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
-	first, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: "a", TTLMS: 5000})
+	first, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "q", Holder: "a", TTLMS: 5000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	type res struct {
 		holder string
-		l      *Lease
+		l      *wire.Lease
 		err    error
 	}
 	out := make(chan res, 3)
 	for _, h := range []string{"b", "c", "d"} {
 		go func() {
-			l, _, err := n.Acquire(ctx, AcquireRequest{Key: "q", Holder: h, TTLMS: 5000, WaitMS: 5000})
+			l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "q", Holder: h, TTLMS: 5000, WaitMS: 5000})
 			out <- res{h, l, err}
 		}()
 		// Enqueue in a known order: wait until this waiter is registered.
 		waitFor(t, 2*time.Second, func() bool {
-			n.waitMu.Lock()
-			defer n.waitMu.Unlock()
-			return len(n.waiters) >= int(h[0]-'a')
+			n.waits.mu.Lock()
+			defer n.waits.mu.Unlock()
+			return len(n.waits.m) >= int(h[0]-'a')
 		})
 	}
 	prev := first
 	for _, want := range []string{"b", "c", "d"} {
-		if _, err := n.Release(ctx, ReleaseRequest{LeaseID: prev.LeaseID, Token: prev.Token}); err != nil {
+		if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: prev.LeaseID, Token: prev.Token}); err != nil {
 			t.Fatal(err)
 		}
 		r := <-out
@@ -276,20 +280,20 @@ func TestWaitFIFOAndLockDelay(t *testing.T) {
 
 	// Lock-delay: an involuntary end blocks the slot.
 	// The delay must outlast the Revoke-to-Acquire gap on a loaded machine.
-	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "ld", Holder: "a", TTLMS: 5000, LockDelayMS: 1500})
+	l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "ld", Holder: "a", TTLMS: 5000, LockDelayMS: 1500})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.Revoke(ctx, l.LeaseID, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = n.Acquire(ctx, AcquireRequest{Key: "ld", Holder: "b", TTLMS: 5000})
-	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeLockDelay || e.RemainingMS <= 0 {
+	_, _, err = n.Acquire(ctx, wire.AcquireRequest{Key: "ld", Holder: "b", TTLMS: 5000})
+	var e *wire.Error
+	if !errors.As(err, &e) || e.Code != wire.CodeLockDelay || e.RemainingMS <= 0 {
 		t.Fatalf("acquire during lock-delay: %v (%d)", err, e.RemainingMS)
 	}
 	waitFor(t, 10*time.Second, func() bool {
-		_, _, err := n.Acquire(ctx, AcquireRequest{Key: "ld", Holder: "b", TTLMS: 5000})
+		_, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "ld", Holder: "b", TTLMS: 5000})
 		return err == nil
 	})
 }
@@ -299,15 +303,15 @@ func TestSessionsBindLeases(t *testing.T) {
 	ctx := context.Background()
 	// Heartbeats 40 ms apart keep a 1 s session: a loaded machine would
 	// have to delay one by most of a second to end it legitimately.
-	s, err := n.CreateSession(ctx, SessionRequest{Holder: "runner-1", TTLMS: 1000, Metadata: map[string]string{"v": "1"}})
+	s, err := n.CreateSession(ctx, wire.SessionRequest{Holder: "runner-1", TTLMS: 1000, Metadata: map[string]string{"v": "1"}})
 	if err != nil || s.Token == "" {
 		t.Fatalf("create session: %v", err)
 	}
-	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/9", SessionID: s.SessionID, SessionToken: s.Token})
+	l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "cam/9", SessionID: s.SessionID, SessionToken: s.Token})
 	if err != nil || l.Holder != "runner-1" || l.SessionID != s.SessionID {
 		t.Fatalf("bound acquire: %v %+v", err, l)
 	}
-	if _, _, err := n.Acquire(ctx, AcquireRequest{Key: "cam/8", SessionID: s.SessionID, SessionToken: "nope"}); ErrorCode(err) != CodeLeaseTokenInvalid {
+	if _, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "cam/8", SessionID: s.SessionID, SessionToken: "nope"}); wire.ErrorCode(err) != wire.CodeLeaseTokenInvalid {
 		t.Fatalf("bad session token: %v", err)
 	}
 	// Heartbeats for 1.5 times the session's TTL.
@@ -328,7 +332,7 @@ func TestSessionsBindLeases(t *testing.T) {
 	if got.EndReason != "session_ended" {
 		t.Fatalf("end reason %q", got.EndReason)
 	}
-	if _, err := n.SessionHeartbeat(ctx, s.SessionID, s.Token); ErrorCode(err) != CodeSessionEnded {
+	if _, err := n.SessionHeartbeat(ctx, s.SessionID, s.Token); wire.ErrorCode(err) != wire.CodeSessionEnded {
 		t.Fatalf("late heartbeat: %v", err)
 	}
 	if n.Stats().LateHeartbeats != 1 || n.Stats().SessionsExpired != 1 {
@@ -340,9 +344,9 @@ func TestEventsResume(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
 	var ids []string
-	sub, _ := n.Subscribe(ctx, EventFilter{Prefix: "ev/"})
+	sub, _ := n.Subscribe(ctx, wire.EventFilter{Prefix: "ev/"})
 	for i := range 3 {
-		l, _, err := n.Acquire(ctx, AcquireRequest{Key: fmt.Sprint("ev/", i), Holder: "a", TTLMS: 5000})
+		l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprint("ev/", i), Holder: "a", TTLMS: 5000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,7 +357,7 @@ func TestEventsResume(t *testing.T) {
 		ids = append(ids, ev.ID)
 	}
 	sub.Close()
-	again, err := n.Subscribe(ctx, EventFilter{Prefix: "ev/", After: ids[0]})
+	again, err := n.Subscribe(ctx, wire.EventFilter{Prefix: "ev/", After: ids[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +367,7 @@ func TestEventsResume(t *testing.T) {
 			t.Fatalf("resumed event %s, want %s", ev.ID, want)
 		}
 	}
-	if _, err := n.Subscribe(ctx, EventFilter{After: "x-y"}); ErrorCode(err) != CodeInvalidArgument {
+	if _, err := n.Subscribe(ctx, wire.EventFilter{After: "x-y"}); wire.ErrorCode(err) != wire.CodeInvalidArgument {
 		t.Fatalf("bad id: %v", err)
 	}
 }
@@ -376,18 +380,18 @@ func TestEventsRenderedOnce(t *testing.T) {
 	ctx := context.Background()
 	var subs []*Subscription
 	for range 3 {
-		sub, err := n.Subscribe(ctx, EventFilter{Key: "once"})
+		sub, err := n.Subscribe(ctx, wire.EventFilter{Key: "once"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sub.Close()
 		subs = append(subs, sub)
 	}
-	l, _, err := n.Acquire(ctx, AcquireRequest{Key: "once", Holder: "a", TTLMS: 5000})
+	l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "once", Holder: "a", TTLMS: 5000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var first Event
+	var first wire.Event
 	for i, sub := range subs {
 		ev := <-sub.Events()
 		if ev.Type != "acquired" || ev.Lease == nil || ev.Lease.LeaseID != l.LeaseID || ev.Lease.Token != "" {
@@ -407,7 +411,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	n := openNode(t, testConfig(t, ""))
 	ctx := context.Background()
 	before := n.AppliedIndex()
-	cases := []AcquireRequest{
+	cases := []wire.AcquireRequest{
 		{Key: "", Holder: "a", TTLMS: 1000},
 		{Key: "k\x01", Holder: "a", TTLMS: 1000},
 		{Key: "k", Holder: "", TTLMS: 1000},
@@ -417,15 +421,15 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{Key: "k", Holder: "a", TTLMS: 1000, Metadata: map[string]string{"": "x"}},
 	}
 	for i, c := range cases {
-		if _, _, err := n.Acquire(ctx, c); ErrorCode(err) != CodeInvalidArgument {
+		if _, _, err := n.Acquire(ctx, c); wire.ErrorCode(err) != wire.CodeInvalidArgument {
 			t.Errorf("case %d: %v", i, err)
 		}
 	}
-	if _, err := n.GetLease(ctx, "", false); ErrorCode(err) != CodeLeaseNotFound {
+	if _, err := n.GetLease(ctx, "", false); wire.ErrorCode(err) != wire.CodeLeaseNotFound {
 		t.Errorf("empty id: %v", err)
 	}
 	// Ticks may have advanced the index; no lease may exist.
-	list, err := n.ListLeases(ctx, ListRequest{}, false)
+	list, err := n.ListLeases(ctx, wire.ListRequest{}, false)
 	if err != nil || len(list.Leases) != 0 {
 		t.Fatalf("leases after bad input: %v %+v (index %d -> %d)", err, list, before, n.AppliedIndex())
 	}
@@ -439,14 +443,14 @@ func TestRestartKeepsLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-n.Ready()
-	waitFor(t, 5*time.Second, n.isLeaderReady)
+	waitFor(t, 5*time.Second, n.lt.isReady)
 	ctx := context.Background()
-	kept, _, err := n.Acquire(ctx, AcquireRequest{Key: "durable", Holder: "a", TTLMS: 60000})
+	kept, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "durable", Holder: "a", TTLMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone, _, _ := n.Acquire(ctx, AcquireRequest{Key: "released", Holder: "a", TTLMS: 60000})
-	if _, err := n.Release(ctx, ReleaseRequest{LeaseID: gone.LeaseID, Token: gone.Token}); err != nil {
+	gone, _, _ := n.Acquire(ctx, wire.AcquireRequest{Key: "released", Holder: "a", TTLMS: 60000})
+	if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: gone.LeaseID, Token: gone.Token}); err != nil {
 		t.Fatal(err)
 	}
 	n.Close()
@@ -464,7 +468,7 @@ func TestRestartKeepsLeases(t *testing.T) {
 	if _, err := n2.Renew(ctx, kept.LeaseID, kept.Token, 0); err != nil {
 		t.Fatalf("renew after restart: %v", err)
 	}
-	l3, _, err := n2.Acquire(ctx, AcquireRequest{Key: "released", Holder: "b", TTLMS: 1000})
+	l3, _, err := n2.Acquire(ctx, wire.AcquireRequest{Key: "released", Holder: "b", TTLMS: 1000})
 	if err != nil || l3.FencingToken <= gone.FencingToken {
 		t.Fatalf("fence after restart: %v %+v", err, l3)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -20,17 +21,30 @@ import (
 // peerServer serves the handler the API registers (ServePeer) on the
 // node-to-node streams.
 type peerServer struct {
+	n   *Node
 	mu  sync.Mutex
 	h   http.Handler
 	srv *http.Server
+	// own serves the node's own routes (under /internal/node/: the
+	// state check), set before the server starts.
+	own http.Handler
 }
 
 func (p *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.own != nil && strings.HasPrefix(r.URL.Path, "/internal/node/") {
+		p.own.ServeHTTP(w, r)
+		return
+	}
 	p.mu.Lock()
 	h := p.h
 	p.mu.Unlock()
 	if h == nil {
-		http.Error(w, "no node-to-node handler on this server", http.StatusNotFound)
+		// Not serving yet (between Open and the API's ServePeer): an
+		// error that says nothing happened, as the forwarders read it.
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error":{"code":"UNAVAILABLE","message":"this server does not serve node-to-node requests yet; retry"}}`))
 		return
 	}
 	h.ServeHTTP(w, r)
@@ -41,19 +55,30 @@ func (p *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // comes from a server of this cluster (see DialPeer); none from a client.
 // With InMemory there are no such requests.
 func (n *Node) ServePeer(h http.Handler) {
-	ln := n.cl.PeerListener()
-	if ln == nil {
+	if n.cl.PeerListener() == nil {
 		return
 	}
 	p := &n.peer
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.h = h
+	p.mu.Unlock()
+	n.peer.start()
+}
+
+// start starts serving node-to-node requests, once.
+func (ps *peerServer) start() {
+	ln := ps.n.cl.PeerListener()
+	if ln == nil {
+		return
+	}
+	p := ps
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.srv != nil {
 		return
 	}
 	select {
-	case <-n.closing:
+	case <-ps.n.closing:
 		return
 	default:
 	}
@@ -70,9 +95,12 @@ func (n *Node) ServePeer(h http.Handler) {
 // a control operation (10 s).
 const peerWriteTimeout = 20 * time.Second
 
-// closePeer stops serving node-to-node requests.
-func (n *Node) closePeer() {
-	p := &n.peer
+// close stops serving node-to-node requests.
+func (ps *peerServer) close() {
+	if ps.n.peerHTTP != nil {
+		ps.n.peerHTTP.CloseIdleConnections()
+	}
+	p := ps
 	p.mu.Lock()
 	srv := p.srv
 	p.srv = nil

@@ -2,10 +2,9 @@ package node
 
 import (
 	"context"
-	"strconv"
 
-	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // readBarrier makes a linearizable read possible: this node confirms it is
@@ -17,14 +16,19 @@ func (n *Node) readBarrier(ctx context.Context, stale bool) error {
 	if stale || canaryStaleRead {
 		return nil
 	}
-	if err := n.refusedErr(); err != nil {
-		return &Error{Code: fsm.CodeUnavailable, Message: err.Error()}
+	if err := n.mem.refusedErr(); err != nil {
+		return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error()}
 	}
-	if n.cl.Raft.State() != raft.Leader || !n.isLeaderReady() {
+	// Ready in the term this server leads in now (isLeaderReady), both
+	// before the commit index is read and after a quorum confirmed the
+	// leadership: leader in that one term throughout, so the commit index
+	// covers every write acknowledged before the read began.
+	p := n.lt.readyTerm()
+	if p == nil {
 		return n.noLeader()
 	}
-	commit := n.cl.Raft.CommitIndex()
-	if err := n.cl.Raft.VerifyLeader().Error(); err != nil {
+	commit, err := n.cl.ReadIndex(p.term)
+	if err != nil || p.ctx.Err() != nil {
 		return n.noLeader()
 	}
 	for {
@@ -44,16 +48,16 @@ func (n *Node) readBarrier(ctx context.Context, stale bool) error {
 
 func (n *Node) noLeader() error {
 	msg := "this node is not the leader and no leader is known"
-	if _, id := n.cl.Raft.LeaderWithID(); string(id) == n.cfg.NodeID {
+	if _, id := n.cl.Leader(); string(id) == n.cfg.NodeID {
 		msg = "this node was just elected leader and is still applying its predecessors' entries; retry shortly"
-	} else if addr, id := n.cl.Raft.LeaderWithID(); addr != "" {
+	} else if addr, id := n.cl.Leader(); addr != "" {
 		msg = "this node is not the leader; the leader is " + string(id) + " at " + string(addr)
 	}
-	return &Error{Code: CodeNoLeader, Message: msg}
+	return &wire.Error{Code: wire.CodeNoLeader, Message: msg}
 }
 
 // GetLease returns a lease in any retained state.
-func (n *Node) GetLease(ctx context.Context, id string, stale bool) (*Lease, error) {
+func (n *Node) GetLease(ctx context.Context, id string, stale bool) (*wire.Lease, error) {
 	if err := checkID("lease", id); err != nil {
 		return nil, err
 	}
@@ -64,13 +68,13 @@ func (n *Node) GetLease(ctx context.Context, id string, stale bool) (*Lease, err
 	defer n.rep.mu.RUnlock()
 	l := n.rep.f.Lease(id)
 	if l == nil {
-		return nil, fsm.Errorf(CodeLeaseNotFound, "lease %s not found", id)
+		return nil, fsm.Errorf(wire.CodeLeaseNotFound, "lease %s not found", id)
 	}
 	return n.rep.view(l, wallNow()), nil
 }
 
 // ListLeases returns one page of leases ordered by id.
-func (n *Node) ListLeases(ctx context.Context, r ListRequest, stale bool) (*LeaseList, error) {
+func (n *Node) ListLeases(ctx context.Context, r wire.ListRequest, stale bool) (*wire.LeaseList, error) {
 	switch fsm.State(r.State) {
 	case "", fsm.StateActive, fsm.StateReleased, fsm.StateExpired, fsm.StateRevoked:
 	default:
@@ -85,7 +89,7 @@ func (n *Node) ListLeases(ctx context.Context, r ListRequest, stale bool) (*Leas
 	if err := n.readBarrier(ctx, stale); err != nil {
 		return nil, err
 	}
-	out := &LeaseList{Leases: []*Lease{}}
+	out := &wire.LeaseList{Leases: []*wire.Lease{}}
 	after := r.After
 	for scanned := 0; ; scanned += listChunk {
 		// One chunk per read lock, so that a listing whose filter matches
@@ -121,7 +125,7 @@ var (
 )
 
 // GetSession returns a session in any retained state.
-func (n *Node) GetSession(ctx context.Context, id string, stale bool) (*Session, error) {
+func (n *Node) GetSession(ctx context.Context, id string, stale bool) (*wire.Session, error) {
 	if err := checkID("session", id); err != nil {
 		return nil, err
 	}
@@ -132,13 +136,13 @@ func (n *Node) GetSession(ctx context.Context, id string, stale bool) (*Session,
 	defer n.rep.mu.RUnlock()
 	s := n.rep.f.Session(id)
 	if s == nil {
-		return nil, fsm.Errorf(CodeSessionNotFound, "session %s not found", id)
+		return nil, fsm.Errorf(wire.CodeSessionNotFound, "session %s not found", id)
 	}
 	return sessionView(s, n.rep.f.Tick(), n.rep.period(), wallNow()), nil
 }
 
 // ListSessions returns one page of sessions ordered by id.
-func (n *Node) ListSessions(ctx context.Context, holder, after string, limit int, stale bool) (*SessionList, error) {
+func (n *Node) ListSessions(ctx context.Context, holder, after string, limit int, stale bool) (*wire.SessionList, error) {
 	if limit < 0 || limit > 1000 {
 		return nil, fsm.InvalidField("limit", "limit must be 1-1000")
 	}
@@ -148,7 +152,7 @@ func (n *Node) ListSessions(ctx context.Context, holder, after string, limit int
 	if err := n.readBarrier(ctx, stale); err != nil {
 		return nil, err
 	}
-	out := &SessionList{Sessions: []*Session{}}
+	out := &wire.SessionList{Sessions: []*wire.Session{}}
 	for scanned := 0; ; scanned += listChunk {
 		if err := n.rep.scanSlot(ctx); err != nil {
 			return nil, err
@@ -171,7 +175,7 @@ func (n *Node) ListSessions(ctx context.Context, holder, after string, limit int
 
 // Validate answers whether a fencing token (with a key) or a lease token
 // (with a lease id) is valid now. It is a linearizable read.
-func (n *Node) Validate(ctx context.Context, r ValidateRequest) (*ValidateResult, error) {
+func (n *Node) Validate(ctx context.Context, r wire.ValidateRequest) (*wire.ValidateResult, error) {
 	byKey, byLease := r.Key != "", r.LeaseID != ""
 	switch {
 	case byKey == byLease:
@@ -194,16 +198,16 @@ func (n *Node) Validate(ctx context.Context, r ValidateRequest) (*ValidateResult
 	now := wallNow()
 	if byKey {
 		active := n.rep.f.ActiveOnKey(r.Key)
-		var current *Lease
+		var current *wire.Lease
 		if len(active) > 0 {
 			current = n.rep.view(active[len(active)-1], now)
 		}
 		for _, l := range active {
 			if l.Fence == r.FencingToken {
 				if n.rep.f.Due(l) {
-					return &ValidateResult{Valid: false, Reason: string(fsm.StateExpired), Current: n.rep.view(l, now)}, nil
+					return &wire.ValidateResult{Valid: false, Reason: string(fsm.StateExpired), Current: n.rep.view(l, now)}, nil
 				}
-				return &ValidateResult{Valid: true, Reason: "active", Current: n.rep.view(l, now)}, nil
+				return &wire.ValidateResult{Valid: true, Reason: "active", Current: n.rep.view(l, now)}, nil
 			}
 		}
 		reason := "no_active_lease"
@@ -213,114 +217,23 @@ func (n *Node) Validate(ctx context.Context, r ValidateRequest) (*ValidateResult
 		case len(active) > 0:
 			reason = "superseded"
 		}
-		return &ValidateResult{Valid: false, Reason: reason, Current: current}, nil
+		return &wire.ValidateResult{Valid: false, Reason: reason, Current: current}, nil
 	}
 	l := n.rep.f.Lease(r.LeaseID)
 	if l == nil {
-		return &ValidateResult{Valid: false, Reason: "not_found"}, nil
+		return &wire.ValidateResult{Valid: false, Reason: "not_found"}, nil
 	}
 	if l.TokenHash != hashToken(r.Token) {
-		return &ValidateResult{Valid: false, Reason: "token_mismatch", Current: n.rep.view(l, now)}, nil
+		return &wire.ValidateResult{Valid: false, Reason: "token_mismatch", Current: n.rep.view(l, now)}, nil
 	}
 	if l.Terminal() {
-		return &ValidateResult{Valid: false, Reason: string(l.State), Current: n.rep.view(l, now)}, nil
+		return &wire.ValidateResult{Valid: false, Reason: string(l.State), Current: n.rep.view(l, now)}, nil
 	}
 	if n.rep.f.Due(l) {
 		// Past its end, its expiry waiting for its chunk (fsm.FSM.Due).
-		return &ValidateResult{Valid: false, Reason: string(fsm.StateExpired), Current: n.rep.view(l, now)}, nil
+		return &wire.ValidateResult{Valid: false, Reason: string(fsm.StateExpired), Current: n.rep.view(l, now)}, nil
 	}
-	return &ValidateResult{Valid: true, Reason: "active", Current: n.rep.view(l, now)}, nil
-}
-
-// ClusterStatus describes the cluster as this node sees it.
-//
-// With stale false the read is linearizable (only the leader answers, after
-// confirming its leadership), so its tick is at least every tick committed
-// before the call: the chaos suite's clock checker relies on that. With
-// stale true it is this node's own view, whatever its role.
-func (n *Node) ClusterStatus(ctx context.Context, stale bool) (*ClusterStatus, error) {
-	if err := n.readBarrier(ctx, stale); err != nil {
-		return nil, err
-	}
-	r := n.cl.Raft
-	st := r.Stats()
-	term, _ := strconv.ParseUint(st["term"], 10, 64)
-	leaderAddr, leaderID := r.LeaderWithID()
-	n.rep.mu.RLock()
-	tick, period := n.rep.f.Tick(), n.rep.period()
-	leases, sessions := n.rep.f.Counts()
-	n.rep.mu.RUnlock()
-	out := &ClusterStatus{
-		NodeID: n.cfg.NodeID, Leader: string(leaderID), LeaderAddr: string(leaderAddr),
-		State: r.State().String(), Term: term, CommitIndex: r.CommitIndex(),
-		AppliedIndex: n.rep.applied.Load(), Tick: tick, TickPeriodMS: period,
-		ActiveLeases: leases, ActiveSession: sessions,
-	}
-	fut := r.GetConfiguration()
-	if err := fut.Error(); err != nil {
-		return nil, &Error{Code: CodeInternal, Message: "read raft configuration: " + err.Error()}
-	}
-	out.Members = n.members(fut.Configuration(), leaderID)
-	return out, nil
-}
-
-// RemoveMember removes a server from the Raft configuration. It never ends
-// or shortens a lease. Only the leader can do it. The removed server is not
-// re-added while it runs with the same data directory.
-func (n *Node) RemoveMember(ctx context.Context, id string) error {
-	r := n.cl.Raft
-	if r.State() != raft.Leader {
-		return n.noLeader()
-	}
-	fut := r.GetConfiguration()
-	if err := fut.Error(); err != nil {
-		return &Error{Code: CodeInternal, Message: err.Error()}
-	}
-	found := false
-	for _, s := range fut.Configuration().Servers {
-		found = found || string(s.ID) == id
-	}
-	if !found {
-		return &Error{Code: CodeNotFound, Message: "no member " + strconv.Quote(id)}
-	}
-	if id == n.cfg.NodeID && len(fut.Configuration().Servers) == 1 {
-		return fsm.InvalidField("id", "cannot remove the only member of the cluster")
-	}
-	// Tombstone the server's data directory first: if it comes back, it is
-	// not re-added (wiping its data directory lets it join anew).
-	return n.removeServer(ctx, id)
-}
-
-// TransferLeadership asks the leader to hand over to id (any up-to-date
-// voter when id is empty).
-func (n *Node) TransferLeadership(ctx context.Context, id string) error {
-	r := n.cl.Raft
-	if r.State() != raft.Leader {
-		return n.noLeader()
-	}
-	var fut raft.Future
-	if id == "" {
-		fut = r.LeadershipTransfer()
-	} else {
-		cfg := r.GetConfiguration()
-		if err := cfg.Error(); err != nil {
-			return &Error{Code: CodeInternal, Message: err.Error()}
-		}
-		var addr raft.ServerAddress
-		for _, s := range cfg.Configuration().Servers {
-			if string(s.ID) == id {
-				addr = s.Address
-			}
-		}
-		if addr == "" {
-			return &Error{Code: CodeNotFound, Message: "no member " + strconv.Quote(id)}
-		}
-		fut = r.LeadershipTransferToServer(raft.ServerID(id), addr)
-	}
-	if err := fut.Error(); err != nil {
-		return &Error{Code: fsm.CodeUnavailable, Message: "leadership transfer failed: " + err.Error()}
-	}
-	return nil
+	return &wire.ValidateResult{Valid: true, Reason: "active", Current: n.rep.view(l, now)}, nil
 }
 
 // Stats returns counters for metrics.
@@ -335,8 +248,8 @@ func (n *Node) Stats() Stats {
 		Acquired: c.acquired.Load(), Renewed: c.renewed.Load(), Released: c.released.Load(),
 		Expired: c.expired.Load(), Revoked: c.revoked.Load(), SessionsCreated: c.sessCreated.Load(),
 		SessionHeartbeats: c.sessHeartbeats.Load(), LateHeartbeats: c.lateHeartbeats.Load(),
-		SessionsExpired: c.sessExpired.Load(), CommitIndex: n.cl.Raft.CommitIndex(),
-		AppliedIndex: n.rep.applied.Load(), Tick: tick, IsLeader: n.cl.Raft.State() == raft.Leader,
+		SessionsExpired: c.sessExpired.Load(), CommitIndex: n.cl.CommitIndex(),
+		AppliedIndex: n.rep.applied.Load(), Tick: tick, IsLeader: n.cl.IsLeader(),
 		ApplyBuckets: applyBuckets, EventStreams: int(n.hub.streams.Load()),
 	}
 	c.mu.Lock()

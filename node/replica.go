@@ -6,9 +6,11 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // replica adapts the pure state machine to raft.FSM: it decodes entries,
@@ -18,6 +20,13 @@ type replica struct {
 	mu      sync.RWMutex
 	f       *fsm.FSM
 	applied atomic.Uint64 // last applied Raft index, any entry type
+	// movedAt is when applied last advanced (time since born, on the
+	// monotonic clock); tick is the state's tick, both readable without
+	// mu, so that a server whose apply is stuck holding mu still says so
+	// (ReadyErr).
+	born    time.Time
+	movedAt atomic.Int64
+	tick    atomic.Uint64
 
 	appliedMu   sync.Mutex
 	appliedCond chan struct{} // closed and replaced on every apply
@@ -41,10 +50,19 @@ type replica struct {
 	hashWant atomic.Int64
 	// started is set once the node runs (restores before it are the
 	// startup's); leading reports whether this node leads now.
-	started   atomic.Bool
-	leading   func() bool
-	restores  atomic.Uint64 // since start: installs from a leader and operator restores
-	installed atomic.Uint64 // since start: snapshots sent by a leader
+	started  atomic.Bool
+	leading  func() bool
+	restores atomic.Uint64 // since start: installs from a leader and operator restores
+	// broken is set at the first committed entry that does not decode:
+	// nothing is applied after it (corrupt, a test's hook, replaces the
+	// panic that stops the server).
+	broken  atomic.Pointer[string]
+	corrupt func(index uint64, err error)
+	skew    func(fsm.Command) fsm.Command // a test's deliberately diverged replica
+	// applyingRestore is set while a restore commit applies (the
+	// watchdog counts it as progress: backup.go).
+	applyingRestore atomic.Bool
+	installed       atomic.Uint64 // since start: snapshots sent by a leader
 	// replayEnd is the last index of the log when the node started: the
 	// events of entries up to it were counted by the run that first
 	// applied them, and are not counted again (metrics.go).
@@ -59,7 +77,7 @@ var (
 
 func newReplica(h *hub, stats *counters, notices func([]fsm.Notice)) *replica {
 	return &replica{f: fsm.New(), appliedCond: make(chan struct{}), hub: h, stats: stats, notices: notices,
-		scans: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
+		scans: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)), born: time.Now()}
 }
 
 // Apply implements raft.FSM.
@@ -71,6 +89,7 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
 	events := r.evbuf[:0]
 	var notices []fsm.Notice
+	var resets []hubReset
 	r.mu.Lock()
 	last := uint64(0)
 	for i, l := range logs {
@@ -81,11 +100,45 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 		}
 		last = l.Index
 		if l.Type == raft.LogCommand {
+			if r.broken.Load() != nil {
+				out[i] = []fsm.Result{{Err: fsm.Errorf(wire.CodeInternal, "this server stopped applying at a damaged log entry")}}
+				continue
+			}
 			cmd, err := fsm.Decode(l.Data)
 			if err != nil {
-				panic(fmt.Sprintf("leasehold: undecodable committed entry at index %d: %v", l.Index, err))
+				// The log is damaged here (a checksum that does not
+				// match: bit rot) or was written by a newer version:
+				// applying anything from now on would diverge.
+				msg := fmt.Sprintf("leasehold: committed log entry %d does not decode: %v; this server stops "+
+					"(its log is damaged: wipe its data directory and let it rejoin, or restore it from a backup)", l.Index, err)
+				r.broken.Store(&msg)
+				if r.corrupt == nil {
+					panic(msg)
+				}
+				r.corrupt(l.Index, err)
+				out[i] = []fsm.Result{{Err: fsm.Errorf(wire.CodeInternal, "%s", msg)}}
+				continue
 			}
-			out[i] = r.f.Apply(l.Index, cmd)
+			if r.skew != nil {
+				cmd = r.skew(cmd)
+			}
+			_, restoring := cmd.(*fsm.RestoreCommit)
+			if restoring {
+				r.applyingRestore.Store(true)
+				if h := restoreApplyHook.Load(); h != nil {
+					(*h)()
+				}
+			}
+			res := r.f.Apply(l.Index, cmd)
+			out[i] = res
+			if restoring {
+				r.applyingRestore.Store(false)
+				if res[0].Restore != nil {
+					// The state was replaced: events before it go out,
+					// then the event history restarts after this index.
+					resets = append(resets, hubReset{index: l.Index, at: len(events)})
+				}
+			}
 			r.f.DrainEvents(func(e *fsm.Event) { events = append(events, r.annotate(e)) })
 			notices = append(notices, r.f.TakeNotices()...)
 		}
@@ -94,12 +147,23 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 			r.serveHashes(l.Index)
 		}
 	}
+	tick := r.f.Tick()
 	r.mu.Unlock()
+	r.tick.Store(tick)
 	if last > 0 {
-		r.applied.Store(last)
+		r.setApplied(last)
 	}
 	r.countEvents(events)
-	r.hub.publish(events)
+	from := 0
+	for _, rs := range resets {
+		r.hub.publish(events[from:rs.at])
+		r.hub.reset(rs.index)
+		from = rs.at
+		if r.started.Load() {
+			r.restores.Add(1)
+		}
+	}
+	r.hub.publish(events[from:])
 	clear(events)
 	r.evbuf = events[:0]
 	if len(notices) > 0 && r.notices != nil {
@@ -110,6 +174,17 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 	r.appliedCond = make(chan struct{})
 	r.appliedMu.Unlock()
 	return out
+}
+
+// restoreApplyHook, set by tests only, runs before a restore commit
+// applies (a stand-in for a large state's decoding and rebase).
+var restoreApplyHook atomic.Pointer[func()]
+
+// hubReset is a restore applied in a batch: the event history restarts
+// after index, once the first at events (those before it) are published.
+type hubReset struct {
+	index uint64
+	at    int
 }
 
 // annotate captures, under the apply lock, what rendering the event later
@@ -174,9 +249,23 @@ func (r *replica) Restore(rc io.ReadCloser) error {
 			r.installed.Add(1)
 		}
 	}
-	r.applied.Store(max(r.applied.Load(), f.Index()))
+	r.tick.Store(f.Tick())
+	r.setApplied(max(r.applied.Load(), f.Index()))
 	r.hub.reset(f.Index())
 	return nil
+}
+
+// setApplied records the applied index, and when it moved.
+func (r *replica) setApplied(i uint64) {
+	if r.applied.Swap(i) != i {
+		r.movedAt.Store(int64(time.Since(r.born)))
+	}
+}
+
+// sinceMoved is how long ago the applied index last advanced (since the
+// node started, if it never did).
+func (r *replica) sinceMoved() time.Duration {
+	return time.Since(r.born) - time.Duration(r.movedAt.Load())
 }
 
 type fsmSnapshot struct {

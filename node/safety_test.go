@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // These tests pin the properties the chaos suite's node canaries break
@@ -26,7 +28,7 @@ func TestLinearizableReadNeverLocal(t *testing.T) {
 		}
 	}
 	c.isolate(f.cfg.NodeID)
-	lease, _, err := l.Acquire(ctx, AcquireRequest{Key: "stale/1", Holder: "w", TTLMS: 60000})
+	lease, _, err := l.Acquire(ctx, wire.AcquireRequest{Key: "stale/1", Holder: "w", TTLMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,15 +36,15 @@ func TestLinearizableReadNeverLocal(t *testing.T) {
 		t.Fatalf("leader's linearizable read: %v %+v", err, got)
 	}
 	got, err := f.GetLease(ctx, lease.LeaseID, false)
-	if ErrorCode(err) != CodeNoLeader {
+	if wire.ErrorCode(err) != wire.CodeNoLeader {
 		t.Fatalf("cut-off follower answered a linearizable read: %+v, %v; want NO_LEADER", got, err)
 	}
-	v, err := f.Validate(ctx, ValidateRequest{Key: "stale/1", FencingToken: lease.FencingToken})
-	if ErrorCode(err) != CodeNoLeader {
+	v, err := f.Validate(ctx, wire.ValidateRequest{Key: "stale/1", FencingToken: lease.FencingToken})
+	if wire.ErrorCode(err) != wire.CodeNoLeader {
 		t.Fatalf("cut-off follower answered a validation: %+v, %v; want NO_LEADER", v, err)
 	}
 	// A stale read is allowed, and is indeed stale.
-	if _, err := f.GetLease(ctx, lease.LeaseID, true); ErrorCode(err) != CodeLeaseNotFound {
+	if _, err := f.GetLease(ctx, lease.LeaseID, true); wire.ErrorCode(err) != wire.CodeLeaseNotFound {
 		t.Fatalf("stale read on the cut-off follower: %v; want LEASE_NOT_FOUND", err)
 	}
 }

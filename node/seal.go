@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/leasehold/leasehold/fsm"
 )
@@ -99,58 +100,77 @@ func (s *sealer) sealKey(who, idemKey string, fp fsm.Hash) []byte {
 // legacySealer is the unkeyed scheme of entries written before sealing keys.
 var legacySealer sealer
 
+// sealGuard checks that this server seals with the cluster's key.
+type sealGuard struct {
+	n *Node
+	// sealRefused is set while the sealing key does not match the
+	// recorded check.
+	sealRefused atomic.Pointer[error]
+}
+
 // sealerFor picks the scheme of an idempotent acquire: the unkeyed legacy
 // one only when a lease written before the cluster had a key still answers
 // to its legacy hash (a retry across the upgrade), else this server's.
 // Matching a retained legacy entry adds nothing to the log that is not in
 // it already.
-func (n *Node) sealerFor(who, key string) *sealer {
-	if !n.seal.keyed() {
-		return &n.seal
+func (sg *sealGuard) sealerFor(who, key string) *sealer {
+	if !sg.n.seal.keyed() {
+		return &sg.n.seal
 	}
 	legacy := legacySealer.idemHash(who, key)
-	n.rep.mu.RLock()
-	_, found := n.rep.f.IdemLease(legacy)
-	n.rep.mu.RUnlock()
+	sg.n.rep.mu.RLock()
+	_, found := sg.n.rep.f.IdemLease(legacy)
+	sg.n.rep.mu.RUnlock()
 	if found {
 		return &legacySealer
 	}
-	return &n.seal
+	return &sg.n.seal
+}
+
+// sealIdempotent names an idempotent acquire (of a lease or a lease group)
+// of holder in session with key, whose request has fingerprint fp: the
+// idempotency hash the state machine indexes it by, token sealed for a
+// replay, and the sealing key a replay unseals it with.
+func (sg *sealGuard) sealIdempotent(holder, session, key string, fp fsm.Hash, token string) (idem fsm.Hash, sealed, sealKey []byte) {
+	who := holder + "\x00" + session
+	s := sg.sealerFor(who, key)
+	sealKey = s.sealKey(who, key, fp)
+	return s.idemHash(who, key), seal(sealKey, token), sealKey
 }
 
 // sealErr says why this server must not serve with its sealing key given
 // the recorded check value rec (nil: none recorded yet); nil when it may.
-func (n *Node) sealErr(rec []byte) error {
+func (sg *sealGuard) sealErr(rec []byte) error {
 	switch {
 	case rec == nil:
 		return nil
-	case !n.seal.keyed():
+	case !sg.n.seal.keyed():
 		return fmt.Errorf("the cluster's state records a sealing key (check %x) but this server has none: "+
 			"start it with the cluster's --seal-key-file (or the gossip key the cluster derives it from)", rec)
-	case bytes.Equal(rec, n.seal.check), n.cfg.SealKeyRotate:
+	case bytes.Equal(rec, sg.n.seal.check), sg.n.cfg.SealKeyRotate:
 		return nil
 	}
 	return fmt.Errorf("this server's sealing key (check %x) is not the cluster's (check %x): idempotent retries "+
 		"would not match and their tokens could not be opened. Start it with the cluster's --seal-key-file "+
 		"(the same file on every server), or rotate the key on every server with --seal-key-rotate (docs/security.md)",
-		n.seal.check, rec)
+		sg.n.seal.check, rec)
 }
 
 // checkSeal compares this server's key with the recorded check value and
 // sets or clears the refusal (refusedErr) accordingly.
-func (n *Node) checkSeal() error {
-	n.rep.mu.RLock()
-	rec := n.rep.f.SealCheck()
-	n.rep.mu.RUnlock()
-	err := n.sealErr(rec)
+func (sg *sealGuard) checkSeal() error {
+	sg.n.rep.mu.RLock()
+	rec := sg.n.rep.f.SealCheck()
+	sg.n.rep.mu.RUnlock()
+	err := sg.sealErr(rec)
 	if err == nil {
-		if n.sealRefused.Swap(nil) != nil {
-			n.log.Info("the sealing key matches the cluster's again; serving")
+		if sg.sealRefused.Swap(nil) != nil {
+			sg.n.log.Info("the sealing key matches the cluster's again; serving")
 		}
 		return nil
 	}
-	if n.sealRefused.Swap(&err) == nil {
-		n.log.Error("refusing to serve: sealing key mismatch", "err", err)
+	if sg.sealRefused.Swap(&err) == nil {
+		sg.n.log.Error("refusing to serve: sealing key mismatch", "err", err)
 	}
 	return err
 }
@@ -160,37 +180,37 @@ func (n *Node) checkSeal() error {
 // keys, or a rotation with SealKeyRotate) gets this server's, once every
 // server of the configuration runs a version that knows the SealCheck
 // entry; a leader whose key does not match hands leadership on.
-func (n *Node) recordSealCheck(ctx context.Context, conf []string) {
-	if n.checkSeal() != nil {
-		n.stepDown(ctx)
+func (sg *sealGuard) recordSealCheck(ctx context.Context, conf []string) {
+	if sg.checkSeal() != nil {
+		sg.n.cl.StepDown(ctx)
 		return
 	}
-	if !n.seal.keyed() {
+	if !sg.n.seal.keyed() {
 		return
 	}
-	n.rep.mu.RLock()
-	rec := n.rep.f.SealCheck()
-	n.rep.mu.RUnlock()
-	if bytes.Equal(rec, n.seal.check) {
+	sg.n.rep.mu.RLock()
+	rec := sg.n.rep.f.SealCheck()
+	sg.n.rep.mu.RUnlock()
+	if bytes.Equal(rec, sg.n.seal.check) {
 		return
 	}
 	for _, id := range conf {
-		if id == n.cfg.NodeID {
+		if id == sg.n.cfg.NodeID {
 			continue
 		}
-		if p, ok := n.mem.gossip.Peer(id); !ok || !p.SealCheck {
+		if p, ok := sg.n.mem.gossip.Peer(id); !ok || !p.SealCheck {
 			return
 		}
 	}
-	res, _, err := n.propose(ctx, &fsm.SealCheck{Check: n.seal.check})
+	res, _, err := sg.n.propose(ctx, &fsm.SealCheck{Check: sg.n.seal.check})
 	if err == nil && res.Err != nil {
 		err = res.Err
 	}
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-			n.log.Warn("leadership: recording the sealing key's check value failed", "err", err)
+			sg.n.log.Warn("leadership: recording the sealing key's check value failed", "err", err)
 		}
 		return
 	}
-	n.log.Info("recorded the sealing key's check value", "check", hex.EncodeToString(n.seal.check), "rotated", rec != nil)
+	sg.n.log.Info("recorded the sealing key's check value", "check", hex.EncodeToString(sg.n.seal.check), "rotated", rec != nil)
 }

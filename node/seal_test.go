@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func sealKeyOf(b byte) []byte { return bytes.Repeat([]byte{b}, SealKeyBytes) }
@@ -40,7 +41,7 @@ func TestSealKeyBackupRevealsNoGuess(t *testing.T) {
 	cfg.SealKey = sealKeyOf(7)
 	n := openNode(t, cfg)
 	ctx := context.Background()
-	req := AcquireRequest{Key: "jobs/1", Holder: "w1", TTLMS: 60000, IdempotencyKey: "guessable-key-1"}
+	req := wire.AcquireRequest{Key: "jobs/1", Holder: "w1", TTLMS: 60000, IdempotencyKey: "guessable-key-1"}
 	l, _, err := n.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -126,10 +127,10 @@ func TestSealKeyRetryAcrossRestartAndWrongKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-n.Ready()
-	waitFor(t, 10*time.Second, n.isLeaderReady)
+	waitFor(t, 10*time.Second, n.lt.isReady)
 	waitFor(t, 30*time.Second, func() bool { return n.sealRecorded() })
 	ctx := context.Background()
-	req := AcquireRequest{Key: "jobs/r", Holder: "w1", TTLMS: 120000, IdempotencyKey: "retry-1"}
+	req := wire.AcquireRequest{Key: "jobs/r", Holder: "w1", TTLMS: 120000, IdempotencyKey: "retry-1"}
 	l, _, err := n.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +145,7 @@ func TestSealKeyRetryAcrossRestartAndWrongKey(t *testing.T) {
 	}
 	// A snapshot so that the next start knows the check before any entry
 	// is applied.
-	if _, err := n2.raftSnapshot(ctx); err != nil {
+	if _, err := n2.bk.raftSnapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
 	n2.Close()
@@ -165,7 +166,7 @@ func TestSealKeyRetryAcrossRestartAndWrongKey(t *testing.T) {
 	c.SealKey, c.SealKeyRotate = sealKeyOf(2), true
 	n3 := openNode(t, c)
 	waitFor(t, 30*time.Second, func() bool { return n3.sealRecorded() })
-	if _, err := n3.raftSnapshot(ctx); err != nil {
+	if _, err := n3.bk.raftSnapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
 	n3.Close()
@@ -191,7 +192,7 @@ func refusal(t *testing.T, cfg Config) (msg string, atOpen bool) {
 		}
 		return false
 	})
-	if _, _, err := n.Acquire(context.Background(), AcquireRequest{Key: "x", Holder: "h", TTLMS: 1000}); err == nil || !strings.Contains(err.Error(), "sealing key") {
+	if _, _, err := n.Acquire(context.Background(), wire.AcquireRequest{Key: "x", Holder: "h", TTLMS: 1000}); err == nil || !strings.Contains(err.Error(), "sealing key") {
 		t.Fatalf("a refused server wrote: %v", err)
 	}
 	return msg, false
@@ -216,9 +217,9 @@ func TestSealKeyLegacyEntriesStillReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-n.Ready()
-	waitFor(t, 10*time.Second, n.isLeaderReady)
+	waitFor(t, 10*time.Second, n.lt.isReady)
 	ctx := context.Background()
-	req := AcquireRequest{Key: "jobs/old", Holder: "w1", TTLMS: 120000, IdempotencyKey: "old-1"}
+	req := wire.AcquireRequest{Key: "jobs/old", Holder: "w1", TTLMS: 120000, IdempotencyKey: "old-1"}
 	l, _, err := n.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +233,7 @@ func TestSealKeyLegacyEntriesStillReplay(t *testing.T) {
 	if err != nil || !replayed || l2.LeaseID != l.LeaseID || l2.Token != l.Token {
 		t.Fatalf("legacy retry with a key: %v replayed=%v %+v", err, replayed, l2)
 	}
-	nreq := AcquireRequest{Key: "jobs/new", Holder: "w1", TTLMS: 120000, IdempotencyKey: "new-1"}
+	nreq := wire.AcquireRequest{Key: "jobs/new", Holder: "w1", TTLMS: 120000, IdempotencyKey: "new-1"}
 	nl, _, err := n2.Acquire(ctx, nreq)
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +267,7 @@ func TestSealKeyRetryAcrossFailover(t *testing.T) {
 	old := c.leader()
 	waitFor(t, 30*time.Second, old.sealRecorded)
 	ctx := context.Background()
-	req := AcquireRequest{Key: "jobs/f", Holder: "w1", TTLMS: 60000, IdempotencyKey: "failover-1"}
+	req := wire.AcquireRequest{Key: "jobs/f", Holder: "w1", TTLMS: 60000, IdempotencyKey: "failover-1"}
 	l, _, err := old.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -308,10 +309,10 @@ func TestSealKeyWrongKeyJoinerRefuses(t *testing.T) {
 		return e != nil && strings.Contains(e.Error(), "sealing key")
 	})
 	ctx := context.Background()
-	if _, _, err := bad.Acquire(ctx, AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000}); err == nil || !strings.Contains(err.Error(), "sealing key") {
+	if _, _, err := bad.Acquire(ctx, wire.AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000}); err == nil || !strings.Contains(err.Error(), "sealing key") {
 		t.Fatalf("the wrong-key server wrote: %v", err)
 	}
-	if _, _, err := c.leader("n3").Acquire(ctx, AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000, IdempotencyKey: "i"}); err != nil {
+	if _, _, err := c.leader("n3").Acquire(ctx, wire.AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000, IdempotencyKey: "i"}); err != nil {
 		t.Fatal(err)
 	}
 }

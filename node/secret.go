@@ -11,6 +11,7 @@ import (
 	"sort"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // tokenBytes is the entropy of a secret token (the contract asks >= 16).
@@ -40,7 +41,7 @@ func hashToken(tok string) fsm.Hash {
 // fingerprint identifies what an acquire asks for, so that a replay can be
 // told from a different request under the same idempotency key. wait_ms is
 // left out: a retry may wait differently for the same lease.
-func fingerprint(r *AcquireRequest, limit uint32) fsm.Hash {
+func fingerprint(r *wire.AcquireRequest, limit uint32) fsm.Hash {
 	keys := make([]string, 0, len(r.Metadata))
 	for k := range r.Metadata {
 		keys = append(keys, k)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func wallTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
@@ -24,28 +25,34 @@ func remaining(end, tick uint64, period int64) int64 {
 	return int64(end-tick) * period
 }
 
-// leaseView renders a record. endTick and ttlMS are the lease's own for a
+// leaseView renders a record in state (its own, or expired for a due
+// lease: fsm.FSM.ReadState). endTick and ttlMS are the lease's own for a
 // standalone lease and its session's for a bound one; now is the moment
 // the countdown is displayed from.
-func leaseView(l *fsm.Lease, endTick uint64, ttlMS int64, tick uint64, period int64, now time.Time) *Lease {
-	v := &Lease{
-		LeaseID: l.ID, Key: l.Key, Holder: l.Holder, Limit: l.Limit, SessionID: l.SessionID,
-		State: string(l.State), FencingToken: l.Fence, TTLMS: ttlMS,
+func leaseView(l *fsm.Lease, state fsm.State, endTick uint64, ttlMS int64, tick uint64, period int64, now time.Time) *wire.Lease {
+	v := &wire.Lease{
+		LeaseID: l.ID, Key: l.Key, Holder: l.Holder, Limit: l.Limit, SessionID: l.SessionID, GroupID: l.GroupID(),
+		State: string(state), FencingToken: l.Fence, TTLMS: ttlMS,
 		AcquiredAt: wallTime(l.AcquiredWallMS), LastRenewedAt: optTime(l.RenewedWallMS),
 		EndedAt: optTime(l.EndedWallMS), HeartbeatIntervalMS: ttlMS / 3,
 		RenewalCount: l.RenewalCount, Metadata: l.Metadata, EndReason: l.EndReason,
 	}
-	if l.State == fsm.StateActive {
+	switch {
+	case state == fsm.StateActive:
 		v.RemainingMS = remaining(endTick, tick, period)
 		v.ExpiresAt = now.Add(time.Duration(v.RemainingMS) * time.Millisecond).UTC().Truncate(time.Millisecond)
-	} else if v.EndedAt != nil {
+	case v.EndedAt != nil:
 		v.ExpiresAt = *v.EndedAt
+	case l.State == fsm.StateActive:
+		// Due: ended as far as anyone can tell, its expiry not applied
+		// yet (no ended_at): nothing remains.
+		v.ExpiresAt = now.UTC().Truncate(time.Millisecond)
 	}
 	return v
 }
 
-func sessionView(s *fsm.Session, tick uint64, period int64, now time.Time) *Session {
-	v := &Session{
+func sessionView(s *fsm.Session, tick uint64, period int64, now time.Time) *wire.Session {
+	v := &wire.Session{
 		SessionID: s.ID, Holder: s.Holder, State: string(s.State), TTLMS: s.TTLMS,
 		HeartbeatIntervalMS: s.TTLMS / 3, LastHeartbeat: optTime(s.LastHeartbeat),
 		HeartbeatCount: s.HeartbeatCount, CreatedAt: wallTime(s.CreatedWallMS),
@@ -66,14 +73,14 @@ func sessionView(s *fsm.Session, tick uint64, period int64, now time.Time) *Sess
 
 // renderEvent turns an applied event into the contract's event object; its
 // countdowns are as of the event's own tick.
-func renderEvent(e *hubEvent) Event {
+func renderEvent(e *hubEvent) wire.Event {
 	at := wallTime(e.WallMS)
-	ev := Event{
+	ev := wire.Event{
 		ID: eventID{e.Index, e.Seq}.String(), Index: e.Index, Type: string(e.Type), Tick: e.Tick,
 		Time: at, Key: e.Key, Reason: e.Reason, Previous: e.Previous,
 	}
 	if e.Lease != nil {
-		ev.Lease = leaseView(e.Lease, e.endTick, e.ttlMS, e.Tick, e.period, at)
+		ev.Lease = leaseView(e.Lease, e.Lease.State, e.endTick, e.ttlMS, e.Tick, e.period, at)
 	}
 	if e.Session != nil {
 		ev.Session = sessionView(e.Session, e.Tick, e.period, at)
@@ -81,15 +88,17 @@ func renderEvent(e *hubEvent) Event {
 	return ev
 }
 
-// view renders a lease against the current state; the caller holds r.mu.
-func (r *replica) view(l *fsm.Lease, now time.Time) *Lease {
+// view renders a lease against the current state, through the state
+// machine's due check (a due lease reads as expired); the caller holds
+// r.mu.
+func (r *replica) view(l *fsm.Lease, now time.Time) *wire.Lease {
 	end, ttl := l.ExpiresTick, l.TTLMS
 	if l.SessionID != "" {
 		if s := r.f.Session(l.SessionID); s != nil {
 			end, ttl = s.ExpiresTick, s.TTLMS
 		}
 	}
-	return leaseView(l, end, ttl, r.f.Tick(), r.period(), now)
+	return leaseView(l, r.f.ReadState(l), end, ttl, r.f.Tick(), r.period(), now)
 }
 
 // period is the cluster's tick period, or this node's configured one before

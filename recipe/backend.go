@@ -15,6 +15,9 @@ type Backend interface {
 	Acquire(ctx context.Context, req wire.AcquireRequest) (*wire.Lease, error)
 	// Release ends a lease.
 	Release(ctx context.Context, req wire.ReleaseRequest) (*wire.Lease, error)
+	// RenewWith renews a lease; with Metadata it replaces the lease's
+	// metadata (of a lease bound to a session: only that).
+	RenewWith(ctx context.Context, req wire.RenewRequest) (*wire.Lease, error)
 	// List reads one page of leases.
 	List(ctx context.Context, req wire.ListRequest) (*wire.LeaseList, error)
 	// Watch streams events to fn until ctx ends or fn fails.

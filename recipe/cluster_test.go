@@ -3,15 +3,21 @@ package recipe_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/internal/testcluster"
 	"github.com/leasehold/leasehold/node"
 	"github.com/leasehold/leasehold/recipe"
+	"github.com/leasehold/leasehold/wire"
 )
+
+// apiHandler serves the HTTP API of a test cluster's member.
+func apiHandler(n *node.Node) http.Handler { return api.New(api.FromNode(n), api.Options{}) }
 
 func clusterClient(t *testing.T, ms []*testcluster.Member) *client.Client {
 	t.Helper()
@@ -45,7 +51,7 @@ func newSession(t *testing.T, b recipe.Backend, holder string, ttl time.Duration
 
 // retry runs op until it succeeds or answers with an error that ok accepts,
 // up to 60 s: operations across a leader kill may fail while there is none.
-func retry(t *testing.T, what string, op func(ctx context.Context) error, ok ...node.Code) error {
+func retry(t *testing.T, what string, op func(ctx context.Context) error, ok ...wire.Code) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -55,7 +61,7 @@ func retry(t *testing.T, what string, op func(ctx context.Context) error, ok ...
 			return nil
 		}
 		for _, c := range ok {
-			if node.ErrorCode(err) == c {
+			if wire.ErrorCode(err) == c {
 				return err
 			}
 		}
@@ -97,7 +103,7 @@ func (d *doneAt) get() time.Time {
 // (Unlock sent) or its session reported the loss; fencing tokens grow; the
 // observer reports each leader.
 func TestRecipesAcrossLeaderKill(t *testing.T) {
-	ms := testcluster.Start(t)
+	ms := testcluster.Start(t, apiHandler)
 	c := clusterClient(t, ms)
 	bg := context.Background()
 	const ttl = 20 * time.Second // generous: the failover must not cost the sessions
@@ -182,7 +188,7 @@ func TestRecipesAcrossLeaderKill(t *testing.T) {
 	// The holders let go, each across the failover.
 	tok1 := m1.Token()
 	m1Released := time.Now()
-	retry(t, "m1.Unlock", m1.Unlock, node.CodeLeaseReleased, node.CodeLeaseExpired)
+	retry(t, "m1.Unlock", m1.Unlock, wire.CodeLeaseReleased, wire.CodeLeaseExpired)
 	var got time.Time
 	select {
 	case got = <-m2Got:
@@ -201,7 +207,7 @@ func TestRecipesAcrossLeaderKill(t *testing.T) {
 
 	semTok := sems[0].Token()
 	sem0Released := time.Now()
-	retry(t, "semaphore Release", sems[0].Release, node.CodeLeaseReleased, node.CodeLeaseExpired)
+	retry(t, "semaphore Release", sems[0].Release, wire.CodeLeaseReleased, wire.CodeLeaseExpired)
 	select {
 	case got = <-sem2Got:
 	case <-time.After(120 * time.Second):
@@ -218,7 +224,7 @@ func TestRecipesAcrossLeaderKill(t *testing.T) {
 	}
 	var active int
 	retry(t, "list the semaphore", func(ctx context.Context) error {
-		ls, err := c.List(ctx, node.ListRequest{Key: "sem", State: "active"})
+		ls, err := c.List(ctx, wire.ListRequest{Key: "sem", State: "active"})
 		if err == nil {
 			active = len(ls.Leases)
 		}
@@ -228,7 +234,7 @@ func TestRecipesAcrossLeaderKill(t *testing.T) {
 		t.Errorf("%d active leases on a semaphore of 2", active)
 	}
 
-	retry(t, "e1.Resign", e1.Resign, node.CodeLeaseReleased, node.CodeLeaseExpired)
+	retry(t, "e1.Resign", e1.Resign, wire.CodeLeaseReleased, wire.CodeLeaseExpired)
 	select {
 	case err := <-e2Won:
 		if err != nil {
@@ -267,7 +273,7 @@ func TestRecipesAcrossLeaderKill(t *testing.T) {
 		t.Error("Unlock after the session closed succeeded")
 	}
 	retry(t, "list the mutex", func(ctx context.Context) error {
-		ls, err := c.List(ctx, node.ListRequest{Key: "mutex", State: "active"})
+		ls, err := c.List(ctx, wire.ListRequest{Key: "mutex", State: "active"})
 		if err == nil && len(ls.Leases) != 0 {
 			t.Errorf("mutex still held after its session closed: %+v", ls.Leases[0])
 		}
@@ -280,7 +286,7 @@ func TestRecipesAcrossLeaderKill(t *testing.T) {
 // instant the server could have ended it (the send time of the last
 // heartbeat, which is before the servers stopped, plus the TTL).
 func TestSessionLossReportedBeforeExpiry(t *testing.T) {
-	ms := testcluster.Start(t)
+	ms := testcluster.Start(t, apiHandler)
 	c := clusterClient(t, ms)
 	const ttl = 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -14,7 +14,11 @@
 // time of the last successful heartbeat, and so before any of its leases
 // could be granted to someone else: from then on the holder must stop
 // touching what they guard. A lease revoked by an operator ends at once,
-// without such warning; it is reported by Unlock, Release or Resign.
+// without such warning: each Mutex, Semaphore and Election has its own
+// loss signal, Lost (and LostErr), closed when its lease ends on the server
+// (learnt from one event stream per session, filtered by its holder,
+// moments after the end), when the session is lost, or on Unlock, Release
+// or Resign.
 //
 // Each recipe exposes its lease's fencing token: pass it with every access
 // to the guarded resource and check it there (client.FenceGuard).

@@ -42,19 +42,42 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 	return e.l.lock(ctx, true, map[string]string{ValueKey: value})
 }
 
+// Proclaim changes the value the leader announces without giving
+// leadership up (as etcd's Election.Proclaim does): one renewal of the
+// election's lease replaces its value (the lease's metadata), and Leader
+// and Observe report the new value. It fails with ErrNotHeld when this
+// campaigner does not lead, with LostErr's error once the leadership is
+// lost, and otherwise with the server's error (the value past the metadata
+// limits, say: INVALID_ARGUMENT; or UNAVAILABLE while a server of the
+// cluster runs a version without metadata renewals); the announced value
+// is then the previous one, unless the error is INDETERMINATE.
+func (e *Election) Proclaim(ctx context.Context, value string) error {
+	return e.l.setMeta(ctx, ValueKey, value)
+}
+
 // Resign gives leadership up, letting the next campaigner lead.
 func (e *Election) Resign(ctx context.Context) error { return e.l.unlock(ctx) }
 
-// IsLeader reports whether this campaigner holds the leadership (as far as
-// it knows: check Done too).
-func (e *Election) IsLeader() bool { return e.l.held() != nil }
+// IsLeader reports whether this campaigner holds the leadership, as far
+// as it knows: false once Lost has closed.
+func (e *Election) IsLeader() bool { return e.l.held() != nil && e.l.lostErr() == nil }
 
 // Token returns the leader's fencing token, 0 when not the leader.
 func (e *Election) Token() uint64 { return e.l.token() }
 
 // Done is the session's Done: closed before the server could end this
-// leadership and elect someone else.
+// leadership by ending the session and elect someone else; see Lost for
+// the leadership's own end.
 func (e *Election) Done() <-chan struct{} { return e.l.s.Done() }
+
+// Lost returns a channel closed when the leadership won by the last
+// Campaign ends: its lease revoked by an operator or ended on the server,
+// the session lost, or Resign (see Mutex.Lost).
+func (e *Election) Lost() <-chan struct{} { return e.l.lost() }
+
+// LostErr returns nil while leading, then why Lost closed (see
+// Mutex.LostErr; ErrUnlocked after Resign).
+func (e *Election) LostErr() error { return e.l.lostErr() }
 
 // Key returns the election's key.
 func (e *Election) Key() string { return e.l.key }
@@ -78,7 +101,8 @@ func leaderOf(ctx context.Context, b Backend, key string) (*Leader, error) {
 }
 
 // Observe reports the leader of the election on key each time it changes,
-// starting with the current one; nil means nobody leads. It follows the
+// or its value does (Proclaim), starting with the current one; nil means
+// nobody leads. It follows the
 // event stream and reads the leader again after every event of the key,
 // so it reports the current state and never an outdated one, though two
 // quick changes may be reported as one. The channel closes when ctx ends
@@ -91,15 +115,14 @@ func Observe(ctx context.Context, b Backend, key string) <-chan *Leader {
 		first := true
 		report := func() error {
 			ld, err := leaderOf(ctx, b, key)
-			backoff := 50 * time.Millisecond
+			backoff := newBackoff()
 			for err != nil && !errors.Is(err, ErrNoLeader) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if err := sleepCtx(ctx, backoff); err != nil {
+				if err := sleepCtx(ctx, backoff.Next()); err != nil {
 					return err
 				}
-				backoff = min(2*backoff, 2*time.Second)
 				ld, err = leaderOf(ctx, b, key)
 			}
 			if !first && sameLeader(ld, last) {
@@ -121,7 +144,7 @@ func Observe(ctx context.Context, b Backend, key string) <-chan *Leader {
 		// replayed events only cause a read of the current state.
 		_ = b.Watch(ctx, client.WatchOptions{Key: key, FromStart: true, OnReconnect: func(error, time.Duration) {}}, func(ev wire.Event) error {
 			switch ev.Type {
-			case "acquired", "released", "expired", "revoked":
+			case "acquired", "released", "expired", "revoked", "renewed":
 				return report()
 			}
 			return nil
@@ -139,5 +162,5 @@ func sameLeader(a, b *Leader) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.LeaseID == b.LeaseID
+	return a.LeaseID == b.LeaseID && a.Value == b.Value
 }

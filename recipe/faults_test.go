@@ -74,7 +74,7 @@ func openEmbedded(t *testing.T) (*node.Node, recipe.Backend) {
 
 func activeOn(t *testing.T, n *node.Node, key string) []*wire.Lease {
 	t.Helper()
-	l, err := n.ListLeases(context.Background(), node.ListRequest{Key: key, State: "active"}, false)
+	l, err := n.ListLeases(context.Background(), wire.ListRequest{Key: key, State: "active"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +114,9 @@ func TestRecipeLostAnswers(t *testing.T) {
 		}
 		if m.Token() != 0 || len(activeOn(t, n, "unlock-lost")) != 0 {
 			t.Fatal("still held after the release was known")
+		}
+		if err := m.LostErr(); !errors.Is(err, recipe.ErrUnlocked) {
+			t.Errorf("LostErr %v, want ErrUnlocked: the release was the holder's own", err)
 		}
 	})
 

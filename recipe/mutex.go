@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/wire"
 )
 
@@ -37,19 +39,16 @@ type locker struct {
 
 	mu      sync.Mutex
 	lease   *wire.Lease
-	pending bool // a lock is under way
+	cur     *hold // the lease's loss signal; after an unlock, the last one
+	pending bool  // a lock is under way
 }
 
 // lock acquires the lease, waiting for a slot (as long as ctx allows) if
 // wait is set.
 func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) error {
-	l.mu.Lock()
-	if l.lease != nil || l.pending {
-		l.mu.Unlock()
-		return ErrHeld
+	if err := l.begin(); err != nil {
+		return err
 	}
-	l.pending = true
-	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
 		l.pending = false
@@ -59,19 +58,9 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 	// A server configured with a lower cap than MaxWait refuses the wait
 	// (INVALID_ARGUMENT, field wait_ms): halve it until accepted.
 	waitCap := MaxWait
-	fresh := func() error {
-		req = wire.AcquireRequest{Key: l.key, Limit: l.limit, Metadata: meta, IdempotencyKey: "recipe-" + randomHex(12)}
-		if wait {
-			w := waitCap
-			if dl, ok := ctx.Deadline(); ok {
-				w = min(w, time.Until(dl))
-			}
-			if w < time.Millisecond {
-				return context.DeadlineExceeded
-			}
-			req.WaitMS = w.Milliseconds()
-		}
-		return nil
+	fresh := func() (err error) {
+		req, err = l.request(ctx, wait, waitCap, meta)
+		return err
 	}
 	if err := fresh(); err != nil {
 		return err
@@ -81,7 +70,7 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(l.s.Context(), cancel)()
-	backoff := 50 * time.Millisecond
+	backoff := newBackoff()
 	tries := 0
 	// Every turn either waits on the server (wait_ms), sleeps, or returns;
 	// ctx bounds them all.
@@ -105,9 +94,7 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 			if err := l.s.alive(); err != nil {
 				return err // the lease, bound to the session, is gone with it
 			}
-			l.mu.Lock()
-			l.lease = lease
-			l.mu.Unlock()
+			l.adopt(lease)
 			return nil
 		}
 		if err := l.s.alive(); err != nil {
@@ -120,45 +107,15 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 			l.abandon(req)
 			return ctx.Err()
 		}
-		var delay time.Duration
-		switch wire.ErrorCode(err) {
-		case wire.CodeLeaseHeld:
-			if !wait {
-				return fmt.Errorf("%w: %w", ErrLocked, err)
-			}
-			// The server's wait ran out: ask again.
-		case wire.CodeLockDelay:
-			if !wait {
-				return fmt.Errorf("%w: %w", ErrLocked, err)
-			}
-			var e *wire.Error
-			delay = 100 * time.Millisecond
-			if errors.As(err, &e) && e.RemainingMS > 0 {
-				delay = time.Duration(e.RemainingMS) * time.Millisecond
-			}
-		case wire.CodeInvalidArgument:
-			var e *wire.Error
-			if !errors.As(err, &e) || e.Field != "wait_ms" || req.WaitMS <= 1000 {
+		delay, same, stop := afterAcquireFailure(err, wait, req.WaitMS, &waitCap)
+		if stop != nil {
+			return stop
+		}
+		if same {
+			if err := l.retrySame(ctx, req, wait, &tries, backoff, err); err != nil {
 				return err
 			}
-			waitCap = time.Duration(req.WaitMS/2) * time.Millisecond
-		case wire.CodeNoLeader, wire.CodeUnavailable, wire.CodeIndeterminate, "":
-			// Retry the same request: its idempotency key makes a
-			// duplicate harmless (an INDETERMINATE acquire that was
-			// granted is answered again, with its token). Without wait
-			// (TryLock), a few times only.
-			if tries++; !wait && tries > 3 {
-				l.abandon(req)
-				return err
-			}
-			if err := sleepCtx(ctx, backoff); err != nil {
-				l.abandon(req)
-				return err
-			}
-			backoff = min(2*backoff, 2*time.Second)
 			continue
-		default:
-			return err
 		}
 		if err := sleepCtx(ctx, delay); err != nil {
 			return err
@@ -167,6 +124,100 @@ func (l *locker) lock(ctx context.Context, wait bool, meta map[string]string) er
 			return err
 		}
 	}
+}
+
+// retrySame backs off before lock retries req after the transient error
+// err: its idempotency key makes a duplicate harmless (an INDETERMINATE
+// acquire that was granted is answered again, with its token). Without wait
+// (TryLock), a few times only. It returns the error to give up with, req
+// abandoned.
+func (l *locker) retrySame(ctx context.Context, req wire.AcquireRequest, wait bool, tries *int, backoff *client.Backoff, err error) error {
+	if *tries++; !wait && *tries > 3 {
+		l.abandon(req)
+		return err
+	}
+	if err := sleepCtx(ctx, backoff.Next()); err != nil {
+		l.abandon(req)
+		return err
+	}
+	return nil
+}
+
+// begin marks a lock under way, forgetting a lease that was lost; it
+// returns ErrHeld if a lease is held or another lock is under way.
+func (l *locker) begin() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lease != nil && l.cur.reason() != nil {
+		// Lost: forget it and lock anew.
+		l.s.untrack(l.cur)
+		l.lease = nil
+	}
+	if l.lease != nil || l.pending {
+		return ErrHeld
+	}
+	l.pending = true
+	return nil
+}
+
+// request is a new acquire request (a new idempotency key) for the lease,
+// waiting up to waitCap, and no longer than ctx allows, if wait is set.
+func (l *locker) request(ctx context.Context, wait bool, waitCap time.Duration, meta map[string]string) (wire.AcquireRequest, error) {
+	req := wire.AcquireRequest{Key: l.key, Limit: l.limit, Metadata: meta, IdempotencyKey: "recipe-" + randomHex(12)}
+	if wait {
+		w := waitCap
+		if dl, ok := ctx.Deadline(); ok {
+			w = min(w, time.Until(dl))
+		}
+		if w < time.Millisecond {
+			return req, context.DeadlineExceeded
+		}
+		req.WaitMS = w.Milliseconds()
+	}
+	return req, nil
+}
+
+// adopt makes lease the held one and watches it for a loss.
+func (l *locker) adopt(lease *wire.Lease) {
+	h := newHold(lease)
+	l.mu.Lock()
+	l.lease, l.cur = lease, h
+	l.mu.Unlock()
+	l.s.track(h)
+}
+
+// afterAcquireFailure decides what lock does after an acquire (asking for
+// waitMS) failed with err: stop with an error, retry the same request after
+// a backoff (same), or ask anew after delay. A server that refused the wait
+// lowers *waitCap.
+func afterAcquireFailure(err error, wait bool, waitMS int64, waitCap *time.Duration) (delay time.Duration, same bool, stop error) {
+	switch wire.ErrorCode(err) {
+	case wire.CodeLeaseHeld:
+		if !wait {
+			return 0, false, fmt.Errorf("%w: %w", ErrLocked, err)
+		}
+		// The server's wait ran out: ask again.
+	case wire.CodeLockDelay:
+		if !wait {
+			return 0, false, fmt.Errorf("%w: %w", ErrLocked, err)
+		}
+		var e *wire.Error
+		delay = 100 * time.Millisecond
+		if errors.As(err, &e) && e.RemainingMS > 0 {
+			delay = time.Duration(e.RemainingMS) * time.Millisecond
+		}
+	case wire.CodeInvalidArgument:
+		var e *wire.Error
+		if !errors.As(err, &e) || e.Field != "wait_ms" || waitMS <= 1000 {
+			return 0, false, err
+		}
+		*waitCap = time.Duration(waitMS/2) * time.Millisecond
+	case wire.CodeNoLeader, wire.CodeUnavailable, wire.CodeIndeterminate, "":
+		return 0, true, nil
+	default:
+		return 0, false, err
+	}
+	return delay, false, nil
 }
 
 // abandon gives back what an acquire that is being given up may have been
@@ -196,6 +247,10 @@ func (l *locker) unlock(ctx context.Context) error {
 	if l.lease == nil {
 		return ErrNotHeld
 	}
+	h := l.cur
+	// From here on a release seen on the server is this one (an earlier
+	// attempt's, answered INDETERMINATE, perhaps).
+	retried := h.setReleasing()
 	err := l.s.release(ctx, l.lease)
 	switch wire.ErrorCode(err) {
 	case wire.CodeNoLeader, wire.CodeUnavailable, wire.CodeIndeterminate, "":
@@ -203,8 +258,72 @@ func (l *locker) unlock(ctx context.Context) error {
 			return err // still held: Unlock may be called again
 		}
 	}
+	l.s.untrack(h)
+	if err == nil || retried && wire.ErrorCode(err) == wire.CodeLeaseReleased {
+		h.lose(ErrUnlocked)
+	} else {
+		h.lose(fmt.Errorf("%w: %w", ErrLost, err))
+	}
 	l.lease = nil
 	return err
+}
+
+// closed is the loss signal of a locker that never held its lease.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// lost returns the loss signal of the lease held, or of the last one.
+func (l *locker) lost() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		return closed
+	}
+	return l.cur.lost
+}
+
+// lostErr returns nil while the lease is held and not lost, then why it
+// was lost; ErrNotHeld before the first lock.
+func (l *locker) lostErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		return ErrNotHeld
+	}
+	return l.cur.reason()
+}
+
+// setMeta sets the metadata entry key of the held lease to value, keeping
+// the lease (a renewal that carries the lease's new metadata).
+func (l *locker) setMeta(ctx context.Context, key, value string) error {
+	l.mu.Lock()
+	lease, h := l.lease, l.cur
+	l.mu.Unlock()
+	if lease == nil {
+		return ErrNotHeld
+	}
+	if err := h.reason(); err != nil {
+		return err
+	}
+	meta := maps.Clone(lease.Metadata)
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	meta[key] = value
+	nl, err := l.s.b.RenewWith(ctx, wire.RenewRequest{LeaseID: lease.LeaseID, Token: lease.Token, Metadata: meta})
+	if err != nil {
+		if lost := h.reason(); lost != nil {
+			return lost
+		}
+		return err
+	}
+	l.mu.Lock()
+	if l.lease == lease {
+		c := *lease
+		c.Metadata = nl.Metadata
+		l.lease = &c
+	}
+	l.mu.Unlock()
+	return nil
 }
 
 // held returns the lease, nil when not held.
@@ -258,8 +377,25 @@ func (m *Mutex) Lease() *wire.Lease { return m.l.held() }
 // Key returns the mutex's key.
 func (m *Mutex) Key() string { return m.l.key }
 
-// Done is the session's Done: closed before the server could end the lock.
+// Done is the session's Done: closed before the server could end the lock
+// by ending the session. It does not close when the lock's own lease ends
+// (an operator's revoke): watch Lost for that.
 func (m *Mutex) Done() <-chan struct{} { return m.l.s.Done() }
+
+// Lost returns a channel closed when the lock taken by the last Lock or
+// TryLock is no longer held: its lease revoked by an operator or ended on
+// the server, the session lost (Lost closes right after Done), or Unlock.
+// An end on the server is learnt from the event stream of the session's
+// holder, moments after it happened; the session's loss before the server
+// could end it. Call it after Lock: each Lock has its own channel. Before
+// the first Lock it returns a closed channel.
+func (m *Mutex) Lost() <-chan struct{} { return m.l.lost() }
+
+// LostErr returns nil while the lock is held, then why Lost closed: an
+// error wrapping ErrLost (and the server's LEASE_REVOKED, LEASE_RELEASED or
+// LEASE_EXPIRED, or ErrSessionLost), or ErrUnlocked; ErrNotHeld before the
+// first Lock. A Lock after a loss takes the lock anew.
+func (m *Mutex) LostErr() error { return m.l.lostErr() }
 
 // Semaphore admits up to Limit holders of one key at once: the server's
 // per-key limit (every holder of the key must use the same limit, else
@@ -287,8 +423,33 @@ func (m *Semaphore) Token() uint64 { return m.l.token() }
 // none.
 func (m *Semaphore) Lease() *wire.Lease { return m.l.held() }
 
-// Done is the session's Done: closed before the server could end the slot.
+// Done is the session's Done: closed before the server could end the slot
+// by ending the session; see Lost for the slot's own end.
 func (m *Semaphore) Done() <-chan struct{} { return m.l.s.Done() }
+
+// Lost returns a channel closed when the slot taken by the last Acquire or
+// TryAcquire is no longer held (see Mutex.Lost).
+func (m *Semaphore) Lost() <-chan struct{} { return m.l.lost() }
+
+// LostErr returns nil while the slot is held, then why Lost closed (see
+// Mutex.LostErr; ErrUnlocked after Release).
+func (m *Semaphore) LostErr() error { return m.l.lostErr() }
+
+// Retries after a failure that may pass (no leader, a node unreachable)
+// back off with full jitter from retryBase up to retryMax: recipes that
+// failed together, at a failover, do not retry in lockstep.
+const (
+	retryBase = 50 * time.Millisecond
+	retryMax  = 2 * time.Second
+)
+
+// backoffRand is the random source of the backoffs' jitter (see
+// client.Backoff.Rand); nil outside tests.
+var backoffRand func(n int64) int64
+
+func newBackoff() *client.Backoff {
+	return &client.Backoff{Base: retryBase, Max: retryMax, Rand: backoffRand}
+}
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {

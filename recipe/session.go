@@ -38,6 +38,7 @@ type Session struct {
 	s     *wire.Session
 	ka    *client.KeepAlive
 	owner string
+	loss  losses
 }
 
 // NewSession creates a session and starts its heartbeat. ctx bounds the

@@ -4,10 +4,10 @@
 // type every error answer carries, the one table from error code to HTTP
 // status (HTTPStatus), and the snapshot file format (ReadSnapshotFile).
 //
-// It is the one home of these definitions. Package fsm and package node
-// name them with aliases (node.Lease is wire.Lease, fsm.CodeLeaseHeld is
-// wire.CodeLeaseHeld), so an application that embeds a node and one that
-// talks to a server through package api/client use the same types; api
+// It is the one home of these definitions: package fsm, package node, api
+// and api/client all use them under these names, so an application that
+// embeds a node and one that talks to a server through package api/client
+// use the same types; api
 // answers errors with the status HTTPStatus gives, and the client falls
 // back to CodeForStatus for an error answer that carries no code.
 //

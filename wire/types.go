@@ -10,6 +10,7 @@ type Lease struct {
 	Holder              string            `json:"holder"`
 	Limit               uint32            `json:"limit"`
 	SessionID           string            `json:"session_id,omitempty"`
+	GroupID             string            `json:"group_id,omitempty"` // the lease group it is a member of (LeaseGroup)
 	State               string            `json:"state"`
 	FencingToken        uint64            `json:"fencing_token"`
 	TTLMS               int64             `json:"ttl_ms"`
@@ -25,6 +26,10 @@ type Lease struct {
 	// Token is the secret lease token: set only in the response that
 	// granted the lease (and on an idempotent replay of that request).
 	Token string `json:"token,omitempty"`
+	// Grant is a grant of the lease signed by the answering server (a
+	// compact JWS, package grant): set only in an answer that asked for
+	// one, and only while the lease is active.
+	Grant string `json:"grant,omitempty"`
 }
 
 // Session is the contract's session object.
@@ -60,6 +65,8 @@ type AcquireRequest struct {
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 	WaitMS         int64             `json:"wait_ms,omitempty"`
 	LockDelayMS    int64             `json:"lock_delay_ms,omitempty"`
+	// Grant asks for a grant of the lease in the answer (Lease.Grant).
+	Grant bool `json:"grant,omitempty"`
 }
 
 // ReleaseRequest ends a lease. Token is the lease token; for a bound lease
@@ -71,10 +78,28 @@ type ReleaseRequest struct {
 	Reason       string
 }
 
-// HeartbeatItem names one lease of a bulk heartbeat.
+// HeartbeatItem names one lease of a bulk heartbeat. Metadata, if not nil,
+// replaces the lease's metadata with the renewal (an empty map clears it;
+// at most 16 entries, 4 KiB in all); nil leaves it as it is.
 type HeartbeatItem struct {
-	LeaseID string `json:"lease_id"`
-	Token   string `json:"token"`
+	LeaseID  string            `json:"lease_id"`
+	Token    string            `json:"token"`
+	Metadata map[string]string `json:"metadata,omitzero"`
+}
+
+// RenewRequest renews a lease (POST /v1/leases/:id/renew). Token is the
+// lease token. TTLMS, if not 0, becomes the lease's TTL. Metadata, if not
+// nil, replaces the lease's metadata with the renewal (an empty map clears
+// it; at most 16 entries, 4 KiB in all); nil leaves it as it is. A lease
+// bound to a session is renewed by its session's heartbeat: a renewal of
+// it must carry Metadata (and no TTL), and changes only its metadata.
+type RenewRequest struct {
+	LeaseID  string
+	Token    string
+	TTLMS    int64
+	Metadata map[string]string
+	// Grant asks for a grant of the renewed lease in the answer.
+	Grant bool
 }
 
 // HeartbeatResult is the outcome for one lease of a bulk heartbeat: on
@@ -93,12 +118,14 @@ type HeartbeatResult struct {
 // KeepAliveRenewal is one line of a keep-alive stream (POST
 // /v1/leases/keepalive): a renewal of one standalone lease, as POST
 // /v1/leases/:id/renew does. ID is the client's own request id (at least 1),
-// echoed in the answer; TTLMS, if not 0, is the lease's new TTL.
+// echoed in the answer; TTLMS, if not 0, is the lease's new TTL; Metadata,
+// if not nil, replaces the lease's metadata (see RenewRequest).
 type KeepAliveRenewal struct {
-	ID      uint64 `json:"id"`
-	LeaseID string `json:"lease_id"`
-	Token   string `json:"token"`
-	TTLMS   int64  `json:"ttl_ms,omitempty"`
+	ID       uint64            `json:"id"`
+	LeaseID  string            `json:"lease_id"`
+	Token    string            `json:"token"`
+	TTLMS    int64             `json:"ttl_ms,omitempty"`
+	Metadata map[string]string `json:"metadata,omitzero"`
 }
 
 // KeepAliveAnswer is one line of a keep-alive stream's answer: the outcome of

@@ -303,3 +303,12 @@ func headers(kv ...string) http.Header {
 	}
 	return h
 }
+
+// fetch does cl and decodes the answer into a new T.
+func fetch[T any](ctx context.Context, c *Client, cl call) (*T, error) {
+	var v T
+	if err := c.do(ctx, cl, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}

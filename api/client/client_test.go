@@ -335,6 +335,36 @@ func TestRequestShapes(t *testing.T) {
 			body:   map[string]any{"ttl_ms": float64(5000)},
 		},
 		{
+			name: "renew with metadata",
+			op: func() error {
+				_, err := c.RenewWith(ctx, wire.RenewRequest{LeaseID: "ls_1", Token: "ltok", Metadata: map[string]string{"fps": "15"}})
+				return err
+			},
+			method: "POST", path: "/v1/leases/ls_1/renew",
+			header: map[string]string{"X-Lease-Token": "ltok"},
+			body:   map[string]any{"metadata": map[string]any{"fps": "15"}},
+		},
+		{
+			name: "renew clearing metadata",
+			op: func() error {
+				_, err := c.RenewWith(ctx, wire.RenewRequest{LeaseID: "ls_1", Token: "ltok", Metadata: map[string]string{}})
+				return err
+			},
+			method: "POST", path: "/v1/leases/ls_1/renew",
+			header: map[string]string{"X-Lease-Token": "ltok"},
+			body:   map[string]any{"metadata": map[string]any{}},
+		},
+		{
+			name: "heartbeat with metadata",
+			op: func() error {
+				_, err := c.Heartbeat(ctx, []wire.HeartbeatItem{{LeaseID: "ls_1", Token: "t1", Metadata: map[string]string{"a": "1"}}, {LeaseID: "ls_2", Token: "t2"}})
+				return err
+			},
+			method: "POST", path: "/v1/heartbeat",
+			body: map[string]any{"leases": []any{map[string]any{"lease_id": "ls_1", "token": "t1", "metadata": map[string]any{"a": "1"}},
+				map[string]any{"lease_id": "ls_2", "token": "t2"}}},
+		},
+		{
 			name: "release bound lease with session token",
 			op: func() error {
 				_, err := c.Release(ctx, wire.ReleaseRequest{LeaseID: "ls_1", SessionToken: "stok", Reason: "done"})

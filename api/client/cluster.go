@@ -10,11 +10,7 @@ import (
 // Cluster reads the cluster's status as the leader sees it (a follower forwards the request; with Options.StaleReads, as the contacted node sees it) (GET
 // /v1/cluster).
 func (c *Client) Cluster(ctx context.Context) (*wire.ClusterStatus, error) {
-	var st wire.ClusterStatus
-	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/cluster", retry: retrySafe, read: true}, &st); err != nil {
-		return nil, err
-	}
-	return &st, nil
+	return fetch[wire.ClusterStatus](ctx, c, call{method: http.MethodGet, path: "/v1/cluster", retry: retrySafe, read: true})
 }
 
 // RemoveMember removes a server from the Raft configuration (DELETE

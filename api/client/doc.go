@@ -21,7 +21,9 @@
 // on the monotonic clock: its Lost channel closes before the server could
 // give the lease to anyone else, even when no server answers. FenceGuard is
 // for the guarded resource: it refuses fencing tokens lower than the
-// highest seen per key.
+// highest seen per key; with CheckGrant it first verifies the grant the
+// holder shows (Client.GrantVerifier), so that only fencing tokens the
+// cluster issued count.
 //
 // A Client is safe for concurrent use.
 package client

@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // exampleServer runs a single in-memory node with the HTTP API on a
@@ -37,16 +38,16 @@ func ExampleClient() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
-	l, err := c.Acquire(ctx, node.AcquireRequest{Key: "camera/7", Holder: "recorder-1", TTLMS: 10_000})
+	l, err := c.Acquire(ctx, wire.AcquireRequest{Key: "camera/7", Holder: "recorder-1", TTLMS: 10_000})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(l.Key, l.Holder, l.State)
 
-	_, err = c.Acquire(ctx, node.AcquireRequest{Key: "camera/7", Holder: "recorder-2", TTLMS: 10_000})
+	_, err = c.Acquire(ctx, wire.AcquireRequest{Key: "camera/7", Holder: "recorder-2", TTLMS: 10_000})
 	fmt.Println("second holder:", client.ErrorCode(err))
 
-	if _, err := c.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
+	if _, err := c.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
 		log.Fatal(err)
 	}
 	got, err := c.Get(ctx, l.LeaseID)
@@ -68,7 +69,7 @@ func ExampleClient_AcquireKeepAlive() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
-	ka, err := c.AcquireKeepAlive(ctx, node.AcquireRequest{Key: "job/nightly", Holder: "runner", TTLMS: 5_000}, client.KeepAliveOptions{})
+	ka, err := c.AcquireKeepAlive(ctx, wire.AcquireRequest{Key: "job/nightly", Holder: "runner", TTLMS: 5_000}, client.KeepAliveOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestAcquireIdempotencyKeyInBodyNotHeader: the idempotency key travels in
@@ -31,14 +31,14 @@ func TestAcquireIdempotencyKeyInBodyNotHeader(t *testing.T) {
 			IdempotencyKey string `json:"idempotency_key"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
-			writeErr(w, http.StatusBadRequest, node.CodeInvalidArgument, err.Error())
+			writeErr(w, http.StatusBadRequest, wire.CodeInvalidArgument, err.Error())
 			return
 		}
 		gotBody = b.IdempotencyKey
-		writeJSON(w, http.StatusCreated, node.Lease{LeaseID: "ls_1", Key: "k", Holder: "h", Token: "tok"})
+		writeJSON(w, http.StatusCreated, wire.Lease{LeaseID: "ls_1", Key: "k", Holder: "h", Token: "tok"})
 	})
 	c := newClient(t, strings.TrimPrefix(s.URL, "http://"))
-	if _, err := c.Acquire(context.Background(), node.AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000, IdempotencyKey: key}); err != nil {
+	if _, err := c.Acquire(context.Background(), wire.AcquireRequest{Key: "k", Holder: "h", TTLMS: 1000, IdempotencyKey: key}); err != nil {
 		t.Fatal(err)
 	}
 	if headerErr != "" {

@@ -79,7 +79,7 @@ type KeepAlive struct {
 	fencing           uint64
 	ttl, margin       time.Duration
 	interval, timeout time.Duration
-	retry             time.Duration
+	retry             time.Duration // the longest wait before retrying a failed renewal
 	onErr             func(error)
 
 	stop     chan struct{}
@@ -262,7 +262,7 @@ func newKeepAlive(r Renewer, ttl time.Duration, hbMS int64, opts KeepAliveOption
 	if k.timeout <= 0 {
 		k.timeout = k.interval
 	}
-	k.retry = min(max(k.interval/4, 50*time.Millisecond), time.Second)
+	k.retry = min(max(k.interval/4, retryBase), time.Second)
 	return k, nil
 }
 
@@ -385,6 +385,10 @@ func (k *KeepAlive) run(ctx context.Context, sent time.Time) {
 	defer lossT.Stop()
 	renewT := time.NewTimer(k.untilRenewal(sent, deadline))
 	defer renewT.Stop()
+	// A failed renewal is retried sooner than the next interval, after a
+	// jittered backoff up to k.retry: holders whose renewals failed at the
+	// same instant (the leader went away) do not retry in lockstep.
+	retry := Backoff{Base: min(retryBase, k.retry), Max: k.retry, Rand: backoffRand}
 	var lastErr error
 	notRenewed := func() error {
 		if lastErr == nil {
@@ -440,16 +444,20 @@ func (k *KeepAlive) run(ctx context.Context, sent time.Time) {
 				lossT.Reset(time.Until(deadline))
 				renewT.Reset(k.untilRenewal(r.sent, deadline))
 				lastErr = nil
+				retry.Reset()
 			case leaseGone(r.err):
 				k.lose(r.err)
 				return
 			default:
 				lastErr = r.err
-				renewT.Reset(k.retry)
+				renewT.Reset(retry.Next())
 			}
 		}
 	}
 }
+
+// retryBase is the shortest backoff ceiling of a renewal retry.
+const retryBase = 50 * time.Millisecond
 
 // untilRenewal is the wait before the next renewal after one sent at sent:
 // one interval, or half the time left before the deadline if that is

@@ -18,33 +18,31 @@ import (
 // req.IdempotencyKey set the request may be sent
 // to several nodes in turn; without it, only until one may have received it.
 func (c *Client) Acquire(ctx context.Context, req wire.AcquireRequest) (*wire.Lease, error) {
+	return fetch[wire.Lease](ctx, c, acquireCall("/v1/leases", req, req.SessionToken, req.WaitMS, req.IdempotencyKey != ""))
+}
+
+// acquireCall is the request of an acquire (of a lease or a lease group):
+// POST body to path, the session token as X-Session-Token, waitMS on top of
+// the timeout, and sent to several nodes in turn only with an idempotency
+// key. The idempotency key travels in the body (idempotency_key), never in
+// a header: proxies and access logs record headers.
+func acquireCall(path string, body any, sessionToken string, waitMS int64, idempotent bool) call {
 	cl := call{
 		method: http.MethodPost,
-		path:   "/v1/leases",
-		body:   req,
-		// The idempotency key travels in the body (idempotency_key), never
-		// in a header: proxies and access logs record headers.
-		header: headers("X-Session-Token", req.SessionToken),
-		extra:  time.Duration(req.WaitMS) * time.Millisecond,
+		path:   path,
+		body:   body,
+		header: headers("X-Session-Token", sessionToken),
+		extra:  time.Duration(waitMS) * time.Millisecond,
 	}
-	if req.IdempotencyKey != "" {
+	if idempotent {
 		cl.retry = retrySafe
 	}
-	var l wire.Lease
-	if err := c.do(ctx, cl, &l); err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return cl
 }
 
 // Get reads one lease in any retained state (GET /v1/leases/:id).
 func (c *Client) Get(ctx context.Context, leaseID string) (*wire.Lease, error) {
-	var l wire.Lease
-	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/leases/" + escape(leaseID), retry: retrySafe, read: true}, &l)
-	if err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return fetch[wire.Lease](ctx, c, call{method: http.MethodGet, path: "/v1/leases/" + escape(leaseID), retry: retrySafe, read: true})
 }
 
 // List reads one page of leases (GET /v1/leases). req.Limit is the page
@@ -65,28 +63,36 @@ func (c *Client) List(ctx context.Context, req wire.ListRequest) (*wire.LeaseLis
 	if req.Limit > 0 {
 		q.Set("limit", strconv.Itoa(req.Limit))
 	}
-	var out wire.LeaseList
-	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/leases", query: q, retry: retrySafe, read: true}, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[wire.LeaseList](ctx, c, call{method: http.MethodGet, path: "/v1/leases", query: q, retry: retrySafe, read: true})
 }
 
 // Renew renews a standalone lease with its lease token (POST
 // /v1/leases/:id/renew). ttlMS > 0 changes the lease's TTL; 0 keeps it.
 func (c *Client) Renew(ctx context.Context, leaseID, token string, ttlMS int64) (*wire.Lease, error) {
+	return c.RenewWith(ctx, wire.RenewRequest{LeaseID: leaseID, Token: token, TTLMS: ttlMS})
+}
+
+// RenewWith is Renew with all its options: req.Metadata, if not nil,
+// replaces the lease's metadata with the renewal (an empty map clears it;
+// at most 16 entries, 4 KiB in all), as a fleet worker reporting its
+// processing statistics does. A lease bound to a session takes a renewal
+// only with Metadata (and no TTL), which changes its metadata alone.
+// req.Grant asks for a grant of the renewed lease in the answer (Grant).
+func (c *Client) RenewWith(ctx context.Context, req wire.RenewRequest) (*wire.Lease, error) {
 	var body any
-	if ttlMS > 0 {
+	if req.TTLMS > 0 || req.Metadata != nil || req.Grant {
 		body = struct {
-			TTLMS int64 `json:"ttl_ms"`
-		}{ttlMS}
+			TTLMS    int64             `json:"ttl_ms,omitempty"`
+			Metadata map[string]string `json:"metadata,omitzero"`
+			Grant    bool              `json:"grant,omitempty"`
+		}{req.TTLMS, req.Metadata, req.Grant}
 	}
 	var l wire.Lease
 	err := c.do(ctx, call{
 		method: http.MethodPost,
-		path:   "/v1/leases/" + escape(leaseID) + "/renew",
+		path:   "/v1/leases/" + escape(req.LeaseID) + "/renew",
 		body:   body,
-		header: headers("X-Lease-Token", token),
+		header: headers("X-Lease-Token", req.Token),
 	}, &l)
 	if err != nil {
 		return nil, err
@@ -131,7 +137,8 @@ type reasonBody struct {
 
 // Heartbeat renews many standalone leases at once (POST /v1/heartbeat). The
 // error is about the request as a whole; each item's outcome is in its
-// result.
+// result. An item's Metadata, if not nil, replaces that lease's metadata
+// with the renewal (see RenewWith).
 func (c *Client) Heartbeat(ctx context.Context, items []wire.HeartbeatItem) ([]wire.HeartbeatResult, error) {
 	if items == nil {
 		items = []wire.HeartbeatItem{}
@@ -171,11 +178,7 @@ func decodeResults(raw json.RawMessage) ([]wire.HeartbeatResult, error) {
 // LeaseID) is currently valid (POST /v1/validate). It changes nothing, so it
 // is retried on other nodes like a read.
 func (c *Client) Validate(ctx context.Context, req wire.ValidateRequest) (*wire.ValidateResult, error) {
-	var out wire.ValidateResult
-	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/validate", body: req, retry: retrySafe}, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[wire.ValidateResult](ctx, c, call{method: http.MethodPost, path: "/v1/validate", body: req, retry: retrySafe})
 }
 
 // ReleaseHolderResult is the answer of POST /v1/holders/:holder/release.
@@ -185,7 +188,8 @@ type ReleaseHolderResult struct {
 	Released int `json:"released"`
 }
 
-// ReleaseHolder ends every lease and session of a holder (admin scope).
+// ReleaseHolder ends every lease and session of a holder (admin scope, or
+// a write token scoped to that holder).
 func (c *Client) ReleaseHolder(ctx context.Context, holder, reason string) (*ReleaseHolderResult, error) {
 	var out ReleaseHolderResult
 	err := c.do(ctx, call{

@@ -62,15 +62,32 @@ func (c *Client) KeepAliveStream(ctx context.Context) (*RenewStream, error) {
 // whose stream was lost, or whose ctx ended, after it was written fails
 // INDETERMINATE.
 func (rs *RenewStream) Renew(ctx context.Context, leaseID, token string, ttlMS int64) (*wire.KeepAliveAnswer, error) {
+	return rs.RenewWith(ctx, wire.RenewRequest{LeaseID: leaseID, Token: token, TTLMS: ttlMS})
+}
+
+// keepAliveMaxLine is the server's bound on one line of a keep-alive
+// stream (api.KeepAliveMaxLine): a longer line would end the stream.
+const keepAliveMaxLine = 4 << 10
+
+// RenewWith is Renew with metadata: req.Metadata, if not nil, replaces the
+// lease's metadata with the renewal (see Client.RenewWith). A renewal whose
+// line would exceed the stream's 4096 bytes is refused (INVALID_ARGUMENT,
+// field metadata) without being sent: renew with Client.RenewWith then.
+func (rs *RenewStream) RenewWith(ctx context.Context, req wire.RenewRequest) (*wire.KeepAliveAnswer, error) {
+	leaseID := req.LeaseID
 	rs.mu.Lock()
 	rs.nextID++
 	id := rs.nextID
 	rs.mu.Unlock()
-	line, err := json.Marshal(wire.KeepAliveRenewal{ID: id, LeaseID: leaseID, Token: token, TTLMS: ttlMS})
+	line, err := json.Marshal(wire.KeepAliveRenewal{ID: id, LeaseID: leaseID, Token: req.Token, TTLMS: req.TTLMS, Metadata: req.Metadata})
 	if err != nil {
 		return nil, fmt.Errorf("client: encode renewal: %w", err)
 	}
 	line = append(line, '\n')
+	if len(line) > keepAliveMaxLine {
+		return nil, &APIError{StatusCode: http.StatusBadRequest, Err: &wire.Error{Code: wire.CodeInvalidArgument, Field: "metadata",
+			Message: fmt.Sprintf("the renewal is %d bytes, more than a keep-alive line holds (%d): renew it on its own", len(line), keepAliveMaxLine)}}
+	}
 	done := make(chan streamResult, 1)
 	var conn *renewConn
 	for attempt := 0; ; attempt++ {

@@ -14,21 +14,12 @@ import (
 // CreateSession creates a session (POST /v1/sessions). The returned session
 // carries its secret Token, which binds leases to it and keeps it alive.
 func (c *Client) CreateSession(ctx context.Context, req wire.SessionRequest) (*wire.Session, error) {
-	var s wire.Session
-	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/sessions", body: req}, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return fetch[wire.Session](ctx, c, call{method: http.MethodPost, path: "/v1/sessions", body: req})
 }
 
 // GetSession reads one session (GET /v1/sessions/:id).
 func (c *Client) GetSession(ctx context.Context, sessionID string) (*wire.Session, error) {
-	var s wire.Session
-	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/sessions/" + escape(sessionID), retry: retrySafe, read: true}, &s)
-	if err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return fetch[wire.Session](ctx, c, call{method: http.MethodGet, path: "/v1/sessions/" + escape(sessionID), retry: retrySafe, read: true})
 }
 
 // ListSessions reads one page of sessions (GET /v1/sessions), optionally of
@@ -41,11 +32,7 @@ func (c *Client) ListSessions(ctx context.Context, holder, after string) (*wire.
 	if after != "" {
 		q.Set("after", after)
 	}
-	var out wire.SessionList
-	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/sessions", query: q, retry: retrySafe, read: true}, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[wire.SessionList](ctx, c, call{method: http.MethodGet, path: "/v1/sessions", query: q, retry: retrySafe, read: true})
 }
 
 // SessionHeartbeat renews a session and so every lease bound to it (POST

@@ -47,11 +47,15 @@ const (
 // address at first, that error is returned. After that, a broken stream, a
 // transport failure, a 5xx answer or a stream_error event (other than
 // EVENTS_COMPACTED) makes Watch reconnect with backoff, resuming after the
-// last event delivered, so fn sees each event once.
+// last event delivered, so fn sees each event once. The backoff has full
+// jitter (see Backoff: 100 ms doubling up to 5 s, from 100 ms again after a
+// stream that opened), so watchers broken by the same failover do not
+// reconnect in lockstep; a server's Retry-After is waited out first, with
+// the jittered delay on top.
 // fn runs on Watch's goroutine; a slow fn slows the stream.
 func (c *Client) Watch(ctx context.Context, opts WatchOptions, fn func(wire.Event) error) error {
 	last := opts.LastEventID
-	backoff := watchMinBackoff
+	backoff := Backoff{Base: watchMinBackoff, Max: watchMaxBackoff, Rand: backoffRand}
 	everOpened := false
 	for {
 		opened, err := c.watchOnce(ctx, opts, &last, fn)
@@ -73,11 +77,13 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions, fn func(wire.Even
 			err = io.ErrUnexpectedEOF
 		}
 		if opened {
-			backoff = watchMinBackoff
+			backoff.Reset()
 		}
-		delay := backoff
-		if ae != nil && ae.RetryAfter > delay {
-			delay = ae.RetryAfter
+		delay := backoff.Next()
+		if ae != nil && ae.RetryAfter > 0 {
+			// Every client told to come back after Retry-After would come
+			// back together: the jitter goes on top.
+			delay += ae.RetryAfter
 		}
 		if opts.OnReconnect != nil {
 			opts.OnReconnect(err, delay)
@@ -89,7 +95,6 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions, fn func(wire.Even
 			return ctx.Err()
 		case <-t.C:
 		}
-		backoff = min(2*backoff, watchMaxBackoff)
 	}
 }
 

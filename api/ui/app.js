@@ -17,6 +17,7 @@
   // ---- state ----
   const st = {
     scope: null, // "read" | "write" | "admin" once known
+    holders: null, // a scoped token's holders ({names, prefixes}); null: every holder
     leases: [], // last listing, each with _deadline (performance.now() based)
     leaseNext: '',
     sessions: [],
@@ -148,11 +149,13 @@
     try {
       const { data } = await api('GET', '/v1/whoami');
       st.scope = data.scope;
+      st.holders = data.holders || null;
       st.authFailed = false;
       banner('auth', null);
-      setText('whoami', data.auth ? 'token ' + (data.name || '') + ' · ' + data.scope : 'auth off · ' + data.scope);
+      setText('whoami', data.auth ? 'token ' + (data.name || '') + ' · ' + data.scope + scopeText(data) : 'auth off · ' + data.scope);
     } catch (err) {
       st.scope = null;
+      st.holders = null;
       if (err instanceof APIError && err.status === 404) {
         setText('whoami', token() ? 'token set' : 'no token');
         return;
@@ -163,6 +166,25 @@
     document.body.classList.toggle('admin', st.scope === 'admin');
   }
   function isAdmin() { return st.scope === 'admin'; }
+  // scopeText describes a scoped token's restrictions for the header.
+  function scopeText(w) {
+    if (!w.restricted) return '';
+    const parts = [];
+    if (w.keys) {
+      const list = (ps) => ps.map((p) => p === '' ? '(every key)' : p + '*').join(', ');
+      if (w.keys.write.length) parts.push('writes ' + list(w.keys.write));
+      if (w.keys.read.length) parts.push('reads ' + list(w.keys.read));
+    }
+    if (w.holders) parts.push('as ' + w.holders.names.concat(w.holders.prefixes.map((p) => p + '*')).join(', '));
+    return ' · ' + parts.join(' · ');
+  }
+  // canReleaseHolder: an admin releases any holder; a write token scoped
+  // to some holders releases those (POST /v1/holders/:holder/release).
+  function canReleaseHolder(h) {
+    if (isAdmin()) return true;
+    if (st.scope !== 'write' || !st.holders) return false;
+    return st.holders.names.includes(h) || st.holders.prefixes.some((p) => h.startsWith(p));
+  }
 
   function setupAuth() {
     $('auth').addEventListener('submit', (e) => {
@@ -332,7 +354,9 @@
         actions.append(el('button', { class: 'danger', text: 'End session', onclick: () => adminAction(
           'End session ' + s.session_id + ' of "' + s.holder + '"?\nEvery lease bound to it ends.',
           'DELETE', '/v1/sessions/' + encodeURIComponent(s.session_id), undefined, 'End session') }));
-        actions.append(el('button', { class: 'danger', text: 'Release holder', onclick: () => adminAction(
+      }
+      if (s.state === 'active' && canReleaseHolder(s.holder)) {
+        actions.append(el('button', { class: 'danger', text: 'Release holder', 'data-release-holder': s.holder, onclick: () => confirmedAction(
           'End every lease and session of holder "' + s.holder + '"?',
           'POST', '/v1/holders/' + encodeURIComponent(s.holder) + '/release', { reason: 'released from the console' }, 'Release holder') }));
       }
@@ -352,6 +376,11 @@
   // adminAction asks first, then calls the API and refreshes.
   async function adminAction(question, method, path, body, what) {
     if (!isAdmin()) { banner('action', what + ': needs a token with the admin scope.'); return; }
+    return confirmedAction(question, method, path, body, what);
+  }
+  // confirmedAction asks first, then calls the API and refreshes; the
+  // server decides whether the token may.
+  async function confirmedAction(question, method, path, body, what) {
     if (!window.confirm(question)) return;
     try {
       await api(method, path, body);

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
-	"github.com/leasehold/leasehold/node"
 	"github.com/leasehold/leasehold/wire"
 )
 
@@ -67,9 +66,9 @@ func TestSummarize(t *testing.T) {
 }
 
 func TestHeartbeatChunksFitTheBodyLimit(t *testing.T) {
-	items := make([]node.HeartbeatItem, 2500)
+	items := make([]wire.HeartbeatItem, 2500)
 	for i := range items {
-		items[i] = node.HeartbeatItem{LeaseID: fmt.Sprintf("ls_%016x", i), Token: strings.Repeat("t", 32)}
+		items[i] = wire.HeartbeatItem{LeaseID: fmt.Sprintf("ls_%016x", i), Token: strings.Repeat("t", 32)}
 	}
 	chunks := heartbeatChunks(items)
 	total := 0
@@ -100,41 +99,46 @@ func fakeBenchServer(t *testing.T) (*client.Client, *atomic.Int64) {
 			return
 		}
 		data, _ := io.ReadAll(r.Body)
+		if strings.HasPrefix(r.UserAgent(), "Go-http-client/") && !strings.HasPrefix(r.URL.Path, "/v1/keys") {
+			goClientRequests.Add(1)
+		} else {
+			rawRequests.Add(1)
+		}
 		switch {
 		case r.Method == "POST" && r.URL.Path == "/v1/sessions":
-			writeJSONTest(w, 201, node.Session{SessionID: fmt.Sprintf("ss_%d", n.Add(1)), State: "active", Token: "stok"})
+			writeJSONTest(w, 201, wire.Session{SessionID: fmt.Sprintf("ss_%d", n.Add(1)), State: "active", Token: "stok"})
 		case r.Method == "POST" && strings.HasPrefix(r.URL.Path, "/v1/sessions/") && strings.HasSuffix(r.URL.Path, "/heartbeat"):
-			writeJSONTest(w, 200, node.Session{State: "active"})
+			writeJSONTest(w, 200, wire.Session{State: "active"})
 		case r.Method == "DELETE" && strings.HasPrefix(r.URL.Path, "/v1/sessions/"):
 			// Ending the session releases its bound leases.
 			mu.Lock()
 			active.Add(-bound[r.URL.Path[len("/v1/sessions/"):]])
 			mu.Unlock()
-			writeJSONTest(w, 200, node.Session{State: "ended"})
+			writeJSONTest(w, 200, wire.Session{State: "ended"})
 		case r.Method == "POST" && r.URL.Path == "/v1/leases":
 			id := n.Add(1)
 			active.Add(1)
-			var req node.AcquireRequest
+			var req wire.AcquireRequest
 			_ = json.Unmarshal(data, &req)
 			if req.SessionID != "" {
 				mu.Lock()
 				bound[req.SessionID]++
 				mu.Unlock()
 			}
-			writeJSONTest(w, 201, node.Lease{LeaseID: fmt.Sprintf("ls_%d", id), State: "active", Token: "tok"})
+			writeJSONTest(w, 201, wire.Lease{LeaseID: fmt.Sprintf("ls_%d", id), State: "active", Token: "tok"})
 		case r.Method == "DELETE":
 			active.Add(-1)
-			writeJSONTest(w, 200, node.Lease{State: "released"})
+			writeJSONTest(w, 200, wire.Lease{State: "released"})
 		case strings.HasSuffix(r.URL.Path, "/renew"):
-			writeJSONTest(w, 200, node.Lease{State: "active"})
+			writeJSONTest(w, 200, wire.Lease{State: "active"})
 		case r.URL.Path == "/v1/heartbeat":
-			var body struct{ Leases []node.HeartbeatItem }
+			var body struct{ Leases []wire.HeartbeatItem }
 			mu.Lock()
 			_ = json.Unmarshal(data, &body)
 			mu.Unlock()
-			res := make([]node.HeartbeatResult, len(body.Leases))
+			res := make([]wire.HeartbeatResult, len(body.Leases))
 			for i, it := range body.Leases {
-				res[i] = node.HeartbeatResult{LeaseID: it.LeaseID, OK: true}
+				res[i] = wire.HeartbeatResult{LeaseID: it.LeaseID, OK: true}
 			}
 			writeJSONTest(w, 200, map[string]any{"results": res})
 		default:
@@ -147,6 +151,61 @@ func fakeBenchServer(t *testing.T) (*client.Client, *atomic.Int64) {
 		t.Fatal(err)
 	}
 	return c, &active
+}
+
+// goClientRequests and rawRequests count the fake server's requests sent
+// by Go's HTTP client (api/client) and by the load generator's own
+// connections (no User-Agent).
+var goClientRequests, rawRequests atomic.Int64
+
+// TestBenchViaClient: --via client sends the per-request workloads through
+// api/client (every request the fake server sees comes from Go's HTTP
+// client), with the same results as the raw connections; --via raw sends
+// them through the load generator's own connections.
+func TestBenchViaClient(t *testing.T) {
+	for _, w := range []string{"cycle", "contended", "renew", "session", fillWorkload} {
+		for _, via := range []string{viaClient, viaRaw} {
+			t.Run(w+"/"+via, func(t *testing.T) {
+				c, active := fakeBenchServer(t)
+				cfg := benchConfig{clients: 3, duration: 200 * time.Millisecond, batch: 5, ttl: 10 * time.Second,
+					maxOps: 300, prefix: "b/", runID: "t", via: via}
+				goBefore, rawBefore := goClientRequests.Load(), rawRequests.Load()
+				r, err := runWorkload(context.Background(), c, w, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Ops == 0 || r.Errors != 0 || r.Latency.Count == 0 {
+					t.Errorf("result %+v", r)
+				}
+				goN, rawN := goClientRequests.Load()-goBefore, rawRequests.Load()-rawBefore
+				switch {
+				case via == viaClient && rawN != 0:
+					t.Errorf("--via client: %d requests did not come from the Go client (%d did)", rawN, goN)
+				case via == viaRaw && rawN < r.Requests:
+					t.Errorf("--via raw: %d raw requests for %d measured", rawN, r.Requests)
+				}
+				if w != fillWorkload {
+					if got := active.Load(); got != 0 {
+						t.Errorf("%d leases left behind", got)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestParseVia(t *testing.T) {
+	for in, want := range map[string]string{"raw": "raw", "client": "client", "raw,client": "raw client", " client , raw": "client raw"} {
+		got, err := parseVia(in)
+		if err != nil || strings.Join(got, " ") != want {
+			t.Errorf("parseVia(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "http", "raw,raw", "client,"} {
+		if got, err := parseVia(in); err == nil {
+			t.Errorf("parseVia(%q) = %v, want an error", in, got)
+		}
+	}
 }
 
 // keepAliveFake answers every renewal line of a keep-alive stream OK.

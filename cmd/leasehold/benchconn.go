@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // benchConn is the load generator's own HTTP/1.1 client: one keep-alive
@@ -27,6 +27,7 @@ type benchConn struct {
 	auth    string
 	timeout time.Duration
 	tls     *tls.Config // nil: plain TCP
+	grant   bool        // acquires and renewals ask for a grant
 	conn    net.Conn
 	br      *bufio.Reader
 	req     []byte
@@ -147,10 +148,10 @@ func (c *benchConn) readResponse() (int, []byte, error) {
 	return status, c.body, nil
 }
 
-// apiError turns an error answer into a *node.Error (or a plain error).
+// apiError turns an error answer into a *wire.Error (or a plain error).
 func apiError(status int, body []byte) error {
 	var e struct {
-		Error *node.Error `json:"error"`
+		Error *wire.Error `json:"error"`
 	}
 	if json.Unmarshal(body, &e) == nil && e.Error != nil {
 		return e.Error
@@ -163,11 +164,12 @@ type benchAcquire struct {
 	Holder string `json:"holder"`
 	TTLMS  int64  `json:"ttl_ms"`
 	WaitMS int64  `json:"wait_ms,omitempty"`
+	Grant  bool   `json:"grant,omitempty"`
 }
 
 // acquire returns the new lease's id and token.
 func (c *benchConn) acquire(key, holder string, ttlMS, waitMS int64) (string, string, error) {
-	body, _ := json.Marshal(benchAcquire{Key: key, Holder: holder, TTLMS: ttlMS, WaitMS: waitMS})
+	body, _ := json.Marshal(benchAcquire{Key: key, Holder: holder, TTLMS: ttlMS, WaitMS: waitMS, Grant: c.grant})
 	status, resp, err := c.do("POST", "/v1/leases", "", body)
 	if err != nil {
 		return "", "", err
@@ -197,7 +199,11 @@ func (c *benchConn) release(id, token string) error {
 }
 
 func (c *benchConn) renew(id, token string) error {
-	status, resp, err := c.do("POST", "/v1/leases/"+url.PathEscape(id)+"/renew", "X-Lease-Token: "+token+"\r\n", nil)
+	var body []byte
+	if c.grant {
+		body = []byte(`{"grant":true}`)
+	}
+	status, resp, err := c.do("POST", "/v1/leases/"+url.PathEscape(id)+"/renew", "X-Lease-Token: "+token+"\r\n", body)
 	if err != nil {
 		return err
 	}

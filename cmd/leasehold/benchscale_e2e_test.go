@@ -8,18 +8,22 @@ import (
 	"time"
 )
 
-// TestBenchScaleServerScript runs scripts/bench-scale-server.sh at a tiny
-// scale: it fills the leases, stops and restarts the server, downloads a
-// snapshot and prints every figure (no timing is checked).
+// TestBenchScaleServerScript runs `make bench-scale-server` (the Makefile's
+// BENCH_SCALE_SERVER script) on the test's binary at a tiny scale: it fills
+// the leases, stops and restarts the server, downloads a snapshot and
+// prints every figure (no timing is checked).
 func TestBenchScaleServerScript(t *testing.T) {
 	bin := buildBinary(t)
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("the script needs curl")
+	for _, tool := range []string{"curl", "make"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip("the script needs " + tool)
+		}
 	}
 	port := func() string { a := freePort(t); return a[strings.LastIndexByte(a, ':')+1:] }
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "../../scripts/bench-scale-server.sh", bin)
+	// -o build: the binary is the test's, not one the Makefile builds.
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", "../..", "-o", "build", "bench-scale-server", "BIN="+bin)
 	cmd.Env = append(cmd.Environ(), "LEASES=300", "CLIENTS=4", "TTL=10m",
 		"PORT="+port(), "RAFT_PORT="+port(), "GOSSIP_PORT="+port(), "PPROF_PORT="+port())
 	out, err := cmd.CombinedOutput()

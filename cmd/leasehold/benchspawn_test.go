@@ -65,6 +65,8 @@ func TestBenchSpawnUsage(t *testing.T) {
 		{"bench", "--spawn", "1", "--addr", "127.0.0.1:1"},
 		{"bench", "--addr", "127.0.0.1:1", "--workload", "half-load"},
 		{"bench", "--workload", "cycle,nope"},
+		{"bench", "--spawn", "1", "--raft-log", "rocks"},
+		{"bench", "--raft-log", "wal"},
 	} {
 		if r := runBinary(t, args...); r.status != 2 {
 			t.Errorf("%q: status %d, want 2 (usage)\nstderr: %s", args, r.status, r.stderr)

@@ -54,10 +54,13 @@ func jsonError(t *testing.T, r cliResult) (code string, status int, raw map[stri
 // and without --json, with the client flags before and after the command.
 func TestProcessExitCodes(t *testing.T) {
 	dir := t.TempDir()
-	rwToken, roToken := "rw-"+randomID(16), "ro-"+randomID(16)
+	rwToken, roToken, t2Token := "rw-"+randomID(16), "ro-"+randomID(16), "t2-"+randomID(16)
 	tokens := map[string]any{"tokens": []any{
 		tokenEntry{Name: "rw", SHA256: api.HashToken(rwToken), Scopes: []string{"read", "write", "admin"}},
 		tokenEntry{Name: "ro", SHA256: api.HashToken(roToken), Scopes: []string{"read"}},
+		// A tenant's token, scoped to its keys and holders.
+		tokenEntry{Name: "t2", SHA256: api.HashToken(t2Token), Scopes: []string{"write"},
+			Keys: &tokenKeys{Write: []string{"t2/"}}, Holders: &tokenHolders{Prefixes: []string{"t2-"}}},
 	}}
 	data, _ := json.Marshal(tokens)
 	tokensFile := filepath.Join(dir, "tokens.json")
@@ -101,6 +104,9 @@ func TestProcessExitCodes(t *testing.T) {
 		{"session ttl", []string{"--token", rwToken, "session", "create", "--ttl", "48h"}, exitUsage, "INVALID_ARGUMENT", "ttl 48h exceeds the maximum 24h"},
 		{"no token", []string{"get", l.LeaseID}, exitDenied, "UNAUTHENTICATED", "UNAUTHENTICATED"},
 		{"read-only token writes", []string{"--token", roToken, "acquire", "cli/y"}, exitDenied, "PERMISSION_DENIED", "PERMISSION_DENIED"},
+		{"another tenant's lease", []string{"--token", t2Token, "get", l.LeaseID}, exitNotFound, "LEASE_NOT_FOUND", "not found"},
+		{"scoped token outside its keys", []string{"--token", t2Token, "acquire", "cli/z", "--holder", "t2-a"}, exitDenied, "PERMISSION_DENIED", `may not write key "cli/z"`},
+		{"scoped token releases another holder", []string{"--token", t2Token, "holder-release", "a"}, exitDenied, "PERMISSION_DENIED", `may not act as holder "a"`},
 		{"bad flag", []string{"get", "--nope", "x"}, exitUsage, "USAGE", "flag provided but not defined"},
 		{"mistyped command", []string{"aquire", "k"}, exitUsage, "USAGE", `did you mean "acquire"`},
 	}
@@ -121,6 +127,14 @@ func TestProcessExitCodes(t *testing.T) {
 				t.Errorf("--json message %q lacks %q", msg, tc.text)
 			}
 		})
+	}
+
+	// The tenant takes its own key and releases its own holder, no admin.
+	if r := runBinary(t, "--addr", addr, "--token", t2Token, "acquire", "t2/k", "--holder", "t2-a"); r.status != exitOK {
+		t.Fatalf("scoped acquire: %+v", r)
+	}
+	if r := runBinary(t, "--addr", addr, "--token", t2Token, "holder-release", "t2-a"); r.status != exitOK || !strings.Contains(r.stdout, "released 1") {
+		t.Fatalf("scoped holder release: %+v", r)
 	}
 
 	// The holders of a LEASE_HELD come with the JSON error.

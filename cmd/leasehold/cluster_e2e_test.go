@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 const (
@@ -119,8 +119,8 @@ func call(method, url string, body any, header map[string]string, out any) (int,
 
 // status is the server's own view of the cluster (?stale=true: a
 // follower would forward a plain GET /v1/cluster to the leader).
-func (s *server) status() (*node.ClusterStatus, error) {
-	var st node.ClusterStatus
+func (s *server) status() (*wire.ClusterStatus, error) {
+	var st wire.ClusterStatus
 	code, _, body, err := call("GET", "http://"+s.http+"/v1/cluster?stale=true", nil, nil, &st)
 	if err != nil {
 		return nil, err
@@ -241,9 +241,9 @@ func eventuallyMsg(t *testing.T, timeout time.Duration, cond func() (bool, strin
 }
 
 // acquire sends POST /v1/leases to s and wants 201.
-func acquire(t *testing.T, s *server, key, holder string, ttl time.Duration) *node.Lease {
+func acquire(t *testing.T, s *server, key, holder string, ttl time.Duration) *wire.Lease {
 	t.Helper()
-	var l node.Lease
+	var l wire.Lease
 	code, _, body, err := call("POST", "http://"+s.http+"/v1/leases",
 		map[string]any{"key": key, "holder": holder, "ttl_ms": ttl.Milliseconds()}, nil, &l)
 	if err != nil || code != http.StatusCreated {
@@ -255,7 +255,7 @@ func acquire(t *testing.T, s *server, key, holder string, ttl time.Duration) *no
 	return &l
 }
 
-func release(t *testing.T, s *server, l *node.Lease) {
+func release(t *testing.T, s *server, l *wire.Lease) {
 	t.Helper()
 	code, _, body, err := call("DELETE", "http://"+s.http+"/v1/leases/"+l.LeaseID, nil,
 		map[string]string{"X-Lease-Token": l.Token}, nil)
@@ -265,12 +265,12 @@ func release(t *testing.T, s *server, l *node.Lease) {
 }
 
 // getLease reads a lease from s; stale answers from s's own state.
-func getLease(s *server, id string, stale bool) (*node.Lease, int, error) {
+func getLease(s *server, id string, stale bool) (*wire.Lease, int, error) {
 	u := "http://" + s.http + "/v1/leases/" + id
 	if stale {
 		u += "?stale=true"
 	}
-	var l node.Lease
+	var l wire.Lease
 	code, _, body, err := call("GET", u, nil, nil, &l)
 	if err != nil {
 		return nil, code, err
@@ -284,7 +284,7 @@ func getLease(s *server, id string, stale bool) (*node.Lease, int, error) {
 // waitLeaseEverywhere waits until every server of up has applied the
 // lease (a stale read of its own state) with the given fencing token and
 // state.
-func waitLeaseEverywhere(t *testing.T, up []*server, l *node.Lease, state string) {
+func waitLeaseEverywhere(t *testing.T, up []*server, l *wire.Lease, state string) {
 	t.Helper()
 	for _, s := range up {
 		eventuallyMsg(t, clusterTimeout, func() (bool, string) {
@@ -321,7 +321,7 @@ func metricCount(t *testing.T, s *server, method, route, code string) int {
 // sseEvent is one event read off a raw SSE stream.
 type sseEvent struct {
 	id, typ string
-	ev      node.Event
+	ev      wire.Event
 }
 
 // openEvents opens GET /v1/events on s and sends the events it reads to the
@@ -416,7 +416,7 @@ func TestClusterFormsAndForwards(t *testing.T) {
 	for _, s := range c.nodes {
 		code, _, body, err := call("POST", "http://"+s.http+"/v1/leases",
 			map[string]any{"key": "fwd/a", "holder": "other", "ttl_ms": 5000}, nil, nil)
-		if err != nil || code != http.StatusConflict || !strings.Contains(string(body), string(node.CodeLeaseHeld)) {
+		if err != nil || code != http.StatusConflict || !strings.Contains(string(body), string(wire.CodeLeaseHeld)) {
 			t.Fatalf("second acquire of fwd/a on %s: %d %s %v", s.nodeID, code, body, err)
 		}
 	}
@@ -534,7 +534,7 @@ func TestClusterLeaderKill9(t *testing.T) {
 	// An older lease whose countdown has visibly run before the kill.
 	oldSent := time.Now()
 	old := acquire(t, leader, "kill/old", "w", ttl)
-	var oldBefore *node.Lease
+	var oldBefore *wire.Lease
 	eventuallyMsg(t, clusterTimeout, func() (bool, string) {
 		l, _, err := getLease(leader, old.LeaseID, false)
 		if err != nil {
@@ -565,7 +565,7 @@ func TestClusterLeaderKill9(t *testing.T) {
 	// after that tick were less than four after the acquire's).
 	var startTick uint64
 	eventuallyMsg(t, clusterTimeout, func() (bool, string) {
-		var st node.ClusterStatus
+		var st wire.ClusterStatus
 		code, _, body, err := call("GET", "http://"+newLeader.http+"/v1/cluster", nil, nil, &st)
 		if err != nil || code != http.StatusOK {
 			return false, fmt.Sprintf("linearizable status: %d %s %v", code, body, err)
@@ -583,7 +583,7 @@ func TestClusterLeaderKill9(t *testing.T) {
 
 	for _, s := range survivors {
 		for _, tc := range []struct {
-			l      *node.Lease
+			l      *wire.Lease
 			sent   time.Time
 			before int64 // remaining_ms before the kill: an upper bound
 		}{
@@ -612,11 +612,11 @@ func TestClusterLeaderKill9(t *testing.T) {
 	for _, s := range survivors {
 		code, _, body, _ := call("POST", "http://"+s.http+"/v1/leases",
 			map[string]any{"key": "kill/fresh", "holder": "thief", "ttl_ms": 5000}, nil, nil)
-		if code != http.StatusConflict || !strings.Contains(string(body), string(node.CodeLeaseHeld)) {
+		if code != http.StatusConflict || !strings.Contains(string(body), string(wire.CodeLeaseHeld)) {
 			t.Fatalf("acquire of the held key through %s: %d %s", s.nodeID, code, body)
 		}
 	}
-	var last *node.Lease
+	var last *wire.Lease
 	for i, s := range survivors {
 		last = acquire(t, s, fmt.Sprintf("kill/after/%d", i), "w", ttl)
 		if last.FencingToken <= fresh.FencingToken {
@@ -675,7 +675,7 @@ func TestClusterFollowerKill9(t *testing.T) {
 	waitLeaseEverywhere(t, c.nodes, before, "active")
 
 	victim.kill()
-	var acked []*node.Lease
+	var acked []*wire.Lease
 	for i := range 10 {
 		s := leader
 		if i%2 == 1 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func writeJSONTest(w http.ResponseWriter, status int, v any) {
@@ -35,14 +36,14 @@ func TestClientCommands(t *testing.T) {
 					"key": "busy", "holders": []any{map[string]any{"holder": "other", "lease_id": "ls_9", "remaining_ms": 2500}}}})
 				return
 			}
-			writeJSONTest(w, 201, node.Lease{LeaseID: "ls_1", Key: "jobs/1", Holder: "me", State: "active", FencingToken: 42,
+			writeJSONTest(w, 201, wire.Lease{LeaseID: "ls_1", Key: "jobs/1", Holder: "me", State: "active", FencingToken: 42,
 				TTLMS: 5000, RemainingMS: 5000, Token: "secret-token"})
 		case r.Method == "GET" && r.URL.Path == "/v1/leases/ls_1":
-			writeJSONTest(w, 200, node.Lease{LeaseID: "ls_1", Key: "jobs/1", State: "active", FencingToken: 42})
+			writeJSONTest(w, 200, wire.Lease{LeaseID: "ls_1", Key: "jobs/1", State: "active", FencingToken: 42})
 		case r.Method == "POST" && r.URL.Path == "/v1/validate":
-			writeJSONTest(w, 200, node.ValidateResult{Valid: false, Reason: "superseded"})
+			writeJSONTest(w, 200, wire.ValidateResult{Valid: false, Reason: "superseded"})
 		case r.Method == "GET" && r.URL.Path == "/v1/leases":
-			writeJSONTest(w, 200, node.LeaseList{Leases: []*node.Lease{{LeaseID: "ls_1", Key: "jobs/1", Holder: "me", State: "active", RemainingMS: 1200}}})
+			writeJSONTest(w, 200, wire.LeaseList{Leases: []*wire.Lease{{LeaseID: "ls_1", Key: "jobs/1", Holder: "me", State: "active", RemainingMS: 1200}}})
 		default:
 			writeJSONTest(w, 404, map[string]any{"error": map[string]any{"code": "NOT_FOUND", "message": "no route"}})
 		}
@@ -71,7 +72,7 @@ func TestClientCommands(t *testing.T) {
 		if err := a.run(context.Background(), []string{"get", "ls_1", "--json"}); err != nil {
 			t.Fatal(err)
 		}
-		var l node.Lease
+		var l wire.Lease
 		if err := json.Unmarshal(out.Bytes(), &l); err != nil || l.FencingToken != 42 || l.Token != "" {
 			t.Errorf("output %s (%v)", out, err)
 		}
@@ -148,13 +149,35 @@ func TestTokenCreate(t *testing.T) {
 	if !strings.Contains(out.String(), `"name":"ci"`) || strings.Count(out.String(), "token: ") != 1 {
 		t.Errorf("output %s", out)
 	}
+
+	// A scoped token: its entry carries the restrictions, as the tokens
+	// file reads them.
+	a, out, _ = testApp(nil)
+	if err := a.run(context.Background(), []string{"token", "create", "--name", "tenant-a", "--scopes", "write", "--json",
+		"--write-prefix", "tenant-a/", "--read-prefix", "shared/", "--read-prefix", "", "--holder", "gw-a", "--holder-prefix", "tenant-a/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	var scoped tokenEntry
+	if err := json.Unmarshal(got.Entry, &scoped); err != nil {
+		t.Fatal(err)
+	}
+	if k, h := scoped.Keys, scoped.Holders; k == nil || h == nil || fmt.Sprintf("%q %q %q %q", k.Read, k.Write, h.Names, h.Prefixes) !=
+		`["shared/" ""] ["tenant-a/"] ["gw-a"] ["tenant-a/"]` {
+		t.Errorf("entry %s", got.Entry)
+	}
+	if _, err := api.ParseTokens([]byte(`{"tokens": [` + string(got.Entry) + `]}`)); err != nil {
+		t.Fatalf("tokens file rejects the entry: %v", err)
+	}
 }
 
 func TestPrintEvent(t *testing.T) {
 	var b strings.Builder
 	ts := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	err := printEvent(&b, node.Event{ID: "7-0", Type: "acquired", Time: ts, Previous: "ls_0",
-		Lease: &node.Lease{LeaseID: "ls_1", Key: "k", Holder: "h", FencingToken: 7, State: "active", RemainingMS: 1000, Token: "never"}})
+	err := printEvent(&b, wire.Event{ID: "7-0", Type: "acquired", Time: ts, Previous: "ls_0",
+		Lease: &wire.Lease{LeaseID: "ls_1", Key: "k", Holder: "h", FencingToken: 7, State: "active", RemainingMS: 1000, Token: "never"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,5 +189,24 @@ func TestPrintEvent(t *testing.T) {
 	}
 	if strings.Contains(line, "never") || strings.Count(line, "\n") != 1 {
 		t.Errorf("line %q", line)
+	}
+}
+
+// TestDataMigrateLogUsage: data migrate-log needs --data-dir and a --to
+// of boltdb or wal (usage errors, exit 2), and says so for a directory
+// that is not a data dir.
+func TestDataMigrateLogUsage(t *testing.T) {
+	for _, args := range [][]string{{"data"}, {"data", "move"}, {"data", "migrate-log", "--to", "wal"},
+		{"data", "migrate-log", "--data-dir", "x", "--to", "rocks"}, {"data", "migrate-log", "--data-dir", "x"}} {
+		a, _, errb := testApp(nil)
+		if code := report(a.run(context.Background(), args), errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb)
+		}
+	}
+	a, _, errb := testApp(nil)
+	dir := t.TempDir()
+	if code := report(a.run(context.Background(), []string{"data", "migrate-log", "--data-dir", dir, "--to", "wal"}), errb); code != 1 ||
+		!strings.Contains(errb.String(), "not a data dir") {
+		t.Errorf("an empty directory: exit %d, %s", code, errb)
 	}
 }

@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 var (
@@ -229,12 +229,12 @@ func TestProcessLeaseLifecycle(t *testing.T) {
 				if key == "sem" {
 					limit = 4
 				}
-				_, err := c.Acquire(ctx, node.AcquireRequest{Key: key, Holder: fmt.Sprint("w", i), TTLMS: 10000, Limit: limit})
+				_, err := c.Acquire(ctx, wire.AcquireRequest{Key: key, Holder: fmt.Sprint("w", i), TTLMS: 10000, Limit: limit})
 				mu.Lock()
 				defer mu.Unlock()
 				if err == nil {
 					wins[key]++
-				} else if client.ErrorCode(err) != node.CodeLeaseHeld {
+				} else if client.ErrorCode(err) != wire.CodeLeaseHeld {
 					t.Errorf("acquire %s: %v", key, err)
 				}
 			}()
@@ -246,26 +246,26 @@ func TestProcessLeaseLifecycle(t *testing.T) {
 	}
 
 	// Token checks and renewals.
-	l, err := c.Acquire(ctx, node.AcquireRequest{Key: "renew-me", Holder: "a", TTLMS: 2000})
+	l, err := c.Acquire(ctx, wire.AcquireRequest{Key: "renew-me", Holder: "a", TTLMS: 2000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Renew(ctx, l.LeaseID, "not-the-token", 0); client.StatusCode(err) != 403 || client.ErrorCode(err) != node.CodeLeaseTokenInvalid {
+	if _, err := c.Renew(ctx, l.LeaseID, "not-the-token", 0); client.StatusCode(err) != 403 || client.ErrorCode(err) != wire.CodeLeaseTokenInvalid {
 		t.Fatalf("renew with a wrong token: %v", err)
 	}
 	r, err := c.Renew(ctx, l.LeaseID, l.Token, 3000)
 	if err != nil || r.RenewalCount != 1 || r.TTLMS != 3000 {
 		t.Fatalf("renew: %v %+v", err, r)
 	}
-	if _, err := c.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
+	if _, err := c.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Renew(ctx, l.LeaseID, l.Token, 0); client.ErrorCode(err) != node.CodeLeaseReleased {
+	if _, err := c.Renew(ctx, l.LeaseID, l.Token, 0); client.ErrorCode(err) != wire.CodeLeaseReleased {
 		t.Fatalf("renew after release: %v", err)
 	}
 
 	// Idempotent acquire: concurrent identical requests give one lease.
-	req := node.AcquireRequest{Key: "svc/a", Holder: "gw", TTLMS: 5000, IdempotencyKey: "start-svc-a"}
+	req := wire.AcquireRequest{Key: "svc/a", Holder: "gw", TTLMS: 5000, IdempotencyKey: "start-svc-a"}
 	ids := make(chan string, 6)
 	for range 6 {
 		wg.Add(1)
@@ -289,7 +289,7 @@ func TestProcessLeaseLifecycle(t *testing.T) {
 		t.Fatalf("idempotent acquires gave %d distinct leases/tokens: %v", len(seen), seen)
 	}
 	req.TTLMS = 9000
-	if _, err := c.Acquire(ctx, req); client.ErrorCode(err) != node.CodeIdempotencyConflict {
+	if _, err := c.Acquire(ctx, req); client.ErrorCode(err) != wire.CodeIdempotencyConflict {
 		t.Fatalf("conflicting idempotent acquire: %v", err)
 	}
 }
@@ -300,9 +300,9 @@ func TestProcessExpiryOnEventStream(t *testing.T) {
 	c := s.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	expired := make(chan node.Event, 1)
+	expired := make(chan wire.Event, 1)
 	acquiredTick := make(chan uint64, 1)
-	go c.Watch(ctx, client.WatchOptions{Key: "ttl", FromStart: true}, func(e node.Event) error {
+	go c.Watch(ctx, client.WatchOptions{Key: "ttl", FromStart: true}, func(e wire.Event) error {
 		if e.Type == "acquired" {
 			select {
 			case acquiredTick <- e.Tick:
@@ -317,7 +317,7 @@ func TestProcessExpiryOnEventStream(t *testing.T) {
 	})
 	ttl := time.Second // the server's smallest TTL
 	sent := time.Now()
-	l, err := c.Acquire(ctx, node.AcquireRequest{Key: "ttl", Holder: "a", TTLMS: ttl.Milliseconds()})
+	l, err := c.Acquire(ctx, wire.AcquireRequest{Key: "ttl", Holder: "a", TTLMS: ttl.Milliseconds()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,13 +355,13 @@ func TestProcessWaitAndLockDelay(t *testing.T) {
 	s.start()
 	c := s.client(t)
 	ctx := context.Background()
-	first, err := c.Acquire(ctx, node.AcquireRequest{Key: "fifo", Holder: "a", TTLMS: 10000})
+	first, err := c.Acquire(ctx, wire.AcquireRequest{Key: "fifo", Holder: "a", TTLMS: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *node.Lease, 1)
+	got := make(chan *wire.Lease, 1)
 	go func() {
-		l, err := c.Acquire(ctx, node.AcquireRequest{Key: "fifo", Holder: "b", TTLMS: 10000, WaitMS: 5000})
+		l, err := c.Acquire(ctx, wire.AcquireRequest{Key: "fifo", Holder: "b", TTLMS: 10000, WaitMS: 5000})
 		if err != nil {
 			t.Errorf("waiting acquire: %v", err)
 		}
@@ -369,10 +369,10 @@ func TestProcessWaitAndLockDelay(t *testing.T) {
 	}()
 	// The waiter is queued once a plain acquire is told waiters are ahead.
 	eventually(t, 5*time.Second, func() bool {
-		_, err := c.Acquire(ctx, node.AcquireRequest{Key: "fifo", Holder: "probe", TTLMS: 1000})
-		return client.ErrorCode(err) == node.CodeLeaseHeld && strings.Contains(err.Error(), "queued")
+		_, err := c.Acquire(ctx, wire.AcquireRequest{Key: "fifo", Holder: "probe", TTLMS: 1000})
+		return client.ErrorCode(err) == wire.CodeLeaseHeld && strings.Contains(err.Error(), "queued")
 	})
-	if _, err := c.Release(ctx, node.ReleaseRequest{LeaseID: first.LeaseID, Token: first.Token}); err != nil {
+	if _, err := c.Release(ctx, wire.ReleaseRequest{LeaseID: first.LeaseID, Token: first.Token}); err != nil {
 		t.Fatal(err)
 	}
 	l := <-got
@@ -384,7 +384,7 @@ func TestProcessWaitAndLockDelay(t *testing.T) {
 	// acquire on a loaded machine; it is counted from before the revoke
 	// was sent (it starts when the revoke applies, later).
 	const lockDelay = 2 * time.Second
-	ld, err := c.Acquire(ctx, node.AcquireRequest{Key: "delay", Holder: "a", TTLMS: 10000, LockDelayMS: lockDelay.Milliseconds()})
+	ld, err := c.Acquire(ctx, wire.AcquireRequest{Key: "delay", Holder: "a", TTLMS: 10000, LockDelayMS: lockDelay.Milliseconds()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,12 +392,12 @@ func TestProcessWaitAndLockDelay(t *testing.T) {
 	if _, err := c.Revoke(ctx, ld.LeaseID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Acquire(ctx, node.AcquireRequest{Key: "delay", Holder: "b", TTLMS: 1000})
-	if client.ErrorCode(err) != node.CodeLockDelay || client.StatusCode(err) != 409 {
+	_, err = c.Acquire(ctx, wire.AcquireRequest{Key: "delay", Holder: "b", TTLMS: 1000})
+	if client.ErrorCode(err) != wire.CodeLockDelay || client.StatusCode(err) != 409 {
 		t.Fatalf("acquire in lock-delay: %v", err)
 	}
 	eventually(t, 15*time.Second, func() bool {
-		_, err := c.Acquire(ctx, node.AcquireRequest{Key: "delay", Holder: "b", TTLMS: 1000})
+		_, err := c.Acquire(ctx, wire.AcquireRequest{Key: "delay", Holder: "b", TTLMS: 1000})
 		return err == nil
 	})
 	if since := time.Since(start); since < lockDelay {
@@ -415,7 +415,7 @@ func TestProcessKill9LosesNoAcknowledgedWrite(t *testing.T) {
 	ctx := context.Background()
 
 	type acked struct {
-		lease    *node.Lease
+		lease    *wire.Lease
 		released bool
 	}
 	var mu sync.Mutex
@@ -432,7 +432,7 @@ func TestProcessKill9LosesNoAcknowledgedWrite(t *testing.T) {
 					return
 				default:
 				}
-				l, err := c.Acquire(ctx, node.AcquireRequest{Key: fmt.Sprintf("k/%d/%d", w, i), Holder: "w", TTLMS: 600000})
+				l, err := c.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprintf("k/%d/%d", w, i), Holder: "w", TTLMS: 600000})
 				if err != nil {
 					return
 				}
@@ -441,7 +441,7 @@ func TestProcessKill9LosesNoAcknowledgedWrite(t *testing.T) {
 				log = append(log, a)
 				mu.Unlock()
 				if i%2 == 0 {
-					if _, err := c.Release(ctx, node.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
+					if _, err := c.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token}); err != nil {
 						return
 					}
 					mu.Lock()
@@ -484,7 +484,7 @@ func TestProcessKill9LosesNoAcknowledgedWrite(t *testing.T) {
 	for _, a := range log {
 		maxFence = max(maxFence, a.lease.FencingToken)
 	}
-	l, err := c.Acquire(ctx, node.AcquireRequest{Key: "after-restart", Holder: "w", TTLMS: 1000})
+	l, err := c.Acquire(ctx, wire.AcquireRequest{Key: "after-restart", Holder: "w", TTLMS: 1000})
 	if err != nil || l.FencingToken <= maxFence {
 		t.Fatalf("fence after restart %v (max before %d): %v", l, maxFence, err)
 	}
@@ -511,15 +511,15 @@ func TestProcessSecretsNeverLeak(t *testing.T) {
 		go func() { <-wctx.Done(); resp.Body.Close() }()
 		io.Copy(&events, bufio.NewReader(resp.Body))
 	}()
-	sess, err := c.CreateSession(ctx, node.SessionRequest{Holder: "runner", TTLMS: 5000})
+	sess, err := c.CreateSession(ctx, wire.SessionRequest{Holder: "runner", TTLMS: 5000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	secrets = append(secrets, sess.Token)
 	for i := range 20 {
-		req := node.AcquireRequest{Key: fmt.Sprint("cam/", i), Holder: "runner", TTLMS: 5000, IdempotencyKey: fmt.Sprint("idem-", i)}
+		req := wire.AcquireRequest{Key: fmt.Sprint("cam/", i), Holder: "runner", TTLMS: 5000, IdempotencyKey: fmt.Sprint("idem-", i)}
 		if i%2 == 1 {
-			req = node.AcquireRequest{Key: fmt.Sprint("cam/", i), SessionID: sess.SessionID, SessionToken: sess.Token}
+			req = wire.AcquireRequest{Key: fmt.Sprint("cam/", i), SessionID: sess.SessionID, SessionToken: sess.Token}
 		}
 		l, err := c.Acquire(ctx, req)
 		if err != nil {
@@ -602,7 +602,7 @@ func TestProcessHoldStopsChildWhenServerDies(t *testing.T) {
 			stdout: &out, stderr: &errb}, make(chan os.Signal))
 	}()
 	eventually(t, 10*time.Second, func() bool {
-		l, err := c.List(ctx, node.ListRequest{Key: "hold-key", State: "active"})
+		l, err := c.List(ctx, wire.ListRequest{Key: "hold-key", State: "active"})
 		return err == nil && len(l.Leases) == 1 && l.Leases[0].RenewalCount >= 1
 	})
 	s.kill()
@@ -617,7 +617,7 @@ func TestProcessHoldStopsChildWhenServerDies(t *testing.T) {
 		t.Fatalf("hold still running %v after the server died; stderr:\n%s", 2*ttl, errb.String())
 	}
 	s.start()
-	list, err := c.List(ctx, node.ListRequest{Key: "hold-key"})
+	list, err := c.List(ctx, wire.ListRequest{Key: "hold-key"})
 	if err != nil || len(list.Leases) != 1 {
 		t.Fatalf("lease after restart: %v %+v", err, list)
 	}

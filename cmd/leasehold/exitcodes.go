@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Exit statuses of every subcommand (docs/cli.md). hold and lock exit with
@@ -27,50 +27,51 @@ const (
 	exitNotFound    = 4   // no such lease or session, or it has ended
 	exitUnavailable = 5   // no leader, no node reachable, or an outcome not known
 	exitDenied      = 6   // not authenticated or not allowed, or a wrong lease token
+	exitStorage     = 74  // server: its Raft log could not be written (a full disk); restart it once there is room (EX_IOERR)
 	exitInterrupted = 130 // SIGINT or SIGTERM
 )
 
 // codeExit maps each contract error code to its exit status.
-var codeExit = map[node.Code]int{
-	node.CodeInvalidArgument:     exitUsage,
-	node.CodePayloadTooLarge:     exitUsage,
-	node.CodeIdempotencyConflict: exitUsage,
-	node.CodeMethodNotAllowed:    exitUsage,
-	node.CodeLeaseHeld:           exitBusy,
-	node.CodeLockDelay:           exitBusy,
-	node.CodeLimitMismatch:       exitBusy,
-	node.CodeResourceExhausted:   exitBusy,
-	node.CodeControlLocked:       exitBusy,
-	node.CodeLeaseRequired:       exitBusy,
-	node.CodeLeaseNotFound:       exitNotFound,
-	node.CodeSessionNotFound:     exitNotFound,
-	node.CodeNotFound:            exitNotFound,
-	node.CodeLeaseExpired:        exitNotFound,
-	node.CodeLeaseReleased:       exitNotFound,
-	node.CodeLeaseRevoked:        exitNotFound,
-	node.CodeSessionEnded:        exitNotFound,
-	node.CodeEventsCompacted:     exitNotFound,
-	node.CodeNoLeader:            exitUnavailable,
-	node.CodeUnavailable:         exitUnavailable,
-	node.CodeIndeterminate:       exitUnavailable,
-	node.CodeUnauthenticated:     exitDenied,
-	node.CodePermissionDenied:    exitDenied,
-	node.CodeLeaseTokenInvalid:   exitDenied,
+var codeExit = map[wire.Code]int{
+	wire.CodeInvalidArgument:     exitUsage,
+	wire.CodePayloadTooLarge:     exitUsage,
+	wire.CodeIdempotencyConflict: exitUsage,
+	wire.CodeMethodNotAllowed:    exitUsage,
+	wire.CodeLeaseHeld:           exitBusy,
+	wire.CodeLockDelay:           exitBusy,
+	wire.CodeLimitMismatch:       exitBusy,
+	wire.CodeResourceExhausted:   exitBusy,
+	wire.CodeControlLocked:       exitBusy,
+	wire.CodeLeaseRequired:       exitBusy,
+	wire.CodeLeaseNotFound:       exitNotFound,
+	wire.CodeSessionNotFound:     exitNotFound,
+	wire.CodeNotFound:            exitNotFound,
+	wire.CodeLeaseExpired:        exitNotFound,
+	wire.CodeLeaseReleased:       exitNotFound,
+	wire.CodeLeaseRevoked:        exitNotFound,
+	wire.CodeSessionEnded:        exitNotFound,
+	wire.CodeEventsCompacted:     exitNotFound,
+	wire.CodeNoLeader:            exitUnavailable,
+	wire.CodeUnavailable:         exitUnavailable,
+	wire.CodeIndeterminate:       exitUnavailable,
+	wire.CodeUnauthenticated:     exitDenied,
+	wire.CodePermissionDenied:    exitDenied,
+	wire.CodeLeaseTokenInvalid:   exitDenied,
 }
 
 // Codes of the --json error object for failures that are not a server's
 // answer.
 const (
-	codeUsage       node.Code = "USAGE"
-	codeInterrupted node.Code = "INTERRUPTED"
-	codeFailed      node.Code = "FAILED"
+	codeUsage       wire.Code = "USAGE"
+	codeInterrupted wire.Code = "INTERRUPTED"
+	codeFailed      wire.Code = "FAILED"
 )
 
 // failure is what report says about an error: the exit status, the error
 // object (--json) and whether anything is to be printed at all.
 type failure struct {
 	status int
-	err    node.Error
+	err    wire.Error
 	quiet  bool // already explained (flag usage) or deliberately silent
 }
 
@@ -78,16 +79,16 @@ type failure struct {
 func classify(err error) failure {
 	var ue *usageError
 	var ee *exitError
-	var ne *node.Error
+	var ne *wire.Error
 	switch {
 	case errors.Is(err, errUsageShown):
-		return failure{status: exitUsage, err: node.Error{Code: codeUsage, Message: "usage"}, quiet: true}
+		return failure{status: exitUsage, err: wire.Error{Code: codeUsage, Message: "usage"}, quiet: true}
 	case errors.As(err, &ue):
-		return failure{status: exitUsage, err: node.Error{Code: codeUsage, Message: ue.msg}}
+		return failure{status: exitUsage, err: wire.Error{Code: codeUsage, Message: ue.msg}}
 	case errors.As(err, &ee):
-		return failure{status: ee.code, err: node.Error{Code: codeFailed, Message: ee.msg}, quiet: ee.msg == ""}
+		return failure{status: ee.code, err: wire.Error{Code: codeFailed, Message: ee.msg}, quiet: ee.msg == ""}
 	case errors.Is(err, context.Canceled):
-		return failure{status: exitInterrupted, err: node.Error{Code: codeInterrupted, Message: "interrupted"}}
+		return failure{status: exitInterrupted, err: wire.Error{Code: codeInterrupted, Message: "interrupted"}}
 	case errors.As(err, &ne):
 		st, ok := codeExit[ne.Code]
 		if !ok {
@@ -95,9 +96,9 @@ func classify(err error) failure {
 		}
 		return failure{status: st, err: *ne}
 	case unreachable(err):
-		return failure{status: exitUnavailable, err: node.Error{Code: node.CodeUnavailable, Message: err.Error()}}
+		return failure{status: exitUnavailable, err: wire.Error{Code: wire.CodeUnavailable, Message: err.Error()}}
 	}
-	return failure{status: exitFailure, err: node.Error{Code: codeFailed, Message: err.Error()}}
+	return failure{status: exitFailure, err: wire.Error{Code: codeFailed, Message: err.Error()}}
 }
 
 // unreachable reports whether err is a transport failure: no node answered
@@ -122,7 +123,7 @@ func (e *jsonErrors) Unwrap() error { return e.err }
 // exit status.
 type errorJSON struct {
 	Error struct {
-		node.Error
+		wire.Error
 		ExitStatus int `json:"exit_status"`
 	} `json:"error"`
 }
@@ -148,13 +149,13 @@ func report(err error, stderr io.Writer) int {
 	if f.quiet {
 		return f.status
 	}
-	var ne *node.Error
+	var ne *wire.Error
 	if errors.As(err, &ne) && !errors.As(err, new(*exitError)) {
 		fmt.Fprintf(stderr, "error: %s\n", ne.Error())
 		for _, h := range ne.Holders {
 			fmt.Fprintf(stderr, "  held by %s (lease %s, %s left)\n", h.Holder, h.LeaseID, msString(h.RemainingMS))
 		}
-		if ne.Code == node.CodeLockDelay && ne.RemainingMS > 0 {
+		if ne.Code == wire.CodeLockDelay && ne.RemainingMS > 0 {
 			fmt.Fprintf(stderr, "  lock-delay ends in %s\n", msString(ne.RemainingMS))
 		}
 		return f.status
@@ -274,8 +275,8 @@ var rangeMessage = regexp.MustCompile(`^\S+ must be (\d+)-(\d+), got (-?\d+)$`)
 // 24h". args is the command line the flag's text is looked up in. Other
 // errors return unchanged.
 func inUserUnits(err error, args []string) error {
-	var ne *node.Error
-	if !errors.As(err, &ne) || ne.Code != node.CodeInvalidArgument {
+	var ne *wire.Error
+	if !errors.As(err, &ne) || ne.Code != wire.CodeInvalidArgument {
 		return err
 	}
 	flagName, ok := durationFields[ne.Field]

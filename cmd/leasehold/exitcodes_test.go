@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func TestSuggest(t *testing.T) {
@@ -66,7 +66,7 @@ func TestClientFlagsBeforeCommand(t *testing.T) {
 	var seen []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen = append(seen, r.Header.Get("Authorization"))
-		writeJSONTest(w, 200, node.Lease{LeaseID: "ls_1", Key: "k", State: "active", FencingToken: 7})
+		writeJSONTest(w, 200, wire.Lease{LeaseID: "ls_1", Key: "k", State: "active", FencingToken: 7})
 	}))
 	defer srv.Close()
 	env := map[string]string{"LEASEHOLD_ADDR": "127.0.0.1:1", "LEASEHOLD_TOKEN": "from-env"}
@@ -74,7 +74,7 @@ func TestClientFlagsBeforeCommand(t *testing.T) {
 	if err := a.run(context.Background(), []string{"--addr", srv.URL, "--token", "before", "--json", "get", "ls_1"}); err != nil {
 		t.Fatalf("%v; %s", err, errb)
 	}
-	var l node.Lease
+	var l wire.Lease
 	if json.Unmarshal(out.Bytes(), &l) != nil || l.FencingToken != 7 || seen[0] != "Bearer before" {
 		t.Errorf("stdout %s, auth %v", out, seen)
 	}
@@ -95,33 +95,33 @@ func TestClientFlagsBeforeCommand(t *testing.T) {
 // TestExitStatusPerCode: every contract error code a server may answer has
 // its documented exit status, readable and under --json.
 func TestExitStatusPerCode(t *testing.T) {
-	var code node.Code
+	var code wire.Code
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		status := 409
 		switch code {
-		case node.CodeNoLeader:
+		case wire.CodeNoLeader:
 			status = 503
-		case node.CodeIndeterminate:
+		case wire.CodeIndeterminate:
 			status = 504
-		case node.CodeLeaseNotFound:
+		case wire.CodeLeaseNotFound:
 			status = 404
-		case node.CodeUnauthenticated:
+		case wire.CodeUnauthenticated:
 			status = 401
-		case node.CodeInternal:
+		case wire.CodeInternal:
 			status = 500
 		}
 		writeJSONTest(w, status, map[string]any{"error": map[string]any{"code": code, "message": "m"}})
 	}))
 	defer srv.Close()
-	for c, want := range map[node.Code]int{
-		node.CodeNoLeader:        exitUnavailable,
-		node.CodeIndeterminate:   exitUnavailable,
-		node.CodeLeaseHeld:       exitBusy,
-		node.CodeLockDelay:       exitBusy,
-		node.CodeLeaseNotFound:   exitNotFound,
-		node.CodeLeaseExpired:    exitNotFound,
-		node.CodeUnauthenticated: exitDenied,
-		node.CodeInternal:        exitFailure,
+	for c, want := range map[wire.Code]int{
+		wire.CodeNoLeader:        exitUnavailable,
+		wire.CodeIndeterminate:   exitUnavailable,
+		wire.CodeLeaseHeld:       exitBusy,
+		wire.CodeLockDelay:       exitBusy,
+		wire.CodeLeaseNotFound:   exitNotFound,
+		wire.CodeLeaseExpired:    exitNotFound,
+		wire.CodeUnauthenticated: exitDenied,
+		wire.CodeInternal:        exitFailure,
 	} {
 		code = c
 		for _, asJSON := range []bool{false, true} {
@@ -142,20 +142,20 @@ func TestExitStatusPerCode(t *testing.T) {
 }
 
 func TestInUserUnits(t *testing.T) {
-	ttl := &node.Error{Code: node.CodeInvalidArgument, Field: "ttl_ms", Message: "ttl_ms must be 1000-86400000, got 90000000"}
-	got := inUserUnits(ttl, []string{"acquire", "k", "--ttl", "25h"}).(*node.Error)
+	ttl := &wire.Error{Code: wire.CodeInvalidArgument, Field: "ttl_ms", Message: "ttl_ms must be 1000-86400000, got 90000000"}
+	got := inUserUnits(ttl, []string{"acquire", "k", "--ttl", "25h"}).(*wire.Error)
 	if got.Message != "ttl 25h exceeds the maximum 24h" || got.Field != "ttl_ms" {
 		t.Errorf("got %+v", got)
 	}
 	// Not on the command line (a default, say): the value in short form.
-	if got := inUserUnits(ttl, nil).(*node.Error); got.Message != "ttl 25h exceeds the maximum 24h" {
+	if got := inUserUnits(ttl, nil).(*wire.Error); got.Message != "ttl 25h exceeds the maximum 24h" {
 		t.Errorf("got %q", got.Message)
 	}
-	ld := &node.Error{Code: node.CodeInvalidArgument, Field: "lock_delay_ms", Message: "lock_delay_ms must be 0-60000, got 90000"}
-	if got := inUserUnits(ld, []string{"--lock-delay=1m30s"}).(*node.Error); got.Message != "lock-delay 1m30s exceeds the maximum 1m" {
+	ld := &wire.Error{Code: wire.CodeInvalidArgument, Field: "lock_delay_ms", Message: "lock_delay_ms must be 0-60000, got 90000"}
+	if got := inUserUnits(ld, []string{"--lock-delay=1m30s"}).(*wire.Error); got.Message != "lock-delay 1m30s exceeds the maximum 1m" {
 		t.Errorf("got %q", got.Message)
 	}
-	other := &node.Error{Code: node.CodeInvalidArgument, Field: "key", Message: "bad"}
+	other := &wire.Error{Code: wire.CodeInvalidArgument, Field: "key", Message: "bad"}
 	if inUserUnits(other, nil) != error(other) {
 		t.Error("other errors must pass unchanged")
 	}

@@ -129,6 +129,19 @@ func TestServerFlags(t *testing.T) {
 		{name: "bad log format", args: []string{"--log-format", "xml"}, usage: "--log-format"},
 		{name: "tick period out of range", args: []string{"--tick-period", "1ms"}, usage: "tick period"},
 		{name: "stray argument", args: []string{"extra"}, usage: "no arguments"},
+		{name: "raft log store", env: map[string]string{"LEASEHOLD_RAFT_LOG": "wal"},
+			check: func(t *testing.T, c serverConfig) {
+				if c.node.RaftLog != "wal" {
+					t.Errorf("raft log %q", c.node.RaftLog)
+				}
+			},
+		},
+		{name: "no raft log store: the directory's, or the default", check: func(t *testing.T, c serverConfig) {
+			if c.node.RaftLog != "" {
+				t.Errorf("raft log %q", c.node.RaftLog)
+			}
+		}},
+		{name: "bad raft log store", args: []string{"--raft-log", "rocks"}, usage: `raft log store "rocks": want boltdb or wal`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -234,9 +247,6 @@ func TestRunUsageAndExitCodes(t *testing.T) {
 		{[]string{"get", "--nope", "x"}, 2, "flag provided but not defined", ""},
 		{[]string{"renew", "ls_1"}, 2, "--lease-token", ""},
 		{[]string{"validate", "--key", "k"}, 2, "validate needs", ""},
-		{[]string{"chaos", "--scenario", "nope"}, 2, `no scenario "nope"`, ""},
-		{[]string{"chaos", "--tier", "moon"}, 2, `unknown tier "moon"`, ""},
-		{[]string{"chaos", "--list"}, 0, "", "partition-leader"},
 		{[]string{"version"}, 0, "", "leasehold "},
 		{[]string{"hold", "key"}, 2, "usage: leasehold hold", ""},
 		{[]string{"bench", "--workload", "x"}, 2, "--workload", ""},
@@ -244,6 +254,9 @@ func TestRunUsageAndExitCodes(t *testing.T) {
 		{[]string{"cluster"}, 2, "usage: leasehold cluster", ""},
 		{[]string{"token", "create"}, 2, "--name", ""},
 		{[]string{"token", "create", "--name", "x", "--scopes", "root"}, 2, "unknown scope", ""},
+		{[]string{"token", "create", "--name", "x", "--scopes", "read", "--write-prefix", "a/"}, 2, "needs the write scope", ""},
+		{[]string{"token", "create", "--name", "x", "--scopes", "admin", "--holder", "w"}, 2, "an admin token cannot be restricted", ""},
+		{[]string{"token", "create", "--name", "x", "--holder-prefix", ""}, 2, "would match every holder", ""},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

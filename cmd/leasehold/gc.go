@@ -10,10 +10,18 @@ import (
 )
 
 // Memory limit policy of relaxGC: the soft limit is baseMemLimit, or, once
-// the live heap is large, the live heap plus a quarter (liveHeadroom).
+// the live heap is large, the live heap plus a quarter (liveHeadroom); in a
+// memory cgroup, never above cgroupShareNum/cgroupShareDen of the cgroup's
+// limit.
 const (
 	baseMemLimit = 512 << 20
 	liveHeadroom = 4 // limit = live + live/liveHeadroom
+	// cgroupShareNum/cgroupShareDen is the part of a cgroup's memory limit
+	// the soft limit may reach (9/10): the rest is headroom for what the
+	// runtime does not count (cgo, thread stacks of the OS) and the page
+	// cache charged to the cgroup, so that the collector works hard before
+	// the kernel's OOM killer acts.
+	cgroupShareNum, cgroupShareDen = 9, 10
 	// memLimitEvery is how often the live heap is checked.
 	memLimitEvery = 500 * time.Millisecond
 )
@@ -24,30 +32,39 @@ const (
 // collector was one of the largest CPU users under load. Unless GOMEMLIMIT is
 // set, a soft memory limit then makes the collector run more often as the
 // heap approaches it: 512 MiB, or the live heap plus a quarter (plus what
-// the runtime holds that a collection cannot free) when that is more. A fixed limit below a large live heap (a million leases is about
+// the runtime holds that a collection cannot free) when that is more, and
+// never more than 90% of the memory limit of the process's cgroup (v2
+// memory.max, v1 memory.limit_in_bytes, the smallest of its cgroup and
+// their ancestors), which relaxGC returns (0: none, or GOMEMLIMIT is set).
+// A fixed limit below a large live heap (a million leases is about
 // 450 MiB live) made the collector run back to back, taking half the CPU
 // and slowing the restore and log replay of a restart several times over;
 // following the live heap keeps a large state at about 1.25 times its size
-// with collections every quarter of it allocated.
-func relaxGC() {
+// with collections every quarter of it allocated. In a container capped
+// below that, the cap wins: the collector runs back to back near it rather
+// than the kernel killing the process.
+func relaxGC() (cgroupLimit int64) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(baseMemLimit)
-		go followLiveHeap()
+		cgroupLimit, _ = cgroupMemLimit("") // unreadable: as if none
+		first := memLimitFor(0, 0, cgroupLimit)
+		debug.SetMemoryLimit(first)
+		go followLiveHeap(first, cgroupLimit)
 	}
+	return cgroupLimit
 }
 
 // followLiveHeap keeps the memory limit at memLimitFor(the live heap),
 // checked after every collection (a finalizer that re-arms itself) and
 // every memLimitEvery: during a restore the live heap grows by hundreds of
 // MiB within seconds, and a limit that lagged behind it would have the
-// collector run back to back.
-func followLiveHeap() {
+// collector run back to back. last is the limit in force, cgroupLimit the
+// cgroup's (0: none).
+func followLiveHeap(last, cgroupLimit int64) {
 	var mu sync.Mutex
 	sample := memSamples()
-	last := int64(baseMemLimit)
 	update := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -55,7 +72,7 @@ func followLiveHeap() {
 		if !ok {
 			return false // not supported by this runtime
 		}
-		if limit := memLimitFor(live, overhead); limit != last {
+		if limit := memLimitFor(live, overhead, cgroupLimit); limit != last {
 			debug.SetMemoryLimit(limit)
 			last = limit
 		}
@@ -118,9 +135,14 @@ func readMem(s []metrics.Sample) (live, overhead uint64, ok bool) {
 
 // memLimitFor is the memory limit for a live heap of live bytes and
 // overhead bytes the collector cannot free, rounded up to 16 MiB so that
-// small changes do not move it.
-func memLimitFor(live, overhead uint64) int64 {
+// small changes do not move it, and at most cgroupShareNum/cgroupShareDen
+// of cgroupLimit when that is set (> 0).
+func memLimitFor(live, overhead uint64, cgroupLimit int64) int64 {
 	want := live + live/liveHeadroom + overhead
 	want = (want + 16<<20 - 1) &^ (16<<20 - 1)
-	return max(int64(baseMemLimit), int64(want))
+	limit := max(int64(baseMemLimit), int64(want))
+	if cgroupLimit > 0 {
+		limit = min(limit, cgroupLimit/cgroupShareDen*cgroupShareNum)
+	}
+	return limit
 }

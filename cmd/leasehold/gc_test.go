@@ -24,12 +24,41 @@ func TestMemLimitFollowsLiveHeap(t *testing.T) {
 		{600 * mib, 200 * mib, 960 * mib}, // the overhead is on top
 		{300 * mib, 100 * mib, baseMemLimit},
 	} {
-		got := memLimitFor(tt.live, tt.overhead)
+		got := memLimitFor(tt.live, tt.overhead, 0)
 		if got != tt.want {
 			t.Errorf("memLimitFor(%d MiB, %d MiB) = %d MiB, want %d MiB", tt.live/mib, tt.overhead/mib, got/mib, tt.want/mib)
 		}
 		if got < int64(tt.live+tt.live/liveHeadroom+tt.overhead) {
 			t.Errorf("memLimitFor(%d MiB, %d MiB) = %d MiB is below the live heap plus its headroom and the overhead", tt.live/mib, tt.overhead/mib, got/mib)
+		}
+	}
+}
+
+// TestMemLimitCgroupCeiling: in a memory cgroup the limit never passes
+// 90% of the cgroup's limit, however large the live heap; below that it is
+// the policy without a cgroup.
+func TestMemLimitCgroupCeiling(t *testing.T) {
+	const mib = 1 << 20
+	for _, tt := range []struct {
+		live, overhead uint64
+		cgroup, want   int64
+	}{
+		{0, 0, 512 * mib, 512 * mib / 10 * 9},         // a 512 MiB container: 90%, not the 512 MiB base
+		{0, 0, 256 * mib, 256 * mib / 10 * 9},         // below the base
+		{600 * mib, 0, 512 * mib, 512 * mib / 10 * 9}, // a live heap past the cap: the cap
+		{0, 0, 4096 * mib, baseMemLimit},              // a large cgroup: the base
+		{600 * mib, 0, 4096 * mib, 752 * mib},         // and the live heap's limit
+		{3000 * mib, 500 * mib, 4096 * mib, 4096 * mib / 10 * 9},
+		{600 * mib, 0, 0, 752 * mib}, // no cgroup limit
+	} {
+		got := memLimitFor(tt.live, tt.overhead, tt.cgroup)
+		if got != tt.want {
+			t.Errorf("memLimitFor(%d MiB, %d MiB, cgroup %d MiB) = %.1f MiB, want %.1f MiB",
+				tt.live/mib, tt.overhead/mib, tt.cgroup/mib, float64(got)/mib, float64(tt.want)/mib)
+		}
+		if tt.cgroup > 0 && got > tt.cgroup*9/10 {
+			t.Errorf("memLimitFor(%d MiB, %d MiB, cgroup %d MiB) = %d MiB: above 90%% of the cgroup's limit",
+				tt.live/mib, tt.overhead/mib, tt.cgroup/mib, got/mib)
 		}
 	}
 }

@@ -24,7 +24,7 @@ func (a *app) healthCmd(ctx context.Context, args []string) error {
 	timeout := fs.Duration("timeout", 3*time.Second, "bound on the probe")
 	live := fs.Bool("live", false, "probe /healthz (the process serves HTTP) instead of /readyz (the node is ready)")
 	quiet := fs.Bool("quiet", false, "print nothing")
-	if _, err := a.parse(fs, args, []string{"addr"}, 0); err != nil {
+	if _, err := a.parse(fs, args, envVars("addr"), 0); err != nil {
 		return err
 	}
 	if *timeout <= 0 {

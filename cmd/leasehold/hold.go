@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // minHoldTTL is the smallest --ttl: the keep-alive's safety margin (at
@@ -25,8 +25,8 @@ const minHoldTTL = 3 * client.MinMargin
 // this holder.
 func leaseGone(err error) bool {
 	switch client.ErrorCode(err) {
-	case node.CodeLeaseExpired, node.CodeLeaseReleased, node.CodeLeaseRevoked,
-		node.CodeLeaseNotFound, node.CodeLeaseTokenInvalid, node.CodeSessionEnded:
+	case wire.CodeLeaseExpired, wire.CodeLeaseReleased, wire.CodeLeaseRevoked,
+		wire.CodeLeaseNotFound, wire.CodeLeaseTokenInvalid, wire.CodeSessionEnded:
 		return true
 	}
 	return false
@@ -104,7 +104,7 @@ func holdRun(ctx context.Context, c *client.Client, o holdOptions, sigs <-chan o
 			fmt.Fprintf(o.stderr, "hold: "+format+"\n", args...)
 		}
 	}
-	req := node.AcquireRequest{
+	req := wire.AcquireRequest{
 		Key: o.key, Holder: o.holder, TTLMS: millis(o.ttl), Limit: o.limit,
 		WaitMS: millis(o.wait), IdempotencyKey: "hold-" + randomID(16),
 	}
@@ -161,16 +161,8 @@ func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []st
 	if prog == "" {
 		prog = "hold"
 	}
-	// release gives the lease back; after a loss it tries only briefly, as
-	// the lease is most likely gone or the cluster unreachable.
 	release := func(reason string, timeout time.Duration) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		defer cancel()
-		if err := ka.Release(rctx, reason); err != nil && !leaseGone(err) {
-			fmt.Fprintf(o.stderr, "%s: release %s: %v (it expires by itself)\n", prog, ka.LeaseID(), err)
-			return
-		}
-		logf("released %s", ka.LeaseID())
+		releaseHeld(ctx, ka, o.stderr, prog, reason, timeout, logf)
 	}
 
 	cmd := exec.Command(o.command[0], o.command[1:]...)
@@ -183,6 +175,11 @@ func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []st
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	// stopping tells why the lease is given up and asks the command to stop.
+	stopping := func(lost error) {
+		fmt.Fprintf(o.stderr, "%s: lease on %s lost (%v): stopping %s\n", prog, o.key, lost, o.command[0])
+		_ = signalGroup(cmd.Process, syscall.SIGTERM)
+	}
 
 	lostC, endedC := ka.Lost(), o.ended
 	var killTimer <-chan time.Time
@@ -213,8 +210,7 @@ func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []st
 		case <-lostC:
 			lostC = nil
 			lost = ka.Err()
-			fmt.Fprintf(o.stderr, "%s: lease on %s lost (%v): stopping %s\n", prog, o.key, lost, o.command[0])
-			_ = signalGroup(cmd.Process, syscall.SIGTERM)
+			stopping(lost)
 			// Half the margin after the deadline: still before the
 			// earliest instant the server could end the lease.
 			grace := client.DefaultMargin(o.ttl) / 2
@@ -226,8 +222,7 @@ func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []st
 				continue
 			}
 			lost = err
-			fmt.Fprintf(o.stderr, "%s: lease on %s lost (%v): stopping %s\n", prog, o.key, lost, o.command[0])
-			_ = signalGroup(cmd.Process, syscall.SIGTERM)
+			stopping(lost)
 			// Another holder may already have it: no more than half the
 			// margin for the command to stop.
 			killTimer = time.After(client.DefaultMargin(o.ttl) / 2)
@@ -237,6 +232,18 @@ func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []st
 			_ = signalGroup(cmd.Process, syscall.SIGKILL)
 		}
 	}
+}
+
+// releaseHeld gives ka's lease back; after a loss the caller gives it only
+// briefly, as the lease is most likely gone or the cluster unreachable.
+func releaseHeld(ctx context.Context, ka *client.KeepAlive, stderr io.Writer, prog, reason string, timeout time.Duration, logf func(string, ...any)) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if err := ka.Release(rctx, reason); err != nil && !leaseGone(err) {
+		fmt.Fprintf(stderr, "%s: release %s: %v (it expires by itself)\n", prog, ka.LeaseID(), err)
+		return
+	}
+	logf("released %s", ka.LeaseID())
 }
 
 // lockedWriter serializes writes to w.

@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // startTestNode runs a single in-memory node with the API on loopback and
@@ -38,7 +39,7 @@ func startTestNode(t *testing.T) (*client.Client, string) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, func() bool {
-		_, err := c.List(context.Background(), node.ListRequest{})
+		_, err := c.List(context.Background(), wire.ListRequest{})
 		return err == nil
 	})
 	return c, srv.URL
@@ -52,13 +53,13 @@ func startTestNode(t *testing.T) (*client.Client, string) {
 func TestHoldAfterWaitingLongerThanTTL(t *testing.T) {
 	c, _ := startTestNode(t)
 	ctx := context.Background()
-	blocker, err := c.Acquire(ctx, node.AcquireRequest{Key: "K", Holder: "blocker", TTLMS: 30_000})
+	blocker, err := c.Acquire(ctx, wire.AcquireRequest{Key: "K", Holder: "blocker", TTLMS: 30_000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() {
 		time.Sleep(4 * time.Second)
-		_, _ = c.Release(ctx, node.ReleaseRequest{LeaseID: blocker.LeaseID, Token: blocker.Token})
+		_, _ = c.Release(ctx, wire.ReleaseRequest{LeaseID: blocker.LeaseID, Token: blocker.Token})
 	}()
 	var out, errb bytes.Buffer
 	err = holdRun(ctx, c, holdOptions{
@@ -71,7 +72,7 @@ func TestHoldAfterWaitingLongerThanTTL(t *testing.T) {
 	if out.String() != "ran\n" {
 		t.Fatalf("command output %q, want %q", out.String(), "ran\n")
 	}
-	ls, err := c.List(ctx, node.ListRequest{Key: "K", State: "active"})
+	ls, err := c.List(ctx, wire.ListRequest{Key: "K", State: "active"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestHoldAfterWaitingLongerThanTTL(t *testing.T) {
 func TestLockWaitsRunsAndReleases(t *testing.T) {
 	c, _ := startTestNode(t)
 	ctx := context.Background()
-	blocker, err := c.Acquire(ctx, node.AcquireRequest{Key: "K", Holder: "blocker", TTLMS: 30_000})
+	blocker, err := c.Acquire(ctx, wire.AcquireRequest{Key: "K", Holder: "blocker", TTLMS: 30_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestLockWaitsRunsAndReleases(t *testing.T) {
 	}
 	go func() {
 		time.Sleep(2 * time.Second) // twice the lock's session TTL
-		_, _ = c.Release(ctx, node.ReleaseRequest{LeaseID: blocker.LeaseID, Token: blocker.Token})
+		_, _ = c.Release(ctx, wire.ReleaseRequest{LeaseID: blocker.LeaseID, Token: blocker.Token})
 	}()
 	out, err := run(false, 0)
 	if err != nil {
@@ -114,19 +115,19 @@ func TestLockWaitsRunsAndReleases(t *testing.T) {
 	if perr != nil || tok <= blocker.FencingToken {
 		t.Errorf("command output %q, want a fencing token above the blocker's %d", out, blocker.FencingToken)
 	}
-	ls, err := c.List(ctx, node.ListRequest{Key: "K", State: "active"})
+	ls, err := c.List(ctx, wire.ListRequest{Key: "K", State: "active"})
 	if err != nil || len(ls.Leases) != 0 {
 		t.Fatalf("K after lock: %v %+v", err, ls)
 	}
 	// A semaphore of two slots admits lock next to another holder.
-	other, err := c.Acquire(ctx, node.AcquireRequest{Key: "K", Holder: "other", TTLMS: 30_000, Limit: 2})
+	other, err := c.Acquire(ctx, wire.AcquireRequest{Key: "K", Holder: "other", TTLMS: 30_000, Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := run(true, 2); err != nil {
 		t.Fatalf("lock --limit 2 --no-wait next to one holder: %v", err)
 	}
-	_, _ = c.Release(ctx, node.ReleaseRequest{LeaseID: other.LeaseID, Token: other.Token})
+	_, _ = c.Release(ctx, wire.ReleaseRequest{LeaseID: other.LeaseID, Token: other.Token})
 }
 
 // TestKeepAliveCommand keeps a lease alive past its TTL, then reports its
@@ -134,7 +135,7 @@ func TestLockWaitsRunsAndReleases(t *testing.T) {
 func TestKeepAliveCommand(t *testing.T) {
 	c, url := startTestNode(t)
 	ctx := context.Background()
-	l, err := c.Acquire(ctx, node.AcquireRequest{Key: "ka", Holder: "h", TTLMS: 1500})
+	l, err := c.Acquire(ctx, wire.AcquireRequest{Key: "ka", Holder: "h", TTLMS: 1500})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,13 +178,13 @@ func TestLockStopsCommandOnRevoke(t *testing.T) {
 			stdout: syncWriter(&out), stderr: syncWriter(&errb),
 		}}, make(chan os.Signal))
 	}()
-	var lease *node.Lease
+	var lease *wire.Lease
 	deadline := time.Now().Add(30 * time.Second)
 	for lease == nil {
 		if time.Now().After(deadline) {
 			t.Fatal("lock never took rv")
 		}
-		ls, err := c.List(ctx, node.ListRequest{Key: "rv", State: "active"})
+		ls, err := c.List(ctx, wire.ListRequest{Key: "rv", State: "active"})
 		if err == nil && len(ls.Leases) == 1 {
 			lease = ls.Leases[0]
 		} else {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,7 +19,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // helperEnv makes the test binary act as the command hold runs; see
@@ -38,6 +40,14 @@ func TestMain(m *testing.M) {
 		c := make(chan os.Signal, 1)
 		signal.Notify(c, syscall.SIGUSR1)
 		<-c
+		os.Exit(0)
+	case "memlimit":
+		// Waits until the test has moved it into a cgroup, then sets the
+		// memory limit as the server does and reports it.
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		cg, err := cgroupMemLimit("")
+		relaxGC()
+		fmt.Printf("cgroup=%d err=%v soft=%d\n", cg, err, debug.SetMemoryLimit(-1))
 		os.Exit(0)
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
@@ -66,7 +76,7 @@ func (f *fakeLeaseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.acquired = time.Now()
 		f.mu.Unlock()
-		writeJSONTest(w, 201, node.Lease{LeaseID: "ls_1", Key: "k", State: "active", FencingToken: 99, Token: "tok",
+		writeJSONTest(w, 201, wire.Lease{LeaseID: "ls_1", Key: "k", State: "active", FencingToken: 99, Token: "tok",
 			TTLMS: f.ttl.Milliseconds(), RemainingMS: f.ttl.Milliseconds(), HeartbeatIntervalMS: f.ttl.Milliseconds() / 3})
 	case r.Method == "POST" && r.URL.Path == "/v1/leases/ls_1/renew":
 		select {
@@ -81,7 +91,7 @@ func (f *fakeLeaseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Clone()
 		h.Set("X-Test-Received", time.Now().Format(time.RFC3339Nano))
 		f.released <- h
-		writeJSONTest(w, 200, node.Lease{LeaseID: "ls_1", State: "released"})
+		writeJSONTest(w, 200, wire.Lease{LeaseID: "ls_1", State: "released"})
 	default:
 		w.WriteHeader(404)
 	}

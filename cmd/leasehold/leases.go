@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func defaultHolder() string {
@@ -22,25 +22,29 @@ func defaultHolder() string {
 }
 
 func (a *app) acquireCmd(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("acquire", "KEY", "Acquire a lease on KEY and print it with its secret token (shown only here).")
+	fs := a.newFlagSet("acquire", "KEY [KEY...]", "Acquire a lease on KEY and print it with its secret token (shown only here). "+
+		"With several KEYs, one lease on each in one request, all or nothing (a lease group: renew, release and get it by its lg_ id).")
 	var cf clientFlags
 	cf.register(fs)
 	holder := fs.String("holder", defaultHolder(), "holder name")
 	ttl := fs.Duration("ttl", 30*time.Second, "TTL of a standalone lease")
 	session := fs.String("session", "", "bind the lease to this session instead of a TTL")
 	sessionToken := fs.String("session-token", "", "the session's token (env LEASEHOLD_SESSION_TOKEN)")
-	limit := fs.Uint("limit", 0, "slots of the key (default 1: exclusive)")
+	limit := fs.Uint("limit", 0, "slots of the key (default 1: exclusive); with several KEYs, of each")
+	keyLimits := keyLimitFlag{}
+	fs.Var(keyLimits, "key-limit", "KEY=N: slots of one of several KEYs (repeatable)")
 	wait := fs.Duration("wait", 0, "wait up to this long for a free slot")
 	lockDelay := fs.Duration("lock-delay", 0, "keep the slot blocked this long after an involuntary end")
 	idem := fs.String("idempotency-key", "", "idempotency key (default: a random one, so retries on other nodes are safe)")
+	withGrant := fs.Bool("grant", false, "ask for a grant of the lease (a signed JWS a resource verifies offline; see 'leasehold verify')")
 	md := metadataFlag{}
 	fs.Var(md, "metadata", "metadata key=value (repeatable)")
 	pos, err := a.parse(fs, args, clientEnv("session-token"), 0)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageErrorf("acquire takes one KEY")
+	if len(pos) == 0 {
+		return usageErrorf("acquire takes one KEY (or several, for a lease group)")
 	}
 	if *limit > 1<<32-1 {
 		return usageErrorf("--limit too large")
@@ -49,7 +53,7 @@ func (a *app) acquireCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := node.AcquireRequest{
+	req := wire.AcquireRequest{
 		Key:            pos[0],
 		Holder:         *holder,
 		SessionID:      *session,
@@ -58,6 +62,7 @@ func (a *app) acquireCmd(ctx context.Context, args []string) error {
 		WaitMS:         millis(*wait),
 		LockDelayMS:    millis(*lockDelay),
 		IdempotencyKey: *idem,
+		Grant:          *withGrant,
 	}
 	if len(md) > 0 {
 		req.Metadata = md
@@ -68,6 +73,9 @@ func (a *app) acquireCmd(ctx context.Context, args []string) error {
 	if req.IdempotencyKey == "" {
 		req.IdempotencyKey = "cli-" + randomID(16)
 	}
+	if len(pos) > 1 || len(keyLimits) > 0 {
+		return a.acquireGroup(ctx, c, cf.json, pos, req, keyLimits)
+	}
 	l, err := c.Acquire(ctx, req)
 	if err != nil {
 		return err
@@ -76,11 +84,12 @@ func (a *app) acquireCmd(ctx context.Context, args []string) error {
 }
 
 func (a *app) renewCmd(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("renew", "LEASE_ID", "Renew a standalone lease.")
+	fs := a.newFlagSet("renew", "LEASE_ID", "Renew a standalone lease (every lease of a group, given its lg_ id).")
 	var cf clientFlags
 	cf.register(fs)
 	token := fs.String("lease-token", "", "the lease's token (env LEASEHOLD_LEASE_TOKEN)")
 	ttl := fs.Duration("ttl", 0, "new TTL (default: keep the lease's)")
+	withGrant := fs.Bool("grant", false, "ask for a grant of the renewed lease")
 	id, err := a.parseOne(fs, args, "lease-token")
 	if err != nil {
 		return err
@@ -92,7 +101,17 @@ func (a *app) renewCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	l, err := c.Renew(ctx, id, *token, millis(*ttl))
+	if isGroupID(id) {
+		if *withGrant {
+			return usageErrorf("--grant: a lease group's renewal carries no grants (renew without it)")
+		}
+		g, err := c.RenewGroup(ctx, id, *token, millis(*ttl))
+		if err != nil {
+			return err
+		}
+		return output(a.stdout, cf.json, g, printGroup)
+	}
+	l, err := c.RenewWith(ctx, wire.RenewRequest{LeaseID: id, Token: *token, TTLMS: millis(*ttl), Grant: *withGrant})
 	if err != nil {
 		return err
 	}
@@ -100,7 +119,8 @@ func (a *app) renewCmd(ctx context.Context, args []string) error {
 }
 
 func (a *app) releaseCmd(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("release", "LEASE_ID", "Release a lease with its lease token (or, if bound to a session, the session token).")
+	fs := a.newFlagSet("release", "LEASE_ID", "Release a lease with its lease token (or, if bound to a session, the session token); "+
+		"every lease of a group, given its lg_ id.")
 	var cf clientFlags
 	cf.register(fs)
 	token := fs.String("lease-token", "", "the lease's token (env LEASEHOLD_LEASE_TOKEN)")
@@ -117,7 +137,17 @@ func (a *app) releaseCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	l, err := c.Release(ctx, node.ReleaseRequest{LeaseID: id, Token: *token, SessionToken: *sessionToken, Reason: *reason})
+	if isGroupID(id) {
+		g, err := c.ReleaseGroup(ctx, wire.GroupReleaseRequest{GroupID: id, Token: *token, SessionToken: *sessionToken, Reason: *reason})
+		if err != nil {
+			return err
+		}
+		if g == nil {
+			return a.printMaybeLease(cf.json, nil, "released "+id)
+		}
+		return output(a.stdout, cf.json, g, printGroup)
+	}
+	l, err := c.Release(ctx, wire.ReleaseRequest{LeaseID: id, Token: *token, SessionToken: *sessionToken, Reason: *reason})
 	if err != nil {
 		return err
 	}
@@ -144,7 +174,7 @@ func (a *app) revokeCmd(ctx context.Context, args []string) error {
 	return a.printMaybeLease(cf.json, l, "revoked "+id)
 }
 
-func (a *app) printMaybeLease(asJSON bool, l *node.Lease, fallback string) error {
+func (a *app) printMaybeLease(asJSON bool, l *wire.Lease, fallback string) error {
 	if l == nil {
 		if asJSON {
 			return writeJSON(a.stdout, struct{}{})
@@ -156,8 +186,8 @@ func (a *app) printMaybeLease(asJSON bool, l *node.Lease, fallback string) error
 }
 
 func (a *app) getCmd(ctx context.Context, args []string) error {
-	return showOne(a, ctx, args, "get", "LEASE_ID", "Show one lease, in any state still retained.",
-		(*client.Client).Get, printLease)
+	return showOne(a, ctx, args, "get", "LEASE_ID", "Show one lease (or lease group, by its lg_ id), in any state still retained.",
+		getLeaseOrGroup, printLeaseOrGroup)
 }
 
 // showOne is a command that reads one object by id and prints it.
@@ -186,7 +216,7 @@ func (a *app) listCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("list", "", "List leases. Filters combine; --all follows the pages to the end.")
 	var cf clientFlags
 	cf.register(fs)
-	var req node.ListRequest
+	var req wire.ListRequest
 	fs.StringVar(&req.Key, "key", "", "only this key")
 	fs.StringVar(&req.Prefix, "prefix", "", "only keys with this prefix")
 	fs.StringVar(&req.Holder, "holder", "", "only this holder")
@@ -207,7 +237,7 @@ func (a *app) listCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	out := &node.LeaseList{Leases: []*node.Lease{}}
+	out := &wire.LeaseList{Leases: []*wire.Lease{}}
 	for {
 		page, err := c.List(ctx, req)
 		if err != nil {
@@ -223,7 +253,7 @@ func (a *app) listCmd(ctx context.Context, args []string) error {
 	return output(a.stdout, cf.json, out, printLeaseList)
 }
 
-func printLeaseList(w io.Writer, l *node.LeaseList) error {
+func printLeaseList(w io.Writer, l *wire.LeaseList) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "LEASE_ID\tKEY\tHOLDER\tSTATE\tFENCING\tREMAINING\tSESSION")
 	for _, x := range l.Leases {
@@ -250,7 +280,7 @@ func (a *app) validateCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("validate", "", "Check a fencing token (--key, --fencing-token) or a lease token (--lease-id, --lease-token).\nExit status 0 when valid, 1 when not.")
 	var cf clientFlags
 	cf.register(fs)
-	var req node.ValidateRequest
+	var req wire.ValidateRequest
 	fs.StringVar(&req.Key, "key", "", "the key the fencing token is for")
 	fs.Uint64Var(&req.FencingToken, "fencing-token", 0, "the fencing token to check")
 	fs.StringVar(&req.LeaseID, "lease-id", "", "the lease the token is for")
@@ -294,7 +324,7 @@ func (a *app) validateCmd(ctx context.Context, args []string) error {
 }
 
 func (a *app) holderReleaseCmd(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("holder-release", "HOLDER", "End every lease and session of HOLDER (admin scope): crash recovery of a restarted worker.")
+	fs := a.newFlagSet("holder-release", "HOLDER", "End every lease and session of HOLDER (admin scope, or a write token scoped to HOLDER): crash recovery of a restarted worker.")
 	var cf clientFlags
 	cf.register(fs)
 	reason := fs.String("reason", "", "why (kept as each lease's end_reason)")

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
-	"github.com/leasehold/leasehold/node"
 	"github.com/leasehold/leasehold/recipe"
+	"github.com/leasehold/leasehold/wire"
 )
 
 type lockOptions struct {
@@ -85,7 +85,7 @@ func lockRun(ctx context.Context, c *client.Client, o lockOptions, sigs <-chan o
 		defer cancel()
 		_ = s.Close(cctx)
 	}
-	var lease func() *node.Lease
+	var lease func() *wire.Lease
 	var lock, tryLock func(context.Context) error
 	if o.limit > 1 {
 		m := recipe.NewSemaphore(s, o.key, o.limit)
@@ -125,7 +125,7 @@ func lockRun(ctx context.Context, c *client.Client, o lockOptions, sigs <-chan o
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go func() {
-		_ = c.Watch(wctx, client.WatchOptions{Key: o.key, FromStart: true}, func(ev node.Event) error {
+		_ = c.Watch(wctx, client.WatchOptions{Key: o.key, FromStart: true}, func(ev wire.Event) error {
 			if ev.Lease == nil || ev.Lease.LeaseID != l.LeaseID {
 				return nil
 			}
@@ -177,33 +177,9 @@ func (a *app) keepAliveCmd(ctx context.Context, args []string) error {
 			fmt.Fprintf(a.stderr, "keep-alive: renewal failed (%v)\n", err)
 		}
 	}}
-	// The first renewal gives the TTL and a send time to count from.
-	kctx := context.WithoutCancel(ctx)
-	sent := time.Now()
-	var ka *client.KeepAlive
-	what := ""
-	if *session != "" {
-		what = "session " + *session
-		s, err := c.SessionHeartbeat(ctx, *session, *sessionToken)
-		if err != nil {
-			return err
-		}
-		s.Token = *sessionToken
-		ka, err = c.KeepAliveSession(kctx, s, sent, opts)
-		if err != nil {
-			return err
-		}
-	} else {
-		what = "lease " + pos[0]
-		l, err := c.Renew(ctx, pos[0], *token, 0)
-		if err != nil {
-			return err
-		}
-		l.Token = *token
-		ka, err = c.KeepAlive(kctx, l, sent, opts)
-		if err != nil {
-			return err
-		}
+	ka, what, err := startKeepAlive(ctx, c, pos, *token, *session, *sessionToken, opts)
+	if err != nil {
+		return err
 	}
 	if *verbose {
 		fmt.Fprintf(a.stderr, "keep-alive: keeping %s alive\n", what)
@@ -223,4 +199,31 @@ func (a *app) keepAliveCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// startKeepAlive starts keeping the session (if session is set) or the lease
+// pos[0] alive, after a first renewal that gives the TTL and a send time to
+// count from; what names it for messages.
+func startKeepAlive(ctx context.Context, c *client.Client, pos []string, token, session, sessionToken string,
+	opts client.KeepAliveOptions) (ka *client.KeepAlive, what string, err error) {
+	kctx := context.WithoutCancel(ctx)
+	sent := time.Now()
+	if session != "" {
+		what = "session " + session
+		s, err := c.SessionHeartbeat(ctx, session, sessionToken)
+		if err != nil {
+			return nil, what, err
+		}
+		s.Token = sessionToken
+		ka, err = c.KeepAliveSession(kctx, s, sent, opts)
+		return ka, what, err
+	}
+	what = "lease " + pos[0]
+	l, err := c.Renew(ctx, pos[0], token, 0)
+	if err != nil {
+		return nil, what, err
+	}
+	l.Token = token
+	ka, err = c.KeepAlive(kctx, l, sent, opts)
+	return ka, what, err
 }

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // clientFlags are the flags every client subcommand takes.
@@ -26,10 +26,10 @@ type clientFlags struct {
 	tls     clientTLSFlags
 }
 
-// clientEnv lists the client flags that read the environment: --addr,
-// --token, the TLS flags and the extra ones named.
-func clientEnv(extra ...string) []string {
-	return append(append([]string{"addr", "token"}, clientTLSEnv...), extra...)
+// clientEnv lists the variables of the client flags that read the
+// environment: --addr, --token, the TLS flags and the extra ones named.
+func clientEnv(extra ...string) []envVar {
+	return append(append(envVars("addr", "token"), clientTLSEnv...), envVars(extra...)...)
 }
 
 func (cf *clientFlags) register(fs *flag.FlagSet) {
@@ -143,7 +143,7 @@ func timeString(t *time.Time) string {
 
 // printLease prints a lease readably; the token only where the server
 // returned one (the acquire answer).
-func printLease(w io.Writer, l *node.Lease) error {
+func printLease(w io.Writer, l *wire.Lease) error {
 	p := newKV(w)
 	p.add("lease_id", l.LeaseID)
 	p.add("key", l.Key)
@@ -154,6 +154,7 @@ func printLease(w io.Writer, l *node.Lease) error {
 		p.add("limit", l.Limit)
 	}
 	p.add("session_id", l.SessionID)
+	p.add("group_id", l.GroupID)
 	p.add("ttl", msString(l.TTLMS))
 	if l.State == "active" {
 		p.add("remaining", msString(l.RemainingMS))
@@ -169,10 +170,11 @@ func printLease(w io.Writer, l *node.Lease) error {
 		p.add("metadata", metadataFlag(l.Metadata).String())
 	}
 	p.add("token", l.Token)
+	p.add("grant", l.Grant)
 	return p.flush()
 }
 
-func printSession(w io.Writer, s *node.Session) error {
+func printSession(w io.Writer, s *wire.Session) error {
 	p := newKV(w)
 	p.add("session_id", s.SessionID)
 	p.add("holder", s.Holder)

@@ -42,6 +42,9 @@ func commands() []command {
 		{"list", "list leases", (*app).listCmd},
 		{"watch", "stream lease and session events", (*app).watchCmd},
 		{"validate", "check a fencing token or a lease token", (*app).validateCmd},
+		{"grant", "print a signed grant of a lease, as its holder", (*app).grantCmd},
+		{"verify", "verify a grant offline against the cluster's keys", (*app).verifyCmd},
+		{"keys", "print the cluster's grant verification keys", (*app).keysCmd},
 		{"session", "create|get|list|heartbeat|end sessions", (*app).sessionCmd},
 		{"holder-release", "end every lease and session of a holder (admin)", (*app).holderReleaseCmd},
 		{"cluster", "status|members|remove|transfer-leadership", (*app).clusterCmd},
@@ -50,8 +53,8 @@ func commands() []command {
 		{"lock", "run a command while holding a lock (or a semaphore slot), waiting for it", (*app).lockCmd},
 		{"keep-alive", "keep a lease or a session alive until interrupted", (*app).keepAliveCmd},
 		{"bench", "benchmark a running node", (*app).benchCmd},
-		{"chaos", "run the fault-injection suite against a cluster it starts", (*app).chaosCmd},
 		{"token", "create a bearer token for the tokens file", (*app).tokenCmd},
+		{"data", "migrate-log: move a stopped server's Raft log between raft.db and wal/", (*app).dataCmd},
 		{"health", "check that a node is ready (for container health checks)", (*app).healthCmd},
 		{"keygen", "print a fresh random sealing (or gossip) key", (*app).keygenCmd},
 		{"version", "print the version", (*app).versionCmd},
@@ -128,10 +131,11 @@ func (a *app) usage(w io.Writer) {
 	tw.Flush()
 	fmt.Fprint(w, "\nRun 'leasehold COMMAND -h' for a command's flags. Client flags (--addr,\n"+
 		"--token, --json, --timeout, --tls-*) may also come before COMMAND. Client\n"+
-		"commands read LEASEHOLD_ADDR and LEASEHOLD_TOKEN; server flags read\n"+
-		"LEASEHOLD_<FLAG>. Exit status: 0 ok, 1 failure, 2 usage or bad input,\n"+
-		"3 held or busy, 4 not found or ended, 5 no leader or unreachable,\n"+
-		"6 not authorized, 130 interrupted (docs/cli.md).\n")
+		"commands read LEASEHOLD_ADDR, LEASEHOLD_TOKEN and LEASEHOLD_CLIENT_CA,\n"+
+		"_CERT, _KEY (--tls-*); server flags read LEASEHOLD_<FLAG>. Exit status:\n"+
+		"0 ok, 1 failure, 2 usage or bad input, 3 held or busy, 4 not found or\n"+
+		"ended, 5 no leader or unreachable, 6 not authorized, 130 interrupted\n"+
+		"(docs/cli.md).\n")
 }
 
 // usageError is a command line the program cannot run: exit status 2.
@@ -180,19 +184,54 @@ func (a *app) newFlagSet(name, argsUsage, desc string) *flag.FlagSet {
 	return fs
 }
 
-// parse fills fs from the environment (for the flags named in envFlags,
-// each from envName(flag)), then from args, so that flags win over the
-// environment. Flags and positional arguments may be interleaved; "--" ends
-// the flags, and so does reaching maxPos positional arguments (0: no
-// limit), after which the remaining arguments are returned verbatim.
-func (a *app) parse(fs *flag.FlagSet, args []string, envFlags []string, maxPos int) ([]string, error) {
-	for _, name := range envFlags {
-		v, ok := a.lookupEnv(envName(name))
+// envVar is the environment variable a flag reads: name, or, when no
+// variable of its set with an old name has its new name set, the
+// deprecated old name, with a warning.
+type envVar struct {
+	flag, name, old string
+}
+
+// envVars are the LEASEHOLD_<FLAG> variables of flags.
+func envVars(flags ...string) []envVar {
+	vars := make([]envVar, len(flags))
+	for i, f := range flags {
+		vars[i] = envVar{flag: f, name: envName(f)}
+	}
+	return vars
+}
+
+// parse fills fs from the environment (the variables of env; see envVar),
+// then from args, so that flags win over the environment. Flags and
+// positional arguments may be interleaved; "--" ends the flags, and so
+// does reaching maxPos positional arguments (0: no limit), after which the
+// remaining arguments are returned verbatim. A deprecated variable that
+// set a flag that args did not set again is reported on stderr.
+func (a *app) parse(fs *flag.FlagSet, args []string, env []envVar, maxPos int) ([]string, error) {
+	renamedSet := false // a renamed variable is set under its new name
+	for _, e := range env {
+		if v, ok := a.lookupEnv(e.name); e.old != "" && ok && v != "" {
+			renamedSet = true
+		}
+	}
+	type fallback struct {
+		e envVar
+		v string
+	}
+	var fallbacks []fallback
+	for _, e := range env {
+		name := e.name
+		v, ok := a.lookupEnv(name)
+		if (!ok || v == "") && e.old != "" && !renamedSet {
+			name = e.old
+			if v, ok = a.lookupEnv(name); ok && v != "" {
+				fallbacks = append(fallbacks, fallback{e, v})
+			}
+		}
 		if !ok || v == "" {
 			continue
 		}
-		if err := fs.Set(name, v); err != nil {
-			return nil, usageErrorf("%s=%q: %v", envName(name), v, err)
+		if err := fs.Set(e.flag, v); err != nil {
+			return nil, usageErrorf("%s=%q: %v", name, v, err)
 		}
 	}
 	for _, g := range a.global {
@@ -203,6 +242,21 @@ func (a *app) parse(fs *flag.FlagSet, args []string, envFlags []string, maxPos i
 			return nil, usageErrorf("--%s %q: %v", g[0], g[1], err)
 		}
 	}
+	pos, err := a.parseArgs(fs, args, maxPos)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range fallbacks {
+		if fs.Lookup(f.e.flag).Value.String() == f.v {
+			fmt.Fprintf(a.stderr, "warning: %s is deprecated for client commands (a server reads it as its own --%s); set %s instead\n",
+				f.e.old, f.e.flag, f.e.name)
+		}
+	}
+	return pos, nil
+}
+
+// parseArgs parses args into fs, as parse describes.
+func (a *app) parseArgs(fs *flag.FlagSet, args []string, maxPos int) ([]string, error) {
 	var pos []string
 	for {
 		if err := a.parseFlags(fs, args); err != nil {

@@ -55,13 +55,19 @@ func (a *app) keygenCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("keygen", "", "Print a fresh random key: the standard base64 of 32 random bytes, one line.\n"+
 		"Use it as the sealing key (--seal-key-file: the same file on every server, kept apart\n"+
 		"from the data directory and its backups) or as the gossip key (--gossip-key-file):\n"+
-		"  leasehold keygen > seal.key && chmod 0600 seal.key")
+		"  leasehold keygen > seal.key && chmod 0600 seal.key\n"+
+		"With --grant: an Ed25519 grant signing key in PKCS #8 PEM, for one server's --grant-key-file:\n"+
+		"  (umask 077; leasehold keygen --grant > grant.key)")
+	grantKey := fs.Bool("grant", false, "print an Ed25519 grant signing key (PKCS #8 PEM) instead")
 	pos, err := a.parse(fs, args, nil, 0)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 {
 		return usageErrorf("keygen takes no arguments")
+	}
+	if *grantKey {
+		return printGrantKey(a.stdout)
 	}
 	k := make([]byte, node.SealKeyBytes)
 	rand.Read(k) // crypto/rand.Read never fails (Go 1.24+)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/node"
 )
 
@@ -27,6 +29,7 @@ type serverConfig struct {
 	httpAdvertise string      // what peers are told; empty: the bound address
 	tokensFile    string
 	sealKeyFile   string
+	grantKeyFile  string
 	logLevel      slog.Level
 	logFormat     string // text or json
 	// HTTP hardening (api.Options, http.Server).
@@ -60,44 +63,8 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 		"Every flag also reads LEASEHOLD_<FLAG> (--http-addr: LEASEHOLD_HTTP_ADDR); flags win.\n"+
 		"With no flags: a single-node cluster on 127.0.0.1:7700 (HTTP), 7701 (Raft), 7702 (gossip), data in ./leasehold-data.")
 	cfg := serverConfig{node: def}
-	fs.StringVar(&cfg.node.NodeID, "node-id", def.NodeID, "this server's id in the cluster")
-	fs.StringVar(&cfg.node.DataDir, "data-dir", def.DataDir, "directory of the Raft log, stable store and snapshots")
-	fs.StringVar(&cfg.httpAddr, "http-addr", def.HTTPAddr, "HTTP API listen address")
-	fs.StringVar(&cfg.httpAdvertise, "http-advertise", "", "HTTP address peers and cluster status show (default: the bound --http-addr)")
-	fs.StringVar(&cfg.node.RaftAddr, "raft-addr", def.RaftAddr, "Raft bind address")
-	fs.StringVar(&cfg.node.RaftAdvertise, "raft-advertise", "", "Raft address other servers reach this one at (default: --raft-addr)")
-	fs.StringVar(&cfg.node.GossipAddr, "gossip-addr", def.GossipAddr, "gossip (membership) bind address, UDP and TCP")
-	fs.StringVar(&cfg.node.AdvertiseAddr, "advertise-addr", "", "host or IP the other servers reach this one at (Raft, gossip, and HTTP when bound to 0.0.0.0); a name is resolved at start")
-	join := fs.String("join", "", "comma-separated gossip addresses of members to contact (any one is enough)")
-	fs.IntVar(&cfg.node.BootstrapExpect, "bootstrap-expect", def.BootstrapExpect, "new cluster: wait for this many servers, then form it (0 or 1: a single server bootstraps alone)")
-	fs.DurationVar(&cfg.node.JoinTimeout, "join-timeout", def.JoinTimeout, "how long a new server keeps trying --join before giving up")
-	fs.DurationVar(&cfg.node.DeadServerTimeout, "dead-server-timeout", 0, "remove a server after it has been failed this long (0: only an operator removes servers); never below 3 voters")
-	fs.DurationVar(&cfg.node.TickPeriod, "tick-period", def.TickPeriod, "cluster clock resolution (10ms-10s)")
-	fs.DurationVar(&cfg.node.Retention, "retention", def.Retention, "how long ended leases and sessions stay readable")
-	fs.Uint64Var(&cfg.node.SnapshotThreshold, "snapshot-threshold", def.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
-	fs.DurationVar(&cfg.node.SnapshotInterval, "snapshot-interval", def.SnapshotInterval, "how often the snapshot threshold is checked")
-	fs.Uint64Var(&cfg.node.TrailingLogs, "trailing-logs", def.TrailingLogs, "log entries kept after a snapshot for followers that lag (0: 10240); a follower further behind gets the snapshot")
-	fs.IntVar(&cfg.node.MaxLeases, "max-leases", def.MaxLeases, "most live leases (active or queued) in the cluster; 0: no limit")
-	fs.IntVar(&cfg.node.MaxLeasesPerHolder, "max-leases-per-holder", def.MaxLeasesPerHolder, "most active leases of one holder; 0: no limit")
-	fs.IntVar(&cfg.node.MaxSessions, "max-sessions", def.MaxSessions, "most active sessions in the cluster; 0: no limit")
-	fs.IntVar(&cfg.node.MaxSessionsPerHolder, "max-sessions-per-holder", def.MaxSessionsPerHolder, "most active sessions of one holder; 0: no limit")
-	fs.IntVar(&cfg.node.MaxWaitersPerKey, "max-waiters-per-key", def.MaxWaitersPerKey, "most queued acquires (wait_ms) of one key; 0: no limit")
-	fs.IntVar(&cfg.node.MaxWaitersPerHolder, "max-waiters-per-holder", def.MaxWaitersPerHolder, "most queued acquires (wait_ms) of one holder; 0: no limit")
-	fs.IntVar(&cfg.node.MaxRetained, "max-retained", def.MaxRetained, "most ended leases and sessions kept for --retention; the oldest are pruned first; 0: no limit")
-	fs.IntVar(&cfg.node.MaxEventStreams, "max-event-streams", def.MaxEventStreams, "most event streams open on this server; 0: no limit")
-	fs.IntVar(&cfg.streamsPerClient, "max-event-streams-per-client", api.DefaultMaxStreamsPerClient, "most event streams one client address keeps open on this server; 0: no limit")
-	fs.DurationVar(&cfg.writeTimeout, "http-write-timeout", api.DefaultWriteTimeout, "how long an answer may take to be written (not event streams, control WebSockets, snapshot transfers; an acquire gets its wait_ms on top); 0: no limit")
-	fs.DurationVar(&cfg.bodyTimeout, "http-body-timeout", api.DefaultBodyTimeout, "how long a client has to send a request body (a snapshot upload: between reads); 0: no limit")
-	fs.DurationVar(&cfg.idleTimeout, "http-idle-timeout", 2*time.Minute, "idle keep-alive connections are closed after this long")
-	fs.StringVar(&cfg.sealKeyFile, "seal-key-file", "", "file holding the base64 sealing key ('leasehold keygen'), the same on every server, kept apart from the data directory and backups "+
-		"(default: derived from the gossip key; neither: idempotency keys are unkeyed SHA-256 in the log and backups)")
-	fs.BoolVar(&cfg.node.SealKeyRotate, "seal-key-rotate", false, "record this server's sealing key over the cluster's when it leads (a key rotation; see docs/security.md)")
-	fs.StringVar(&cfg.tokensFile, "tokens-file", "", "bearer tokens file (JSON; see 'leasehold token create'); none: auth is off")
-	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&cfg.pprofAddr, "pprof-addr", "", "loopback address serving Go's profiler (/debug/pprof/) for performance work; off by default")
-	cfg.tls.register(fs)
-	pos, err := a.parse(fs, args, allFlags(fs), 0)
+	join, level := cfg.register(fs, def)
+	pos, err := a.parse(fs, args, envVars(allFlags(fs)...), 0)
 	if err != nil {
 		return cfg, err
 	}
@@ -108,29 +75,93 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return cfg, usageErrorf("--log-level %q: want debug, info, warn or error", *level)
 	}
+	return cfg, cfg.check()
+}
+
+// register defines the server's flags on fs, with def's defaults; --join
+// and --log-level are left for the caller to read.
+func (cfg *serverConfig) register(fs *flag.FlagSet, def node.Config) (join, level *string) {
+	fs.StringVar(&cfg.node.NodeID, "node-id", def.NodeID, "this server's id in the cluster")
+	fs.StringVar(&cfg.node.DataDir, "data-dir", def.DataDir, "directory of the Raft log, stable store and snapshots")
+	fs.StringVar(&cfg.node.RaftLog, "raft-log", "", "Raft log store of a NEW data dir: boltdb (in raft.db) or wal (in wal/, raft-wal); default "+cluster.DefaultLogStore+
+		". An existing data dir keeps its own; a value that disagrees is an error (move a log offline with 'leasehold data migrate-log')")
+	fs.StringVar(&cfg.httpAddr, "http-addr", def.HTTPAddr, "HTTP API listen address")
+	fs.StringVar(&cfg.httpAdvertise, "http-advertise", "", "HTTP address peers and cluster status show (default: the bound --http-addr)")
+	fs.StringVar(&cfg.node.RaftAddr, "raft-addr", def.RaftAddr, "Raft bind address")
+	fs.StringVar(&cfg.node.RaftAdvertise, "raft-advertise", "", "Raft address other servers reach this one at (default: --raft-addr)")
+	fs.StringVar(&cfg.node.GossipAddr, "gossip-addr", def.GossipAddr, "gossip (membership) bind address, UDP and TCP")
+	fs.StringVar(&cfg.node.AdvertiseAddr, "advertise-addr", "", "host or IP the other servers reach this one at (Raft, gossip, and HTTP when bound to 0.0.0.0); a name is resolved at start")
+	join = fs.String("join", "", "comma-separated gossip addresses of members to contact (any one is enough)")
+	fs.IntVar(&cfg.node.BootstrapExpect, "bootstrap-expect", def.BootstrapExpect, "new cluster: wait for this many servers, then form it (0 or 1: a single server bootstraps alone)")
+	fs.DurationVar(&cfg.node.JoinTimeout, "join-timeout", def.JoinTimeout, "how long a new server keeps trying --join before giving up")
+	fs.DurationVar(&cfg.node.DeadServerTimeout, "dead-server-timeout", 0, "remove a server after it has been failed this long (0: only an operator removes servers); never below 3 voters")
+	fs.DurationVar(&cfg.node.TickPeriod, "tick-period", def.TickPeriod, "cluster clock resolution (10ms-10s)")
+	fs.DurationVar(&cfg.node.Retention, "retention", def.Retention, "how long ended leases and sessions stay readable")
+	fs.Uint64Var(&cfg.node.SnapshotThreshold, "snapshot-threshold", def.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
+	fs.DurationVar(&cfg.node.SnapshotInterval, "snapshot-interval", def.SnapshotInterval, "how often the snapshot threshold is checked")
+	fs.DurationVar(&cfg.node.StateCheckInterval, "state-check-interval", def.StateCheckInterval,
+		"how often the leader compares every server's state (a server that differs takes itself out of service); 0: off")
+	fs.DurationVar(&cfg.node.ApplyStallTimeout, "apply-stall-timeout", def.ApplyStallTimeout, "a follower whose applied index has not advanced this long while the cluster went on without it is frozen: /readyz answers 503 with the reason")
+	fs.Uint64Var(&cfg.node.TrailingLogs, "trailing-logs", def.TrailingLogs, "log entries kept after a snapshot for followers that lag (0: 10240); a follower further behind gets the snapshot")
+	fs.IntVar(&cfg.node.MaxLeases, "max-leases", def.MaxLeases, "most live leases (active or queued) in the cluster; 0: no limit")
+	fs.IntVar(&cfg.node.MaxLeasesPerHolder, "max-leases-per-holder", def.MaxLeasesPerHolder, "most active leases of one holder; 0: no limit")
+	fs.IntVar(&cfg.node.MaxSessions, "max-sessions", def.MaxSessions, "most active sessions in the cluster; 0: no limit")
+	fs.IntVar(&cfg.node.MaxSessionsPerHolder, "max-sessions-per-holder", def.MaxSessionsPerHolder, "most active sessions of one holder; 0: no limit")
+	fs.IntVar(&cfg.node.MaxWaitersPerKey, "max-waiters-per-key", def.MaxWaitersPerKey, "most queued acquires (wait_ms) of one key; 0: no limit")
+	fs.IntVar(&cfg.node.MaxWaitersPerHolder, "max-waiters-per-holder", def.MaxWaitersPerHolder, "most queued acquires (wait_ms) of one holder; 0: no limit")
+	fs.IntVar(&cfg.node.MaxRetained, "max-retained", def.MaxRetained, "most ended leases and sessions kept for --retention; the oldest are pruned first; 0: no limit")
+	fs.Var(byteSize{&cfg.node.MinFreeDisk}, "min-free-disk", "free-space guard: below this much free space on the data directory's filesystem (this server's, or a voter's), "+
+		"the leader refuses acquires and new sessions (429 RESOURCE_EXHAUSTED, field min_free_disk); renewals, heartbeats, releases and revokes go on. "+
+		"Bytes or e.g. 512MiB; 0: max(256MiB, twice the latest snapshot); -1: off")
+	fs.DurationVar(&cfg.node.LogFailureTimeout, "log-failure-timeout", node.DefaultLogFailureTimeout,
+		"when every write to the Raft log has failed this long (a full disk), exit with status 74 for a supervisor to restart the server "+
+			"(sooner, once the disk has room again and the log still fails); -1s: only then")
+	fs.IntVar(&cfg.node.MaxEventStreams, "max-event-streams", def.MaxEventStreams, "most event streams open on this server; 0: no limit")
+	fs.IntVar(&cfg.streamsPerClient, "max-event-streams-per-client", api.DefaultMaxStreamsPerClient, "most event streams one client address keeps open on this server; 0: no limit")
+	fs.DurationVar(&cfg.writeTimeout, "http-write-timeout", api.DefaultWriteTimeout, "how long an answer may take to be written (not event streams, control WebSockets, snapshot transfers; an acquire gets its wait_ms on top); 0: no limit")
+	fs.DurationVar(&cfg.bodyTimeout, "http-body-timeout", api.DefaultBodyTimeout, "how long a client has to send a request body (a snapshot upload: between reads); 0: no limit")
+	fs.DurationVar(&cfg.idleTimeout, "http-idle-timeout", 2*time.Minute, "idle keep-alive connections are closed after this long")
+	fs.StringVar(&cfg.sealKeyFile, "seal-key-file", "", "file holding the base64 sealing key ('leasehold keygen'), the same on every server, kept apart from the data directory and backups "+
+		"(default: derived from the gossip key; neither: idempotency keys are unkeyed SHA-256 in the log and backups)")
+	fs.BoolVar(&cfg.node.SealKeyRotate, "seal-key-rotate", false, "record this server's sealing key over the cluster's when it leads (a key rotation; see docs/security.md)")
+	fs.StringVar(&cfg.grantKeyFile, "grant-key-file", "", "this server's grant signing key (Ed25519, PKCS #8 PEM: 'leasehold keygen --grant'); "+
+		"default: grant.key in the data directory, made at first start")
+	fs.DurationVar(&cfg.node.GrantKeyRetention, "grant-key-retention", def.GrantKeyRetention, "how long GET /v1/keys lists a retired grant key (a rotation, a removed server), "+
+		"so grants it signed still verify; the same on every server; 0: not at all")
+	fs.StringVar(&cfg.tokensFile, "tokens-file", "", "bearer tokens file (JSON; see 'leasehold token create'); none: auth is off")
+	level = fs.String("log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&cfg.pprofAddr, "pprof-addr", "", "loopback address serving Go's profiler (/debug/pprof/) for performance work; off by default")
+	cfg.tls.register(fs)
+	return join, level
+}
+
+// check refuses, as usage errors, the flags' values the server cannot run
+// with.
+func (cfg *serverConfig) check() error {
 	switch cfg.logFormat {
 	case "text", "json":
 	default:
-		return cfg, usageErrorf("--log-format %q: want text or json", cfg.logFormat)
+		return usageErrorf("--log-format %q: want text or json", cfg.logFormat)
 	}
 	if cfg.httpAddr == "" {
-		return cfg, usageErrorf("--http-addr is required")
+		return usageErrorf("--http-addr is required")
 	}
 	if cfg.streamsPerClient < 0 || cfg.bodyTimeout < 0 || cfg.writeTimeout < 0 || cfg.idleTimeout <= 0 {
-		return cfg, usageErrorf("--max-event-streams-per-client, --http-body-timeout and --http-write-timeout must not be negative, --http-idle-timeout must be positive")
+		return usageErrorf("--max-event-streams-per-client, --http-body-timeout and --http-write-timeout must not be negative, --http-idle-timeout must be positive")
 	}
 	if err := cfg.tls.check(); err != nil {
-		return cfg, err
+		return err
 	}
 	if err := checkPprofAddr(cfg.pprofAddr); err != nil {
-		return cfg, err
+		return err
 	}
 	// Check what node.Open would refuse now, as a usage error. HTTPAddr is
 	// settled once the listener is bound.
 	if err := cfg.node.Validate(); err != nil {
-		return cfg, usageErrorf("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return usageErrorf("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
-	return cfg, nil
+	return nil
 }
 
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
@@ -147,36 +178,13 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	log := newLogger(a.stderr, cfg.logLevel, cfg.logFormat)
-	exposed, err := plaintextRefusal(cfg.httpAddr, cfg.node.RaftAddr, cfg.node.GossipAddr, &cfg.tls)
+	sec, tokens, err := loadServerSecrets(&cfg, log)
 	if err != nil {
 		return err
 	}
-	if len(exposed) > 0 {
-		log.Warn("--insecure-plaintext: serving plaintext beyond loopback; anyone on the network can read and forge this traffic",
-			"exposed", exposed)
-	}
-	sec, err := cfg.tls.load(log)
-	if err != nil {
-		return err
-	}
-	cfg.node.GossipKey, cfg.node.RaftTLS = sec.gossipKey, sec.raft
-	if sec.http != nil && cfg.tls.ca == "" && len(cfg.node.Join) > 0 {
-		log.Warn("no --tls-ca: a follower verifies the leader's HTTPS certificate against the system roots when forwarding; " +
-			"set --tls-ca to the CA of the servers' certificates")
-	}
-	if cfg.node.SealKey, err = setupSealKey(cfg.sealKeyFile, sec.gossipKey, log); err != nil {
-		return err
-	}
-	relaxGC()
-
-	var tokens *api.Tokens
-	if cfg.tokensFile != "" {
-		if tokens, err = api.LoadTokens(cfg.tokensFile); err != nil {
-			return err
-		}
-	} else {
-		log.Warn("no --tokens-file: authentication is OFF; anyone who can reach the HTTP address has admin access",
-			"http_addr", cfg.httpAddr)
+	httpOpts := apiOptions(cfg, tokens, sec.forward, log)
+	if err := httpOpts.Validate(); err != nil {
+		return fmt.Errorf("http options: %w", err)
 	}
 
 	ln, err := net.Listen("tcp", cfg.httpAddr)
@@ -196,29 +204,17 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		ln, scheme = tls.NewListener(ln, sec.http), "https"
 	}
 	if len(sec.pairs) > 0 {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		reloadCtx, stopReload := context.WithCancel(ctx)
-		defer stopReload()
-		go reloadOnSignal(reloadCtx, hup, sec.pairs, log)
+		defer reloadOnSIGHUP(ctx, sec.pairs, log)()
 	}
-	cfg.node.HTTPAddr = cfg.httpAdvertise
-	if cfg.node.HTTPAddr == "" {
-		cfg.node.HTTPAddr = ln.Addr().String()
-		if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP.IsUnspecified() && cfg.node.AdvertiseAddr != "" {
-			cfg.node.HTTPAddr = net.JoinHostPort(cfg.node.AdvertiseAddr, fmt.Sprint(ta.Port))
-		}
-	}
-	node.Version = versionString()
+	cfg.node.HTTPAddr = httpAdvertised(cfg, ln.Addr())
+	cfg.node.Version = versionString()
 	cfg.node.Logger = log
 
 	n, err := node.Open(cfg.node)
 	if err != nil {
 		return fmt.Errorf("open node: %w", err)
 	}
-	handler := api.New(api.FromNode(n), api.Options{Logger: log.With("component", "http"), Tokens: tokens,
-		BodyTimeout: orNegative(cfg.bodyTimeout), WriteTimeout: orNegative(cfg.writeTimeout), MaxStreamsPerClient: orNegative(cfg.streamsPerClient), ForwardTLS: sec.forward})
+	handler := api.New(api.FromNode(n), httpOpts)
 
 	// Request contexts derive from streams, which is cancelled once the
 	// grace period of a shutdown is over: event streams and waiting acquires
@@ -236,29 +232,137 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		"join", cfg.node.Join, "bootstrap_expect", cfg.node.BootstrapExpect, "auth", tokens != nil,
 		"https", sec.http != nil, "client_certs", sec.http != nil && sec.http.ClientCAs != nil,
 		"raft_mtls", sec.raft != nil, "gossip_encrypted", len(sec.gossipKey) > 0,
-		"seal_key", sealKeySource(cfg.sealKeyFile, sec.gossipKey))
+		"seal_key", sealKeySource(cfg.sealKeyFile, sec.gossipKey), "grant_kid", n.GrantKeyID())
 	notify := a.newNotifier(log)
-	go func() {
-		// READY=1 for systemd (Type=notify) on the condition of /readyz.
-		if notify.notifyWhenReady(streams, n.Ready(), n.ReadyErr, 100*time.Millisecond) {
-			log.Info("ready: leader known and log applied")
-			// Restoring a large snapshot left its transient buffers'
-			// pages mapped up to the memory limit; give them back once.
-			debug.FreeOSMemory()
-		}
-	}()
+	go notifyReady(streams, notify, n, log)
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "cause", context.Cause(ctx))
-	case err := <-serveErr:
-		runErr = fmt.Errorf("http server: %w", err)
-		log.Error("http server failed; shutting down", "err", err)
-	}
+	runErr := waitServerStop(ctx, n, serveErr, log)
 	notify.send("STOPPING=1")
 	if err := shutdownHTTP(srv, endStreams); err != nil {
 		log.Warn("http shutdown", "err", err)
+	}
+	return closeNode(n, runErr, log)
+}
+
+// reloadOnSIGHUP reloads the key pairs from their files on every SIGHUP
+// until ctx ends or the returned stop is called.
+func reloadOnSIGHUP(ctx context.Context, pairs []*keyPair, log *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reloadCtx, stopReload := context.WithCancel(ctx)
+	go reloadOnSignal(reloadCtx, hup, pairs, log)
+	return func() {
+		stopReload()
+		signal.Stop(hup)
+	}
+}
+
+// notifyReady sends READY=1 for systemd (Type=notify) on the condition of
+// /readyz, unless ctx ends first.
+func notifyReady(ctx context.Context, notify *notifier, n *node.Node, log *slog.Logger) {
+	if notify.notifyWhenReady(ctx, n.Ready(), n.ReadyErr, 100*time.Millisecond) {
+		log.Info("ready: leader known and log applied")
+		// Restoring a large snapshot left its transient buffers'
+		// pages mapped up to the memory limit; give them back once.
+		debug.FreeOSMemory()
+	}
+}
+
+// loadServerSecrets checks where plaintext would be served, reads the TLS,
+// gossip, sealing and grant keys into cfg.node, relaxes the GC and reads the
+// tokens file (nil tokens: auth is off), logging what an operator should
+// know of each.
+func loadServerSecrets(cfg *serverConfig, log *slog.Logger) (*serverTLS, *api.Tokens, error) {
+	exposed, err := plaintextRefusal(cfg.httpAddr, cfg.node.RaftAddr, cfg.node.GossipAddr, &cfg.tls)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(exposed) > 0 {
+		log.Warn("--insecure-plaintext: serving plaintext beyond loopback; anyone on the network can read and forge this traffic",
+			"exposed", exposed)
+	}
+	sec, err := cfg.tls.load(log)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.node.GossipKey, cfg.node.RaftTLS = sec.gossipKey, sec.raft
+	if sec.http != nil && cfg.tls.ca == "" && len(cfg.node.Join) > 0 {
+		log.Warn("no --tls-ca: a follower verifies the leader's HTTPS certificate against the system roots when forwarding; " +
+			"set --tls-ca to the CA of the servers' certificates")
+	}
+	if cfg.node.SealKey, err = setupSealKey(cfg.sealKeyFile, sec.gossipKey, log); err != nil {
+		return nil, nil, err
+	}
+	if cfg.grantKeyFile != "" {
+		if cfg.node.GrantKey, err = loadGrantKeyFile(cfg.grantKeyFile, log); err != nil {
+			return nil, nil, err
+		}
+	}
+	if cg := relaxGC(); cg > 0 {
+		log.Info("memory cgroup limit found: the soft memory limit stays at or below 90% of it", "cgroup_limit_bytes", cg)
+	}
+
+	var tokens *api.Tokens
+	if cfg.tokensFile != "" {
+		if tokens, err = api.LoadTokens(cfg.tokensFile); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		log.Warn("no --tokens-file: authentication is OFF; anyone who can reach the HTTP address has admin access",
+			"http_addr", cfg.httpAddr)
+	}
+	return sec, tokens, nil
+}
+
+// httpAdvertised is the HTTP address the node tells its peers: --http-advertise,
+// else the bound address, with --advertise-addr's host when bound to all
+// addresses.
+func httpAdvertised(cfg serverConfig, bound net.Addr) string {
+	if cfg.httpAdvertise != "" {
+		return cfg.httpAdvertise
+	}
+	addr := bound.String()
+	if ta, ok := bound.(*net.TCPAddr); ok && ta.IP.IsUnspecified() && cfg.node.AdvertiseAddr != "" {
+		addr = net.JoinHostPort(cfg.node.AdvertiseAddr, fmt.Sprint(ta.Port))
+	}
+	return addr
+}
+
+// waitServerStop waits for the server to be stopped (ctx), for its HTTP
+// server to fail or for a storage failure, and returns the error to exit
+// with (nil: asked to stop).
+func waitServerStop(ctx context.Context, n *node.Node, serveErr <-chan error, log *slog.Logger) error {
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "cause", context.Cause(ctx))
+		return nil
+	case err := <-serveErr:
+		log.Error("http server failed; shutting down", "err", err)
+		return fmt.Errorf("http server: %w", err)
+	case <-n.Failed():
+		log.Error("storage failure: shutting down; restart the server (every acknowledged write is on disk)", "err", n.FailedErr())
+		return &exitError{code: exitStorage, msg: "storage failure: " + n.FailedErr().Error()}
+	}
+}
+
+// closeNode closes n once the HTTP server is shut down and returns runErr
+// with what closing adds; after a storage failure it does not wait long.
+func closeNode(n *node.Node, runErr error, log *slog.Logger) error {
+	if runErr != nil && n.FailedErr() != nil {
+		// The log cannot be written: close what can be closed, but do
+		// not wait on it for long.
+		closed := make(chan error, 1)
+		go func() { closed <- n.Close() }()
+		select {
+		case err := <-closed:
+			if err != nil {
+				log.Warn("node close after the storage failure", "err", err)
+			}
+		case <-time.After(failedCloseWait):
+			log.Warn("node close after the storage failure did not finish in time; exiting anyway")
+		}
+		log.Info("stopped")
+		return runErr
 	}
 	if err := n.Close(); err != nil {
 		log.Error("node close", "err", err)
@@ -267,6 +371,10 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 	log.Info("stopped")
 	return runErr
 }
+
+// failedCloseWait bounds the close of a node that failed (its log cannot
+// be written) before the server exits.
+const failedCloseWait = 10 * time.Second
 
 // shutdownHTTP stops accepting requests and waits for those in flight: up
 // to shutdownGrace with event streams open, then, after endStreams, up to
@@ -285,6 +393,19 @@ func shutdownHTTP(srv *http.Server, endStreams context.CancelFunc) error {
 		return errors.Join(err, srv.Close())
 	}
 	return nil
+}
+
+// apiOptions are the HTTP API's options: the defaults, with the hardening
+// flags and the TLS a follower forwards to the leader with.
+func apiOptions(cfg serverConfig, tokens *api.Tokens, forwardTLS *tls.Config, log *slog.Logger) api.Options {
+	opts := api.DefaultOptions()
+	opts.Logger = log.With("component", "http")
+	opts.Tokens = tokens
+	opts.BodyTimeout = orNegative(cfg.bodyTimeout)
+	opts.WriteTimeout = orNegative(cfg.writeTimeout)
+	opts.MaxStreamsPerClient = orNegative(cfg.streamsPerClient)
+	opts.ForwardTLS = forwardTLS
+	return opts
 }
 
 // orNegative maps a flag's 0 ("no limit") to the -1 that says so to

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func (a *app) sessionCmd(ctx context.Context, args []string) error {
@@ -48,7 +48,7 @@ func (a *app) sessionCreate(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := node.SessionRequest{Holder: *holder, TTLMS: millis(*ttl)}
+	req := wire.SessionRequest{Holder: *holder, TTLMS: millis(*ttl)}
 	if len(md) > 0 {
 		req.Metadata = md
 	}
@@ -83,7 +83,7 @@ func (a *app) sessionList(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	out := &node.SessionList{Sessions: []*node.Session{}}
+	out := &wire.SessionList{Sessions: []*wire.Session{}}
 	cursor := *after
 	for {
 		page, err := c.ListSessions(ctx, *holder, cursor)
@@ -100,7 +100,7 @@ func (a *app) sessionList(ctx context.Context, args []string) error {
 	return output(a.stdout, cf.json, out, printSessionList)
 }
 
-func printSessionList(w io.Writer, l *node.SessionList) error {
+func printSessionList(w io.Writer, l *wire.SessionList) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION_ID\tHOLDER\tSTATE\tREMAINING\tLEASES")
 	for _, s := range l.Sessions {

@@ -12,7 +12,7 @@ import (
 	"github.com/leasehold/leasehold/node"
 )
 
-const snapshotUsage = "usage: leasehold snapshot save FILE | restore --yes FILE | inspect FILE [flags]"
+const snapshotUsage = "usage: leasehold snapshot save FILE | restore --yes FILE | inspect FILE | downgrade FILE OUT [flags]"
 
 func (a *app) snapshotCmd(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -24,92 +24,135 @@ func (a *app) snapshotCmd(ctx context.Context, args []string) error {
 		fmt.Fprintln(a.stdout, snapshotUsage)
 		return nil
 	case "save":
-		fs := a.newFlagSet("snapshot save", "FILE",
-			"Save a snapshot of the whole cluster state to FILE (admin scope; any node,\n"+
-				"the leader takes it). The file is written to FILE.tmp, synced, checked\n"+
-				"against its checksum, then renamed to FILE.")
-		var cf clientFlags
-		cf.register(fs)
-		file, err := a.parseOne(fs, args)
-		if err != nil {
-			return err
-		}
-		c, err := cf.client()
-		if err != nil {
-			return err
-		}
-		info, err := saveSnapshotFile(ctx, c, file)
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return writeJSON(a.stdout, info)
-		}
-		fmt.Fprintf(a.stdout, "saved a snapshot of the cluster to %s\n", file)
-		return printSnapshotInfo(a.stdout, info)
+		return a.snapshotSave(ctx, args)
 	case "restore":
-		fs := a.newFlagSet("snapshot restore", "--yes FILE",
-			"Restore the state of the whole cluster from the snapshot in FILE (admin\n"+
-				"scope; any node, the leader does it). A restore never goes backwards:\n"+
-				"leases and sessions live at the restore stay as they are, with their\n"+
-				"tokens, and keys in use stay held or in lock-delay; the file's other\n"+
-				"leases and sessions come back with the remaining time they had when it was\n"+
-				"saved, each lease with a new fencing token above every earlier one; the\n"+
-				"file's leases on keys in use end (revoked, reason \"restore\"). The clock and\n"+
-				"fencing tokens only go forward. The file is checked here and again by the\n"+
-				"server before anything changes. --yes is required: nothing is asked\n"+
-				"interactively.")
-		var cf clientFlags
-		cf.register(fs)
-		yes := fs.Bool("yes", false, "confirm that the whole cluster state is to be replaced")
-		file, err := a.parseOne(fs, args)
-		if err != nil {
-			return err
-		}
-		if !*yes {
-			return usageErrorf("snapshot restore restores the state of the whole cluster from %s: "+
-				"the leases and sessions of the file that are not live come back; add --yes to do it", file)
-		}
-		c, err := cf.client()
-		if err != nil {
-			return err
-		}
-		info, err := restoreSnapshotFile(ctx, c, file)
-		if err != nil {
-			return err
-		}
-		if cf.json {
-			return writeJSON(a.stdout, info)
-		}
-		fmt.Fprintf(a.stdout, "restored the cluster from %s\n", file)
-		return printSnapshotInfo(a.stdout, info)
+		return a.snapshotRestore(ctx, args)
+	case "downgrade":
+		return a.snapshotDowngrade(args)
 	case "inspect":
-		fs := a.newFlagSet("snapshot inspect", "FILE",
-			"Check a snapshot file the way a restore would (format, size, checksum, and\n"+
-				"that the state decodes) and describe it. Needs no server.")
-		asJSON := fs.Bool("json", false, "print JSON")
-		pos, err := a.parse(fs, args, nil, 0)
-		if err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return usageErrorf("snapshot inspect takes exactly one FILE")
-		}
-		f, err := os.Open(pos[0])
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		info, err := node.InspectSnapshotFile(bufio.NewReaderSize(f, 1<<20))
-		if err != nil {
-			return fmt.Errorf("%s: %w", pos[0], err)
-		}
-		if *asJSON {
-			return writeJSON(a.stdout, info)
-		}
-		return printSnapshotInfo(a.stdout, info)
+		return a.snapshotInspect(args)
 	}
 	return usageErrorf("unknown snapshot command %q; %s", sub, snapshotUsage)
+}
+
+// snapshotSave is "snapshot save FILE": the cluster's state into FILE.
+func (a *app) snapshotSave(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("snapshot save", "FILE",
+		"Save a snapshot of the whole cluster state to FILE (admin scope; any node,\n"+
+			"the leader takes it). The file is written to FILE.tmp, synced, checked\n"+
+			"against its checksum, then renamed to FILE.")
+	var cf clientFlags
+	cf.register(fs)
+	file, err := a.parseOne(fs, args)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	info, err := saveSnapshotFile(ctx, c, file)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return writeJSON(a.stdout, info)
+	}
+	fmt.Fprintf(a.stdout, "saved a snapshot of the cluster to %s\n", file)
+	return printSnapshotInfo(a.stdout, info)
+}
+
+// snapshotRestore is "snapshot restore --yes FILE": the cluster's state
+// from FILE.
+func (a *app) snapshotRestore(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("snapshot restore", "--yes FILE",
+		"Restore the state of the whole cluster from the snapshot in FILE (admin\n"+
+			"scope; any node, the leader does it). A restore never goes backwards:\n"+
+			"leases and sessions live at the restore stay as they are, with their\n"+
+			"tokens, and keys in use stay held or in lock-delay; the file's other\n"+
+			"leases and sessions come back with the remaining time they had when it was\n"+
+			"saved, each lease with a new fencing token above every earlier one; the\n"+
+			"file's leases on keys in use end (revoked, reason \"restore\"). The clock and\n"+
+			"fencing tokens only go forward. The file is checked here and again by the\n"+
+			"server before anything changes. --yes is required: nothing is asked\n"+
+			"interactively.")
+	var cf clientFlags
+	cf.register(fs)
+	yes := fs.Bool("yes", false, "confirm that the whole cluster state is to be replaced")
+	file, err := a.parseOne(fs, args)
+	if err != nil {
+		return err
+	}
+	if !*yes {
+		return usageErrorf("snapshot restore restores the state of the whole cluster from %s: "+
+			"the leases and sessions of the file that are not live come back; add --yes to do it", file)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	info, err := restoreSnapshotFile(ctx, c, file)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return writeJSON(a.stdout, info)
+	}
+	fmt.Fprintf(a.stdout, "restored the cluster from %s\n", file)
+	return printSnapshotInfo(a.stdout, info)
+}
+
+// snapshotDowngrade is "snapshot downgrade FILE OUT", offline: FILE
+// rewritten for the release before grant keys.
+func (a *app) snapshotDowngrade(args []string) error {
+	fs := a.newFlagSet("snapshot downgrade", "FILE OUT",
+		"Rewrite snapshot FILE as OUT for a rollback to the release before grant\n"+
+			"keys (edecda9; docs/operations.md, \"Rolling back\"): the member registry's\n"+
+			"grant keys are dropped (a restore into this release records them again;\n"+
+			"grants signed by retired keys then stop verifying). A state with lease\n"+
+			"groups or a staged restore is refused. Needs no server.")
+	pos, err := a.parse(fs, args, nil, 0)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usageErrorf("snapshot downgrade takes FILE and OUT")
+	}
+	info, dropped, err := downgradeSnapshotFile(pos[0], pos[1])
+	if err != nil {
+		return fmt.Errorf("%s: %w", pos[0], err)
+	}
+	fmt.Fprintf(a.stdout, "wrote %s for the previous release (grant keys dropped: %d servers)\n", pos[1], dropped)
+	return printSnapshotInfo(a.stdout, info)
+}
+
+// snapshotInspect is "snapshot inspect FILE", offline: FILE checked and
+// described.
+func (a *app) snapshotInspect(args []string) error {
+	fs := a.newFlagSet("snapshot inspect", "FILE",
+		"Check a snapshot file the way a restore would (format, size, checksum, and\n"+
+			"that the state decodes) and describe it. Needs no server.")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := a.parse(fs, args, nil, 0)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("snapshot inspect takes exactly one FILE")
+	}
+	f, err := os.Open(pos[0])
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := node.InspectSnapshotFile(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%s: %w", pos[0], err)
+	}
+	if *asJSON {
+		return writeJSON(a.stdout, info)
+	}
+	return printSnapshotInfo(a.stdout, info)
 }
 
 // saveSnapshotFile downloads a snapshot into file: into file.tmp first,
@@ -149,6 +192,41 @@ func saveSnapshotFile(ctx context.Context, c *client.Client, file string) (info 
 		d.Close()
 	}
 	return info, nil
+}
+
+// downgradeSnapshotFile writes in, rewritten for the previous release, to
+// out (through out.tmp, synced, then renamed).
+func downgradeSnapshotFile(in, out string) (info *node.SnapshotInfo, dropped int, err error) {
+	src, err := os.Open(in)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer src.Close()
+	tmp := out + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if info, dropped, err = node.DowngradeSnapshotFile(bufio.NewReaderSize(src, 1<<20), bw); err != nil {
+		return nil, 0, err
+	}
+	if err = bw.Flush(); err != nil {
+		return nil, 0, err
+	}
+	if err = f.Sync(); err != nil {
+		return nil, 0, err
+	}
+	if err = f.Close(); err != nil {
+		return nil, 0, err
+	}
+	return info, dropped, os.Rename(tmp, out)
 }
 
 // restoreSnapshotFile checks file (size and checksum) and uploads it.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // TestSnapshotCommands: save, inspect and restore against a real in-memory
@@ -43,10 +44,10 @@ func TestSnapshotCommands(t *testing.T) {
 		return out.String(), errb.String(), code
 	}
 
-	var kept *node.Lease
+	var kept *wire.Lease
 	deadline := time.Now().Add(5 * time.Second)
 	for kept == nil {
-		l, _, err := n.Acquire(ctx, node.AcquireRequest{Key: "cam/1", Holder: "a", TTLMS: 60000})
+		l, _, err := n.Acquire(ctx, wire.AcquireRequest{Key: "cam/1", Holder: "a", TTLMS: 60000})
 		if err == nil {
 			kept = l
 		} else if time.Now().After(deadline) {
@@ -67,7 +68,7 @@ func TestSnapshotCommands(t *testing.T) {
 		t.Fatalf("inspect: exit %d\n%s%s", code, out, errs)
 	}
 
-	if _, err := n.Release(ctx, node.ReleaseRequest{LeaseID: kept.LeaseID, Token: kept.Token}); err != nil {
+	if _, err := n.Release(ctx, wire.ReleaseRequest{LeaseID: kept.LeaseID, Token: kept.Token}); err != nil {
 		t.Fatal(err)
 	}
 	// Without --yes nothing happens.

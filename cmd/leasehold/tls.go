@@ -423,13 +423,21 @@ type clientTLSFlags struct {
 }
 
 func (f *clientTLSFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.ca, "tls-ca", "", "PEM CA bundle verifying the server (env LEASEHOLD_TLS_CA; default: the system roots); any --tls-* flag makes host:port addresses https")
-	fs.StringVar(&f.cert, "tls-cert", "", "PEM client certificate, for servers that require one (env LEASEHOLD_TLS_CERT)")
-	fs.StringVar(&f.key, "tls-key", "", "PEM private key of --tls-cert (env LEASEHOLD_TLS_KEY)")
+	fs.StringVar(&f.ca, "tls-ca", "", "PEM CA bundle verifying the server (env LEASEHOLD_CLIENT_CA; default: the system roots); any --tls-* flag makes host:port addresses https")
+	fs.StringVar(&f.cert, "tls-cert", "", "PEM client certificate, for servers that require one (env LEASEHOLD_CLIENT_CERT)")
+	fs.StringVar(&f.key, "tls-key", "", "PEM private key of --tls-cert (env LEASEHOLD_CLIENT_KEY)")
 }
 
-// clientTLSEnv lists the client TLS flags that read the environment.
-var clientTLSEnv = []string{"tls-ca", "tls-cert", "tls-key"}
+// clientTLSEnv are the variables of the client TLS flags. They are not
+// the server's LEASEHOLD_TLS_* (its own certificate, in the environment of
+// a server's container or unit, where a client command must not present
+// it); those old names are still read, with a deprecation warning, while
+// none of the new ones is set.
+var clientTLSEnv = []envVar{
+	{flag: "tls-ca", name: "LEASEHOLD_CLIENT_CA", old: "LEASEHOLD_TLS_CA"},
+	{flag: "tls-cert", name: "LEASEHOLD_CLIENT_CERT", old: "LEASEHOLD_TLS_CERT"},
+	{flag: "tls-key", name: "LEASEHOLD_CLIENT_KEY", old: "LEASEHOLD_TLS_KEY"},
+}
 
 // config returns the client TLS configuration, nil when no flag is set.
 func (f *clientTLSFlags) config() (*tls.Config, error) {

@@ -3,7 +3,7 @@ package main
 // Process-level transport security: three servers with HTTPS (client
 // certificates required), Raft over mutual TLS and encrypted gossip form a
 // cluster, forward over TLS and replicate; the CLI talks to them with
-// --tls-* flags and LEASEHOLD_TLS_*; a server with another gossip key
+// --tls-* flags and LEASEHOLD_CLIENT_*; a server with another gossip key
 // cannot join, and one whose Raft certificate comes from another CA is
 // never caught up nor made a voter.
 
@@ -26,7 +26,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/internal/testpki"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // tlsClient is an API client for s over TLS with the given files.
@@ -45,7 +45,7 @@ func tlsClient(t *testing.T, addrs []string, f testpki.Files, stale bool) *clien
 }
 
 // waitStatus polls s's own cluster view until cond accepts it.
-func waitStatus(t *testing.T, s *server, c *client.Client, what string, cond func(*node.ClusterStatus) bool) *node.ClusterStatus {
+func waitStatus(t *testing.T, s *server, c *client.Client, what string, cond func(*wire.ClusterStatus) bool) *wire.ClusterStatus {
 	t.Helper()
 	var last string
 	deadline := time.Now().Add(clusterTimeout)
@@ -72,7 +72,7 @@ func waitStatus(t *testing.T, s *server, c *client.Client, what string, cond fun
 	}
 }
 
-func voters(st *node.ClusterStatus) int {
+func voters(st *wire.ClusterStatus) int {
 	n := 0
 	for _, m := range st.Members {
 		if m.Voter {
@@ -143,7 +143,7 @@ func TestProcessTLSCluster(t *testing.T) {
 	for i, s := range nodes {
 		c := tlsClient(t, []string{s.http}, clientFiles, true)
 		clients = append(clients, c)
-		st := waitStatus(t, s, c, "three voters and a leader", func(st *node.ClusterStatus) bool {
+		st := waitStatus(t, s, c, "three voters and a leader", func(st *wire.ClusterStatus) bool {
 			return st.Leader != "" && voters(st) == 3
 		})
 		if st.State == "Leader" {
@@ -152,7 +152,7 @@ func TestProcessTLSCluster(t *testing.T) {
 	}
 	leader := nodes[leaderIdx]
 	follower := nodes[(leaderIdx+1)%3]
-	st := waitStatus(t, leader, clients[leaderIdx], "the leader sees itself", func(st *node.ClusterStatus) bool {
+	st := waitStatus(t, leader, clients[leaderIdx], "the leader sees itself", func(st *wire.ClusterStatus) bool {
 		return st.State == "Leader" && voters(st) == 3
 	})
 	for _, m := range st.Members {
@@ -175,12 +175,12 @@ func TestProcessTLSCluster(t *testing.T) {
 
 	// The CLI through a follower, TLS settings from the environment:
 	// forwarded to the leader over TLS.
-	env := []string{"LEASEHOLD_TLS_CA=" + clientFiles.CA, "LEASEHOLD_TLS_CERT=" + clientFiles.Cert, "LEASEHOLD_TLS_KEY=" + clientFiles.Key}
+	env := []string{"LEASEHOLD_CLIENT_CA=" + clientFiles.CA, "LEASEHOLD_CLIENT_CERT=" + clientFiles.Cert, "LEASEHOLD_CLIENT_KEY=" + clientFiles.Key}
 	out, err := runCLI(t, env, "acquire", "--addr", follower.http, "--holder", "tls-worker", "--ttl", "30s", "--json", "camera/tls")
 	if err != nil {
 		t.Fatalf("acquire through the follower: %v\nfollower log:\n%s", err, tail(follower.log(), 16<<10))
 	}
-	var l node.Lease
+	var l wire.Lease
 	if err := json.Unmarshal([]byte(out), &l); err != nil || l.FencingToken == 0 || l.Token == "" {
 		t.Fatalf("acquire output %q: %v", out, err)
 	}
@@ -258,9 +258,28 @@ func TestProcessTLSCluster(t *testing.T) {
 			t.Fatalf("bench over TLS: error %s: %q", code, out)
 		}
 	}
-	// Without the client certificate the CLI is refused.
-	if _, err := runCLI(t, []string{"LEASEHOLD_TLS_CA=" + clientFiles.CA}, "get", "--addr", leader.http, l.LeaseID); err == nil {
+	// Without the client certificate the CLI is refused, even with the
+	// server's LEASEHOLD_TLS_* in its environment (as in a server's
+	// container): a client command does not read those once a
+	// LEASEHOLD_CLIENT_* is set.
+	serverFiles := ca.WriteFiles(dir, "srv-env", ca.Issue("127.0.0.1"))
+	serverEnv := []string{"LEASEHOLD_TLS_CA=" + serverFiles.CA, "LEASEHOLD_TLS_CERT=" + serverFiles.Cert, "LEASEHOLD_TLS_KEY=" + serverFiles.Key}
+	if _, err := runCLI(t, append(serverEnv, "LEASEHOLD_CLIENT_CA="+clientFiles.CA), "get", "--addr", leader.http, l.LeaseID); err == nil {
 		t.Fatal("the CLI without a client certificate got an answer")
+	}
+	// The old names alone still work for a client, with a warning.
+	{
+		cmd := exec.Command(buildBinary(t), "get", "--addr", leader.http, l.LeaseID)
+		cmd.Env = append(os.Environ(), "LEASEHOLD_TLS_CA="+clientFiles.CA, "LEASEHOLD_TLS_CERT="+clientFiles.Cert, "LEASEHOLD_TLS_KEY="+clientFiles.Key,
+			"LEASEHOLD_CLIENT_CA=", "LEASEHOLD_CLIENT_CERT=", "LEASEHOLD_CLIENT_KEY=")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if out, err := cmd.Output(); err != nil || !strings.Contains(string(out), l.LeaseID) {
+			t.Fatalf("get with LEASEHOLD_TLS_*: %v %q\n%s", err, out, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "LEASEHOLD_TLS_CERT is deprecated") {
+			t.Errorf("get with LEASEHOLD_TLS_*: no deprecation warning on stderr: %q", stderr.String())
+		}
 	}
 	// Replicated over Raft mTLS: every server has it in its own state.
 	for i, s := range nodes {
@@ -308,10 +327,10 @@ func TestProcessTLSCluster(t *testing.T) {
 	})
 	// The cluster keeps working and keeps three voters.
 	c := tlsClient(t, []string{follower.http}, clientFiles, false)
-	if _, err := c.Acquire(context.Background(), node.AcquireRequest{Key: "camera/after", Holder: "h", TTLMS: 10000}); err != nil {
+	if _, err := c.Acquire(context.Background(), wire.AcquireRequest{Key: "camera/after", Holder: "h", TTLMS: 10000}); err != nil {
 		t.Fatal(err)
 	}
-	st = waitStatus(t, leader, clients[leaderIdx], "three voters", func(st *node.ClusterStatus) bool { return voters(st) == 3 })
+	st = waitStatus(t, leader, clients[leaderIdx], "three voters", func(st *wire.ClusterStatus) bool { return voters(st) == 3 })
 	for _, m := range st.Members {
 		if m.ID == "intruder" && (m.Voter || m.Health == "healthy") {
 			t.Fatalf("intruder admitted: %+v", m)

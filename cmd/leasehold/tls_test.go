@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,8 +61,108 @@ func TestServerTLSFlagsAndEnv(t *testing.T) {
 	}
 }
 
+// TestClientTLSEnvNames: client commands read their TLS settings from
+// LEASEHOLD_CLIENT_CA, _CERT and _KEY, not from the server's
+// LEASEHOLD_TLS_* (in a server's environment those name the server's own
+// certificate). The old names still work, with a deprecation warning on
+// stderr, but only when no new name is set, and flags win over both.
+func TestClientTLSEnvNames(t *testing.T) {
+	server := map[string]string{ // a server's container
+		"LEASEHOLD_TLS_CA": "/srv/ca.pem", "LEASEHOLD_TLS_CERT": "/srv/server.pem", "LEASEHOLD_TLS_KEY": "/srv/server-key.pem",
+	}
+	with := func(extra map[string]string) map[string]string {
+		env := maps.Clone(server)
+		maps.Copy(env, extra)
+		return env
+	}
+	for _, tt := range []struct {
+		name          string
+		env           map[string]string
+		args          []string
+		ca, cert, key string
+		warn, notWarn []string // variables the warning names, or must not
+	}{
+		{
+			name: "new names, in a server's environment: the server's certificate is not presented",
+			env:  with(map[string]string{"LEASEHOLD_CLIENT_CA": "/c/ca.pem", "LEASEHOLD_CLIENT_CERT": "/c/me.pem", "LEASEHOLD_CLIENT_KEY": "/c/me-key.pem"}),
+			ca:   "/c/ca.pem", cert: "/c/me.pem", key: "/c/me-key.pem",
+			notWarn: []string{"LEASEHOLD_TLS_"},
+		},
+		{
+			name:    "a new CA alone: the old certificate names are ignored too",
+			env:     with(map[string]string{"LEASEHOLD_CLIENT_CA": "/c/ca.pem"}),
+			ca:      "/c/ca.pem",
+			notWarn: []string{"LEASEHOLD_TLS_"},
+		},
+		{
+			name: "a new certificate pair alone: the old CA is ignored, no key from the server",
+			env:  with(map[string]string{"LEASEHOLD_CLIENT_CERT": "/c/me.pem", "LEASEHOLD_CLIENT_KEY": "/c/me-key.pem"}),
+			cert: "/c/me.pem", key: "/c/me-key.pem",
+			notWarn: []string{"LEASEHOLD_TLS_"},
+		},
+		{
+			name: "old names only: used, with a warning naming each and its replacement",
+			env:  server,
+			ca:   "/srv/ca.pem", cert: "/srv/server.pem", key: "/srv/server-key.pem",
+			warn: []string{"LEASEHOLD_TLS_CA", "LEASEHOLD_CLIENT_CA", "LEASEHOLD_TLS_CERT", "LEASEHOLD_CLIENT_CERT", "LEASEHOLD_TLS_KEY", "LEASEHOLD_CLIENT_KEY", "deprecated"},
+		},
+		{
+			name: "old names, flags given: flags win, no warning for what they override",
+			env:  server,
+			args: []string{"--tls-cert", "/f/c.pem", "--tls-key", "/f/k.pem"},
+			ca:   "/srv/ca.pem", cert: "/f/c.pem", key: "/f/k.pem",
+			warn:    []string{"LEASEHOLD_TLS_CA"},
+			notWarn: []string{"LEASEHOLD_TLS_CERT", "LEASEHOLD_TLS_KEY"},
+		},
+		{
+			name: "new names, flags given: flags win",
+			env:  map[string]string{"LEASEHOLD_CLIENT_CA": "/c/ca.pem", "LEASEHOLD_CLIENT_CERT": "/c/me.pem", "LEASEHOLD_CLIENT_KEY": "/c/me-key.pem"},
+			args: []string{"--tls-cert", "/f/c.pem"},
+			ca:   "/c/ca.pem", cert: "/f/c.pem", key: "/c/me-key.pem",
+			notWarn: []string{"LEASEHOLD_TLS_"},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, _, stderr := testApp(tt.env)
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			var cf clientFlags
+			cf.register(fs)
+			if _, err := a.parse(fs, tt.args, clientEnv(), 0); err != nil {
+				t.Fatal(err)
+			}
+			if cf.tls.ca != tt.ca || cf.tls.cert != tt.cert || cf.tls.key != tt.key {
+				t.Errorf("client TLS flags %+v, want ca %q cert %q key %q", cf.tls, tt.ca, tt.cert, tt.key)
+			}
+			for _, w := range tt.warn {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr %q does not mention %s", stderr.String(), w)
+				}
+			}
+			for _, w := range tt.notWarn {
+				if strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr %q mentions %s", stderr.String(), w)
+				}
+			}
+		})
+	}
+
+	// The server reads the old names, without a warning, and not the
+	// client's.
+	a, _, stderr := testApp(with(map[string]string{"LEASEHOLD_CLIENT_CERT": "/c/me.pem", "LEASEHOLD_CLIENT_KEY": "/c/me-key.pem"}))
+	c, err := a.parseServerFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.tls.cert != "/srv/server.pem" || c.tls.key != "/srv/server-key.pem" || c.tls.ca != "/srv/ca.pem" {
+		t.Errorf("server TLS flags %+v", c.tls)
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("server flags: stderr %q", stderr.String())
+	}
+}
+
 func TestClientTLSFlagsEnv(t *testing.T) {
-	a, _, _ := testApp(map[string]string{"LEASEHOLD_TLS_CA": "/env/ca.pem", "LEASEHOLD_TLS_CERT": "/env/c.pem", "LEASEHOLD_TLS_KEY": "/env/k.pem"})
+	a, _, _ := testApp(map[string]string{"LEASEHOLD_CLIENT_CA": "/env/ca.pem", "LEASEHOLD_CLIENT_CERT": "/env/c.pem", "LEASEHOLD_CLIENT_KEY": "/env/k.pem"})
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)

@@ -103,6 +103,7 @@ func TestTour(t *testing.T) {
 		"LEASEHOLD_RAFT_ADDR="+freePort(t),
 		"LEASEHOLD_GOSSIP_ADDR="+freePort(t),
 		"LEASEHOLD_TOKEN=", "LEASEHOLD_TLS_CA=", "LEASEHOLD_TLS_CERT=", "LEASEHOLD_TLS_KEY=",
+		"LEASEHOLD_CLIENT_CA=", "LEASEHOLD_CLIENT_CERT=", "LEASEHOLD_CLIENT_KEY=",
 	)
 	// Its own process group, so that the server the tour starts in the
 	// background is ended with it whatever happens.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
-	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 func (a *app) watchCmd(ctx context.Context, args []string) error {
@@ -39,7 +39,7 @@ func (a *app) watchCmd(ctx context.Context, args []string) error {
 		fmt.Fprintf(a.stderr, "watch: stream interrupted (%v); reconnecting in %s\n", err, d)
 	}
 	enc := json.NewEncoder(a.stdout)
-	err = c.Watch(ctx, opts, func(ev node.Event) error {
+	err = c.Watch(ctx, opts, func(ev wire.Event) error {
 		if cf.json {
 			return enc.Encode(ev)
 		}
@@ -52,7 +52,7 @@ func (a *app) watchCmd(ctx context.Context, args []string) error {
 }
 
 // printEvent prints one event on one line.
-func printEvent(w io.Writer, ev node.Event) error {
+func printEvent(w io.Writer, ev wire.Event) error {
 	var b strings.Builder
 	ts := ev.Time
 	if ts.IsZero() {

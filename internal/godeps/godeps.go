@@ -34,21 +34,52 @@ func goTool() string {
 // there is no go tool at all; a go tool that fails fails the test.
 func Deps(t testing.TB, pkg string) []string {
 	t.Helper()
+	return strings.Fields(goList(t, "-deps", pkg))
+}
+
+// Module is a module of the build graph and the go line of its go.mod.
+type Module struct {
+	Path, GoVersion string
+	Main            bool
+}
+
+// Modules returns the main module and every module of its build graph
+// (`go list -m all`), skipping and failing as Deps does.
+func Modules(t testing.TB) []Module {
+	t.Helper()
+	var mods []Module
+	for line := range strings.Lines(goList(t, "-m", "-f", "{{.Path}} {{.Main}} {{.GoVersion}}", "all")) {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		m := Module{Path: f[0], Main: f[1] == "true"}
+		if len(f) > 2 {
+			m.GoVersion = f[2]
+		}
+		mods = append(mods, m)
+	}
+	return mods
+}
+
+// goList runs go list with args and returns its output.
+func goList(t testing.TB, args ...string) string {
+	t.Helper()
 	tool := goTool()
 	if tool == "" {
 		t.Skip("no go tool on PATH or in GOROOT")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, tool, "list", "-deps", pkg).Output()
+	out, err := exec.CommandContext(ctx, tool, append([]string{"list"}, args...)...).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, ee.Stderr)
+			t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
 		}
-		t.Fatalf("go list -deps %s: %v", pkg, err)
+		t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
 	}
-	return strings.Fields(string(out))
+	return string(out)
 }
 
 // Forbidden returns the packages of deps that are one of prefixes or

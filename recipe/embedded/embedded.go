@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
 	"github.com/leasehold/leasehold/recipe"
+	"github.com/leasehold/leasehold/wire"
 )
 
 // New returns n as a recipe.Backend. Writes go through n's own Raft: on a
@@ -19,28 +20,32 @@ func New(n *node.Node) recipe.Backend { return backend{n} }
 
 type backend struct{ n *node.Node }
 
-func (b backend) Acquire(ctx context.Context, req node.AcquireRequest) (*node.Lease, error) {
+func (b backend) Acquire(ctx context.Context, req wire.AcquireRequest) (*wire.Lease, error) {
 	l, _, err := b.n.Acquire(ctx, req)
 	return l, err
 }
 
-func (b backend) Release(ctx context.Context, req node.ReleaseRequest) (*node.Lease, error) {
+func (b backend) Release(ctx context.Context, req wire.ReleaseRequest) (*wire.Lease, error) {
 	return b.n.Release(ctx, req)
 }
 
-func (b backend) List(ctx context.Context, req node.ListRequest) (*node.LeaseList, error) {
+func (b backend) RenewWith(ctx context.Context, req wire.RenewRequest) (*wire.Lease, error) {
+	return b.n.RenewWith(ctx, req)
+}
+
+func (b backend) List(ctx context.Context, req wire.ListRequest) (*wire.LeaseList, error) {
 	return b.n.ListLeases(ctx, req, false)
 }
 
-func (b backend) CreateSession(ctx context.Context, req node.SessionRequest) (*node.Session, error) {
+func (b backend) CreateSession(ctx context.Context, req wire.SessionRequest) (*wire.Session, error) {
 	return b.n.CreateSession(ctx, req)
 }
 
-func (b backend) EndSession(ctx context.Context, id, token string) (*node.Session, error) {
+func (b backend) EndSession(ctx context.Context, id, token string) (*wire.Session, error) {
 	return b.n.EndSession(ctx, id, token, token == "")
 }
 
-func (b backend) KeepAliveSession(ctx context.Context, s *node.Session, sent time.Time, opts client.KeepAliveOptions) (*client.KeepAlive, error) {
+func (b backend) KeepAliveSession(ctx context.Context, s *wire.Session, sent time.Time, opts client.KeepAliveOptions) (*client.KeepAlive, error) {
 	return client.KeepAliveWith(ctx, sessionRenewer{b.n, s.SessionID, s.Token}, client.SessionAsLease(s), sent, opts)
 }
 
@@ -49,7 +54,7 @@ type sessionRenewer struct {
 	id, token string
 }
 
-func (r sessionRenewer) Renew(ctx context.Context, _ time.Duration) (*node.Lease, error) {
+func (r sessionRenewer) Renew(ctx context.Context, _ time.Duration) (*wire.Lease, error) {
 	return client.SessionRenewal(r.n.SessionHeartbeat(ctx, r.id, r.token))
 }
 
@@ -61,8 +66,8 @@ func (r sessionRenewer) Release(ctx context.Context, _ string) error {
 // Watch follows the node's event stream until ctx ends, fn fails, or the
 // subscription ends (the node closed, or the subscriber fell so far behind
 // that history was overwritten: EVENTS_COMPACTED).
-func (b backend) Watch(ctx context.Context, opts client.WatchOptions, fn func(node.Event) error) error {
-	sub, err := b.n.Subscribe(ctx, node.EventFilter{Key: opts.Key, Prefix: opts.Prefix, Holder: opts.Holder,
+func (b backend) Watch(ctx context.Context, opts client.WatchOptions, fn func(wire.Event) error) error {
+	sub, err := b.n.Subscribe(ctx, wire.EventFilter{Key: opts.Key, Prefix: opts.Prefix, Holder: opts.Holder,
 		After: opts.LastEventID, AfterIndex: opts.AfterIndex, FromStart: opts.FromStart})
 	if err != nil {
 		return err

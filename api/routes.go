@@ -1,0 +1,236 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/julienschmidt/httprouter"
+)
+
+// route is one route of the API and everything the server does around its
+// handler: the scope a request needs, how a follower serves it, and how its
+// body and answer are bounded. The tables below are the only place that
+// says so; wrap, maybeForward, guardBody and the metrics read it from here.
+type route struct {
+	method string
+	path   string
+	// scope is the scope a request needs (ScopeNone: open, even with auth
+	// on).
+	scope func(*http.Request) Scope
+	h     handlerFunc
+	// fwd is how a follower serves the route: itself, or forwarded to the
+	// leader, and then how (forward.go).
+	fwd   forwardPlan
+	flags routeFlags
+}
+
+// routeFlags say how a route's body and answer are bounded, and whether it
+// is behind the control lease.
+type routeFlags uint8
+
+const (
+	// duplex: the handler reads the body while it writes the answer (a
+	// keep-alive stream; see fullDuplex).
+	duplex routeFlags = 1 << iota
+	// longAnswer: the answer may take long: no write deadline (event
+	// streams, the control WebSocket, snapshot transfers), or one the
+	// handler sets itself (an acquire that may wait: wait_ms is in its
+	// body; a keep-alive stream: one per flush).
+	longAnswer
+	// progressBody: the body may be large (a snapshot upload of up to
+	// 4 GiB) or have no end (a keep-alive stream): each read must arrive
+	// within the body timeout, rather than the whole body, and the handler
+	// applies its own size limit.
+	progressBody
+	// ungated: a mutating admin route that is not behind the control lease
+	// (its break, which ends it). Every other request that is not a GET and
+	// needs the admin scope is gated (controlGated).
+	ungated
+	// unscoped: a token restricted to some keys or holders is refused
+	// (403), whatever its scope (the control lease's socket).
+	unscoped
+)
+
+// handlerFunc handles one route. A returned error is answered by
+// writeError; a handler that returns nil has written its answer.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error
+
+func need(s Scope) func(*http.Request) Scope {
+	return func(*http.Request) Scope { return s }
+}
+
+// endSessionScope: ending a session with its token is a write; ending it
+// without (force) is an admin action.
+func endSessionScope(r *http.Request) Scope {
+	if r.Header.Get(headerSessionToken) != "" {
+		return ScopeWrite
+	}
+	return ScopeAdmin
+}
+
+// holderReleaseScope: a token restricted to some holders releases the
+// holders it may act as with the write scope (the handler checks the
+// holder); for every other token, holder release is an admin action.
+func (s *server) holderReleaseScope(r *http.Request) Scope {
+	if s.tokens != nil {
+		if token, ok := bearerToken(r); ok {
+			if e, ok := s.tokens.lookup(token); ok && e.acc.holderScoped() {
+				return ScopeWrite
+			}
+		}
+	}
+	return ScopeAdmin
+}
+
+// How a follower serves a route's requests (forwardPlan explains each
+// field). Every write and every linearizable read goes to the leader; the
+// event stream, health, readiness, metrics, local state, the control
+// WebSocket and the console are this node's own, and a GET with
+// ?stale=true is always answered here.
+var (
+	// serveHere: never forwarded.
+	serveHere = forwardPlan{}
+	// forwardRead: a read, sent again to the leader of the moment if the
+	// forward fails.
+	forwardRead = forwardPlan{forward: true, read: true, bounded: true, followLeader: true}
+	// forwardWrite: a write, abandoned when another node leads.
+	forwardWrite = forwardPlan{forward: true, bounded: true, followLeader: true}
+	// forwardAcquire: the body is read first, to find its wait_ms, which
+	// the forward's deadline grows by.
+	forwardAcquire = forwardPlan{forward: true, bounded: true, followLeader: true, bufferBody: true, waitBudget: true}
+	// forwardValidate: a read with a body, read first so that it can be
+	// sent again.
+	forwardValidate = forwardPlan{forward: true, read: true, bounded: true, followLeader: true, bufferBody: true}
+	// forwardLongRead and forwardLongWrite have no deadline (snapshot
+	// transfers, whose size has no bound; the keep-alive stream, proxied
+	// both ways at once): only a leader change ends them (the client then
+	// opens another).
+	forwardLongRead  = forwardPlan{forward: true, read: true, followLeader: true}
+	forwardLongWrite = forwardPlan{forward: true, followLeader: true}
+	// forwardMembership: a route whose outcome is a leader change is not
+	// abandoned when the leader changes.
+	forwardMembership = forwardPlan{forward: true, bounded: true}
+)
+
+// routes lists the routes of the lease API: every route of the contract
+// but the control lease's (controlRoutes) and the console's
+// (consoleRoutes).
+func (s *server) routes() []route {
+	return []route{
+		// Acquire a lease: 201 with the lease and its token, 200 on an
+		// idempotent replay.
+		{"POST", "/v1/leases", need(ScopeWrite), s.acquire, forwardAcquire, longAnswer},
+		// List leases by key, prefix, holder, session_id, state; paged.
+		{"GET", "/v1/leases", need(ScopeRead), s.listLeases, forwardRead, 0},
+		// Read one lease, in any state still retained.
+		{"GET", "/v1/leases/:id", need(ScopeRead), s.getLease, forwardRead, 0},
+		// Renew a standalone lease (X-Lease-Token, optional ttl_ms).
+		{"POST", "/v1/leases/:id/renew", need(ScopeWrite), s.renew, forwardWrite, 0},
+		// Release a lease (X-Lease-Token, or X-Session-Token if bound).
+		{"DELETE", "/v1/leases/:id", need(ScopeWrite), s.release, forwardWrite, 0},
+		// Force-release a lease as an operator.
+		{"POST", "/v1/leases/:id/revoke", need(ScopeAdmin), s.revoke, forwardWrite, 0},
+		// Renew many standalone leases at once; per-item results.
+		{"POST", "/v1/heartbeat", need(ScopeWrite), s.heartbeat, forwardWrite, 0},
+		// A stream of single-lease renewals, answered as each commits.
+		{"POST", "/v1/keepalive", need(ScopeWrite), s.keepAliveRenewals, forwardLongWrite, duplex | longAnswer | progressBody},
+
+		// Acquire a lease group: several keys at once, all or nothing;
+		// 201 with the group and its token, 200 on an idempotent replay.
+		{"POST", "/v1/groups", need(ScopeWrite), s.acquireGroup, forwardAcquire, longAnswer},
+		// Read one lease group, in any state still retained.
+		{"GET", "/v1/groups/:id", need(ScopeRead), s.getGroup, forwardRead, 0},
+		// Renew every lease of a standalone group (X-Lease-Token).
+		{"POST", "/v1/groups/:id/renew", need(ScopeWrite), s.renewGroup, forwardWrite, 0},
+		// Release every lease of a group (X-Lease-Token, or X-Session-Token).
+		{"DELETE", "/v1/groups/:id", need(ScopeWrite), s.releaseGroup, forwardWrite, 0},
+
+		// Create a session: 201 with its token.
+		{"POST", "/v1/sessions", need(ScopeWrite), s.createSession, forwardWrite, 0},
+		// List sessions, optionally of one holder; paged.
+		{"GET", "/v1/sessions", need(ScopeRead), s.listSessions, forwardRead, 0},
+		// Read one session.
+		{"GET", "/v1/sessions/:id", need(ScopeRead), s.getSession, forwardRead, 0},
+		// Renew a session and so every lease bound to it (X-Session-Token).
+		{"POST", "/v1/sessions/:id/heartbeat", need(ScopeWrite), s.sessionHeartbeat, forwardWrite, 0},
+		// End a session and its leases; without X-Session-Token, admin only.
+		{"DELETE", "/v1/sessions/:id", endSessionScope, s.endSession, forwardWrite, 0},
+
+		// End every lease and session of a holder (crash recovery): admin,
+		// or a write token restricted to holders that include it.
+		{"POST", "/v1/holders/:holder/release", s.holderReleaseScope, s.releaseHolder, forwardWrite, 0},
+		// The key set that verifies grants (JWKS); open, like /healthz.
+		{"GET", "/v1/keys", need(ScopeNone), s.keys, forwardRead, 0},
+		// Is a fencing token or lease token currently valid? Linearizable.
+		{"POST", "/v1/validate", need(ScopeRead), s.validate, forwardValidate, 0},
+		// Server-Sent Events of lease and session changes.
+		{"GET", "/v1/events", need(ScopeRead), s.events, serveHere, longAnswer},
+
+		// Cluster status: leader, indexes, tick, members.
+		{"GET", "/v1/cluster", need(ScopeRead), s.clusterStatus, forwardRead, 0},
+		// This node's own view and state hash (never forwarded).
+		{"GET", "/v1/cluster/local", need(ScopeAdmin), s.localState, serveHere, 0},
+		// Remove a server from the cluster.
+		{"DELETE", "/v1/cluster/members/:id", need(ScopeAdmin), s.removeMember, forwardMembership, 0},
+		// Hand leadership to a given voter (or any).
+		{"POST", "/v1/cluster/transfer-leadership", need(ScopeAdmin), s.transferLeadership, forwardMembership, 0},
+		// Stream a snapshot file of the whole state (backup).
+		{"GET", "/v1/cluster/snapshot", need(ScopeAdmin), s.saveSnapshot, forwardLongRead, longAnswer},
+		// Replace the whole state with a snapshot file (restore).
+		{"PUT", "/v1/cluster/snapshot", need(ScopeAdmin), s.restoreSnapshot, forwardLongWrite, longAnswer | progressBody},
+
+		// Liveness: 200 while the process serves HTTP.
+		{"GET", "/healthz", need(ScopeNone), s.healthz, serveHere, 0},
+		// Readiness: 200 when a leader is known and this node caught up.
+		{"GET", "/readyz", need(ScopeNone), s.readyz, serveHere, 0},
+		// Prometheus text exposition.
+		{"GET", "/metrics", need(ScopeNone), s.metricsText, serveHere, 0},
+	}
+}
+
+// controlRoutes are the routes of the control lease (control.go), served
+// when the node has one.
+func (s *server) controlRoutes() []route {
+	return []route{
+		// The control lease WebSocket; not for a scoped token.
+		{"GET", "/v1/control/ws", need(ScopeWrite), s.controlSocket, serveHere, longAnswer | unscoped},
+		// The control lease's status object (never its token).
+		{"GET", "/v1/control/status", need(ScopeRead), s.controlStatus, forwardRead, 0},
+		// Admin: end a stuck control lease (not behind the control lease,
+		// which it breaks). Its revoked event names the admin token.
+		{"POST", controlBreakPath, need(ScopeAdmin), s.breakControl, forwardWrite, ungated},
+	}
+}
+
+// consoleRoutes serve the web console's static files (ui.go). They need no
+// token even when auth is on (the files hold no data; the console sends the
+// user's bearer token on every API call it makes), and a follower serves
+// them itself.
+func (s *server) consoleRoutes() []route {
+	return []route{
+		// The console's entry point.
+		{"GET", "/", need(ScopeNone), consoleRedirect, serveHere, 0},
+		{"GET", "/ui", need(ScopeNone), consoleRedirect, serveHere, 0},
+		// The console's files (index.html, app.js, style.css).
+		{"GET", uiPrefix + "*file", need(ScopeNone), consoleFile, serveHere, 0},
+		// Who the presented bearer token is, for the console to offer the
+		// actions its scope allows. Without auth: scope admin.
+		{"GET", "/v1/whoami", need(ScopeRead), s.whoami, serveHere, 0},
+	}
+}
+
+// allRoutes are the routes New mounts.
+func (s *server) allRoutes() []route {
+	rs := s.routes()
+	if s.control != nil {
+		rs = append(rs, s.controlRoutes()...)
+	}
+	return append(rs, s.consoleRoutes()...)
+}
+
+// controlGated reports whether a request of rt is behind the control
+// lease: a mutating admin request (any request but a GET that needs the
+// admin scope) of a route not marked ungated. Reads stay open to everyone,
+// as the control protocol's mutability matrix says.
+func controlGated(rt route, r *http.Request) bool {
+	return rt.method != http.MethodGet && rt.flags&ungated == 0 && rt.scope(r) == ScopeAdmin
+}

@@ -1,0 +1,303 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// bitflip is the bit-rot nemesis: a follower is killed, a few bits are
+// flipped in the used part of its log segments and snapshot files, and it
+// is restarted. It must never serve a state that differs from the others'
+// as ready: it refuses (a log entry whose checksum does not match stops
+// it; Raft refuses a snapshot whose CRC does not match), or the state
+// check takes it out of service, or the flips changed nothing it reads.
+// Whatever it did, it is then replaced as an operator would (wiped, and
+// rejoined empty) unless it is ready with the cluster's state, and the
+// cluster keeps serving throughout. Real processes only: an in-process
+// server that refuses a damaged entry takes the test binary down with it.
+func (e *Env) bitflip(ctx context.Context) error {
+	if e.Tier != "netns" {
+		return ErrUnsupported
+	}
+	l, err := e.WaitLeader(ctx, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	f := e.Others(l)[e.Rng.IntN(e.C.Size()-1)]
+	if err := e.C.Kill(f); err != nil {
+		return err
+	}
+	e.damaged[f] = true
+	flips, files, err := e.flipBits(e.C.DataDir(f), 3)
+	if err != nil {
+		return err
+	}
+	e.Count("bitflips", flips)
+	e.Note("bitflip", fmt.Sprintf("node %d killed; %d bits flipped in %s", f, flips, strings.Join(files, ", ")), nil)
+	if err := e.C.Restart(f); err != nil {
+		e.Note("bitflip", fmt.Sprintf("node %d did not restart", f), err)
+	}
+	// Watch it: ready with a state that differs is the one failure.
+	// Longer than a server's check at start (node.startupCheckFor, 30 s):
+	// one still in it is not ready, which must not pass for a refusal.
+	deadline := time.Now().Add(40 * time.Second)
+	verdict := "refused or out of service"
+	for time.Now().Before(deadline) {
+		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+			return err
+		}
+		if !e.C.Alive(f) || !e.ready(ctx, f) {
+			continue
+		}
+		same, err := e.sameStateAs(ctx, f, l)
+		if err != nil {
+			continue
+		}
+		if !same && e.ready(ctx, f) {
+			return fmt.Errorf("bitflip: node %d serves a state that differs from node %d's as ready", f, l)
+		}
+		if same {
+			verdict = "ready with the cluster's state"
+		}
+	}
+	e.Note("bitflip", fmt.Sprintf("node %d: %s", f, verdict), nil)
+	if verdict == "ready with the cluster's state" && e.C.Alive(f) && e.ready(ctx, f) {
+		e.Count("bitflip-harmless", 1)
+		return nil
+	}
+	e.Count("bitflip-refused", 1)
+	// As an operator would: wipe it and let it rejoin empty.
+	if err := e.C.Wipe(f); err != nil {
+		return err
+	}
+	e.Count("wipes", 1)
+	return e.rejoinWiped(ctx, f, true)
+}
+
+// flipBits flips n bits, each in a random file among the log files (raft-wal
+// segments, or raft.db: there within a log entry's command, in the
+// workload's keys) and snapshot files under dir, at a random offset of the
+// part of the file in use (segments are preallocated: their zero tail is
+// left alone).
+func (e *Env) flipBits(dir string, n int) (int, []string, error) {
+	var cands []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if strings.HasSuffix(path, ".wal") || filepath.Base(path) == "state.bin" || filepath.Base(path) == "raft.db" {
+			cands = append(cands, path)
+		}
+		return nil
+	})
+	if len(cands) == 0 {
+		return 0, nil, fmt.Errorf("bitflip: no log segment or snapshot under %s", dir)
+	}
+	flipped := 0
+	var touched []string
+	for range n {
+		path := cands[e.Rng.IntN(len(cands))]
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return flipped, touched, err
+		}
+		var off int
+		if filepath.Base(path) == "raft.db" {
+			// bbolt's own pages (meta, branches, free lists) are not
+			// what rots here: a byte of a log entry's command is.
+			var at []int
+			for i := 0; ; {
+				j := bytes.Index(b[i:], []byte("chaos-"))
+				if j < 0 {
+					break
+				}
+				at = append(at, i+j)
+				i += j + 1
+			}
+			if len(at) == 0 {
+				continue
+			}
+			off = at[e.Rng.IntN(len(at))] + e.Rng.IntN(len("chaos-"))
+		} else {
+			end := len(b)
+			for end > 0 && b[end-1] == 0 {
+				end--
+			}
+			if end < 64 {
+				continue
+			}
+			// Past the file's own header, within what is written.
+			off = 32 + e.Rng.IntN(end-32)
+		}
+		b[off] ^= 1 << e.Rng.IntN(8)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return flipped, touched, err
+		}
+		flipped++
+		touched = append(touched, fmt.Sprintf("%s@%d", filepath.Base(path), off))
+	}
+	return flipped, touched, nil
+}
+
+// ready reports whether node i answers /readyz with 200.
+func (e *Env) ready(ctx context.Context, i int) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.C.HTTPAddr(i)+"/readyz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// sameStateAs compares the state hashes of nodes a and b at one coming
+// index, asked of both at once: asked one after the other, the second had
+// often passed the index by the time the first answered (INDEX_PASSED), and
+// a busy cluster never compared at all.
+func (e *Env) sameStateAs(ctx context.Context, a, b int) (bool, error) {
+	lb, err := e.Local(ctx, b, 0, time.Second)
+	if err != nil {
+		return false, err
+	}
+	at := lb.AppliedIndex + 100
+	var sums [2]string
+	var errs [2]error
+	var wg sync.WaitGroup
+	for k, i := range []int{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ls, err := e.Local(ctx, i, at, 10*time.Second)
+			if err != nil {
+				errs[k] = err
+				return
+			}
+			sums[k] = ls.StateHash
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return false, err
+	}
+	return sums[0] == sums[1], nil
+}
+
+// bitflipLeader: bits rot in the running leader's log (its files change
+// under it, as a failing disk's would), within entries it has applied; a
+// follower is then wiped and rejoins, catching up from that leader. The
+// follower must come back with the cluster's state and never stop on an
+// entry from the leader's damaged disk: the leader refuses to send an entry
+// whose checksum no longer matches (the follower gets a snapshot instead).
+// Real processes only (an in-process server that stopped on a damaged
+// entry would take the test binary down with it).
+func (e *Env) bitflipLeader(ctx context.Context) error {
+	if e.Tier != "netns" {
+		return ErrUnsupported
+	}
+	l, err := e.WaitLeader(ctx, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	flips, files, err := e.flipLogBits(e.C.DataDir(l), 3)
+	if err != nil {
+		return err
+	}
+	e.Count("bitflips", flips)
+	e.Note("bitflip-leader", fmt.Sprintf("leader %d: %d bits flipped in its log while it runs: %s", l, flips, strings.Join(files, ", ")), nil)
+	f := e.Others(l)[e.Rng.IntN(e.C.Size()-1)]
+	if err := e.C.Wipe(f); err != nil {
+		return err
+	}
+	e.Count("wipes", 1)
+	if err := e.rejoinWiped(ctx, f, true); err != nil {
+		return err
+	}
+	// The rejoined follower catches up from the leader: ready, with the
+	// cluster's state, and not stopped on a damaged entry on the way.
+	deadline := time.Now().Add(60 * time.Second)
+	last := "not ready"
+	for {
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return err
+		}
+		if e.C.Alive(f) && e.ready(ctx, f) {
+			same, err := e.sameStateAs(ctx, f, l)
+			if err == nil && same {
+				e.Count("bitflip-leader-caught-up", 1)
+				return nil
+			}
+			last = fmt.Sprintf("ready; same state %v, %v", same, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bitflip-leader: node %d did not catch up from leader %d with the cluster's state within 60 s (alive %v; last look: %s)",
+				f, l, e.C.Alive(f), last)
+		}
+	}
+}
+
+// flipLogBits flips n bits of log entries' commands in the log files under
+// dir (raft.db or raft-wal segments), within the workload's keys, in place:
+// the server keeps running on the files.
+func (e *Env) flipLogBits(dir string, n int) (int, []string, error) {
+	type spot struct {
+		path string
+		off  int
+	}
+	var spots []spot
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".wal") || filepath.Base(path) == "raft.db") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		for i := 0; ; {
+			j := bytes.Index(b[i:], []byte("chaos-"))
+			if j < 0 {
+				break
+			}
+			spots = append(spots, spot{path, i + j + e.Rng.IntN(len("chaos-"))})
+			i += j + 1
+		}
+		return nil
+	})
+	if len(spots) == 0 {
+		return 0, nil, fmt.Errorf("bitflip-leader: no log entry of the workload under %s", dir)
+	}
+	flipped := 0
+	var touched []string
+	for range n {
+		s := spots[e.Rng.IntN(len(spots))]
+		fh, err := os.OpenFile(s.path, os.O_RDWR, 0)
+		if err != nil {
+			return flipped, touched, err
+		}
+		var b [1]byte
+		if _, err := fh.ReadAt(b[:], int64(s.off)); err == nil {
+			b[0] ^= 1 << e.Rng.IntN(8)
+			_, err = fh.WriteAt(b[:], int64(s.off))
+		}
+		fh.Close()
+		if err != nil {
+			return flipped, touched, err
+		}
+		flipped++
+		touched = append(touched, fmt.Sprintf("%s@%d", filepath.Base(s.path), s.off))
+	}
+	return flipped, touched, nil
+}

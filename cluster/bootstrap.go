@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"errors"
+	"sort"
+
+	"github.com/hashicorp/raft"
+)
+
+// Forming a cluster and keeping its servers in touch: bootstrap-expect,
+// and the gossip refresh a server runs while one of its configuration is
+// missing from gossip.
+
+// BootstrapOutcome says what TryBootstrapExpect did.
+type BootstrapOutcome int
+
+const (
+	// BootstrapWaiting: not enough new servers see each other yet.
+	BootstrapWaiting BootstrapOutcome = iota
+	// BootstrapExisting: a server with Raft state is alive, so a cluster
+	// exists (its leader adds this server).
+	BootstrapExisting
+	// BootstrapMismatch: a new server expects another cluster size.
+	BootstrapMismatch
+	// BootstrapTooMany: more new servers than expected see each other.
+	BootstrapTooMany
+	// BootstrapFormed: this server bootstrapped the configuration (or
+	// another did first: either way the cluster exists now).
+	BootstrapFormed
+)
+
+// TryBootstrapExpect forms a new cluster when exactly expect new servers
+// with the same setting see each other in g. Each of them computes the same
+// configuration (every one of them, sorted by id) and bootstraps it. With
+// BootstrapMismatch, peer names the server that disagrees.
+func (c *Cluster) TryBootstrapExpect(g *Gossip, expect int) (out BootstrapOutcome, peer Peer, err error) {
+	var servers []raft.Server
+	for _, p := range g.Peers() {
+		if p.Status != "alive" {
+			continue
+		}
+		if p.HasState {
+			return BootstrapExisting, p, nil
+		}
+		if p.Expect != expect {
+			return BootstrapMismatch, p, nil
+		}
+		if p.Raft == "" {
+			return BootstrapWaiting, p, nil
+		}
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Raft)})
+	}
+	switch {
+	case len(servers) > expect:
+		return BootstrapTooMany, Peer{}, nil
+	case len(servers) < expect:
+		return BootstrapWaiting, Peer{}, nil
+	}
+	sort.Slice(servers, func(i, j int) bool { return servers[i].ID < servers[j].ID })
+	if err := c.BootstrapWith(servers); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return BootstrapFormed, Peer{}, err
+	}
+	return BootstrapFormed, Peer{}, nil
+}
+
+// MissingServer reports whether a server of the Raft configuration other
+// than this one is not alive in g.
+func (c *Cluster) MissingServer(g *Gossip) bool {
+	conf, err := c.Configuration()
+	if err != nil {
+		return false
+	}
+	alive := map[string]bool{}
+	for _, p := range g.Peers() {
+		if p.Status == "alive" {
+			alive[p.ID] = true
+		}
+	}
+	for _, s := range conf.Servers {
+		if string(s.ID) != c.cfg.NodeID && !alive[string(s.ID)] {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,616 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/leasehold/leasehold/wire"
+)
+
+// Lease groups: several keys taken at once, all or nothing.
+//
+// An AcquireGroup names 1-MaxGroupKeys distinct keys (in increasing
+// order), each with its own limit and lease id, and everything else once:
+// holder, TTL or session, token, metadata, wait, lock-delay. Applied, it
+// either grants one lease per key, each with its own fencing token, or
+// changes nothing and answers why (LIMIT_MISMATCH, or LEASE_HELD /
+// LOCK_DELAY naming the first busy key in key order and its holders). The
+// members are ordinary leases (listed, validated, in events), with the
+// group's id and one shared token. A member is renewed and released only
+// through its group (RenewGroup, ReleaseGroup), and whatever ends one
+// member ends them all in the same entry: release, revoke of any member,
+// expiry (all members share one deadline), a holder release. Members bound
+// to a session end with the session, as every bound lease does: in the
+// same entry unless the session ends more leases than one chunk of
+// expiry takes (expire.go), when the rest are due (refused as expired)
+// until their chunk.
+//
+// Waiting (WaitTicks). A group that cannot be granted now is queued as one
+// waiter on every one of its keys, in one entry, so any two waiters are
+// in the same order on every queue they share (their order of arrival):
+// the oldest waiter is at the head of each of its queues, and nothing can
+// wait in a cycle (no deadlock). A group is granted when it is at the head
+// of every one of its keys' queues and each has a free slot. Queues stay
+// first come, first served: while a group is at the head of a key's queue
+// nothing is granted on that key to anyone behind it, nor to an acquire
+// that does not wait, even if a slot is free. That reservation is what
+// keeps a group from starving behind a stream of single-key acquires; its
+// cost is a slot left idle until the group's other keys free up or its
+// wait ends. A group that times out, is cancelled or whose holder is
+// released leaves every queue at once, and the keys it held up are
+// pumped again.
+//
+// These commands are types of their own, written only once every server
+// of the configuration reads them (the node checks gossip).
+
+// Command types of lease groups (values are part of the log format).
+const (
+	TypeAcquireGroup Type = 23
+	TypeRenewGroup   Type = 24
+	TypeReleaseGroup Type = 25
+)
+
+// MaxGroupKeys bounds the keys of one lease group.
+const MaxGroupKeys = 64
+
+// GroupKey is one key of an AcquireGroup: the key, its limit (as in
+// Acquire) and the id of the lease it is to get.
+type GroupKey struct {
+	LeaseID string `json:"lease_id"`
+	Key     string `json:"key"`
+	Limit   uint32 `json:"limit"`
+}
+
+// AcquireGroup asks for a lease on each of several keys at once, all or
+// nothing. The fields after Keys mean what they mean in Acquire and apply
+// to every member; the idempotency fields belong to the group (they are
+// kept with its first member).
+type AcquireGroup struct {
+	GroupID          string            `json:"group_id"`
+	Keys             []GroupKey        `json:"keys"`
+	Holder           string            `json:"holder"`
+	SessionID        string            `json:"session_id,omitempty"`
+	SessionTokenHash Hash              `json:"session_token_hash,omitzero"`
+	TokenHash        Hash              `json:"token_hash"`
+	TTLMS            int64             `json:"ttl_ms,omitempty"`
+	TTLTicks         uint64            `json:"ttl_ticks,omitempty"`
+	Metadata         map[string]string `json:"metadata,omitempty"`
+	IdemHash         Hash              `json:"idem_hash,omitzero"`
+	Fingerprint      Hash              `json:"fingerprint,omitzero"`
+	SealedToken      []byte            `json:"sealed_token,omitempty"`
+	WaitTicks        uint64            `json:"wait_ticks,omitempty"`
+	LockDelayMS      int64             `json:"lock_delay_ms,omitempty"`
+	LockDelayTicks   uint64            `json:"lock_delay_ticks,omitempty"`
+	WallMS           int64             `json:"wall_ms"`
+	Quota            Quota             `json:"quota,omitzero"`
+}
+
+// RenewGroup renews every member of a standalone lease group, as Renew
+// renews one lease.
+type RenewGroup struct {
+	GroupID   string `json:"group_id"`
+	TokenHash Hash   `json:"token_hash"`
+	TTLMS     int64  `json:"ttl_ms,omitempty"`
+	TTLTicks  uint64 `json:"ttl_ticks,omitempty"`
+	WallMS    int64  `json:"wall_ms"`
+}
+
+// ReleaseGroup releases every member of a lease group, as Release
+// releases one lease (SessionTokenHash may stand in for the group's token
+// when the group is bound to a session).
+type ReleaseGroup struct {
+	GroupID          string `json:"group_id"`
+	TokenHash        Hash   `json:"token_hash,omitzero"`
+	SessionTokenHash Hash   `json:"session_token_hash,omitzero"`
+	Reason           string `json:"reason,omitempty"`
+	WallMS           int64  `json:"wall_ms"`
+}
+
+func (*AcquireGroup) Type() Type { return TypeAcquireGroup }
+func (*RenewGroup) Type() Type   { return TypeRenewGroup }
+func (*ReleaseGroup) Type() Type { return TypeReleaseGroup }
+
+// GroupID is the id of the lease group l is a member of; "" for none.
+func (l *Lease) GroupID() string {
+	if l.idem == nil {
+		return ""
+	}
+	return l.idem.group
+}
+
+// withGroup returns x with the group id g (x itself when g is "").
+func withGroup(x *leaseIdem, g string) *leaseIdem {
+	if g == "" {
+		return x
+	}
+	if x == nil {
+		return &leaseIdem{group: g}
+	}
+	c := *x
+	c.group = g
+	return &c
+}
+
+// member returns the Acquire of the i-th key; the idempotency fields go
+// with the first.
+func (c *AcquireGroup) member(i int) *Acquire {
+	k := c.Keys[i]
+	a := &Acquire{LeaseID: k.LeaseID, Key: k.Key, Holder: c.Holder, Limit: k.Limit, SessionID: c.SessionID,
+		SessionTokenHash: c.SessionTokenHash, TokenHash: c.TokenHash, TTLMS: c.TTLMS, TTLTicks: c.TTLTicks,
+		Metadata: c.Metadata, WaitTicks: c.WaitTicks, LockDelayMS: c.LockDelayMS, LockDelayTicks: c.LockDelayTicks,
+		WallMS: c.WallMS, Quota: c.Quota}
+	if i == 0 {
+		a.IdemHash, a.Fingerprint, a.SealedToken = c.IdemHash, c.Fingerprint, c.SealedToken
+	}
+	return a
+}
+
+func validateGroup(c *AcquireGroup) *wire.Error {
+	if err := validID("group_id", c.GroupID); err != nil {
+		return err
+	}
+	if len(c.Keys) == 0 || len(c.Keys) > MaxGroupKeys {
+		return InvalidField("keys", "a lease group takes 1-%d keys, got %d", MaxGroupKeys, len(c.Keys))
+	}
+	ids := make(map[string]bool, len(c.Keys))
+	for i, k := range c.Keys {
+		if i > 0 && k.Key <= c.Keys[i-1].Key {
+			return InvalidField("keys", "the keys of a lease group must be distinct, in increasing order (%s after %s)", quote(k.Key), quote(c.Keys[i-1].Key))
+		}
+		if ids[k.LeaseID] {
+			return InvalidField("lease_id", "lease id %s twice in one lease group", k.LeaseID)
+		}
+		ids[k.LeaseID] = true
+		if err := validateAcquire(c.member(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *FSM) acquireGroup(c *AcquireGroup) Result {
+	if err := validateGroup(c); err != nil {
+		return Result{Err: err}
+	}
+	if !c.IdemHash.IsZero() {
+		if id, ok := f.idem[c.IdemHash]; ok {
+			return f.replayGroup(id, c)
+		}
+	}
+	if f.groups[c.GroupID] != nil || f.groupWaits[c.GroupID] != nil {
+		return Result{Err: InvalidField("group_id", "lease group id %s already exists", c.GroupID)}
+	}
+	for _, k := range c.Keys {
+		if _, dup := f.leases[k.LeaseID]; dup || f.waiting[k.LeaseID] != "" {
+			return Result{Err: InvalidField("lease_id", "lease id %s already exists", k.LeaseID)}
+		}
+	}
+	var sess *Session
+	holder := c.Holder
+	if c.SessionID != "" {
+		s, err := f.checkSession(c.SessionID, c.SessionTokenHash)
+		if err != nil {
+			return Result{Err: err}
+		}
+		if c.Holder != "" && c.Holder != s.Holder {
+			return Result{Err: InvalidField("holder", "holder %q differs from the session's holder %q", c.Holder, s.Holder)}
+		}
+		sess, holder = s, s.Holder
+	}
+	if err := f.checkGroupQuota(c.Quota, holder, len(c.Keys)); err != nil {
+		return Result{Err: err}
+	}
+	// Every key must agree on its limit; the group is granted now only if
+	// every key has a free slot and nobody queued for it.
+	busy, nBusy := -1, 0
+	for i, k := range c.Keys {
+		ks := f.keys[k.Key]
+		if ks == nil || !ks.inUse() {
+			continue
+		}
+		if ks.limit != k.Limit {
+			return Result{Err: &wire.Error{Code: wire.CodeLimitMismatch, Key: k.Key,
+				Message: "key " + quote(k.Key) + " is in use with limit " + itoa(uint64(ks.limit)) + ", not " + itoa(uint64(k.Limit))}}
+		}
+		if ks.free() <= 0 || ks.nWaiters() > 0 {
+			if busy < 0 {
+				busy = i
+			}
+			nBusy++
+		}
+	}
+	if busy < 0 {
+		members := make([]*Lease, len(c.Keys))
+		ids := make([]string, len(c.Keys))
+		for i := range c.Keys {
+			a := c.member(i)
+			members[i] = f.grant(a, f.keyFor(a), f.current(sess), c.GroupID)
+			ids[i] = a.LeaseID
+		}
+		f.groups[c.GroupID] = ids
+		return Result{Leases: members}
+	}
+	if c.WaitTicks == 0 {
+		k := c.Keys[busy].Key
+		err := f.busyError(k, f.keys[k])
+		if nBusy > 1 {
+			err.Message += " (" + itoa(uint64(nBusy)) + " of the lease group's " + itoa(uint64(len(c.Keys))) + " keys are busy)"
+		}
+		return Result{Err: err}
+	}
+	if err := f.checkGroupWaitQuota(c, holder); err != nil {
+		return Result{Err: err}
+	}
+	deadline := f.tick + c.WaitTicks
+	ws := make([]waiter, len(c.Keys))
+	for i := range c.Keys {
+		a := c.member(i)
+		// Queued waiters name their holder (as acquire's do).
+		a.Holder = holder
+		w := waiter{Cmd: a, Deadline: deadline, group: c.GroupID}
+		f.queueWaiter(f.keyFor(a), w)
+		f.schedule(deadline, kindWait, a.Key+"\x00"+a.LeaseID)
+		ws[i] = w
+	}
+	f.groupWaits[c.GroupID] = ws
+	if !c.IdemHash.IsZero() {
+		f.idem[c.IdemHash] = c.Keys[0].LeaseID
+	}
+	return Result{Queued: true, Leases: placeholders(c.GroupID, ws)}
+}
+
+// current is the stored version of session s (a grant stores a new one),
+// nil for nil.
+func (f *FSM) current(s *Session) *Session {
+	if s == nil {
+		return nil
+	}
+	return f.sessions[s.ID]
+}
+
+// placeholders are the leases a queued group will get, as far as they are
+// known: ids, keys, holder, group (and the sealed token, with the first).
+func placeholders(g string, ws []waiter) []*Lease {
+	out := make([]*Lease, len(ws))
+	for i, w := range ws {
+		out[i] = &Lease{ID: w.Cmd.LeaseID, Key: w.Cmd.Key, Holder: w.Cmd.Holder, Limit: w.Cmd.Limit,
+			idem: withGroup(newLeaseIdem(Hash{}, Hash{}, w.Cmd.SealedToken), g)}
+	}
+	return out
+}
+
+// keyFor returns the state of a's key, made if need be, with a's limit if
+// the key is not in use.
+func (f *FSM) keyFor(a *Acquire) *keyState {
+	ks := f.keys[a.Key]
+	if ks == nil {
+		ks = &keyState{}
+		f.keys[a.Key] = ks
+	}
+	if !ks.inUse() {
+		ks.limit = a.Limit
+	}
+	return ks
+}
+
+// checkGroupQuota is checkLeaseQuota for n leases at once.
+func (f *FSM) checkGroupQuota(q Quota, holder string, n int) *wire.Error {
+	if live := uint64(f.active + len(f.waiting)); q.Leases > 0 && live+uint64(n) > q.Leases {
+		return Exhausted("leases", q.Leases, "the cluster has %d live leases (active or queued), a lease group of %d would pass its limit", live, n)
+	}
+	have := 0
+	if hi := f.holders[holder]; hi != nil {
+		have = hi.leases.n
+	}
+	if q.HolderLeases > 0 && uint64(have+n) > q.HolderLeases {
+		return Exhausted("leases_per_holder", q.HolderLeases, "holder %s has %d active leases, a lease group of %d would pass its limit", quote(holder), have, n)
+	}
+	return nil
+}
+
+// checkGroupWaitQuota is checkWaitQuota for a group: a waiter on each of
+// its keys, each counted against the holder's queued acquires.
+func (f *FSM) checkGroupWaitQuota(c *AcquireGroup, holder string) *wire.Error {
+	q := c.Quota
+	for _, k := range c.Keys {
+		if ks := f.keys[k.Key]; ks != nil {
+			if n := uint64(ks.nWaiters()); q.KeyWaiters > 0 && n >= q.KeyWaiters {
+				return Exhausted("waiters_per_key", q.KeyWaiters, "key %s has %d queued acquires, its limit", quote(k.Key), n)
+			}
+		}
+	}
+	if n := uint64(len(f.holderWaits[holder])); q.HolderWaiters > 0 && n+uint64(len(c.Keys)) > q.HolderWaiters {
+		return Exhausted("waiters_per_holder", q.HolderWaiters, "holder %s has %d queued acquires, a lease group of %d would pass its limit", quote(holder), n, len(c.Keys))
+	}
+	return nil
+}
+
+// replayGroup answers an idempotent group acquire whose idempotency hash
+// names id, the first member of an earlier group (granted or queued).
+func (f *FSM) replayGroup(id string, c *AcquireGroup) Result {
+	conflict := Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+	if l := f.leases[id]; l != nil {
+		if l.GroupID() == "" || l.fingerprint() != c.Fingerprint {
+			return conflict
+		}
+		return Result{Leases: f.Group(l.GroupID()), Replayed: true}
+	}
+	if w, ok := f.findWaiter(f.waiting[id], id); ok && w.group != "" && w.Cmd.Fingerprint == c.Fingerprint {
+		return Result{Queued: true, Replayed: true, Leases: placeholders(w.group, f.groupWaits[w.group])}
+	}
+	return conflict
+}
+
+// atHead reports whether w is first in its key's queue with a slot free.
+func (f *FSM) atHead(w waiter) bool {
+	ks := f.keys[w.Cmd.Key]
+	return ks != nil && ks.free() > 0 && ks.nWaiters() > 0 && ks.more.waitq.front().Cmd.LeaseID == w.Cmd.LeaseID
+}
+
+// pumpGroup grants queued group g if it is at the head of every one of its
+// keys' queues with a free slot on each, or fails it there if it can no
+// longer be granted (a member id taken meanwhile, its session gone). It
+// reports whether g left the queues; the keys whose queues changed are
+// pumped by repumpKeys.
+func (f *FSM) pumpGroup(g string) bool {
+	ws := f.groupWaits[g]
+	for _, w := range ws {
+		if !f.atHead(w) {
+			return false
+		}
+	}
+	delete(f.groupWaits, g)
+	for _, w := range ws {
+		f.unqueue(f.keys[w.Cmd.Key], w.Cmd.LeaseID)
+		f.repump = append(f.repump, w.Cmd.Key)
+	}
+	first := ws[0].Cmd
+	var err *wire.Error
+	for _, w := range ws {
+		if _, dup := f.leases[w.Cmd.LeaseID]; dup {
+			err = InvalidField("lease_id", "lease id %s already exists", w.Cmd.LeaseID)
+			break
+		}
+	}
+	var sess *Session
+	if err == nil && first.SessionID != "" {
+		sess, err = f.checkSession(first.SessionID, first.SessionTokenHash)
+	}
+	if err != nil {
+		f.forgetIdem(first.IdemHash, first.LeaseID)
+		f.notices = append(f.notices, Notice{LeaseID: g, Err: err})
+		return true
+	}
+	members := make([]*Lease, len(ws))
+	ids := make([]string, len(ws))
+	for i, w := range ws {
+		members[i] = f.grant(w.Cmd, f.keys[w.Cmd.Key], f.current(sess), g)
+		ids[i] = w.Cmd.LeaseID
+	}
+	f.groups[g] = ids
+	f.notices = append(f.notices, Notice{LeaseID: g, Lease: members[0], Leases: members})
+	return true
+}
+
+// withdrawGroup takes queued group g out of every queue (its wait ended,
+// was cancelled, or its holder was released) and tells its proposer err
+// (nil: nobody listens any more). The caller then runs repumpKeys.
+func (f *FSM) withdrawGroup(g string, err *wire.Error) {
+	ws := f.groupWaits[g]
+	if len(ws) == 0 {
+		return
+	}
+	delete(f.groupWaits, g)
+	for _, w := range ws {
+		f.unqueue(f.keys[w.Cmd.Key], w.Cmd.LeaseID)
+		f.repump = append(f.repump, w.Cmd.Key)
+	}
+	f.forgetIdem(ws[0].Cmd.IdemHash, ws[0].Cmd.LeaseID)
+	if err != nil {
+		f.notices = append(f.notices, Notice{LeaseID: g, Err: err})
+	}
+}
+
+// groupBusy explains why queued group g is not granted: the first of its
+// keys without a free slot, or with other acquires queued ahead of it.
+func (f *FSM) groupBusy(g string) *wire.Error {
+	for _, w := range f.groupWaits[g] {
+		if !f.atHead(w) {
+			return f.busyError(w.Cmd.Key, f.keys[w.Cmd.Key])
+		}
+	}
+	return Errorf(wire.CodeLeaseHeld, "lease group %s was not granted within its wait", g)
+}
+
+// repumpKeys pumps the keys in f.repump, in order, until no group grant
+// or withdrawal adds any more. Pumps it starts add to the list rather
+// than nest.
+func (f *FSM) repumpKeys() {
+	if f.repumping {
+		return
+	}
+	f.repumping = true
+	for len(f.repump) > 0 {
+		k := f.repump[0]
+		f.repump = f.repump[1:]
+		if ks := f.keys[k]; ks != nil {
+			f.pump(k, ks)
+		}
+	}
+	f.repump = nil
+	f.repumping = false
+}
+
+// endGroup ends every active member of group g with o, in key order, and
+// returns the group (Lease: member named, Leases: every member) and how
+// many members it ended.
+func (f *FSM) endGroup(g, named string, o endOpts) (Result, uint64) {
+	var res Result
+	n := uint64(0)
+	for _, id := range f.groups[g] {
+		if l := f.leases[id]; l != nil && l.State == StateActive {
+			f.end(l, o)
+			n++
+		}
+	}
+	res.Leases = f.Group(g)
+	res.Lease = f.leases[named]
+	return res, n
+}
+
+// groupMembers checks tok (or, for a bound group, sessTok) against every
+// member of group g and returns them: all active and not due, or an error
+// and nothing changes.
+func (f *FSM) groupMembers(g string, tok, sessTok Hash) ([]*Lease, *wire.Error) {
+	if err := validID("group_id", g); err != nil {
+		return nil, err
+	}
+	ids := f.groups[g]
+	if len(ids) == 0 {
+		return nil, Errorf(wire.CodeLeaseNotFound, "lease group %s not found", g)
+	}
+	out := make([]*Lease, len(ids))
+	for i, id := range ids {
+		l, err := f.checkLease(id, tok, sessTok)
+		if err != nil {
+			err.Message = "lease group " + g + ": " + err.Message
+			return nil, err
+		}
+		out[i] = l
+	}
+	return out, nil
+}
+
+func (f *FSM) renewGroup(c *RenewGroup) Result {
+	if c.TTLTicks > 0 && c.TTLMS <= 0 || c.TTLTicks > MaxTicks {
+		return Result{Err: InvalidField("ttl_ms", "ttl_ms must be positive")}
+	}
+	ls, err := f.groupMembers(c.GroupID, c.TokenHash, Hash{})
+	if err != nil {
+		return Result{Err: err}
+	}
+	if s := ls[0].SessionID; s != "" {
+		return Result{Err: InvalidField("group_id", "lease group %s is bound to session %s: heartbeat the session instead", c.GroupID, s)}
+	}
+	out := make([]*Lease, len(ls))
+	for i, l := range ls {
+		nl, err := f.renewOne(l.ID, c.TokenHash, renewal{ttlMS: c.TTLMS, ttlTicks: c.TTLTicks, wallMS: c.WallMS, group: true})
+		if err != nil {
+			panic(fmt.Sprintf("fsm: renewal of checked group member %s: %v", l.ID, err))
+		}
+		out[i] = nl
+	}
+	return Result{Leases: out}
+}
+
+func (f *FSM) releaseGroup(c *ReleaseGroup) Result {
+	if err := ValidReason(c.Reason); err != nil {
+		return Result{Err: err}
+	}
+	ls, err := f.groupMembers(c.GroupID, c.TokenHash, c.SessionTokenHash)
+	if err != nil {
+		return Result{Err: err}
+	}
+	reason := c.Reason
+	if reason == "" {
+		reason = ReasonReleased
+	}
+	res, _ := f.endGroup(c.GroupID, ls[0].ID, endOpts{state: StateReleased, reason: reason, wallMS: c.WallMS})
+	res.Lease = nil
+	return res
+}
+
+// dropGroupMember forgets pruned member id of group g.
+func (f *FSM) dropGroupMember(g, id string) {
+	ids := slices.DeleteFunc(f.groups[g], func(x string) bool { return x == id })
+	if len(ids) == 0 {
+		delete(f.groups, g)
+		return
+	}
+	f.groups[g] = ids
+}
+
+// Group returns the retained members of lease group id in key order, nil
+// if it has none (unknown, pruned, or still queued).
+func (f *FSM) Group(id string) []*Lease {
+	ids := f.groups[id]
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]*Lease, len(ids))
+	for i, x := range ids {
+		out[i] = f.leases[x]
+	}
+	return out
+}
+
+// GroupQueued reports whether lease group id is queued (wait_ms) for its
+// keys.
+func (f *FSM) GroupQueued(id string) bool { return len(f.groupWaits[id]) > 0 }
+
+// GroupHeldUp reports whether key has a free slot that a queued lease
+// group at the head of its queue keeps (waiting for its other keys): the
+// one case in which a key's queue is not empty while a slot is free.
+func (f *FSM) GroupHeldUp(key string) bool {
+	ks := f.keys[key]
+	if ks == nil || ks.free() <= 0 || ks.nWaiters() == 0 {
+		return false
+	}
+	w := ks.more.waitq.front()
+	return w.group != "" && slices.ContainsFunc(f.groupWaits[w.group], func(m waiter) bool { return !f.atHead(m) })
+}
+
+// rebuildGroups derives the group indexes from the records of a snapshot:
+// the members of each group (sorted by key) and its queued waiters, which
+// rebuild queued in key order.
+func (n *FSM) rebuildGroups(keys []keyRec, leases []*Lease) error {
+	for _, l := range leases {
+		if g := l.GroupID(); g != "" {
+			n.groups[g] = append(n.groups[g], l.ID)
+		}
+	}
+	for _, ids := range n.groups {
+		slices.SortFunc(ids, func(a, b string) int { return strings.Compare(n.leases[a].Key, n.leases[b].Key) })
+	}
+	for _, k := range keys {
+		for _, w := range k.waiters {
+			if w.group == "" {
+				continue
+			}
+			ws := n.groupWaits[w.group]
+			if len(ws) > 0 && (ws[0].Deadline != w.Deadline || ws[0].Cmd.Holder != w.Cmd.Holder) {
+				return fmt.Errorf("fsm: snapshot: lease group %s queued with different deadlines or holders", w.group)
+			}
+			if n.groups[w.group] != nil {
+				return fmt.Errorf("fsm: snapshot: lease group %s both queued and granted", w.group)
+			}
+			n.groupWaits[w.group] = append(ws, w)
+		}
+	}
+	return nil
+}
+
+// wholeGroups keeps a lease group of a restored file (Rebase) only whole:
+// if any of its members is not brought back (its key or session was in
+// use), none is; they end as revoked with reason ReasonRestore too.
+func (r *rebaser) wholeGroups(back []*Lease) []*Lease {
+	in := make(map[string]int) // group -> its members in back
+	for _, l := range back {
+		if g := l.GroupID(); g != "" {
+			in[g]++
+		}
+	}
+	if len(in) == 0 {
+		return back
+	}
+	return slices.DeleteFunc(back, func(l *Lease) bool {
+		g := l.GroupID()
+		if g == "" || in[g] == len(r.f.groups[g]) {
+			return false
+		}
+		l.State, l.EndReason, l.EndedTick, l.EndedWallMS = StateRevoked, ReasonRestore, r.tick, r.wallMS
+		r.st.Superseded++
+		return true
+	})
+}

@@ -1,0 +1,201 @@
+package fsm
+
+import (
+	"cmp"
+	"container/heap"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// rebuild derives every index from the records of a snapshot, each group
+// sorted by key or id without duplicates. The keys and sessions are already
+// in their maps.
+func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error {
+	if err := checkWaiters(keys); err != nil {
+		return err
+	}
+	ended, keyless, err := n.rebuildLeases(leases)
+	if err != nil {
+		return err
+	}
+	n.order.fromSorted(len(leases), func(i int) string { return leases[i].ID })
+	n.keyIdx.fromSorted(countKeys(keys, keyless))
+	ended = n.rebuildSessions(sessions, ended)
+	n.sessIDs.fromSorted(len(sessions), func(i int) string { return sessions[i].ID })
+	for h, hi := range n.holders {
+		if hi.leases.n == 0 && hi.sessions.n == 0 {
+			delete(n.holders, h) // interned for a record that has ended
+		}
+	}
+	n.rebuildKeys(keys)
+	if err := n.rebuildGroups(keys, leases); err != nil {
+		return err
+	}
+	slices.SortFunc(ended, func(a, b pruneItem) int {
+		return cmp.Or(cmp.Compare(a.tick, b.tick), cmp.Compare(a.kind, b.kind), strings.Compare(a.id, b.id))
+	})
+	n.prune = ended
+	// Whatever a limited tick left due (schedule puts it in the backlog)
+	// is processed in the order the replica that applied the tick has it.
+	heap.Init((*timerHeap)(&n.backlog))
+	return nil
+}
+
+// checkWaiters refuses a waiter without a command and a lease id queued
+// twice.
+func checkWaiters(keys []keyRec) error {
+	seen := make(map[string]bool)
+	for i, k := range keys {
+		for _, w := range k.waiters {
+			if w.Cmd == nil {
+				return fmt.Errorf("fsm: snapshot key %d: waiter without a command", i)
+			}
+			if seen[w.Cmd.LeaseID] {
+				return fmt.Errorf("fsm: snapshot key %d: lease id %s queued twice", i, w.Cmd.LeaseID)
+			}
+			seen[w.Cmd.LeaseID] = true
+		}
+	}
+	return nil
+}
+
+// rebuildLeases enters the leases in the lease map, the idempotency map,
+// their keys' refs and active sets, the holder index and the timers. It
+// returns the ended leases, to prune, and the keys of leases whose key has
+// no state.
+func (n *FSM) rebuildLeases(leases []*Lease) (ended []pruneItem, keyless []string, err error) {
+	n.leases = make(map[string]*Lease, len(leases))
+	for _, l := range leases {
+		n.leases[l.ID] = l
+		if h := l.idemHash(); !h.IsZero() {
+			// An active lease keeps its idempotency hash over an ended
+			// one (they share one only after a restore: Rebase).
+			if prev := n.leases[n.idem[h]]; prev == nil || prev.Terminal() || !l.Terminal() {
+				n.idem[h] = l.ID
+			}
+		}
+		ks := n.keys[l.Key]
+		if ks != nil {
+			ks.refs++
+		}
+		if l.Terminal() {
+			ended = append(ended, pruneItem{tick: l.EndedTick, kind: kindLease, id: l.ID})
+			if ks == nil {
+				keyless = append(keyless, l.Key)
+			}
+			continue
+		}
+		if ks == nil {
+			return nil, nil, fmt.Errorf("fsm: snapshot: active lease %s on key without state", l.ID)
+		}
+		ks.addActive(l.ID)
+		n.active++
+		n.holder(l.Holder).leases.insert(l.ID)
+		if l.SessionID == "" {
+			n.schedule(leaseDeadline(l), kindLease, l.ID)
+		} else if s := n.sessions[l.SessionID]; s == nil || s.State != SessionActive {
+			// Its session ended with more leases than one chunk could
+			// end: its end is in the backlog (expire.go).
+			n.backlog = append(n.backlog, timer{kind: kindLease, id: l.ID})
+		}
+	}
+	return ended, keyless, nil
+}
+
+// rebuildSessions enters the active sessions in the holder index and the
+// timers, and appends the ended ones to ended, to prune.
+func (n *FSM) rebuildSessions(sessions []*Session, ended []pruneItem) []pruneItem {
+	for _, s := range sessions {
+		if s.State != SessionActive {
+			ended = append(ended, pruneItem{tick: s.EndedTick, kind: kindSession, id: s.ID})
+			continue
+		}
+		n.sessOpen++
+		n.holder(s.Holder).sessions.insert(s.ID)
+		n.schedule(s.ExpiresTick+GraceTicks, kindSession, s.ID)
+	}
+	return ended
+}
+
+// rebuildKeys puts every key's active leases in grant order and queues its
+// waiters, with their timers and those of its blocked slots.
+func (n *FSM) rebuildKeys(keys []keyRec) {
+	for _, k := range keys {
+		ks := k.ks
+		if a := ks.active(); len(a) > 1 {
+			// Grant order; ids break ties (only a damaged snapshot has them).
+			slices.SortStableFunc(a, func(a, b string) int {
+				return cmp.Compare(n.leases[a].Fence, n.leases[b].Fence)
+			})
+		}
+		for _, w := range k.waiters {
+			if w.Cmd.Holder == "" && w.Cmd.SessionID != "" {
+				// Queued before waiters named their holder (lease.go).
+				if s := n.sessions[w.Cmd.SessionID]; s != nil {
+					w.Cmd.Holder = s.Holder
+				}
+			}
+			n.queueWaiter(ks, w)
+			n.schedule(w.Deadline, kindWait, k.key+"\x00"+w.Cmd.LeaseID)
+			if !w.Cmd.IdemHash.IsZero() {
+				n.idem[w.Cmd.IdemHash] = w.Cmd.LeaseID
+			}
+		}
+		for _, b := range ks.blocked() {
+			n.schedule(b.Until, kindDelay, k.key)
+		}
+	}
+}
+
+// countKeys returns the keys of lease records, sorted, each with its count
+// of records: the keys (sorted) whose state rebuild counted in refs (which
+// it resets), merged with keyless, the keys of records without key state.
+func countKeys(keys []keyRec, keyless []string) []keyRef {
+	slices.Sort(keyless)
+	var extra []keyRef
+	for i, k := range keyless {
+		if i > 0 && k == keyless[i-1] {
+			extra[len(extra)-1].n++
+			continue
+		}
+		extra = append(extra, keyRef{k, 1})
+	}
+	refs := make([]keyRef, 0, len(keys)+len(extra))
+	j := 0
+	for _, k := range keys {
+		if k.ks.refs == 0 {
+			continue
+		}
+		for j < len(extra) && extra[j].key < k.key {
+			refs = append(refs, extra[j])
+			j++
+		}
+		refs = append(refs, keyRef{k.key, k.ks.refs})
+		k.ks.refs = 0
+	}
+	return append(refs, extra[j:]...)
+}
+
+// internHolder returns the holder named b, its string shared with every
+// record of the holder. The holder is entered in the holder index (rebuild
+// removes it again if nothing active refers to it).
+func (n *FSM) internHolder(b []byte) *holderIndex {
+	if hi := n.holders[string(b)]; hi != nil {
+		return hi
+	}
+	return n.holder(string(b))
+}
+
+// knownReasons are the end reasons the state machine sets itself; a decoded
+// reason equal to one shares its string.
+var knownReasons = [...]string{ReasonExpired, ReasonSessionEnded, ReasonHolderReleased, ReasonRevoked, ReasonReleased, "ended"}
+
+func internReason(b []byte) string {
+	for _, r := range knownReasons {
+		if string(b) == r {
+			return r
+		}
+	}
+	return string(b)
+}

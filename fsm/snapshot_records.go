@@ -1,0 +1,323 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Record codecs of format 2, in the style of the log's (codec.go): fields in
+// a fixed order, nothing optional, exactly one encoding. A lease or session
+// state is one byte (its index in leaseStates or sessionStates).
+
+var (
+	leaseStates   = []State{StateActive, StateReleased, StateExpired, StateRevoked}
+	sessionStates = []State{SessionActive, SessionEnded, SessionExpired}
+)
+
+func (e *enc) state(s State, states []State) {
+	i := slices.Index(states, s)
+	if i < 0 {
+		e.fail(fmt.Errorf("fsm: cannot encode state %q", s))
+		return
+	}
+	e.b = append(e.b, byte(i))
+}
+
+func (d *dec) state(states []State) State {
+	p := d.take(1)
+	switch {
+	case p == nil:
+		return ""
+	case int(p[0]) >= len(states):
+		d.fail(fmt.Sprintf("unknown state %d", p[0]))
+		return ""
+	}
+	return states[p[0]]
+}
+
+func (h *snapHeader) encode(e *enc) {
+	e.uvarint(SnapshotFormat)
+	e.uvarint(h.Index)
+	e.uvarint(h.Tick)
+	e.varint(h.PeriodMS)
+	e.varint(h.WallMS)
+	e.uvarint(h.Fence)
+	e.uvarint(uint64(h.Keys))
+	e.uvarint(uint64(h.Sessions))
+	e.uvarint(uint64(h.Leases))
+	if h.Members > 0 || h.ClusterID != "" || h.SealCheck != "" {
+		e.uvarint(uint64(h.Members))
+	}
+	if h.ClusterID != "" || h.SealCheck != "" {
+		e.str(h.ClusterID)
+	}
+	if h.SealCheck != "" {
+		e.bytes([]byte(h.SealCheck))
+	}
+}
+
+func (h *snapHeader) decode(d *dec) {
+	if f := d.uvarint(); f != SnapshotFormat && d.err == nil {
+		d.fail(fmt.Sprintf("unknown snapshot format %d", f))
+	}
+	h.Format = SnapshotFormat
+	h.Index = d.uvarint()
+	h.Tick = d.uvarint()
+	h.PeriodMS = d.varint()
+	h.WallMS = d.varint()
+	h.Fence = d.uvarint()
+	h.Keys = d.records()
+	h.Sessions = d.records()
+	h.Leases = d.records()
+	if len(d.b) > 0 {
+		// Written only when not zero, so that there is one encoding.
+		if h.Members = d.records(); h.Members == 0 && len(d.b) == 0 && d.err == nil {
+			d.fail("member count 0 written")
+		}
+	}
+	if len(d.b) > 0 && d.err == nil {
+		// Written only when set, so that there is one encoding.
+		// An empty id is written only before a seal check.
+		h.ClusterID = d.str()
+		if err := ValidClusterID(h.ClusterID); err != nil && d.err == nil && (h.ClusterID != "" || len(d.b) == 0) {
+			d.fail("bad cluster id: " + err.Message)
+		}
+	}
+	if len(d.b) > 0 && d.err == nil {
+		h.SealCheck = string(d.bytes())
+		if n := len(h.SealCheck); (n == 0 || n > MaxSealCheckBytes) && d.err == nil {
+			d.fail(fmt.Sprintf("seal check of %d bytes", n))
+		}
+	}
+}
+
+// records reads a count of records (not checked against the input: records
+// are read one by one).
+func (d *dec) records() int {
+	v := d.uvarint()
+	if v > 1<<62 {
+		d.fail("count out of range")
+		return 0
+	}
+	return int(v)
+}
+
+// waiterBytes is the least an encoded waiter takes: a deadline and an
+// Acquire of empty strings and zero numbers (14 one-byte fields, 4 hashes).
+const waiterBytes = 14 + 4*len(Hash{})
+
+func (k *snapKey) encode(e *enc) {
+	var m keyMore
+	if k.more != nil {
+		m = *k.more
+	}
+	e.str(k.key)
+	e.uvarint(uint64(k.limit))
+	e.uvarint(uint64(len(m.blocked)))
+	for _, b := range m.blocked {
+		e.uvarint(b.Until)
+		e.str(b.LeaseID)
+	}
+	ws := m.waitq.list()
+	e.uvarint(uint64(len(ws)))
+	for _, w := range ws {
+		if w.Cmd == nil {
+			e.fail(errors.New("fsm: waiter without a command"))
+			return
+		}
+		e.uvarint(w.Deadline)
+		w.Cmd.encode(e)
+	}
+	e.uvarint(uint64(len(m.stolen)))
+	for _, id := range m.stolen {
+		e.str(id)
+	}
+	if slices.ContainsFunc(ws, func(w waiter) bool { return w.group != "" }) {
+		// Only when a lease group is queued on the key (group.go), so
+		// that other keys keep their bytes: each waiter's group, "" for
+		// an acquire of one key.
+		for _, w := range ws {
+			e.str(w.group)
+		}
+	}
+}
+
+func decodeKey(d *dec, k *keyRec) {
+	k.key = d.str()
+	var m keyMore
+	limit := d.uint32()
+	if n := d.count(2); n > 0 {
+		m.blocked = make([]blocked, n)
+		for i := range m.blocked {
+			m.blocked[i].Until = d.uvarint()
+			m.blocked[i].LeaseID = d.str()
+		}
+	}
+	if n := d.count(waiterBytes); n > 0 {
+		ws := make([]waiter, n)
+		for i := range ws {
+			ws[i].Deadline = d.uvarint()
+			c := new(Acquire)
+			c.decode(d)
+			ws[i].Cmd = c
+		}
+		k.waiters = ws
+	}
+	if n := d.count(1); n > 0 {
+		m.stolen = make([]string, n)
+		for i := range m.stolen {
+			m.stolen[i] = d.str()
+		}
+	}
+	if len(d.b) > 0 && d.err == nil {
+		grouped := false
+		for i := range k.waiters {
+			k.waiters[i].group = d.str()
+			grouped = grouped || k.waiters[i].group != ""
+		}
+		if !grouped && d.err == nil {
+			d.fail("waiter groups written without a lease group")
+		}
+	}
+	k.ks = newKeyState(limit, m)
+}
+
+// newKeyState returns the state of a key read from a snapshot. Most keys
+// have nothing but a limit: their state has no keyMore (allocating one only
+// for tidy to drop it cost 128 bytes of garbage a key).
+func newKeyState(limit uint32, m keyMore) *keyState {
+	ks := &keyState{limit: limit}
+	if len(m.active) > 0 || len(m.blocked) > 0 || m.waitq.len() > 0 || len(m.stolen) > 0 {
+		ks.more = new(keyMore)
+		*ks.more = m
+	}
+	return ks
+}
+
+func encodeSession(e *enc, s *Session) {
+	e.str(s.ID)
+	e.str(s.Holder)
+	e.state(s.State, sessionStates)
+	e.hash(s.TokenHash)
+	e.varint(s.TTLMS)
+	e.uvarint(s.TTLTicks)
+	e.uvarint(s.ExpiresTick)
+	e.varint(s.CreatedWallMS)
+	e.varint(s.LastHeartbeat)
+	e.uvarint(s.HeartbeatCount)
+	e.strmap(s.Metadata)
+	e.uvarint(uint64(len(s.LeaseIDs)))
+	for _, id := range s.LeaseIDs {
+		e.str(id)
+	}
+	e.uvarint(s.EndedTick)
+	e.varint(s.EndedWallMS)
+	e.str(s.EndReason)
+}
+
+func (n *FSM) decodeSession(d *dec, s *Session) {
+	s.ID = d.str()
+	s.Holder = n.internHolder(d.strBytes()).name
+	s.State = d.state(sessionStates)
+	s.TokenHash = d.hash()
+	s.TTLMS = d.varint()
+	s.TTLTicks = d.uvarint()
+	s.ExpiresTick = d.uvarint()
+	s.CreatedWallMS = d.varint()
+	s.LastHeartbeat = d.varint()
+	s.HeartbeatCount = d.uvarint()
+	s.Metadata = d.strmap()
+	if n := d.count(1); n > 0 {
+		s.LeaseIDs = make([]string, n)
+		for i := range s.LeaseIDs {
+			s.LeaseIDs[i] = d.str()
+		}
+	}
+	s.EndedTick = d.uvarint()
+	s.EndedWallMS = d.varint()
+	s.EndReason = internReason(d.strBytes())
+}
+
+// encodeLease writes a lease. The idempotency hashes, zero for most leases,
+// follow a bool saying whether either is set (it is 1 only if one is).
+func encodeLease(e *enc, l *Lease) {
+	e.str(l.ID)
+	e.str(l.Key)
+	e.str(l.Holder)
+	e.uvarint(uint64(l.Limit))
+	e.str(l.SessionID)
+	e.state(l.State, leaseStates)
+	e.uvarint(l.Fence)
+	e.hash(l.TokenHash)
+	e.varint(l.TTLMS)
+	e.uvarint(l.TTLTicks)
+	e.uvarint(l.ExpiresTick)
+	e.uvarint(l.AcquiredTick)
+	e.varint(l.AcquiredWallMS)
+	e.varint(l.RenewedWallMS)
+	e.uvarint(l.EndedTick)
+	e.varint(l.EndedWallMS)
+	e.uvarint(uint64(l.RenewalCount))
+	e.strmap(l.Metadata)
+	e.str(l.EndReason)
+	e.uvarint(l.LockDelayTicks)
+	e.bool(l.hasIdemHashes())
+	if l.hasIdemHashes() {
+		e.hash(l.idem.hash)
+		e.hash(l.idem.fingerprint)
+	}
+	e.bytes(l.SealedToken())
+	if g := l.GroupID(); g != "" {
+		// Only for a member of a lease group (group.go), so that other
+		// leases keep their bytes.
+		e.str(g)
+	}
+}
+
+// decodeLease reads a lease. Its id and key share one allocation; its
+// holder, session id and end reason share the strings of other records.
+func (n *FSM) decodeLease(d *dec, l *Lease) {
+	id, key := d.strBytes(), d.strBytes()
+	var arr [96]byte
+	idKey := string(append(append(arr[:0], id...), key...))
+	l.ID, l.Key = idKey[:len(id)], idKey[len(id):]
+	l.Holder = n.internHolder(d.strBytes()).name
+	l.Limit = d.uint32()
+	if sid := d.strBytes(); len(sid) > 0 {
+		if s := n.sessions[string(sid)]; s != nil {
+			l.SessionID = s.ID
+		} else {
+			l.SessionID = string(sid)
+		}
+	}
+	l.State = d.state(leaseStates)
+	l.Fence = d.uvarint()
+	l.TokenHash = d.hash()
+	l.TTLMS = d.varint()
+	l.TTLTicks = d.uvarint()
+	l.ExpiresTick = d.uvarint()
+	l.AcquiredTick = d.uvarint()
+	l.AcquiredWallMS = d.varint()
+	l.RenewedWallMS = d.varint()
+	l.EndedTick = d.uvarint()
+	l.EndedWallMS = d.varint()
+	l.RenewalCount = d.uint32()
+	l.Metadata = d.strmap()
+	l.EndReason = internReason(d.strBytes())
+	l.LockDelayTicks = d.uvarint()
+	var h, fp Hash
+	if d.bool() {
+		if h, fp = d.hash(), d.hash(); h.IsZero() && fp.IsZero() && d.err == nil {
+			d.fail("idempotency hashes flagged but zero")
+		}
+	}
+	l.idem = newLeaseIdem(h, fp, d.bytes())
+	if len(d.b) > 0 && d.err == nil {
+		g := d.str()
+		if (g == "" || len(g) > MaxIDBytes) && d.err == nil {
+			d.fail(fmt.Sprintf("lease group id of %d bytes", len(g)))
+		}
+		l.idem = withGroup(l.idem, g)
+	}
+}

@@ -1,0 +1,130 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// leaderTerm is what this server does while it leads: establish the term
+// (a barrier, its registry record), then run the clock, the reconciler and
+// the state check until the term ends; and whether it is ready to serve in
+// the term it leads (isReady).
+type leaderTerm struct {
+	n     *Node
+	ready atomic.Pointer[leadership] // set once a term's barrier applied
+}
+
+// leadership is a leadership term in which this server became ready to
+// serve: its barrier (so every entry of earlier terms) applied.
+type leadership struct {
+	ctx  context.Context // the term's, cancelled when leadership is lost
+	term uint64          // the Raft term the barrier committed in
+}
+
+// isReady reports whether this server leads in the very term in
+// which its readiness was established. The term's context alone is not
+// enough: it is cancelled asynchronously, so a server that lost leadership
+// and won it again in a later term could still see it live before that
+// term's barrier applied, with a commit index that does not yet cover what
+// another leader committed in between. State is read before the term: the
+// term cannot go back, so Leader then the recorded term means leader in
+// that term, and a server never leads twice in one term.
+func (lt *leaderTerm) isReady() bool { return lt.readyTerm() != nil }
+
+// readyTerm is the leadership term this server is ready to serve in, nil
+// when it is not (see isReady).
+func (lt *leaderTerm) readyTerm() *leadership {
+	p := lt.ready.Load()
+	if p == nil || p.ctx.Err() != nil || !lt.n.cl.LeadsIn(p.term) {
+		return nil
+	}
+	return p
+}
+
+// run runs for one leadership term: apply a barrier so that state reflects
+// everything earlier leaders committed, record this server, then tick until
+// leadership ends. A leader must either run the clock or give leadership
+// up: a failed barrier or registry write is retried, and a watchdog hands
+// leadership on when this term has committed nothing of its own (setup or
+// ticks) for leaderStall (a stalled disk holds Raft's leader loop, and with
+// it every commit, while heartbeats still keep the followers loyal).
+func (lt *leaderTerm) run(ctx context.Context) {
+	n := lt.n
+	if err := n.outOfService(); err != nil {
+		// A server whose state differs from the cluster's (or whose log
+		// is damaged) must not lead: what it would grant and read comes
+		// from that state.
+		n.log.Error("refusing to lead: " + err.Error())
+		n.cl.StepDown(ctx)
+		return
+	}
+	defer n.gc.crcOK.Store(false) // learnt again by the next term
+	n.gc.updateEntryCRCNow()
+	progress := cluster.NewProgress()
+	go n.cl.RunWatchdog(ctx, progress, cluster.Watchdog{Stall: n.cfg.leaderStall(),
+		// A refused server (removed, or of another cluster) commits
+		// nothing by design: handing its leadership on changes nothing.
+		Exempt: func() bool { return n.mem.refusedErr() != nil },
+		// A restore's chunks commit, or its commit is being applied (ticks
+		// wait behind it): the term is making progress.
+		Busy: n.bk.restoreBusy})
+	var term uint64
+	for {
+		// The term is read before the barrier, which is therefore
+		// appended in this term or a later one: if this server still
+		// leads in this term afterwards, the barrier committed in it.
+		term = n.cl.Term()
+		if !untilDone(ctx, n.log, "leadership barrier", func() error { return n.cl.BarrierCtx(ctx, n.cfg.ApplyTimeout) }) {
+			return
+		}
+		progress.Mark()
+		// One entry the state machine sees (this server's registry record):
+		// Raft's own no-op and the barrier never reach it, so without this the
+		// applied index would trail the commit index, and linearizable reads
+		// would wait, until the first tick.
+		if !untilDone(ctx, n.log, "leadership: recording this server", func() error {
+			_, _, err := n.propose(ctx, &fsm.Member{ID: n.cfg.NodeID, Incarnation: n.mem.incarnation})
+			return err
+		}) {
+			return
+		}
+		progress.Mark()
+		if n.cl.LeadsIn(term) {
+			break
+		}
+		// Leadership was lost and won again meanwhile: establish it in
+		// the current term (or see this term's context end).
+		if sleepCtx(ctx, backoff(0)) != nil {
+			return
+		}
+	}
+	lt.ready.Store(&leadership{ctx: ctx, term: term})
+	go n.rc.reconcileLoop(ctx)
+	go n.sc.stateCheckLoop(ctx)
+	n.tk.tickLoop(ctx, progress)
+}
+
+// untilDone runs step until it succeeds, with backoff, while the term
+// lasts; it reports whether it succeeded. Failures are logged at most once
+// in about ten seconds.
+func untilDone(ctx context.Context, log *slog.Logger, what string, step func() error) bool {
+	for try := 0; ; try++ {
+		err := step()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if try%10 == 0 {
+			log.Warn(what+" failed; retrying", "err", err, "attempt", try+1)
+		}
+		if sleepCtx(ctx, backoff(try)) != nil {
+			return false
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftwal "github.com/hashicorp/raft-wal"
+)
+
+// Watching Raft's log store. When the disk fills, raft-wal fails to
+// preallocate its next segment as it rotates, and from then on refuses
+// every append ("segment is sealed") until the process restarts, even once
+// space is back: Raft steps down on every failed append, so a single server
+// flaps through elections forever, and nothing from outside could tell.
+// The log store is wrapped here to see its writes fail:
+//   - while they fail, HealthErr (/healthz) and ReadyErr say so;
+//   - once the disk has room for a restart again (RestartFreeDisk) while
+//     appends still fail (at once for raft-wal's sealed segment, after
+//     logRecoverGrace for any other error), or after LogFailureTimeout of
+//     failures whatever the disk says, the node fails (Failed): the
+//     server exits with a distinct status for its supervisor to restart
+//     it, and a restart reopens the log with every acknowledged write (an
+//     entry is acknowledged only once it is written and fsynced).
+
+// logRecoverGrace: with room on the disk again, appends that go on failing
+// for this long (other than raft-wal's sealed segment, which never
+// recovers) fail the node. Raft retries an append about every second.
+const logRecoverGrace = 3 * time.Second
+
+// logWatch is the state of the log store's writes.
+type logWatch struct {
+	failingSince atomic.Int64 // unix ns of the first failure since the last success; 0: not failing
+	lastFailure  atomic.Int64 // unix ns
+	failures     atomic.Uint64
+	sealed       atomic.Bool // a failure was raft-wal's sealed segment (permanent)
+	lastErr      atomic.Pointer[string]
+	roomSince    atomic.Int64 // unix ns since the disk has had room for a restart while failing; 0: none
+
+	failOnce sync.Once
+	failed   chan struct{} // closed when the node fails
+	failErr  atomic.Pointer[error]
+}
+
+func newLogWatch() *logWatch { return &logWatch{failed: make(chan struct{})} }
+
+// watchedLogs reports every write's outcome to w; reads pass through.
+type watchedLogs struct {
+	raft.LogStore
+	w *logWatch
+}
+
+func (s watchedLogs) StoreLog(l *raft.Log) error { return s.w.record(s.LogStore.StoreLog(l)) }
+
+func (s watchedLogs) StoreLogs(ls []*raft.Log) error { return s.w.record(s.LogStore.StoreLogs(ls)) }
+
+func (w *logWatch) record(err error) error {
+	now := time.Now().UnixNano()
+	if err == nil {
+		if w.failingSince.Load() != 0 {
+			w.failingSince.Store(0)
+			w.roomSince.Store(0)
+			w.sealed.Store(false)
+		}
+		return nil
+	}
+	w.failures.Add(1)
+	w.lastFailure.Store(now)
+	w.failingSince.CompareAndSwap(0, now)
+	msg := err.Error()
+	w.lastErr.Store(&msg)
+	if errors.Is(err, raftwal.ErrSealed) || strings.Contains(msg, raftwal.ErrSealed.Error()) {
+		w.sealed.Store(true)
+	}
+	return err
+}
+
+// wrap returns the store wrapper the node hands the cluster: inner's, then
+// the watch around the log store.
+func (w *logWatch) wrap(inner storeWrapper) storeWrapper {
+	return func(logs raft.LogStore, stable raft.StableStore) (raft.LogStore, raft.StableStore) {
+		if inner != nil {
+			logs, stable = inner(logs, stable)
+		}
+		return watchedLogs{LogStore: logs, w: w}, stable
+	}
+}
+
+// failingErr describes the failure while the log's writes fail, else nil.
+func (w *logWatch) failingErr() error {
+	since := w.failingSince.Load()
+	if since == 0 {
+		return nil
+	}
+	msg := ""
+	if p := w.lastErr.Load(); p != nil {
+		msg = *p
+	}
+	return fmt.Errorf("the Raft log cannot be written (failing for %v, %d failed writes; last error: %s)",
+		time.Since(time.Unix(0, since)).Round(time.Second), w.failures.Load(), msg)
+}
+
+// check runs every disk poll with the free bytes (-1: unknown) and fails
+// the node when the log is wedged (see above).
+func (w *logWatch) check(n *Node, free int64) {
+	since := w.failingSince.Load()
+	if since == 0 {
+		return
+	}
+	now := time.Now()
+	room := free >= RestartFreeDisk
+	if !room {
+		w.roomSince.Store(0)
+	} else {
+		w.roomSince.CompareAndSwap(0, now.UnixNano())
+	}
+	failing := w.failingErr()
+	if failing == nil {
+		return
+	}
+	timeout := n.cfg.logFailureTimeout()
+	switch rs := w.roomSince.Load(); {
+	case room && w.sealed.Load():
+		w.fail(n, fmt.Errorf("%w; the log store refuses every append until it is reopened (its segment is sealed after a failed rotation, "+
+			"typically a full disk) and the disk has room again (%s free): stopping so that a restart reopens it", failing, fmtBytes(free)))
+	case room && rs != 0 && w.lastFailure.Load() > rs && now.Sub(time.Unix(0, rs)) >= logRecoverGrace:
+		w.fail(n, fmt.Errorf("%w; the disk has had room again (%s free) for %v and the log still fails: stopping so that a restart reopens it",
+			failing, fmtBytes(free), now.Sub(time.Unix(0, rs)).Round(time.Second)))
+	case timeout > 0 && now.Sub(time.Unix(0, since)) >= timeout:
+		w.fail(n, fmt.Errorf("%w; giving up after --log-failure-timeout (%v) with %s free on the data directory's disk: stopping; "+
+			"a restart recovers every acknowledged write once the disk has room (at least %s free)",
+			failing, timeout, fmtBytes(free), fmtBytes(RestartFreeDisk)))
+	}
+}
+
+func (w *logWatch) fail(n *Node, err error) {
+	w.failOnce.Do(func() {
+		w.failErr.Store(&err)
+		n.log.Error("storage failure: the node has failed", "err", err)
+		close(w.failed)
+	})
+}
+
+// logFailureTimeout is Config.LogFailureTimeout or its default; 0: never.
+func (c *Config) logFailureTimeout() time.Duration {
+	switch t := c.LogFailureTimeout; {
+	case t < 0:
+		return 0
+	case t == 0:
+		return DefaultLogFailureTimeout
+	default:
+		return t
+	}
+}
+
+// HealthErr is nil while the node can serve at all; otherwise it says why
+// not: Raft's log store fails its writes (a full or broken disk), or the
+// node has failed (Failed). /healthz answers 503 with it: a process that
+// cannot write its log is not alive in any useful sense, and a restart is
+// what recovers it.
+func (n *Node) HealthErr() error {
+	if n.logs == nil {
+		return nil
+	}
+	if p := n.logs.failErr.Load(); p != nil {
+		return *p
+	}
+	return n.logs.failingErr()
+}
+
+// Failed is closed when the node has failed for good: Raft's log store
+// stopped taking writes and cannot recover without reopening the log (see
+// FailedErr). The process should then stop (Close) and be restarted; the
+// server command exits with a distinct status. Acknowledged writes are on
+// disk: a restart recovers them.
+func (n *Node) Failed() <-chan struct{} {
+	if n.logs == nil {
+		return nil
+	}
+	return n.logs.failed
+}
+
+// FailedErr says why the node failed; nil while it has not.
+func (n *Node) FailedErr() error {
+	if n.logs == nil {
+		return nil
+	}
+	if p := n.logs.failErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}

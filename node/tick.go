@@ -1,0 +1,197 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// ticker is the cluster clock as the leader runs it: one tick per period
+// into the log, and the Expire entries that drain what a limited tick left
+// due.
+type ticker struct {
+	n *Node
+	// chunkedOK: every server of the configuration applies limited ticks
+	// and Expire entries (updateChunkedExpiry), so ticks may be limited.
+	chunkedOK atomic.Bool
+}
+
+// tickLoop is the cluster clock. It waits one period after gaining
+// leadership before the first tick (a new leader must not compress time;
+// only a new cluster, at tick 0, starts its clock at once),
+// proposes tick k+1 only after tick k has applied here, and never sooner
+// than one period after it proposed tick k: committed ticks are therefore
+// never closer than one period in real time, except that one tick may follow
+// its predecessor quickly after a stall (fsm.GraceTicks covers it). Every
+// tick it commits counts as progress for the watchdog.
+func (tk *ticker) tickLoop(ctx context.Context, progress *cluster.Progress) {
+	period := tk.period()
+	if period != tk.n.cfg.TickPeriod {
+		tk.n.log.Warn("the cluster's tick period was fixed by its first tick; ignoring the configured one",
+			"tick_period", period, "configured", tk.n.cfg.TickPeriod)
+	}
+	retain := uint64((tk.n.cfg.Retention + period - 1) / period)
+	first := period
+	tk.n.rep.mu.RLock()
+	if tk.n.rep.f.Tick() == 0 || canaryTickAtOnce {
+		// A new cluster: no earlier tick exists that a quick first one
+		// could crowd, so the clock starts at once.
+		first = 0
+	}
+	tk.n.rep.mu.RUnlock()
+	timer := newClockTimer(first)
+	defer timer.Stop()
+	ticked := false
+	var lastCommit time.Time // of this term's previous tick
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		// Both cases may have been ready: a term that has ended must not
+		// propose (a tick of an old loop committed in a later term would
+		// crowd that term's first tick).
+		if ctx.Err() != nil {
+			return
+		}
+		if tk.clockHeld() {
+			progress.Mark() // held on purpose: not a stall
+			timer.Reset(period)
+			continue
+		}
+		sent := monoNow()
+		tk.n.rep.mu.RLock()
+		next := tk.n.rep.f.Tick() + 1
+		tk.n.rep.mu.RUnlock()
+		_, _, err := tk.n.propose(ctx, &fsm.Tick{Tick: next, WallMS: wallNow().UnixMilli(),
+			PeriodMS: period.Milliseconds(), RetainTicks: retain, RetainMax: uint64(tk.n.cfg.MaxRetained),
+			ExpireMax: tk.tickChunk()})
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			tk.n.log.Warn("tick not committed", "tick", next, "err", err)
+		} else {
+			if !ticked {
+				tk.n.log.Info("first tick of this leadership term committed", "tick", next)
+				ticked = true
+			}
+			progress.Mark()
+			now := monoNow()
+			if !lastCommit.IsZero() {
+				tk.n.metrics.tickInterval.Observe(now.Sub(lastCommit).Seconds())
+			}
+			lastCommit = now
+			tk.drainExpiry(ctx, next, progress)
+		}
+		timer.Reset(max(sent.Add(period).Sub(monoNow()), 0))
+	}
+}
+
+// clockHeld reports whether a test holds the clock (Config.holdClock).
+func (tk *ticker) clockHeld() bool { return tk.n.cfg.holdClock != nil && tk.n.cfg.holdClock(tk.n) }
+
+// expireChunk bounds the records one tick or Expire entry ends (fsm
+// expire.go): small enough that applying it holds writes up for a few
+// milliseconds, large enough that a storm of 100,000 expiries takes few
+// round trips. Tests set a smaller one (Config.expireChunk).
+const expireChunk = 4096
+
+// chunk is the records one tick or Expire entry ends.
+func (tk *ticker) chunk() uint64 { return cmp.Or(tk.n.cfg.expireChunk, expireChunk) }
+
+// tickChunk is the ExpireMax of the next tick: the chunk once every server
+// of the configuration runs a version that reads limited ticks and Expire
+// entries (gossip says so; the leader's reconcile pass checks), else 0, an
+// unlimited tick of the older entry type: a server of an earlier version
+// stops on an entry type it does not know, so a rolling upgrade chunks
+// expiries only once it is complete.
+func (tk *ticker) tickChunk() uint64 {
+	if !tk.chunkedOK.Load() {
+		return 0
+	}
+	return tk.chunk()
+}
+
+// updateChunkedExpiry records whether every server of the configuration
+// (ids) but this one announces ChunkedExpiry in gossip.
+func (tk *ticker) updateChunkedExpiry(ids []string) {
+	tk.chunkedOK.Store(!tk.n.cfg.olderPeer && everyPeer(tk.n.cfg.NodeID, ids, tk.n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.ChunkedExpiry }))
+}
+
+// everyPeer reports whether every server of ids but self is known (peer)
+// and has the capability has.
+func everyPeer(self string, ids []string, peer func(string) (cluster.Peer, bool), has func(cluster.Peer) bool) bool {
+	for _, id := range ids {
+		if id == self {
+			continue
+		}
+		if p, found := peer(id); !found || !has(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// expireDepth is how many Expire entries drainExpiry keeps in flight: the
+// next chunk commits while the one before applies, and a write proposed
+// meanwhile waits behind at most this many chunks.
+const expireDepth = 2
+
+// drainExpiry proposes Expire entries, at most expireDepth at a time so
+// that the writes proposed meanwhile commit between them, until what tick
+// left due has ended (or the tick has passed, or leadership is lost).
+func (tk *ticker) drainExpiry(ctx context.Context, tick uint64, progress *cluster.Progress) {
+	done := make(chan error, expireDepth)
+	inflight := 0
+	defer func() {
+		for ; inflight > 0; inflight-- {
+			<-done
+		}
+	}()
+	for ctx.Err() == nil {
+		tk.n.rep.mu.RLock()
+		left := 0
+		if tk.n.rep.f.Tick() == tick {
+			left = tk.n.rep.f.Backlog()
+		}
+		tk.n.rep.mu.RUnlock()
+		// Once a server that does not read Expire entries is in the
+		// configuration, none is proposed: the next tick is unlimited
+		// and ends what is left.
+		if tk.chunkedOK.Load() && uint64(left) > uint64(inflight)*tk.chunk() && inflight < expireDepth && !tk.clockHeld() {
+			inflight++
+			go func() {
+				_, _, err := tk.n.propose(ctx, &fsm.Expire{Tick: tick, WallMS: wallNow().UnixMilli(), Max: tk.chunk()})
+				done <- err
+			}()
+			continue
+		}
+		if inflight == 0 {
+			return
+		}
+		err := <-done
+		inflight--
+		if err != nil {
+			if ctx.Err() == nil {
+				tk.n.log.Warn("expiry not committed", "tick", tick, "err", err)
+			}
+			return
+		}
+		// A committed chunk is this term's progress as much as a tick:
+		// the watchdog must not hand on a leader draining a long storm.
+		progress.Mark()
+	}
+}
+
+// period is the cluster's tick period.
+func (tk *ticker) period() time.Duration {
+	tk.n.rep.mu.RLock()
+	defer tk.n.rep.mu.RUnlock()
+	return time.Duration(tk.n.rep.period()) * time.Millisecond
+}
