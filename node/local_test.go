@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -174,6 +175,55 @@ func TestStateHashSnapshotJump(t *testing.T) {
 	res = recv(t, beyond)
 	if res.err != nil || res.h.sum != restored || res.h.index != 22 {
 		t.Fatalf("hash at 22 (after the snapshot, before 23): %+v %v, want %s", res.h, res.err, restored)
+	}
+}
+
+// TestRestoreRefusesAnOlderSnapshot: a leader's snapshot older than what
+// this server applied is refused and changes nothing (installed, Raft would
+// set its applied index back and look for entries this server may have
+// compacted: the "log not found" panic of the bitflip scenario); one at or
+// beyond it installs.
+func TestRestoreRefusesAnOlderSnapshot(t *testing.T) {
+	snapAt := func(upto uint64) []byte {
+		src := fsm.New()
+		src.Apply(1, tickCmd(1))
+		src.Apply(10, acquireCmd("ls_x", "k/x"))
+		if upto >= 20 {
+			src.Apply(20, tickCmd(2))
+		}
+		if upto >= 30 {
+			src.Apply(30, tickCmd(3))
+		}
+		var b bytes.Buffer
+		if _, err := src.Snapshot().WriteTo(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	h := newHashReplica(t)
+	h.r.started.Store(true)
+	h.apply(1, tickCmd(1))
+	h.apply(10, acquireCmd("ls_x", "k/x"))
+	h.apply(20, tickCmd(2))
+	h.apply(25, tickCmd(3))
+	before := h.sum()
+	err := h.r.Restore(io.NopCloser(bytes.NewReader(snapAt(10))))
+	if !errors.Is(err, ErrStaleSnapshot) {
+		t.Fatalf("a snapshot at 10 over a state at 25: %v, want ErrStaleSnapshot", err)
+	}
+	if h.sum() != before || h.r.f.Index() != 25 || h.r.applied.Load() != 25 {
+		t.Fatalf("a refused snapshot changed the state: index %d, applied %d", h.r.f.Index(), h.r.applied.Load())
+	}
+	if err := h.r.Restore(io.NopCloser(bytes.NewReader(snapAt(30)))); err != nil {
+		t.Fatalf("a newer snapshot: %v", err)
+	}
+	if h.r.f.Index() != 30 {
+		t.Fatalf("after a snapshot at 30: index %d", h.r.f.Index())
+	}
+	// At start the state is empty: any snapshot installs.
+	fresh := newHashReplica(t)
+	if err := fresh.r.Restore(io.NopCloser(bytes.NewReader(snapAt(10)))); err != nil || fresh.r.f.Index() != 10 {
+		t.Fatalf("a snapshot at start: %v (index %d)", err, fresh.r.f.Index())
 	}
 }
 

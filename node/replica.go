@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -232,6 +233,15 @@ func (r *replica) Snapshot() (raft.FSMSnapshot, error) {
 //     events of later entries have higher ids than any before;
 //   - waiters for queued acquires are not touched here: RestoreSnapshot
 //     answers them (a follower has none; at startup there are none yet).
+//
+// A snapshot older than the state refuses to install (ErrStaleSnapshot):
+// hashicorp/raft (v1.7.3) installs whatever a leader sends and sets its
+// applied index back to the snapshot's, then looks for the entries after
+// it, which this server may already have compacted into a snapshot of its
+// own; it panics with "log not found". A leader sends such a snapshot when
+// its replication to a server falls back while an earlier transfer and the
+// entries after it had already arrived (seen in the bitflip scenario).
+// Refused, the leader sends its next snapshot, which is newer.
 func (r *replica) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	f := fsm.New()
@@ -239,6 +249,10 @@ func (r *replica) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	r.mu.Lock()
+	if have := r.f.Index(); f.Index() < have {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: the snapshot's state is at index %d, this server's at %d", ErrStaleSnapshot, f.Index(), have)
+	}
 	r.f = f
 	r.pos.Store(max(r.pos.Load(), f.Index()))
 	r.failHashes(f.Index())
@@ -254,6 +268,10 @@ func (r *replica) Restore(rc io.ReadCloser) error {
 	r.hub.reset(f.Index())
 	return nil
 }
+
+// ErrStaleSnapshot is a snapshot from a leader that is older than what
+// this server has applied: installing it would move the state back.
+var ErrStaleSnapshot = errors.New("leasehold: refused a snapshot older than this server's state")
 
 // setApplied records the applied index, and when it moved.
 func (r *replica) setApplied(i uint64) {
