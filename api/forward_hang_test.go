@@ -107,7 +107,10 @@ func wantForwardError(t *testing.T, what string, rec *httptest.ResponseRecorder,
 func TestForwardToHungLeaderIsBounded(t *testing.T) {
 	hung := newHungLeader(t)
 	f := &followerFake{fakeNode: newFake(), leader: node.LeaderInfo{ID: "l1", HTTPAddr: hung.addr}, known: true}
-	h := New(f, Options{ForwardTimeout: 300 * time.Millisecond})
+	// Long enough that a loaded machine sends the request (dial and
+	// write) within it: a write not sent is NO_LEADER, not INDETERMINATE.
+	const forwardTimeout = time.Second
+	h := New(f, Options{ForwardTimeout: forwardTimeout})
 	// The bound here is a minute's fraction; without one the forward
 	// waits for as long as the client does.
 	const limit = 20 * time.Second
@@ -126,7 +129,7 @@ func TestForwardToHungLeaderIsBounded(t *testing.T) {
 	// fire early, so the lower bound is exact).
 	rec, took := serveWithin(t, h, httptest.NewRequest("POST", "/v1/leases", strings.NewReader(`{"key":"k","holder":"h","ttl_ms":5000,"wait_ms":700}`)), limit)
 	wantForwardError(t, "acquire with wait_ms", rec, http.StatusGatewayTimeout, "INDETERMINATE")
-	if took < time.Second {
+	if took < 700*time.Millisecond+forwardTimeout {
 		t.Fatalf("acquire with wait_ms 700 given up after %v, before wait_ms + the forward timeout", took)
 	}
 	if len(f.called()) != 0 {
@@ -137,14 +140,18 @@ func TestForwardToHungLeaderIsBounded(t *testing.T) {
 // The forward of an acquire that waits lasts as long as its wait_ms: the
 // leader's answer after the forward timeout but within wait_ms comes back.
 func TestForwardGivesAnAcquireItsWait(t *testing.T) {
+	// The leader answers three forward timeouts late; the timeout is long
+	// enough that a loaded machine sends the request within it (a write
+	// not sent is NO_LEADER, not INDETERMINATE).
+	const forwardTimeout = time.Second
 	leaderAPI := New(newFake(), Options{})
 	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(3 * forwardTimeout)
 		leaderAPI.ServeHTTP(w, r)
 	}))
 	defer leader.Close()
 	f := &followerFake{fakeNode: newFake(), leader: node.LeaderInfo{ID: "l1", HTTPAddr: strings.TrimPrefix(leader.URL, "http://")}, known: true}
-	h := New(f, Options{ForwardTimeout: 50 * time.Millisecond})
+	h := New(f, Options{ForwardTimeout: forwardTimeout})
 	rec, _ := serveWithin(t, h, httptest.NewRequest("POST", "/v1/leases", strings.NewReader(`{"key":"k","holder":"h","ttl_ms":5000,"wait_ms":10000}`)), 30*time.Second)
 	if rec.Code != http.StatusCreated {
 		t.Fatalf("acquire with wait_ms: %d %s", rec.Code, rec.Body)

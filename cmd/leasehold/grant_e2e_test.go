@@ -25,7 +25,11 @@ import (
 // stops the server with an error naming the flag, never the key. The log
 // never shows a private key.
 func TestProcessGrantKeyRotation(t *testing.T) {
-	s := newServer(t, "--grant-key-retention", "4s")
+	// Long enough that a loaded machine's restart and first looks at the
+	// key set fit in it (the old key must still be there), short enough
+	// to wait out.
+	const retention = 15 * time.Second
+	s := newServer(t, "--grant-key-retention", retention.String())
 	s.start()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -33,7 +37,7 @@ func TestProcessGrantKeyRotation(t *testing.T) {
 	waitKeys := func(n int) *grant.KeySet {
 		t.Helper()
 		var ks *grant.KeySet
-		eventually(t, 20*time.Second, func() bool {
+		eventually(t, retention+30*time.Second, func() bool {
 			var err error
 			ks, err = c.Keys(ctx)
 			return err == nil && len(ks.Keys) == n

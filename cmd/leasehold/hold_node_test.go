@@ -91,10 +91,13 @@ func TestLockWaitsRunsAndReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Long enough that a loaded machine's late heartbeat does not lose
+	// the session while lock waits.
+	const sessionTTL = 3 * time.Second
 	run := func(noWait bool, limit uint32) (string, error) {
 		var out, errb bytes.Buffer
 		err := lockRun(ctx, c, lockOptions{holdOptions: holdOptions{
-			key: "K", holder: "h", ttl: time.Second, limit: limit,
+			key: "K", holder: "h", ttl: sessionTTL, limit: limit,
 			command: []string{"sh", "-c", "echo token=$LEASEHOLD_FENCING_TOKEN"}, stdin: strings.NewReader(""),
 			stdout: &out, stderr: &errb,
 		}, noWait: noWait}, make(chan os.Signal))
@@ -104,7 +107,7 @@ func TestLockWaitsRunsAndReleases(t *testing.T) {
 		t.Fatalf("--no-wait on a held key: %v, want LEASE_HELD", err)
 	}
 	go func() {
-		time.Sleep(2 * time.Second) // twice the lock's session TTL
+		time.Sleep(2 * sessionTTL) // twice the lock's session TTL
 		_, _ = c.Release(ctx, wire.ReleaseRequest{LeaseID: blocker.LeaseID, Token: blocker.Token})
 	}()
 	out, err := run(false, 0)
@@ -135,7 +138,11 @@ func TestLockWaitsRunsAndReleases(t *testing.T) {
 func TestKeepAliveCommand(t *testing.T) {
 	c, url := startTestNode(t)
 	ctx := context.Background()
-	l, err := c.Acquire(ctx, wire.AcquireRequest{Key: "ka", Holder: "h", TTLMS: 1500})
+	// A TTL that a loaded machine's late renewal does not lose (the
+	// command renews at a third of it).
+	const ttl = 5 * time.Second
+	start := time.Now()
+	l, err := c.Acquire(ctx, wire.AcquireRequest{Key: "ka", Holder: "h", TTLMS: ttl.Milliseconds()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +152,25 @@ func TestKeepAliveCommand(t *testing.T) {
 	go func() {
 		done <- a.run(ctx, []string{"keep-alive", "--addr", url, "--lease-token", l.Token, l.LeaseID})
 	}()
-	time.Sleep(3 * time.Second) // two TTLs
-	got, err := c.Get(ctx, l.LeaseID)
-	if err != nil || got.State != "active" {
-		t.Fatalf("lease after two TTLs under keep-alive: %v %+v", err, got)
+	// Alive past its TTL, renewed at least twice.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("keep-alive ended before the revocation: %v (stderr %q)", err, errb.String())
+		default:
+		}
+		got, err := c.Get(ctx, l.LeaseID)
+		if err != nil || got.State != "active" {
+			t.Fatalf("lease under keep-alive, %v after the acquire: %v %+v", time.Since(start), err, got)
+		}
+		if got.RenewalCount >= 2 && time.Since(start) > ttl+time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60 s: %d renewals", got.RenewalCount)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if _, err := c.Revoke(ctx, l.LeaseID, "test"); err != nil {
 		t.Fatal(err)
