@@ -207,6 +207,9 @@ func checkScopeString(s string, maxBytes int, allowEmpty bool) error {
 }
 
 func dedupe(s []string) []string {
+	if len(s) == 0 {
+		return nil // one form for "none": absent, null and [] alike
+	}
 	out := slices.Clone(s)
 	slices.Sort(out)
 	return slices.Compact(out)
