@@ -68,6 +68,15 @@ func (f *FSM) ActiveOnKey(key string) []*Lease {
 	return out
 }
 
+// KeyFull reports whether an acquire on key would find no free slot now
+// (every slot held or in lock-delay, or others queued first): an acquire
+// that may wait would then queue rather than be granted. A hint for the
+// batcher only; the entry's own apply decides.
+func (f *FSM) KeyFull(key string) bool {
+	ks := f.keys[key]
+	return ks != nil && (ks.free() <= 0 || ks.nWaiters() > 0)
+}
+
 // KeyLockDelay returns the end tick of the earliest lock-delay on key, or 0.
 func (f *FSM) KeyLockDelay(key string) uint64 {
 	ks := f.keys[key]

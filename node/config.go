@@ -244,6 +244,9 @@ type Config struct {
 	// expireChunk replaces the records a tick or Expire entry ends (0:
 	// expireChunk).
 	expireChunk uint64
+	// lingerMax replaces how long the batcher holds an entry of acquires
+	// that will queue for a companion (0: lingerMax).
+	lingerMax time.Duration
 	// olderPeer makes the leader act as if a server of the configuration
 	// ran a version without chunked expiry.
 	olderPeer bool

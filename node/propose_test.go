@@ -1,7 +1,9 @@
 package node
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,5 +60,113 @@ func TestProposeAnswersTransferAsUnavailable(t *testing.T) {
 		if wire.ErrorCode(r.err) != wire.CodeUnavailable {
 			t.Fatalf("proposal %d: %v, want UNAVAILABLE", i, r.err)
 		}
+	}
+}
+
+// TestHandOffSharesAnEntry: an entry holding only acquires that will queue
+// waits for a companion, so that the holder's release, proposed a moment
+// later, shares the entry instead of waiting behind it; a waiting acquire
+// on a free key, or one that may not wait, does not linger. The clock is
+// held so that no tick joins the entry, and the linger is long, so that
+// the verdict does not depend on how soon the release follows.
+func TestHandOffSharesAnEntry(t *testing.T) {
+	var hold atomic.Bool
+	cfg := testConfig(t, "")
+	cfg.lingerMax = time.Minute
+	cfg.holdClock = func(*Node) bool { return hold.Load() }
+	n := openNode(t, cfg)
+	ctx := context.Background()
+	period := n.tk.period()
+	acquire := func(id, key string, wait bool) *fsm.Acquire {
+		a := &fsm.Acquire{LeaseID: id, Key: key, Holder: id, Limit: 1, TokenHash: hashToken(id),
+			TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli()}
+		if wait {
+			a.WaitTicks = ticks(30_000, period)
+		}
+		return a
+	}
+	res, _, err := n.propose(ctx, acquire("ls_a", "k", false))
+	if err != nil || res.Err != nil {
+		t.Fatalf("acquire a: %v %v", err, res.Err)
+	}
+	hold.Store(true)
+
+	// The decision itself.
+	lingers := func(cmds ...fsm.Command) bool {
+		var b []*proposal
+		for _, c := range cmds {
+			b = append(b, &proposal{cmd: c})
+		}
+		return n.gc.lingers(b)
+	}
+	if !lingers(acquire("x1", "k", true), acquire("x2", "k", true)) {
+		t.Error("waiting acquires on a held key do not linger")
+	}
+	if lingers(acquire("x1", "k", false)) {
+		t.Error("an acquire that may not wait lingers")
+	}
+	if lingers(acquire("x1", "free", true)) {
+		t.Error("a waiting acquire on a free key lingers")
+	}
+	if lingers(acquire("x1", "k", true), &fsm.Release{LeaseID: "ls_a", TokenHash: hashToken("ls_a")}) {
+		t.Error("an entry with a release lingers")
+	}
+
+	// The hand-off: b queues behind a, a releases; both in one entry. A
+	// tick proposed before the clock was held may still join b's entry
+	// (then it does not linger): try again with another acquire.
+	for try := 0; ; try++ {
+		if try == 5 {
+			t.Fatal("no waiting acquire lingered in 5 tries")
+		}
+		id := fmt.Sprintf("ls_b%d", try)
+		type out struct {
+			res   fsm.Result
+			index uint64
+			err   error
+		}
+		got := make(chan out, 1)
+		go func() {
+			r, i, err := n.propose(ctx, acquire(id, "k", true))
+			got <- out{r, i, err}
+		}()
+		var b out
+		returned := false
+		waitFor(t, 10*time.Second, func() bool {
+			if n.gc.lingering.Load() {
+				return true
+			}
+			select {
+			case b = <-got:
+				returned = true
+				return true
+			default:
+				return false
+			}
+		})
+		if returned {
+			if b.err != nil || b.res.Err != nil {
+				t.Fatalf("acquire %s: %v %v", id, b.err, b.res.Err)
+			}
+			continue // not held back: something joined its entry
+		}
+		res, ri, err := n.propose(ctx, &fsm.Release{LeaseID: "ls_a", TokenHash: hashToken("ls_a"), WallMS: wallNow().UnixMilli()})
+		if err != nil || res.Err != nil {
+			t.Fatalf("release a: %v %v", err, res.Err)
+		}
+		b = <-got
+		if b.err != nil || b.res.Err != nil {
+			t.Fatalf("acquire %s: %v %v", id, b.err, b.res.Err)
+		}
+		if b.index != ri {
+			t.Fatalf("the waiting acquire went out at index %d, the release at %d: not one entry", b.index, ri)
+		}
+		n.rep.mu.RLock()
+		l := n.rep.f.Lease(id)
+		n.rep.mu.RUnlock()
+		if l == nil || l.State != fsm.StateActive {
+			t.Fatalf("after the hand-off %s is %+v, want active", id, l)
+		}
+		return
 	}
 }
