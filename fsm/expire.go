@@ -107,7 +107,7 @@ func (f *FSM) expireDue(max uint64, wallMS int64, midTick bool) {
 			f.backlog[0] = timer{}
 			f.backlog = f.backlog[1:]
 		} else {
-			t = heap.Pop((*timerHeap)(&f.backlog)).(timer)
+			t = (*timerHeap)(&f.backlog).pop()
 		}
 		if t == prev {
 			continue
@@ -230,6 +230,32 @@ func (h timerHeap) Len() int           { return len(h) }
 func (h timerHeap) Less(i, j int) bool { return timerLess(h[i], h[j]) < 0 }
 func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
+// pop is heap.Pop without boxing the timer in an interface (an
+// allocation per expiry in a storm of 100,000).
+func (h *timerHeap) pop() timer {
+	old := *h
+	n := len(old) - 1
+	old[0], old[n] = old[n], old[0]
+	for i := 0; ; {
+		c := 2*i + 1
+		if c >= n || c < 0 {
+			break
+		}
+		if r := c + 1; r < n && timerLess(old[r], old[c]) < 0 {
+			c = r
+		}
+		if timerLess(old[c], old[i]) >= 0 {
+			break
+		}
+		old[i], old[c] = old[c], old[i]
+		i = c
+	}
+	t := old[n]
+	old[n] = timer{}
+	*h = old[:n]
+	return t
+}
+
 func (h *timerHeap) Pop() any {
 	old := *h
 	t := old[len(old)-1]
