@@ -230,6 +230,7 @@ func (h timerHeap) Len() int           { return len(h) }
 func (h timerHeap) Less(i, j int) bool { return timerLess(h[i], h[j]) < 0 }
 func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
+
 // pop is heap.Pop without boxing the timer in an interface (an
 // allocation per expiry in a storm of 100,000).
 func (h *timerHeap) pop() timer {

@@ -1,12 +1,17 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
 )
 
@@ -145,5 +150,110 @@ func TestUnchunkedExpiryWithAnOlderServer(t *testing.T) {
 	}
 	if len(perIndex) != 1 {
 		t.Fatalf("%d leases bound to one session expired in %d entries (%v), want one unlimited tick", n, len(perIndex), perIndex)
+	}
+}
+
+// recordedLog keeps a copy of every command entry Raft stores.
+type recordedLog struct {
+	raft.LogStore
+	mu   sync.Mutex
+	data [][]byte
+}
+
+func (r *recordedLog) StoreLog(l *raft.Log) error { return r.StoreLogs([]*raft.Log{l}) }
+
+func (r *recordedLog) StoreLogs(ls []*raft.Log) error {
+	r.mu.Lock()
+	for _, l := range ls {
+		if l.Type == raft.LogCommand {
+			r.data = append(r.data, bytes.Clone(l.Data))
+		}
+	}
+	r.mu.Unlock()
+	return r.LogStore.StoreLogs(ls)
+}
+
+// TestExpireEntriesStandAlone: while writes go on through a storm, every
+// Expire entry holds that Expire alone, and writes commit in entries of
+// their own between them, so that a write waits behind at most the one
+// chunk applying when it was proposed (BenchmarkExpiryStormWrites: the
+// slowest write halved).
+func TestExpireEntriesStandAlone(t *testing.T) {
+	const n, chunk = 400, 20
+	cfg := testConfig(t, t.TempDir())
+	cfg.expireChunk = chunk
+	rec := &recordedLog{}
+	cfg.WrapRaftStores = func(l raft.LogStore, s raft.StableStore) (raft.LogStore, raft.StableStore) {
+		rec.LogStore = l
+		return rec, s
+	}
+	n0 := openNode(t, cfg)
+	ctx := context.Background()
+	sub, _ := startStorm(t, n0, n, false)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, _, err := n0.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprintf("w/%d/%d", w, i), Holder: "w", TTLMS: 60_000})
+				if err == nil {
+					_, err = n0.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				writes.Add(2)
+			}
+		}()
+	}
+	expired := 0
+	deadline := time.After(60 * time.Second)
+	for expired < n {
+		select {
+		case ev, ok := <-sub.Events():
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+			if ev.Type == "expired" {
+				expired++
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d leases expired", expired, n)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	expires := 0
+	for i, data := range rec.data {
+		cmd, err := fsm.Decode(data)
+		if err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		b, ok := cmd.(*fsm.Batch)
+		if !ok {
+			if _, ok := cmd.(*fsm.Expire); ok {
+				expires++
+			}
+			continue
+		}
+		for _, c := range b.Commands {
+			if _, ok := c.(*fsm.Expire); ok {
+				t.Fatalf("an Expire shares an entry with %d other commands", len(b.Commands)-1)
+			}
+		}
+	}
+	if expires < 2 || writes.Load() == 0 {
+		t.Fatalf("%d Expire entries, %d writes: the storm did not run beside writes", expires, writes.Load())
 	}
 }

@@ -125,44 +125,54 @@ func (gc *groupCommit) run() {
 	defer gc.n.wg.Done()
 	defer gc.drain()
 	batch := make([]*proposal, 0, gc.n.cfg.MaxBatch)
-	// carry is an Expire taken while collecting a batch that had one
-	// already: it starts the next batch, so that each entry ends at most
-	// one chunk of expiries (drainExpiry keeps two in flight).
-	var carry *proposal
+	// held are Expire proposals taken but not yet sent (at most
+	// expireDepth: drainExpiry keeps that many in flight). An Expire goes
+	// into an entry of its own, and entries of other proposals and of
+	// held Expires alternate (expireNext), so that a write waits behind at
+	// most one chunk of expiries, not the chunk applying and then another
+	// in its own entry.
+	var held []*proposal
+	expireNext := false
 	for {
 		select {
 		case gc.inflight <- struct{}{}:
 		case <-gc.n.closing:
-			if carry != nil {
-				carry.done <- propResult{err: errShuttingDown()}
+			for _, p := range held {
+				p.done <- propResult{err: errShuttingDown()}
 			}
 			return
 		}
-		first := carry
-		carry = nil
-		if first == nil {
-			select {
-			case first = <-gc.propCh:
-			case <-gc.n.closing:
-				return
-			}
-		}
-		batch = append(batch[:0], first)
-		expiring := isExpire(first)
-		// take adds p to the batch, or keeps it for the next one (a
-		// second Expire), and reports whether the batch is still open.
+		batch = batch[:0]
+		// take adds p to the batch, or holds it (an Expire), and
+		// reports whether the batch is still open.
 		take := func(p *proposal) bool {
 			if isExpire(p) {
-				if expiring {
-					carry = p
-					return false
-				}
-				expiring = true
+				held = append(held, p)
+				return true
 			}
 			batch = append(batch, p)
 			return true
 		}
-		open := gc.collect(take, &batch)
+		if len(held) == 0 {
+			select {
+			case p := <-gc.propCh:
+				take(p)
+			case <-gc.n.closing:
+				return
+			}
+		}
+		open := true
+		if !(expireNext && len(held) > 0) {
+			open = gc.collect(take, &batch)
+		}
+		if len(batch) == 0 || (expireNext && len(held) > 0) {
+			batch = append(batch[:0], held[0])
+			held = append(held[:0], held[1:]...)
+			expireNext = false
+			open = false
+		} else {
+			expireNext = len(held) > 0
+		}
 		if open && gc.lingers(batch) {
 			// Only acquires that will queue: none of them is answered
 			// before a later entry grants it, so waiting a moment for
@@ -181,6 +191,7 @@ func (gc *groupCommit) run() {
 			}
 			gc.lingering.Store(false)
 			timer.Stop()
+			expireNext = len(held) > 0
 		}
 		// Drop what was abandoned while it queued, checked after the whole
 		// batch is taken: whatever a new leadership term proposes was
