@@ -143,15 +143,13 @@ func (gc *groupCommit) run() {
 			return
 		}
 		batch = batch[:0]
-		// take adds p to the batch, or holds it (an Expire), and
-		// reports whether the batch is still open.
-		take := func(p *proposal) bool {
+		// take adds p to the batch, or holds it (an Expire).
+		take := func(p *proposal) {
 			if isExpire(p) {
 				held = append(held, p)
-				return true
+				return
 			}
 			batch = append(batch, p)
-			return true
 		}
 		if len(held) == 0 {
 			select {
@@ -167,27 +165,39 @@ func (gc *groupCommit) run() {
 		}
 		if len(batch) == 0 || (expireNext && len(held) > 0) {
 			batch = append(batch[:0], held[0])
-			held = append(held[:0], held[1:]...)
+			held[0] = nil
+			held = held[1:]
 			expireNext = false
 			open = false
 		} else {
 			expireNext = len(held) > 0
 		}
-		if open && gc.lingers(batch) {
-			// Only acquires that will queue: none of them is answered
-			// before a later entry grants it, so waiting a moment for
-			// a companion costs nobody anything, and in a hand-off
-			// the companion is the holder's release, which then
-			// shares this entry instead of waiting for it.
+		if open && len(held) == 0 && gc.lingers(batch) {
+			// Only acquires that will queue: their callers wait for a
+			// later entry's grant anyway, so waiting a moment for a
+			// companion costs them at most that moment (an acquire
+			// refused outright, say for its quota, is answered up to
+			// lingerMax later), and in a hand-off the companion is the
+			// holder's release, which then shares this entry instead
+			// of waiting for it. Another queuing acquire (the next
+			// holder's re-acquire) does not end the wait: the release
+			// may still be on its way. A held Expire is not kept
+			// waiting.
 			timer := time.NewTimer(cmp.Or(gc.n.cfg.lingerMax, lingerMax))
 			gc.lingering.Store(true)
-			select {
-			case p := <-gc.propCh:
-				if take(p) {
-					gc.collect(take, &batch)
+		linger:
+			for {
+				select {
+				case p := <-gc.propCh:
+					take(p)
+					if !gc.collect(take, &batch) || len(held) > 0 || !gc.lingers(batch) {
+						break linger
+					}
+				case <-timer.C:
+					break linger
+				case <-gc.n.closing:
+					break linger
 				}
-			case <-timer.C:
-			case <-gc.n.closing:
 			}
 			gc.lingering.Store(false)
 			timer.Stop()
@@ -232,14 +242,12 @@ const lingerMax = time.Millisecond
 
 // collect adds what is waiting on propCh to the batch (through take),
 // without blocking, up to MaxBatch, and reports whether the batch is
-// still open (neither full nor cut by take).
-func (gc *groupCommit) collect(take func(*proposal) bool, batch *[]*proposal) bool {
+// still open (not full).
+func (gc *groupCommit) collect(take func(*proposal), batch *[]*proposal) bool {
 	for len(*batch) < gc.n.cfg.MaxBatch {
 		select {
 		case p := <-gc.propCh:
-			if !take(p) {
-				return false
-			}
+			take(p)
 		default:
 			return true
 		}
