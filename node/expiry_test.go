@@ -42,6 +42,30 @@ func startStorm(t *testing.T, n0 *Node, n int, bound bool) (*Subscription, *wire
 	return sub, sess
 }
 
+// awaitExpired reads sub until n expired events have come, passing each to
+// seen (if not nil); it fails after a minute.
+func awaitExpired(t *testing.T, sub *Subscription, n int, seen func(wire.Event)) {
+	t.Helper()
+	expired := 0
+	deadline := time.After(60 * time.Second)
+	for expired < n {
+		select {
+		case ev, ok := <-sub.Events():
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+			if ev.Type == "expired" {
+				expired++
+				if seen != nil {
+					seen(ev)
+				}
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d leases expired", expired, n)
+		}
+	}
+}
+
 // TestExpiryStormChunked: a storm larger than one chunk (standalone leases
 // and leases bound to a session that is never heartbeaten, all ending
 // together) ends completely, in several entries of at most a chunk each,
@@ -55,23 +79,10 @@ func TestExpiryStormChunked(t *testing.T) {
 	sub, sess := startStorm(t, n0, n, false)
 	perIndex := map[uint64]int{}
 	ticks := map[uint64]bool{}
-	expired := 0
-	deadline := time.After(60 * time.Second)
-	for expired < n {
-		select {
-		case ev, ok := <-sub.Events():
-			if !ok {
-				t.Fatalf("subscription ended: %v", sub.Err())
-			}
-			if ev.Type == "expired" {
-				expired++
-				perIndex[ev.Index]++
-				ticks[ev.Tick] = true
-			}
-		case <-deadline:
-			t.Fatalf("%d of %d leases expired", expired, n)
-		}
-	}
+	awaitExpired(t, sub, n, func(ev wire.Event) {
+		perIndex[ev.Index]++
+		ticks[ev.Tick] = true
+	})
 	for idx, c := range perIndex {
 		if c > chunk {
 			t.Fatalf("entry %d expired %d leases, chunk is %d", idx, c, chunk)
@@ -132,22 +143,7 @@ func TestUnchunkedExpiryWithAnOlderServer(t *testing.T) {
 	n0 := openNode(t, cfg)
 	sub, _ := startStorm(t, n0, n, true)
 	perIndex := map[uint64]int{}
-	expired := 0
-	deadline := time.After(60 * time.Second)
-	for expired < n {
-		select {
-		case ev, ok := <-sub.Events():
-			if !ok {
-				t.Fatalf("subscription ended: %v", sub.Err())
-			}
-			if ev.Type == "expired" {
-				expired++
-				perIndex[ev.Index]++
-			}
-		case <-deadline:
-			t.Fatalf("%d of %d leases expired", expired, n)
-		}
-	}
+	awaitExpired(t, sub, n, func(ev wire.Event) { perIndex[ev.Index]++ })
 	if len(perIndex) != 1 {
 		t.Fatalf("%d leases bound to one session expired in %d entries (%v), want one unlimited tick", n, len(perIndex), perIndex)
 	}
@@ -215,21 +211,7 @@ func TestExpireEntriesStandAlone(t *testing.T) {
 			}
 		}()
 	}
-	expired := 0
-	deadline := time.After(60 * time.Second)
-	for expired < n {
-		select {
-		case ev, ok := <-sub.Events():
-			if !ok {
-				t.Fatalf("subscription ended: %v", sub.Err())
-			}
-			if ev.Type == "expired" {
-				expired++
-			}
-		case <-deadline:
-			t.Fatalf("%d of %d leases expired", expired, n)
-		}
-	}
+	awaitExpired(t, sub, n, nil)
 	close(stop)
 	wg.Wait()
 	rec.mu.Lock()
