@@ -32,7 +32,10 @@ test:
 
 # The chaos suite (chaos/, see docs/chaos.md). Output (history,
 # porcupine HTML, timeline, summary.json, node logs) goes under CHAOS_OUT.
-CHAOS_OUT ?= chaos-out/$(shell date +%Y%m%d-%H%M%S)
+# Expanded once: every use in a run names the same directory.
+ifndef CHAOS_OUT
+CHAOS_OUT := chaos-out/$(shell date +%Y%m%d-%H%M%S)
+endif
 CANARIES  := canary_early_expiry canary_stale_read canary_fence_reset canary_renew_token canary_tick_at_once
 
 # CI runs it after `make test`: every scenario once against real server processes in network
@@ -40,7 +43,9 @@ CANARIES  := canary_early_expiry canary_stale_read canary_fence_reset canary_ren
 # proof that the suite catches each deliberate bug (canary build tags).
 chaos-ci:
 	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_OUT=$(abspath $(CHAOS_OUT))/ci $(GO) test -count=1 -timeout 40m \
-		-run '^TestNetnsScenarios$$' -v ./chaos/ | grep -v '^        chaos: '; test $${PIPESTATUS[0]} -eq 0
+		-run '^TestNetnsScenarios$$' -v ./chaos/ | grep -v '^        chaos: '; \
+		rc=$${PIPESTATUS[0]}; f=$(abspath $(CHAOS_OUT))/ci/failures.txt; \
+		if [ -s $$f ]; then echo "== failed scenarios ($$f):"; cat $$f; fi; test $$rc -eq 0
 	$(MAKE) canaries
 
 canaries:

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -64,13 +65,39 @@ func runScenarios(t *testing.T, tier string, names []string, fo FactoryOptions, 
 				t.Skipf("GAP: %s", sum.Skipped)
 			}
 			if !sum.Valid {
+				var digest strings.Builder
 				for _, v := range sum.Verdicts {
 					if !v.Valid {
 						t.Errorf("%s: %s %v", v.Checker, v.Detail, v.Samples)
+						fmt.Fprintf(&digest, "%s: %s: %s %v\n", name, v.Checker, v.Detail, v.Samples)
 					}
 				}
 				t.Errorf("replay: %s (output in %s)", sum.Replay, sum.Dir)
+				fmt.Fprintf(&digest, "%s: replay: %s\n", name, sum.Replay)
+				noteFailure(t, dir, digest.String())
 			}
 		})
+	}
+}
+
+// failuresFile, in the output directory, collects one digest per failed
+// scenario: `make chaos-ci` prints it after the test's output, so that the
+// last lines of a failed CI run say which checker failed and how.
+const failuresFile = "failures.txt"
+
+// noteFailure appends digest to the output directory's failuresFile.
+func noteFailure(t *testing.T, dir, digest string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Log(err)
+		return
+	}
+	f, err := os.OpenFile(dir+"/"+failuresFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer f.Close()
+	if _, err := f.WriteString(truncate(digest, 4000) + "\n"); err != nil {
+		t.Log(err)
 	}
 }
