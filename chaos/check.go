@@ -149,6 +149,12 @@ func CheckHolderWindows(ops []Op, eps float64, end int64) (Verdict, []window) {
 	var last *window
 	for i := range ws {
 		w := &ws[i]
+		if w.End <= w.Start {
+			// Acknowledged only after the client's own deadline (send
+			// time + TTL*(1-eps)): it never believed it held the key.
+			v.Counts["late-acks"]++
+			continue
+		}
 		if last != nil && last.Key == w.Key && w.Start < lastEnd {
 			v.Counts["overlaps"]++
 			v.fail("key %s: %s (worker %d, fence %d) held from %s while %s (worker %d, fence %d) held until %s",

@@ -43,6 +43,29 @@ func TestHolderWindows(t *testing.T) {
 	if v, _ := CheckHolderWindows(renewed, 0.01, int64(2*time.Second)); v.Valid {
 		t.Fatal("renewal did not extend the window")
 	}
+	// A's grant is acknowledged only after its own deadline (sent at 0,
+	// TTL 1 s, answer at 1.63 s: a slow commit under packet loss): A never
+	// believed it held the key, so B's grant in between overlaps nothing
+	// (CI's `loss` scenario, seed 9127, was failed by this history).
+	lateAck := []Op{
+		acq(0, "k", "A", 1, 0, 1630),
+		acq(1, "k", "B", 2, 1180, 1233),
+		op(1, KRelease, "k", "B", 1760, 1930, StatusOK, ""),
+	}
+	if v, _ := CheckHolderWindows(lateAck, 0.01, int64(3*time.Second)); !v.Valid || v.Counts["late-acks"] != 1 {
+		t.Fatalf("a grant acknowledged after its deadline counted as held: %+v", v)
+	}
+	// The same late answer with a longer TTL was believed: then it is an
+	// overlap.
+	lateButHeld := []Op{
+		acq(0, "k", "A", 1, 0, 1630),
+		acq(1, "k", "B", 2, 1180, 1233),
+		op(1, KRelease, "k", "B", 1760, 1930, StatusOK, ""),
+	}
+	lateButHeld[0].TTLMS = 5000
+	if v, _ := CheckHolderWindows(lateButHeld, 0.01, int64(3*time.Second)); v.Valid || v.Counts["late-acks"] != 0 {
+		t.Fatalf("overlap of a late but live grant not caught: %+v", v)
+	}
 }
 
 func TestFencing(t *testing.T) {
