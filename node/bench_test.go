@@ -135,7 +135,6 @@ func expiryStormWrites(b *testing.B, bound bool) {
 	<-time.After(time.Until(end.Add(-time.Second)))
 	var mu sync.Mutex
 	var lat []time.Duration
-	stop := make(chan struct{})
 	timed := func(f func() error) error {
 		t := time.Now()
 		err := f()
@@ -144,34 +143,24 @@ func expiryStormWrites(b *testing.B, bound bool) {
 		mu.Unlock()
 		return err
 	}
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				var l *wire.Lease
-				err := timed(func() (err error) {
-					l, _, err = node.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprintf("w/%d/%d", w, i), Holder: "w", TTLMS: 5000})
-					return err
-				})
-				if err == nil {
-					err = timed(func() error {
-						_, err := node.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
-						return err
-					})
-				}
-				if err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
+	stopWriters := untilStopped(16, func(w, i int) bool {
+		var l *wire.Lease
+		err := timed(func() (err error) {
+			l, _, err = node.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprintf("w/%d/%d", w, i), Holder: "w", TTLMS: 5000})
+			return err
+		})
+		if err == nil {
+			err = timed(func() error {
+				_, err := node.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
+				return err
+			})
+		}
+		if err != nil {
+			b.Error(err)
+			return false
+		}
+		return true
+	})
 	var first time.Time
 	for node.stats.expired.Load() < n { // the writers' leases are released, never expired
 		if first.IsZero() && node.stats.expired.Load() > 0 {
@@ -183,8 +172,7 @@ func expiryStormWrites(b *testing.B, bound bool) {
 	if first.IsZero() {
 		first = lastExpired
 	}
-	close(stop)
-	wg.Wait()
+	stopWriters()
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "write-p99-ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "write-max-ms")

@@ -186,34 +186,21 @@ func TestExpireEntriesStandAlone(t *testing.T) {
 	n0 := openNode(t, cfg)
 	ctx := context.Background()
 	sub, _ := startStorm(t, n0, n, false)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	var writes atomic.Int64
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				l, _, err := n0.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprintf("w/%d/%d", w, i), Holder: "w", TTLMS: 60_000})
-				if err == nil {
-					_, err = n0.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				writes.Add(2)
-			}
-		}()
-	}
+	stopWriters := untilStopped(4, func(w, i int) bool {
+		l, _, err := n0.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprintf("w/%d/%d", w, i), Holder: "w", TTLMS: 60_000})
+		if err == nil {
+			_, err = n0.Release(ctx, wire.ReleaseRequest{LeaseID: l.LeaseID, Token: l.Token})
+		}
+		if err != nil {
+			t.Error(err)
+			return false
+		}
+		writes.Add(2)
+		return true
+	})
 	awaitExpired(t, sub, n, nil)
-	close(stop)
-	wg.Wait()
+	stopWriters()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	// between counts the gaps between two Expire entries that hold an
@@ -248,4 +235,32 @@ func TestExpireEntriesStandAlone(t *testing.T) {
 			expires, writes.Load(), between)
 	}
 	t.Logf("%d Expire entries, %d of the gaps between them hold other entries, %d writes", expires, between, writes.Load())
+}
+
+// untilStopped runs workers goroutines, each calling op(worker, i) for i =
+// 0, 1, ... until op returns false or the returned stop is called; stop
+// waits for them all.
+func untilStopped(workers int, op func(w, i int) bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !op(w, i) {
+					return
+				}
+			}
+		}()
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
