@@ -19,7 +19,7 @@ const (
 	// followed by the metadata map.
 	TypeRenewMeta Type = 20
 	// TypeHeartbeatMeta is a Heartbeat with at least one item whose
-	// SetMetadata is set (codec.go: Heartbeat.encode).
+	// SetMetadata is set (codec_commands.go: Heartbeat.encode).
 	TypeHeartbeatMeta Type = 21
 )
 
