@@ -80,7 +80,8 @@ type window struct {
 // they held a lease: from the acquire's acknowledgement until the earliest
 // of the release's send time, the client giving up (an error or an info
 // operation on it), and the last successful grant or renewal's send time +
-// TTL*(1-eps).
+// TTL*(1-eps). A renewal answered after that deadline ends the interval at
+// the deadline and starts another at its answer.
 func holderWindows(ops []Op, eps float64, end int64) []window {
 	type live struct {
 		w        window
@@ -113,7 +114,23 @@ func holderWindows(ops []Op, eps float64, end int64) []window {
 			}
 			switch o.Status {
 			case StatusOK:
-				if d := o.Call + ttl(o); d > l.deadline {
+				d := o.Call + ttl(o)
+				if o.Return > l.deadline {
+					// Answered only after the holder's own deadline: its
+					// belief ended there (a KeepAlive reports the lease
+					// lost at its deadline, whatever is in flight) and
+					// starts again with the answer. Meanwhile the lease
+					// may have expired, its key gone to others, and a
+					// restore brought it back from a backup (with a new
+					// fencing token, and the same secret token, which
+					// the renewal then renewed).
+					w := l.w
+					closeW(l, l.deadline, "deadline")
+					if d > o.Return {
+						w.Start, w.AcquireOpIndex = o.Return, i
+						open[o.LeaseID] = &live{w: w, deadline: d}
+					}
+				} else if d > l.deadline {
 					l.deadline = d
 				}
 			case StatusFail:

@@ -66,6 +66,27 @@ func TestHolderWindows(t *testing.T) {
 	if v, _ := CheckHolderWindows(lateButHeld, 0.01, int64(3*time.Second)); v.Valid || v.Counts["late-acks"] != 0 {
 		t.Fatalf("overlap of a late but live grant not caught: %+v", v)
 	}
+	// A's renewal, sent before its deadline (990 ms), is answered only at
+	// 2.5 s: meanwhile A's lease expired, B held the key, and a restore
+	// brought A's lease back, which the renewal renewed (CI's in-process
+	// restore-large, seed 7011). A's belief ended at its deadline and
+	// starts again with the answer, until 900 + 1,980 ms.
+	renewedLate := []Op{
+		acq(0, "k", "A", 1, 0, 10),
+		op(0, KRenew, "k", "A", 900, 2500, StatusOK, ""),
+		acq(1, "k", "B", 2, 1500, 1510),
+		op(1, KRelease, "k", "B", 1800, 1810, StatusOK, ""),
+	}
+	renewedLate[1].TTLMS = 2000
+	v, ws = CheckHolderWindows(renewedLate, 0.01, int64(4*time.Second))
+	if !v.Valid || len(ws) != 3 || ws[0].End != 990*ms || ws[2].Start != 2500*ms || ws[2].End != 2880*ms {
+		t.Fatalf("a renewal answered after the deadline extended the belief across it: %+v %+v", v, ws)
+	}
+	// The same renewal answered in time keeps one window, and B overlaps it.
+	renewedLate[1].Return = 950 * ms
+	if v, ws := CheckHolderWindows(renewedLate, 0.01, int64(4*time.Second)); v.Valid || len(ws) != 2 {
+		t.Fatalf("overlap with a renewed lease not caught: %+v %+v", v, ws)
+	}
 }
 
 func TestFencing(t *testing.T) {
