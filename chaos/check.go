@@ -351,7 +351,10 @@ func CheckNoLostAcks(ctx context.Context, ops []Op, lookup LeaseLookup) Verdict 
 // had passed by then (half: a generous bound on when the server may expire
 // it, whatever eps).
 func rewoundByRestore(ops []Op) func(id string) bool {
-	type window struct{ call, ret int64 } // a restore took effect in [call, ret]
+	type window struct {
+		call, ret int64             // a restore took effect in [call, ret]
+		restored  map[string]string // its file's active leases: key -> id
+	}
 	var at []window
 	for _, o := range ops {
 		if o.Kind == KRestore && o.Status != StatusFail {
@@ -359,7 +362,7 @@ func rewoundByRestore(ops []Op) func(id string) bool {
 			if o.Status == StatusInfo {
 				r = math.MaxInt64
 			}
-			at = append(at, window{o.Call, r})
+			at = append(at, window{o.Call, r, o.Restored})
 		}
 	}
 	if len(at) == 0 {
@@ -385,8 +388,11 @@ func rewoundByRestore(ops []Op) func(id string) bool {
 				// surely applied before it: one answered later may have
 				// renewed the restored record (the file's, re-fenced,
 				// which takes the same token) after the lease had
-				// ended in the state the restore replaced.
-				if o.Status == StatusOK && o.Return < r.call && o.Call > refresh {
+				// ended in the state the restore replaced. A grant
+				// the file holds applied before the restore however
+				// late it was answered, at its send time or later.
+				early := o.Return < r.call || o.Kind == KAcquire && r.restored[o.Key] == id
+				if o.Status == StatusOK && early && o.Call > refresh {
 					refresh, ttl = o.Call, o.TTLMS*1e6
 				}
 			}

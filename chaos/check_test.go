@@ -201,6 +201,32 @@ func TestNoLostAcksAcrossRestore(t *testing.T) {
 	if v := CheckNoLostAcks(context.Background(), ops, lookup); v.Valid || v.Counts["lost"] != 2 {
 		t.Fatalf("lost grant after the restore not caught: %+v", v)
 	}
+	// G's grant (sent at 0, TTL 1 s) is answered only after the restore
+	// was sent: it applied before the backup was saved, G expired, and the
+	// restore brought it back with a new token. G may have ended before
+	// the restore took effect: rewound, not lost.
+	late := []Op{
+		acq(0, "k", "G", 4, 0, 2500),
+		restore(9, map[string]string{"k": "G"}, 2000, 3000),
+	}
+	lookup = func(context.Context, string) (string, uint64, bool, error) { return "active", 30047, true, nil }
+	if v := CheckNoLostAcks(context.Background(), late, lookup); !v.Valid || v.Counts["rewound-by-restore"] != 1 {
+		t.Fatalf("a grant answered after the restore was sent, since brought back, counted as lost: %+v", v)
+	}
+	// Answered as late but sent just before a quick restore: it outlives
+	// the restore's effect, so a changed token is still a loss.
+	late[0].Call = 1900 * ms
+	late[1].Return = 2300 * ms
+	if v := CheckNoLostAcks(context.Background(), late, lookup); v.Valid {
+		t.Fatalf("a changed token of a lease live through the restore not caught: %+v", v)
+	}
+	// A grant the file does not hold may have applied after the restore:
+	// however early it was sent, it is checked.
+	late[0].Call = 0
+	late[1].Restored = map[string]string{"k": "other"}
+	if v := CheckNoLostAcks(context.Background(), late, lookup); v.Valid {
+		t.Fatalf("a grant in flight across the restore, not in its file, skipped: %+v", v)
+	}
 }
 
 func TestLogs(t *testing.T) {
