@@ -257,7 +257,7 @@ func (c *Cluster[C, S]) WaitLeader(ctx context.Context, exclude ...string) (S, e
 }
 
 // WaitVoters waits until the one ready leader's configuration has n
-// voters.
+// voters, and each of them running knows all n as voters.
 func (c *Cluster[C, S]) WaitVoters(ctx context.Context, n int) error {
 	return until(ctx, fmt.Sprintf("%d voters", n), func() error {
 		l, err := c.leader(nil)
@@ -268,14 +268,39 @@ func (c *Cluster[C, S]) WaitVoters(ctx context.Context, n int) error {
 		if err != nil {
 			return fmt.Errorf("%s's configuration: %w", l.NodeID(), err)
 		}
-		k := 0
+		voters := map[string]bool{}
 		for _, s := range conf.Servers {
 			if s.Suffrage == raft.Voter {
-				k++
+				voters[string(s.ID)] = true
 			}
 		}
-		if k != n {
-			return fmt.Errorf("leader %s has %d voters: %+v", l.NodeID(), k, conf.Servers)
+		if len(voters) != n {
+			return fmt.Errorf("leader %s has %d voters: %+v", l.NodeID(), len(voters), conf.Servers)
+		}
+		// Every running voter must know them as voters too: one that has
+		// not yet seen another's promotion refuses it its vote
+		// (hashicorp/raft asks a candidate to be a voter in the
+		// receiver's configuration), so a test stopping the leader at
+		// once could leave the other two unable to elect (a CI run saw
+		// n2 campaign for 20 s against n3's older configuration). A
+		// removed server still running may keep its old configuration.
+		for _, s := range c.running(nil) {
+			if !voters[s.NodeID()] {
+				continue
+			}
+			sc, err := s.Cluster().Configuration()
+			if err != nil {
+				return fmt.Errorf("%s's configuration: %w", s.NodeID(), err)
+			}
+			v := 0
+			for _, m := range sc.Servers {
+				if m.Suffrage == raft.Voter {
+					v++
+				}
+			}
+			if v != n {
+				return fmt.Errorf("%s knows %d voters: %+v", s.NodeID(), v, sc.Servers)
+			}
 		}
 		return nil
 	})
