@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,16 +204,29 @@ func TestAbandonedProposalIsDropped(t *testing.T) {
 	for i := 0; i < cap(n.gc.inflight); i++ {
 		n.gc.inflight <- struct{}{}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	stale := &fsm.Member{ID: "stale", Incarnation: "x"}
 	res := make(chan error, 1)
-	go func() {
-		_, _, err := n.propose(ctx, stale)
-		res <- err
-	}()
-	waitFor(t, 5*time.Second, func() bool { return len(n.gc.propCh) == 1 })
-	cancel()
-	<-res
+	// Ticks queue behind the held batcher too, so the queue growing does
+	// not prove that the proposal is in it; the answer to the cancel does:
+	// a proposal cancelled before it queued gets ctx's error, one queued
+	// is abandoned (INDETERMINATE). Try again until it was queued.
+	var ctx context.Context
+	queued := false
+	for try := 0; try < 20 && !queued; try++ {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(context.Background())
+		before := len(n.gc.propCh)
+		go func() {
+			_, _, err := n.propose(ctx, stale)
+			res <- err
+		}()
+		waitFor(t, 5*time.Second, func() bool { return len(n.gc.propCh) > before })
+		cancel()
+		queued = !errors.Is(<-res, context.Canceled)
+	}
+	if !queued {
+		t.Fatal("the proposal was never queued before its cancel")
+	}
 	before := n.AppliedIndex()
 	for i := 0; i < cap(n.gc.inflight); i++ {
 		<-n.gc.inflight
