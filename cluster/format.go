@@ -268,6 +268,17 @@ func (b *boltStore) edge(first bool) (uint64, error) {
 	return idx, err
 }
 
+// logEncoding and logDecoding are the msgpack handles of raft.db's log
+// entries, as raft-boltdb/v2 encodes them (its default time format) and
+// decodes them. Shared: a handle caches what it learns of a type, and one
+// made per entry (as raft-boltdb does) spent 2.4 of the 3.8 µs an entry's
+// encoding took relearning raft.Log. Handles are safe for concurrent use
+// once configured.
+var (
+	logEncoding = &codec.MsgpackHandle{BasicHandle: codec.BasicHandle{TimeNotBuiltin: true}}
+	logDecoding = &codec.MsgpackHandle{}
+)
+
 // GetLog reads entry idx of raft.db's log.
 func (b *boltStore) GetLog(idx uint64, l *raft.Log) error {
 	if idx == formatGuardIndex {
@@ -278,8 +289,7 @@ func (b *boltStore) GetLog(idx uint64, l *raft.Log) error {
 		if v == nil {
 			return raft.ErrLogNotFound
 		}
-		// As raft-boltdb decodes it.
-		return codec.NewDecoder(bytes.NewReader(v), &codec.MsgpackHandle{}).Decode(l)
+		return codec.NewDecoder(bytes.NewReader(v), logDecoding).Decode(l)
 	})
 }
 
@@ -296,9 +306,7 @@ func (b *boltStore) StoreLogs(logs []*raft.Log) error {
 				return fmt.Errorf("raft.db: log index %d is the format guard's", l.Index)
 			}
 			buf.Reset()
-			// As raft-boltdb/v2 encodes it (its default time format).
-			hd := codec.MsgpackHandle{BasicHandle: codec.BasicHandle{TimeNotBuiltin: true}}
-			if err := codec.NewEncoder(&buf, &hd).Encode(l); err != nil {
+			if err := codec.NewEncoder(&buf, logEncoding).Encode(l); err != nil {
 				return err
 			}
 			if err := bucket.Put(binary.BigEndian.AppendUint64(nil, l.Index), bytes.Clone(buf.Bytes())); err != nil {
