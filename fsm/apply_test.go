@@ -197,8 +197,8 @@ func TestApply(t *testing.T) {
 			ticks(1),
 			leaseIs("R", fsm.StateExpired, fsm.ReasonExpired),
 			check(func(t *testing.T, h *harness, _ []fsm.Result) {
-				if l := h.f.Lease("R"); l.RenewalCount != 4 || l.EndedTick != 18 {
-					t.Fatalf("expired lease: count %d ended %d", l.RenewalCount, l.EndedTick)
+				if l := h.f.Lease("R"); l.RenewalCount != 4 || l.EndedTick() != 18 {
+					t.Fatalf("expired lease: count %d ended %d", l.RenewalCount, l.EndedTick())
 				}
 			}),
 		}},
@@ -219,7 +219,7 @@ func TestApply(t *testing.T) {
 			eventTypes("expired E", "session_ended S"),
 			check(func(t *testing.T, h *harness, _ []fsm.Result) {
 				e := h.events[0]
-				if e.Index != h.index || e.Tick != 6 || e.Key != "k" || e.Reason != fsm.ReasonExpired || e.Lease.EndedTick != 6 {
+				if e.Index != h.index || e.Tick != 6 || e.Key != "k" || e.Reason != fsm.ReasonExpired || e.Lease.EndedTick() != 6 {
 					t.Fatalf("expired event %+v", e)
 				}
 				if s := h.f.Session("S"); s.State != fsm.SessionExpired || s.EndedTick != 6 {

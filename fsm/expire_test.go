@@ -159,7 +159,7 @@ func TestChunkedExpiryStorm(t *testing.T) {
 	}
 	for j := range nb {
 		l := a.f.Lease(fmt.Sprintf("b%04d", j))
-		if l.State != fsm.StateExpired || l.EndReason != fsm.ReasonSessionEnded || l.EndedTick != s.due {
+		if l.State != fsm.StateExpired || l.EndReason() != fsm.ReasonSessionEnded || l.EndedTick() != s.due {
 			t.Fatalf("bound lease %+v", l)
 		}
 	}
@@ -396,7 +396,7 @@ func TestExpireLockDelayFromNextTick(t *testing.T) {
 		t.Fatalf("after the tick: A %s, B %s", a.State, b.State)
 	}
 	h.one(&fsm.Expire{Tick: due, WallMS: 9, Max: 1})
-	if b := h.f.Lease("B"); b.State != fsm.StateExpired || b.EndedTick != due {
+	if b := h.f.Lease("B"); b.State != fsm.StateExpired || b.EndedTick() != due {
 		t.Fatalf("after the Expire: B %+v", b)
 	}
 	for _, step := range []struct {

@@ -44,7 +44,8 @@ func WriteSnapshotV1(s *Snapshot, w io.Writer) error {
 		return err
 	}
 	for _, l := range s.leases {
-		if err := enc.Encode(leaseV1{Lease: *l, IdemHash: l.idemHash(), Fingerprint: l.fingerprint(), SealedToken: l.SealedToken()}); err != nil {
+		if err := enc.Encode(leaseV1{Lease: *l, IdemHash: l.idemHash(), Fingerprint: l.fingerprint(), SealedToken: l.SealedToken(),
+			EndedTick: l.EndedTick(), EndedWallMS: l.EndedWallMS(), Metadata: l.Metadata(), EndReason: l.EndReason(), LockDelayTicks: l.LockDelayTicks()}); err != nil {
 			return err
 		}
 	}
@@ -128,4 +129,9 @@ func EncodeKeyRecord(k SnapKey) []byte {
 		panic(e.err)
 	}
 	return e.b
+}
+
+// MarkEnded records the end of l, a record the caller made.
+func MarkEnded(l *Lease, state State, reason string, tick uint64, wallMS int64) {
+	l.markEnded(state, reason, tick, wallMS)
 }

@@ -609,7 +609,7 @@ func (r *rebaser) wholeGroups(back []*Lease) []*Lease {
 		if g == "" || in[g] == len(r.f.groups[g]) {
 			return false
 		}
-		l.State, l.EndReason, l.EndedTick, l.EndedWallMS = StateRevoked, ReasonRestore, r.tick, r.wallMS
+		l.markEnded(StateRevoked, ReasonRestore, r.tick, r.wallMS)
 		r.st.Superseded++
 		return true
 	})

@@ -211,7 +211,7 @@ func TestGroupWhole(t *testing.T) {
 		t.Fatalf("the expiring tick ended %d members, want 2: %v", got, h.events)
 	}
 	for _, l := range h.f.Group("G") {
-		if l.State != fsm.StateExpired || l.EndedTick != next {
+		if l.State != fsm.StateExpired || l.EndedTick() != next {
 			t.Fatalf("member %+v", l)
 		}
 	}
@@ -240,7 +240,7 @@ func TestGroupWhole(t *testing.T) {
 		t.Fatalf("release: %+v", r)
 	}
 	for _, l := range r.Leases {
-		if l.State != fsm.StateReleased || l.EndReason != "done" {
+		if l.State != fsm.StateReleased || l.EndReason() != "done" {
 			t.Fatalf("released member %+v", l)
 		}
 	}
@@ -296,7 +296,7 @@ func TestGroupSession(t *testing.T) {
 	h.one(c)
 	h.tick(5 + fsm.GraceTicks)
 	for _, l := range h.f.Group("G2") {
-		if l.State != fsm.StateExpired || l.EndReason != fsm.ReasonSessionEnded {
+		if l.State != fsm.StateExpired || l.EndReason() != fsm.ReasonSessionEnded {
 			t.Fatalf("member after the session expired: %+v", l)
 		}
 	}
@@ -555,8 +555,9 @@ func TestGroupSnapshotRoundTrip(t *testing.T) {
 // TestGroupSnapshotRejects: a damaged group section of a snapshot is
 // refused.
 func TestGroupSnapshotRejects(t *testing.T) {
-	l := &fsm.Lease{ID: "L", Key: "k", Holder: "h", Limit: 1, State: fsm.StateReleased, Fence: 2,
-		TokenHash: tok("L"), TTLMS: 1000, TTLTicks: 1, ExpiresTick: 2, AcquiredTick: 1, EndedTick: 1}
+	l := &fsm.Lease{ID: "L", Key: "k", Holder: "h", Limit: 1, Fence: 2,
+		TokenHash: tok("L"), TTLMS: 1000, TTLTicks: 1, ExpiresTick: 2, AcquiredTick: 1}
+	fsm.MarkEnded(l, fsm.StateReleased, "", 1, 0)
 	rec := fsm.EncodeLeaseRecord(l)
 	for name, body := range map[string][]byte{
 		"empty group id": append(slices.Clone(rec), 0),
@@ -651,7 +652,7 @@ func TestGroupRebase(t *testing.T) {
 	}
 	st := f.RebaseStats(cur.f, 10)
 	for _, l := range f.Group("G") {
-		if l.State != fsm.StateRevoked || l.EndReason != fsm.ReasonRestore {
+		if l.State != fsm.StateRevoked || l.EndReason() != fsm.ReasonRestore {
 			t.Fatalf("member of a group with a key in use: %+v", l)
 		}
 	}

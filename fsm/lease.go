@@ -246,9 +246,8 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session, group string) *Leas
 	l := &Lease{
 		ID: c.LeaseID, Key: c.Key, Holder: c.Holder, Limit: c.Limit, State: StateActive,
 		Fence: f.nextFence(), TokenHash: c.TokenHash, TTLMS: c.TTLMS, TTLTicks: c.TTLTicks,
-		AcquiredTick: f.tick, AcquiredWallMS: c.WallMS, Metadata: c.Metadata,
-		LockDelayTicks: c.LockDelayTicks,
-		idem:           withGroup(newLeaseIdem(c.IdemHash, c.Fingerprint, c.SealedToken), group),
+		AcquiredTick: f.tick, AcquiredWallMS: c.WallMS, cold: newLeaseCold(c.Metadata, c.LockDelayTicks),
+		idem: withGroup(newLeaseIdem(c.IdemHash, c.Fingerprint, c.SealedToken), group),
 	}
 	if sess != nil {
 		l.SessionID = sess.ID
@@ -303,10 +302,7 @@ type endOpts struct {
 // end moves an active lease to a terminal state and frees its slot.
 func (f *FSM) end(l *Lease, o endOpts) *Lease {
 	nl := *l
-	nl.State = o.state
-	nl.EndReason = o.reason
-	nl.EndedTick = f.tick
-	nl.EndedWallMS = o.wallMS
+	nl.markEnded(o.state, o.reason, f.tick, o.wallMS)
 	f.leases[l.ID] = &nl
 	f.active--
 	ks := f.keys[l.Key]
@@ -325,8 +321,8 @@ func (f *FSM) end(l *Lease, o endOpts) *Lease {
 	f.prune = append(f.prune, pruneItem{tick: f.tick, kind: kindLease, id: l.ID})
 	if o.delay {
 		ks.ext().stolen = append(ks.stolen(), l.ID)
-		if l.LockDelayTicks > 0 {
-			until := f.tick + l.LockDelayTicks
+		if d := l.LockDelayTicks(); d > 0 {
+			until := f.tick + d
 			if o.midTick {
 				// The next tick may commit right after this entry, and
 				// one tick may follow another at once after a stall:
@@ -502,7 +498,8 @@ func (f *FSM) renewOne(id string, tok Hash, r renewal) (*Lease, *wire.Error) {
 		}
 	}
 	if r.setMeta {
-		nl.Metadata = nilIfEmpty(r.meta)
+		meta := nilIfEmpty(r.meta)
+		nl.setCold(func(c *leaseCold) { c.metadata = meta })
 	}
 	if nl.RenewalCount < ^uint32(0) {
 		nl.RenewalCount++

@@ -477,7 +477,7 @@ func (m *model) compare(f *fsm.FSM) error {
 			return fmt.Errorf("lease %s (%s) is not in the model", l.ID, l.State)
 		}
 		got := fmt.Sprintf("key %s holder %s session %s limit %d state %s reason %q expires %d ended %d renewals %d group %q",
-			l.Key, l.Holder, l.SessionID, l.Limit, l.State, l.EndReason, l.ExpiresTick, l.EndedTick, l.RenewalCount, l.GroupID())
+			l.Key, l.Holder, l.SessionID, l.Limit, l.State, l.EndReason(), l.ExpiresTick, l.EndedTick(), l.RenewalCount, l.GroupID())
 		want := fmt.Sprintf("key %s holder %s session %s limit %d state %s reason %q expires %d ended %d renewals %d group %q",
 			ml.key, ml.holder, ml.sess, ml.limit, ml.state, ml.reason, ml.expires, ml.ended, ml.renewals, ml.group)
 		if got != want {
@@ -642,9 +642,9 @@ func (o *observer) check(f *fsm.FSM, index uint64, cmds []fsm.Command, events []
 			if l.Fence != prev.Fence || l.Key != prev.Key || l.Holder != prev.Holder || l.TokenHash != prev.TokenHash || l.SessionID != prev.SessionID {
 				return fmt.Errorf("lease %s changed identity: %+v -> %+v", l.ID, prev, l)
 			}
-			if prev.Terminal() && (l.State != prev.State || l.EndedTick != prev.EndedTick || l.EndReason != prev.EndReason) {
+			if prev.Terminal() && (l.State != prev.State || l.EndedTick() != prev.EndedTick() || l.EndReason() != prev.EndReason()) {
 				return fmt.Errorf("terminal lease %s changed: %s %q at %d -> %s %q at %d", l.ID,
-					prev.State, prev.EndReason, prev.EndedTick, l.State, l.EndReason, l.EndedTick)
+					prev.State, prev.EndReason(), prev.EndedTick(), l.State, l.EndReason(), l.EndedTick())
 			}
 			if l.RenewalCount < prev.RenewalCount {
 				return fmt.Errorf("lease %s renewal count fell from %d to %d", l.ID, prev.RenewalCount, l.RenewalCount)
@@ -672,25 +672,25 @@ func (o *observer) check(f *fsm.FSM, index uint64, cmds []fsm.Command, events []
 			continue
 		}
 		// The lease ended in this entry.
-		if l.EndedTick < o.tick || l.EndedTick > now {
-			return fmt.Errorf("lease %s ended at tick %d during ticks %d-%d", l.ID, l.EndedTick, o.tick, now)
+		if l.EndedTick() < o.tick || l.EndedTick() > now {
+			return fmt.Errorf("lease %s ended at tick %d during ticks %d-%d", l.ID, l.EndedTick(), o.tick, now)
 		}
 		switch l.State {
 		case fsm.StateExpired:
 			if !ticked {
 				return fmt.Errorf("lease %s expired in an entry that did not advance the clock", l.ID)
 			}
-			if l.SessionID == "" && l.ExpiresTick+fsm.GraceTicks != l.EndedTick {
-				return fmt.Errorf("lease %s expired at tick %d, not at %d+%d", l.ID, l.EndedTick, l.ExpiresTick, fsm.GraceTicks)
+			if l.SessionID == "" && l.ExpiresTick+fsm.GraceTicks != l.EndedTick() {
+				return fmt.Errorf("lease %s expired at tick %d, not at %d+%d", l.ID, l.EndedTick(), l.ExpiresTick, fsm.GraceTicks)
 			}
 			if l.SessionID != "" {
 				s := f.Session(l.SessionID)
-				if s == nil || s.State != fsm.SessionExpired || s.EndedTick != l.EndedTick || l.EndReason != fsm.ReasonSessionEnded {
-					return fmt.Errorf("bound lease %s expired (%q) at %d with session %+v", l.ID, l.EndReason, l.EndedTick, s)
+				if s == nil || s.State != fsm.SessionExpired || s.EndedTick != l.EndedTick() || l.EndReason() != fsm.ReasonSessionEnded {
+					return fmt.Errorf("bound lease %s expired (%q) at %d with session %+v", l.ID, l.EndReason(), l.EndedTick(), s)
 				}
 			}
 		case fsm.StateReleased:
-			if l.EndReason == fsm.ReasonSessionEnded && l.SessionID != "" {
+			if l.EndReason() == fsm.ReasonSessionEnded && l.SessionID != "" {
 				if !sessEnded[l.SessionID] {
 					return fmt.Errorf("lease %s released with its session %s, which nobody ended", l.ID, l.SessionID)
 				}
@@ -712,8 +712,8 @@ func (o *observer) check(f *fsm.FSM, index uint64, cmds []fsm.Command, events []
 		if !prev.Terminal() {
 			return fmt.Errorf("active lease %s vanished", id)
 		}
-		if retain == 0 || prev.EndedTick+retain > now {
-			return fmt.Errorf("lease %s ended at %d pruned at tick %d (retain %d)", id, prev.EndedTick, now, retain)
+		if retain == 0 || prev.EndedTick()+retain > now {
+			return fmt.Errorf("lease %s ended at %d pruned at tick %d (retain %d)", id, prev.EndedTick(), now, retain)
 		}
 		o.gone[id] = true
 		delete(o.leases, id)
@@ -761,7 +761,7 @@ func (o *observer) check(f *fsm.FSM, index uint64, cmds []fsm.Command, events []
 			}
 			continue
 		}
-		if l.State != first.State || l.EndedTick != first.EndedTick || l.ExpiresTick != first.ExpiresTick ||
+		if l.State != first.State || l.EndedTick() != first.EndedTick() || l.ExpiresTick != first.ExpiresTick ||
 			l.RenewalCount != first.RenewalCount || l.TokenHash != first.TokenHash || l.Holder != first.Holder || l.SessionID != first.SessionID {
 			return fmt.Errorf("members of group %s differ: %+v and %+v", g, first, l)
 		}

@@ -146,7 +146,7 @@ func (r *rebaser) leasesMerged() {
 			continue // replaced by cur's record below
 		}
 		if r.curKeys[l.Key] || l.SessionID != "" && r.curSess[l.SessionID] {
-			nl.State, nl.EndReason, nl.EndedTick, nl.EndedWallMS = StateRevoked, ReasonRestore, r.tick, r.wallMS
+			nl.markEnded(StateRevoked, ReasonRestore, r.tick, r.wallMS)
 			r.st.Superseded++
 			continue
 		}
@@ -213,7 +213,7 @@ func (r *rebaser) sessionsBound() {
 				l = shiftLease(l, 0, false)
 				r.leases[l.ID] = l
 			}
-			l.State, l.EndReason, l.EndedTick, l.EndedWallMS = StateExpired, ReasonSessionEnded, r.tick, r.wallMS
+			l.markEnded(StateExpired, ReasonSessionEnded, r.tick, r.wallMS)
 		}
 	}
 }
@@ -339,8 +339,8 @@ func shiftLease(l *Lease, d uint64, own bool) *Lease {
 		nl.ExpiresTick += d
 	}
 	nl.AcquiredTick += d
-	if nl.EndedTick != 0 || nl.State != StateActive {
-		nl.EndedTick += d
+	if nl.EndedTick() != 0 || nl.State != StateActive {
+		nl.setCold(func(c *leaseCold) { c.endedTick += d })
 	}
 	return nl
 }

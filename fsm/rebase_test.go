@@ -152,7 +152,7 @@ func TestRestoreNeverGoesBack(t *testing.T) {
 	if len(act) != 1 || act[0].ID != "B" || act[0].Fence != b.Fence || act[0].ExpiresTick != b.ExpiresTick {
 		t.Fatalf("active on k after the restore: %+v", act)
 	}
-	if a := h.f.Lease("A"); a == nil || a.State != fsm.StateRevoked || a.EndReason != fsm.ReasonRestore {
+	if a := h.f.Lease("A"); a == nil || a.State != fsm.StateRevoked || a.EndReason() != fsm.ReasonRestore {
 		t.Fatalf("A after the restore: %+v", a)
 	}
 	if r := h.one(acq("C", "k", "carol", 30)); code(r.Err) != wire.CodeLeaseHeld {
@@ -303,7 +303,7 @@ func TestRestoreSessions(t *testing.T) {
 	if tt.State != fsm.SessionActive || jsonOf(t, tt.LeaseIDs) != `["T3"]` {
 		t.Fatalf("session T after the restore: %+v", tt)
 	}
-	if l := h.f.Lease("T1"); l.State != fsm.StateRevoked || l.EndReason != fsm.ReasonRestore {
+	if l := h.f.Lease("T1"); l.State != fsm.StateRevoked || l.EndReason() != fsm.ReasonRestore {
 		t.Fatalf("T1: %+v", l)
 	}
 	if act := h.f.ActiveOnKey("t/2"); len(act) != 1 || act[0].ID != "Z" {

@@ -195,8 +195,8 @@ func TestRegistrarInvariants(t *testing.T) {
 				t.Fatalf("tick %d: state %s, want %s (expiry at tick %d)", wild.f.Tick(), w.State, wantState, end)
 			}
 		}
-		if l := wild.f.Lease("T"); l.EndedTick != end {
-			t.Fatalf("ended at tick %d, want %d", l.EndedTick, end)
+		if l := wild.f.Lease("T"); l.EndedTick() != end {
+			t.Fatalf("ended at tick %d, want %d", l.EndedTick(), end)
 		}
 		// CTR-0301: expired iff the tick reached the end; nothing about the
 		// wall clock decides it. The wall clock did reach the display field.
@@ -321,7 +321,7 @@ func TestRegistrarInvariants(t *testing.T) {
 				switch {
 				case now < end:
 				case now < end+retain:
-					if l == nil || l.EndedTick != end {
+					if l == nil || l.EndedTick() != end {
 						t.Fatalf("tick %d: %s pruned early or ended at the wrong tick: %+v (end %d)", now, id, l, end)
 					}
 				default:

@@ -45,19 +45,19 @@ func TestRenewMetadata(t *testing.T) {
 	res := h.one(renewMeta("L1", map[string]string{"processed": "120", "errors": "0"}))
 	wantCode(t, "renew with metadata", res.Err, "")
 	want := map[string]string{"processed": "120", "errors": "0"}
-	if got := h.f.Lease("L1").Metadata; !reflect.DeepEqual(got, want) {
+	if got := h.f.Lease("L1").Metadata(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("metadata after renew: %v, want %v (replaced, not merged)", got, want)
 	}
-	if !reflect.DeepEqual(res.Lease.Metadata, want) || res.Lease.RenewalCount != 1 {
+	if !reflect.DeepEqual(res.Lease.Metadata(), want) || res.Lease.RenewalCount != 1 {
 		t.Fatalf("result lease: %+v", res.Lease)
 	}
 	ev := h.eventsOf(fsm.EventRenewed)
-	if len(ev) != 1 || !reflect.DeepEqual(ev[0].Lease.Metadata, want) {
+	if len(ev) != 1 || !reflect.DeepEqual(ev[0].Lease.Metadata(), want) {
 		t.Fatalf("renewed events: %+v", ev)
 	}
 
 	wantCode(t, "plain renew", h.one(renew("L1")).Err, "")
-	if got := h.f.Lease("L1").Metadata; !reflect.DeepEqual(got, want) {
+	if got := h.f.Lease("L1").Metadata(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("a renewal without metadata changed it: %v", got)
 	}
 
@@ -80,13 +80,13 @@ func TestRenewMetadata(t *testing.T) {
 	bad := renewMeta("L1", map[string]string{"x": "y"})
 	bad.TokenHash = badTok
 	wantCode(t, "wrong token", h.one(bad).Err, wire.CodeLeaseTokenInvalid)
-	if got := h.f.Lease("L1").Metadata; !reflect.DeepEqual(got, want) {
+	if got := h.f.Lease("L1").Metadata(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("a refused renewal changed metadata: %v", got)
 	}
 
 	// Empty metadata clears it.
 	wantCode(t, "clear", h.one(renewMeta("L1", map[string]string{})).Err, "")
-	if got := h.f.Lease("L1").Metadata; got != nil {
+	if got := h.f.Lease("L1").Metadata(); got != nil {
 		t.Fatalf("metadata after clearing: %#v", got)
 	}
 
@@ -94,7 +94,7 @@ func TestRenewMetadata(t *testing.T) {
 	r := renewMeta("L1", map[string]string{"a": "b"})
 	r.TTLTicks, r.TTLMS = 9, 9*periodMS
 	wantCode(t, "ttl and metadata", h.one(r).Err, "")
-	if l := h.f.Lease("L1"); l.TTLTicks != 9 || l.Metadata["a"] != "b" {
+	if l := h.f.Lease("L1"); l.TTLTicks != 9 || l.Metadata()["a"] != "b" {
 		t.Fatalf("lease after ttl and metadata: %+v", l)
 	}
 }
@@ -115,16 +115,16 @@ func TestRenewMetadataBound(t *testing.T) {
 	r := renewMeta("L1", map[string]string{"value": "x"})
 	r.TTLTicks, r.TTLMS = 9, 9*periodMS
 	wantCode(t, "bound renew with ttl", h.one(r).Err, wire.CodeInvalidArgument)
-	if got := h.f.Lease("L1").Metadata["value"]; got != "old" {
+	if got := h.f.Lease("L1").Metadata()["value"]; got != "old" {
 		t.Fatalf("refused renewals changed metadata: %q", got)
 	}
 
 	wantCode(t, "bound renew with metadata", h.one(renewMeta("L1", map[string]string{"value": "new"})).Err, "")
 	l := h.f.Lease("L1")
-	if l.Metadata["value"] != "new" || l.ExpiresTick != expires || l.SessionID != "S1" {
+	if l.Metadata()["value"] != "new" || l.ExpiresTick != expires || l.SessionID != "S1" {
 		t.Fatalf("bound lease after renewal: %+v (expires %d before)", l, expires)
 	}
-	if ev := h.eventsOf(fsm.EventRenewed); len(ev) != 1 || ev[0].Lease.Metadata["value"] != "new" {
+	if ev := h.eventsOf(fsm.EventRenewed); len(ev) != 1 || ev[0].Lease.Metadata()["value"] != "new" {
 		t.Fatalf("renewed events: %+v", ev)
 	}
 }
@@ -154,13 +154,13 @@ func TestHeartbeatMetadata(t *testing.T) {
 	wantCode(t, "L1", res.Items[0].Err, "")
 	wantCode(t, "L2", res.Items[1].Err, "")
 	wantCode(t, "L3", res.Items[2].Err, wire.CodeInvalidArgument)
-	if m := h.f.Lease("L1").Metadata; !reflect.DeepEqual(m, map[string]string{"processed": "7"}) {
+	if m := h.f.Lease("L1").Metadata(); !reflect.DeepEqual(m, map[string]string{"processed": "7"}) {
 		t.Fatalf("L1 metadata %v", m)
 	}
-	if m := h.f.Lease("L2").Metadata; m["was"] != "L2" {
+	if m := h.f.Lease("L2").Metadata(); m["was"] != "L2" {
 		t.Fatalf("L2 metadata %v", m)
 	}
-	if l := h.f.Lease("L3"); l.Metadata["was"] != "L3" || l.RenewalCount != 0 {
+	if l := h.f.Lease("L3"); l.Metadata()["was"] != "L3" || l.RenewalCount != 0 {
 		t.Fatalf("L3 changed: %+v", l)
 	}
 }
@@ -201,10 +201,10 @@ func TestRenewMetadataReplicas(t *testing.T) {
 	if sa, sb := snapshotBytes(t, a.f), snapshotBytes(t, b.f); !bytes.Equal(sa, sb) {
 		t.Fatal("snapshots differ")
 	}
-	if m := a.f.Lease("L3").Metadata; m["n"] != "17" {
+	if m := a.f.Lease("L3").Metadata(); m["n"] != "17" {
 		t.Fatalf("L3 metadata %v", m)
 	}
-	if m := a.f.Lease("L2").Metadata; m["n"] != "19" {
+	if m := a.f.Lease("L2").Metadata(); m["n"] != "19" {
 		t.Fatalf("L2 metadata %v", m)
 	}
 }

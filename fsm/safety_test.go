@@ -43,16 +43,16 @@ func TestExpiryNeverEarly(t *testing.T) {
 			t.Fatalf("lease A %s at tick 16, before its deadline 17", l.State)
 		}
 		x.tickTo(17)
-		if l := x.f.Lease("A"); l.State != fsm.StateExpired || l.EndedTick != 17 {
-			t.Fatalf("lease A at tick 17: %s, ended %d; want expired at 17", l.State, l.EndedTick)
+		if l := x.f.Lease("A"); l.State != fsm.StateExpired || l.EndedTick() != 17 {
+			t.Fatalf("lease A at tick 17: %s, ended %d; want expired at 17", l.State, l.EndedTick())
 		}
 		x.tickTo(18) // B: renewed at t=12, n=5: active through tick 18
 		if l := x.f.Lease("B"); l.State != fsm.StateActive {
 			t.Fatalf("renewed lease B %s at tick 18, before its deadline 19", l.State)
 		}
 		x.tickTo(19)
-		if l := x.f.Lease("B"); l.State != fsm.StateExpired || l.EndedTick != 19 {
-			t.Fatalf("lease B at tick 19: %s, ended %d; want expired at 19", l.State, l.EndedTick)
+		if l := x.f.Lease("B"); l.State != fsm.StateExpired || l.EndedTick() != 19 {
+			t.Fatalf("lease B at tick 19: %s, ended %d; want expired at 19", l.State, l.EndedTick())
 		}
 	}
 }

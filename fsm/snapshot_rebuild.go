@@ -80,7 +80,7 @@ func (n *FSM) rebuildLeases(leases []*Lease) (ended []pruneItem, keyless []strin
 			ks.refs++
 		}
 		if l.Terminal() {
-			ended = append(ended, pruneItem{tick: l.EndedTick, kind: kindLease, id: l.ID})
+			ended = append(ended, pruneItem{tick: l.EndedTick(), kind: kindLease, id: l.ID})
 			if ks == nil {
 				keyless = append(keyless, l.Key)
 			}

@@ -256,12 +256,12 @@ func encodeLease(e *enc, l *Lease) {
 	e.uvarint(l.AcquiredTick)
 	e.varint(l.AcquiredWallMS)
 	e.varint(l.RenewedWallMS)
-	e.uvarint(l.EndedTick)
-	e.varint(l.EndedWallMS)
+	e.uvarint(l.EndedTick())
+	e.varint(l.EndedWallMS())
 	e.uvarint(uint64(l.RenewalCount))
-	e.strmap(l.Metadata)
-	e.str(l.EndReason)
-	e.uvarint(l.LockDelayTicks)
+	e.strmap(l.Metadata())
+	e.str(l.EndReason())
+	e.uvarint(l.LockDelayTicks())
 	e.bool(l.hasIdemHashes())
 	if l.hasIdemHashes() {
 		e.hash(l.idem.hash)
@@ -300,12 +300,14 @@ func (n *FSM) decodeLease(d *dec, l *Lease) {
 	l.AcquiredTick = d.uvarint()
 	l.AcquiredWallMS = d.varint()
 	l.RenewedWallMS = d.varint()
-	l.EndedTick = d.uvarint()
-	l.EndedWallMS = d.varint()
+	var c leaseCold
+	c.endedTick = d.uvarint()
+	c.endedWallMS = d.varint()
 	l.RenewalCount = d.uint32()
-	l.Metadata = d.strmap()
-	l.EndReason = internReason(d.strBytes())
-	l.LockDelayTicks = d.uvarint()
+	c.metadata = d.strmap()
+	c.endReason = internReason(d.strBytes())
+	c.lockDelayTicks = d.uvarint()
+	l.cold = c.orNil()
 	var h, fp Hash
 	if d.bool() {
 		if h, fp = d.hash(), d.hash(); h.IsZero() && fp.IsZero() && d.err == nil {

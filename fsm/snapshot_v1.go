@@ -30,6 +30,12 @@ type leaseV1 struct {
 	IdemHash    Hash   `json:"idem_hash,omitzero"`
 	Fingerprint Hash   `json:"fingerprint,omitzero"`
 	SealedToken []byte `json:"sealed_token,omitempty"`
+	// The fields a Lease keeps apart (leaseCold).
+	EndedTick      uint64            `json:"ended_tick,omitempty"`
+	EndedWallMS    int64             `json:"ended_wall_ms,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	EndReason      string            `json:"end_reason,omitempty"`
+	LockDelayTicks uint64            `json:"lock_delay_ticks,omitempty"`
 }
 
 // restoreJSON reads a format 1 snapshot into a new state machine.
@@ -80,6 +86,8 @@ func decodeV1Records(dec *json.Decoder, hdr snapHeader) ([]*Lease, []*Session, [
 		}
 		l := &v.Lease
 		l.idem = newLeaseIdem(v.IdemHash, v.Fingerprint, v.SealedToken)
+		l.cold = leaseCold{metadata: nilIfEmpty(v.Metadata), lockDelayTicks: v.LockDelayTicks,
+			endedTick: v.EndedTick, endedWallMS: v.EndedWallMS, endReason: v.EndReason}.orNil()
 		if !slices.Contains(leaseStates, l.State) {
 			return nil, nil, nil, fmt.Errorf("fsm: snapshot lease %d: unknown state %q", i, l.State)
 		}

@@ -39,8 +39,8 @@ func leaseIs(id string, state fsm.State, reason string) step {
 		if l == nil {
 			t.Fatalf("lease %s: missing, want %s", id, state)
 		}
-		if l.State != state || l.EndReason != reason {
-			t.Fatalf("lease %s: state %s reason %q, want %s %q", id, l.State, l.EndReason, state, reason)
+		if l.State != state || l.EndReason() != reason {
+			t.Fatalf("lease %s: state %s reason %q, want %s %q", id, l.State, l.EndReason(), state, reason)
 		}
 	})
 }

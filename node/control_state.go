@@ -91,7 +91,7 @@ func (n *Node) ControlEvent(ev wire.Event) (name string, st *ControlState, ok bo
 	period := n.rep.period()
 	var acquiredTick, endedTick uint64
 	if l := n.rep.f.Lease(ev.Lease.LeaseID); l != nil {
-		acquiredTick, endedTick = l.AcquiredTick, l.EndedTick
+		acquiredTick, endedTick = l.AcquiredTick, l.EndedTick()
 	}
 	n.rep.mu.RUnlock()
 	v := ev.Lease
@@ -172,12 +172,12 @@ func (ctl *controlLease) controlStateLocked(l *fsm.Lease) *ControlState {
 	if l.State == fsm.StateActive {
 		rem = remaining(l.ExpiresTick, tick, period)
 	}
-	st := controlFromView(l.ID, l.Holder, string(l.State), l.Metadata, l.TTLMS, rem)
+	st := controlFromView(l.ID, l.Holder, string(l.State), l.Metadata(), l.TTLMS, rem)
 	st.AcquiredAtMS = clusterMS(l.AcquiredTick, period)
 	st.ExpiresAtMS = clusterMS(l.ExpiresTick, period)
 	if l.State != fsm.StateActive {
-		st.EndedAtMS = clusterMS(l.EndedTick, period)
-		st.EndReason = l.EndReason
+		st.EndedAtMS = clusterMS(l.EndedTick(), period)
+		st.EndReason = l.EndReason()
 	}
 	return st
 }

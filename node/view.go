@@ -34,8 +34,8 @@ func leaseView(l *fsm.Lease, state fsm.State, endTick uint64, ttlMS int64, tick 
 		LeaseID: l.ID, Key: l.Key, Holder: l.Holder, Limit: l.Limit, SessionID: l.SessionID, GroupID: l.GroupID(),
 		State: string(state), FencingToken: l.Fence, TTLMS: ttlMS,
 		AcquiredAt: wallTime(l.AcquiredWallMS), LastRenewedAt: optTime(l.RenewedWallMS),
-		EndedAt: optTime(l.EndedWallMS), HeartbeatIntervalMS: ttlMS / 3,
-		RenewalCount: l.RenewalCount, Metadata: l.Metadata, EndReason: l.EndReason,
+		EndedAt: optTime(l.EndedWallMS()), HeartbeatIntervalMS: ttlMS / 3,
+		RenewalCount: l.RenewalCount, Metadata: l.Metadata(), EndReason: l.EndReason(),
 	}
 	switch {
 	case state == fsm.StateActive:
