@@ -14,12 +14,13 @@ func (f *FSM) ForPreviousRelease() (int, error) {
 	if f.stage != nil {
 		return 0, fmt.Errorf("fsm: a restore is staged in this state (its chunks arrived, its commit did not): save again once it is over")
 	}
-	for _, l := range f.leases {
+	for l := range f.leases.All() {
 		if g := l.GroupID(); g != "" {
 			return 0, fmt.Errorf("fsm: the state holds lease group %s (lease %s), which the previous release does not know: release the groups (and let their records age out), then save again", g, l.ID)
 		}
 	}
-	for k, ks := range f.keys {
+	for ks := range f.keys.All() {
+		k := ks.key
 		if ks.more == nil {
 			continue
 		}

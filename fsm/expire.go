@@ -129,7 +129,7 @@ func (f *FSM) expireDue(max uint64, wallMS int64, midTick bool) {
 func (f *FSM) fire(t timer, left uint64, wallMS int64, midTick bool) uint64 {
 	switch t.kind {
 	case kindLease:
-		l := f.leases[t.id]
+		l := f.leases.Get(t.id)
 		if l == nil || l.State != StateActive {
 			return 0
 		}

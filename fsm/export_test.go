@@ -25,8 +25,8 @@ func SnapshotKeys(snap []byte) ([]SnapKey, error) {
 		return nil, err
 	}
 	var out []SnapKey
-	for _, k := range sortedKeys(n.keys) {
-		ks := n.keys[k]
+	for _, k := range n.keys.sortedNames() {
+		ks := n.keys.Get(k)
 		out = append(out, SnapKey{Key: k, Limit: ks.limit, Blocked: ks.blocked(), Waiters: ks.waiters(), Stolen: ks.stolen()})
 	}
 	return out, nil

@@ -59,6 +59,7 @@ type waiter struct {
 // kept in the state itself; several active ids, lock-delays, waiters and
 // stolen slots are behind a pointer that is nil while there are none.
 type keyState struct {
+	key   string // its name: the keys table finds it by this
 	limit uint32
 	// refs is used only by rebuild, to count the key's lease records
 	// without sorting every lease's key (it fills the padding after
@@ -67,6 +68,8 @@ type keyState struct {
 	one  [1]string // the active lease id when there is exactly one
 	more *keyMore
 }
+
+func (k *keyState) tableName() string { return k.key }
 
 type keyMore struct {
 	active  []string  // active lease ids in grant (fence) order, when several
@@ -197,9 +200,9 @@ type FSM struct {
 	wallMS   int64
 	fence    uint64
 
-	leases   map[string]*Lease
+	leases   table[*Lease]
 	sessions map[string]*Session
-	keys     map[string]*keyState
+	keys     table[*keyState]
 	idem     map[Hash]string   // idempotency hash -> lease id (granted or queued)
 	waiting  map[string]string // queued lease id -> its key
 	// holderWaits is each holder's queued acquires: lease id -> key.
@@ -241,9 +244,9 @@ type FSM struct {
 // New returns an empty state machine.
 func New() *FSM {
 	return &FSM{
-		leases:      make(map[string]*Lease),
+		leases:      newTable[*Lease](),
 		sessions:    make(map[string]*Session),
-		keys:        make(map[string]*keyState),
+		keys:        newTable[*keyState](),
 		idem:        make(map[Hash]string),
 		waiting:     make(map[string]string),
 		holderWaits: make(map[string]map[string]string),

@@ -182,7 +182,7 @@ func (f *FSM) acquireGroup(c *AcquireGroup) Result {
 		return Result{Err: InvalidField("group_id", "lease group id %s already exists", c.GroupID)}
 	}
 	for _, k := range c.Keys {
-		if _, dup := f.leases[k.LeaseID]; dup || f.waiting[k.LeaseID] != "" {
+		if dup := f.leases.Has(k.LeaseID); dup || f.waiting[k.LeaseID] != "" {
 			return Result{Err: InvalidField("lease_id", "lease id %s already exists", k.LeaseID)}
 		}
 	}
@@ -205,7 +205,7 @@ func (f *FSM) acquireGroup(c *AcquireGroup) Result {
 	// every key has a free slot and nobody queued for it.
 	busy, nBusy := -1, 0
 	for i, k := range c.Keys {
-		ks := f.keys[k.Key]
+		ks := f.keys.Get(k.Key)
 		if ks == nil || !ks.inUse() {
 			continue
 		}
@@ -233,7 +233,7 @@ func (f *FSM) acquireGroup(c *AcquireGroup) Result {
 	}
 	if c.WaitTicks == 0 {
 		k := c.Keys[busy].Key
-		err := f.busyError(k, f.keys[k])
+		err := f.busyError(k, f.keys.Get(k))
 		if nBusy > 1 {
 			err.Message += " (" + itoa(uint64(nBusy)) + " of the lease group's " + itoa(uint64(len(c.Keys))) + " keys are busy)"
 		}
@@ -283,10 +283,10 @@ func placeholders(g string, ws []waiter) []*Lease {
 // keyFor returns the state of a's key, made if need be, with a's limit if
 // the key is not in use.
 func (f *FSM) keyFor(a *Acquire) *keyState {
-	ks := f.keys[a.Key]
+	ks := f.keys.Get(a.Key)
 	if ks == nil {
-		ks = &keyState{}
-		f.keys[a.Key] = ks
+		ks = &keyState{key: a.Key}
+		f.keys.Put(ks)
 	}
 	if !ks.inUse() {
 		ks.limit = a.Limit
@@ -314,7 +314,7 @@ func (f *FSM) checkGroupQuota(q Quota, holder string, n int) *wire.Error {
 func (f *FSM) checkGroupWaitQuota(c *AcquireGroup, holder string) *wire.Error {
 	q := c.Quota
 	for _, k := range c.Keys {
-		if ks := f.keys[k.Key]; ks != nil {
+		if ks := f.keys.Get(k.Key); ks != nil {
 			if n := uint64(ks.nWaiters()); q.KeyWaiters > 0 && n >= q.KeyWaiters {
 				return Exhausted("waiters_per_key", q.KeyWaiters, "key %s has %d queued acquires, its limit", quote(k.Key), n)
 			}
@@ -330,7 +330,7 @@ func (f *FSM) checkGroupWaitQuota(c *AcquireGroup, holder string) *wire.Error {
 // names id, the first member of an earlier group (granted or queued).
 func (f *FSM) replayGroup(id string, c *AcquireGroup) Result {
 	conflict := Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
-	if l := f.leases[id]; l != nil {
+	if l := f.leases.Get(id); l != nil {
 		if l.GroupID() == "" || l.fingerprint() != c.Fingerprint {
 			return conflict
 		}
@@ -344,7 +344,7 @@ func (f *FSM) replayGroup(id string, c *AcquireGroup) Result {
 
 // atHead reports whether w is first in its key's queue with a slot free.
 func (f *FSM) atHead(w waiter) bool {
-	ks := f.keys[w.Cmd.Key]
+	ks := f.keys.Get(w.Cmd.Key)
 	return ks != nil && ks.free() > 0 && ks.nWaiters() > 0 && ks.more.waitq.front().Cmd.LeaseID == w.Cmd.LeaseID
 }
 
@@ -362,13 +362,13 @@ func (f *FSM) pumpGroup(g string) bool {
 	}
 	delete(f.groupWaits, g)
 	for _, w := range ws {
-		f.unqueue(f.keys[w.Cmd.Key], w.Cmd.LeaseID)
+		f.unqueue(f.keys.Get(w.Cmd.Key), w.Cmd.LeaseID)
 		f.repump = append(f.repump, w.Cmd.Key)
 	}
 	first := ws[0].Cmd
 	var err *wire.Error
 	for _, w := range ws {
-		if _, dup := f.leases[w.Cmd.LeaseID]; dup {
+		if dup := f.leases.Has(w.Cmd.LeaseID); dup {
 			err = InvalidField("lease_id", "lease id %s already exists", w.Cmd.LeaseID)
 			break
 		}
@@ -385,7 +385,7 @@ func (f *FSM) pumpGroup(g string) bool {
 	members := make([]*Lease, len(ws))
 	ids := make([]string, len(ws))
 	for i, w := range ws {
-		members[i] = f.grant(w.Cmd, f.keys[w.Cmd.Key], f.current(sess), g)
+		members[i] = f.grant(w.Cmd, f.keys.Get(w.Cmd.Key), f.current(sess), g)
 		ids[i] = w.Cmd.LeaseID
 	}
 	f.groups[g] = ids
@@ -403,7 +403,7 @@ func (f *FSM) withdrawGroup(g string, err *wire.Error) {
 	}
 	delete(f.groupWaits, g)
 	for _, w := range ws {
-		f.unqueue(f.keys[w.Cmd.Key], w.Cmd.LeaseID)
+		f.unqueue(f.keys.Get(w.Cmd.Key), w.Cmd.LeaseID)
 		f.repump = append(f.repump, w.Cmd.Key)
 	}
 	f.forgetIdem(ws[0].Cmd.IdemHash, ws[0].Cmd.LeaseID)
@@ -417,7 +417,7 @@ func (f *FSM) withdrawGroup(g string, err *wire.Error) {
 func (f *FSM) groupBusy(g string) *wire.Error {
 	for _, w := range f.groupWaits[g] {
 		if !f.atHead(w) {
-			return f.busyError(w.Cmd.Key, f.keys[w.Cmd.Key])
+			return f.busyError(w.Cmd.Key, f.keys.Get(w.Cmd.Key))
 		}
 	}
 	return Errorf(wire.CodeLeaseHeld, "lease group %s was not granted within its wait", g)
@@ -434,7 +434,7 @@ func (f *FSM) repumpKeys() {
 	for len(f.repump) > 0 {
 		k := f.repump[0]
 		f.repump = f.repump[1:]
-		if ks := f.keys[k]; ks != nil {
+		if ks := f.keys.Get(k); ks != nil {
 			f.pump(k, ks)
 		}
 	}
@@ -449,13 +449,13 @@ func (f *FSM) endGroup(g, named string, o endOpts) (Result, uint64) {
 	var res Result
 	n := uint64(0)
 	for _, id := range f.groups[g] {
-		if l := f.leases[id]; l != nil && l.State == StateActive {
+		if l := f.leases.Get(id); l != nil && l.State == StateActive {
 			f.end(l, o)
 			n++
 		}
 	}
 	res.Leases = f.Group(g)
-	res.Lease = f.leases[named]
+	res.Lease = f.leases.Get(named)
 	return res, n
 }
 
@@ -540,7 +540,7 @@ func (f *FSM) Group(id string) []*Lease {
 	}
 	out := make([]*Lease, len(ids))
 	for i, x := range ids {
-		out[i] = f.leases[x]
+		out[i] = f.leases.Get(x)
 	}
 	return out
 }
@@ -553,7 +553,7 @@ func (f *FSM) GroupQueued(id string) bool { return len(f.groupWaits[id]) > 0 }
 // group at the head of its queue keeps (waiting for its other keys): the
 // one case in which a key's queue is not empty while a slot is free.
 func (f *FSM) GroupHeldUp(key string) bool {
-	ks := f.keys[key]
+	ks := f.keys.Get(key)
 	if ks == nil || ks.free() <= 0 || ks.nWaiters() == 0 {
 		return false
 	}
@@ -571,7 +571,7 @@ func (n *FSM) rebuildGroups(keys []keyRec, leases []*Lease) error {
 		}
 	}
 	for _, ids := range n.groups {
-		slices.SortFunc(ids, func(a, b string) int { return strings.Compare(n.leases[a].Key, n.leases[b].Key) })
+		slices.SortFunc(ids, func(a, b string) int { return strings.Compare(n.leases.Get(a).Key, n.leases.Get(b).Key) })
 	}
 	for _, k := range keys {
 		for _, w := range k.waiters {

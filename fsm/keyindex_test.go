@@ -150,7 +150,8 @@ func TestRestoreCountsKeys(t *testing.T) {
 	if got, want := g.keyIdx.flatten(), f.keyIdx.flatten(); !slices.Equal(got, want) {
 		t.Fatalf("restored key index has %d keys, applied %d:\n%v\n%v", len(got), len(want), got, want)
 	}
-	for k, ks := range g.keys {
+	for ks := range g.keys.All() {
+		k := ks.key
 		if ks.refs != 0 {
 			t.Fatalf("key %s keeps a count of %d", k, ks.refs)
 		}

@@ -46,7 +46,7 @@ func (f *FSM) acquire(c *Acquire) Result {
 			return f.replay(id, c)
 		}
 	}
-	if _, dup := f.leases[c.LeaseID]; dup || f.waiting[c.LeaseID] != "" {
+	if dup := f.leases.Has(c.LeaseID); dup || f.waiting[c.LeaseID] != "" {
 		return Result{Err: InvalidField("lease_id", "lease id %s already exists", c.LeaseID)}
 	}
 	var sess *Session
@@ -67,14 +67,14 @@ func (f *FSM) acquire(c *Acquire) Result {
 	if err := f.checkLeaseQuota(c.Quota, holder); err != nil {
 		return Result{Err: err}
 	}
-	ks := f.keys[c.Key]
+	ks := f.keys.Get(c.Key)
 	if ks != nil && ks.inUse() && ks.limit != c.Limit {
 		return Result{Err: &wire.Error{Code: wire.CodeLimitMismatch, Key: c.Key,
 			Message: "key " + quote(c.Key) + " is in use with limit " + itoa(uint64(ks.limit)) + ", not " + itoa(uint64(c.Limit))}}
 	}
 	if ks == nil {
-		ks = &keyState{}
-		f.keys[c.Key] = ks
+		ks = &keyState{key: c.Key}
+		f.keys.Put(ks)
 	}
 	if !ks.inUse() {
 		ks.limit = c.Limit
@@ -182,7 +182,7 @@ func (f *FSM) busyError(key string, ks *keyState) *wire.Error {
 	}
 	holders := make([]wire.HolderInfo, 0, len(ks.active()))
 	for _, id := range ks.active() {
-		l := f.leases[id]
+		l := f.leases.Get(id)
 		holders = append(holders, wire.HolderInfo{Holder: l.Holder, LeaseID: l.ID, RemainingMS: f.remainingMS(f.leaseEnd(l))})
 	}
 	msg := "key " + quote(key) + " is held"
@@ -197,7 +197,7 @@ func (f *FSM) busyError(key string, ks *keyState) *wire.Error {
 }
 
 func (f *FSM) replay(id string, c *Acquire) Result {
-	if l := f.leases[id]; l != nil {
+	if l := f.leases.Get(id); l != nil {
 		if l.fingerprint() != c.Fingerprint || l.GroupID() != "" {
 			return Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
 		}
@@ -215,7 +215,7 @@ func (f *FSM) replay(id string, c *Acquire) Result {
 
 // findWaiter returns the queued acquire id on key.
 func (f *FSM) findWaiter(key, id string) (waiter, bool) {
-	ks := f.keys[key]
+	ks := f.keys.Get(key)
 	if ks == nil || ks.more == nil {
 		return waiter{}, false
 	}
@@ -268,7 +268,7 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session, group string) *Leas
 	hi := f.holder(l.Holder)
 	l.Holder = hi.name // one string per holder, not one per lease
 	hi.leases.insert(l.ID)
-	f.leases[l.ID] = l
+	f.leases.Put(l)
 	f.order.insert(l.ID)
 	f.addKeyRef(l.Key)
 	f.active++
@@ -303,9 +303,9 @@ type endOpts struct {
 func (f *FSM) end(l *Lease, o endOpts) *Lease {
 	nl := *l
 	nl.markEnded(o.state, o.reason, f.tick, o.wallMS)
-	f.leases[l.ID] = &nl
+	f.leases.Put(&nl)
 	f.active--
-	ks := f.keys[l.Key]
+	ks := f.keys.Get(l.Key)
 	f.removeActive(ks, l)
 	if hi := f.holders[l.Holder]; hi != nil {
 		hi.leases.remove(l.ID)
@@ -355,7 +355,7 @@ func (f *FSM) removeActive(ks *keyState, l *Lease) {
 	i := -1
 	if len(a) > 16 {
 		j, _ := slices.BinarySearchFunc(a, l.Fence, func(id string, fence uint64) int {
-			return cmp.Compare(f.leases[id].Fence, fence)
+			return cmp.Compare(f.leases.Get(id).Fence, fence)
 		})
 		if j < len(a) && a[j] == l.ID {
 			i = j
@@ -384,7 +384,7 @@ func (f *FSM) pump(key string, ks *keyState) {
 		}
 		f.unqueue(ks, w.Cmd.LeaseID)
 		c := w.Cmd
-		if _, dup := f.leases[c.LeaseID]; dup {
+		if dup := f.leases.Has(c.LeaseID); dup {
 			// acquire only sees waiters on its own key, so the id may have
 			// been granted on another key meanwhile: never grant it twice.
 			f.forgetIdem(c.IdemHash, c.LeaseID)
@@ -417,7 +417,7 @@ func (f *FSM) forgetIdem(h Hash, id string) {
 func (f *FSM) dropKey(key string, ks *keyState) {
 	ks.tidy()
 	if !ks.inUse() && len(ks.stolen()) == 0 {
-		delete(f.keys, key)
+		f.keys.Delete(key)
 	}
 }
 
@@ -427,7 +427,7 @@ func (f *FSM) checkLease(id string, tok, sessTok Hash) (*Lease, *wire.Error) {
 	if err := validID("lease_id", id); err != nil {
 		return nil, err
 	}
-	l := f.leases[id]
+	l := f.leases.Get(id)
 	if l == nil {
 		return nil, Errorf(wire.CodeLeaseNotFound, "lease %s not found", id)
 	}
@@ -465,8 +465,8 @@ type renewal struct {
 }
 
 func (f *FSM) renewOne(id string, tok Hash, r renewal) (*Lease, *wire.Error) {
-	if canaryRenewToken && f.leases[id] != nil {
-		tok = f.leases[id].TokenHash
+	if canaryRenewToken && f.leases.Get(id) != nil {
+		tok = f.leases.Get(id).TokenHash
 	}
 	if r.setMeta {
 		if err := ValidMetadata(r.meta); err != nil {
@@ -505,7 +505,7 @@ func (f *FSM) renewOne(id string, tok Hash, r renewal) (*Lease, *wire.Error) {
 		nl.RenewalCount++
 	}
 	nl.RenewedWallMS = r.wallMS
-	f.leases[l.ID] = &nl
+	f.leases.Put(&nl)
 	f.emit(Event{Type: EventRenewed, WallMS: r.wallMS, Key: l.Key, Lease: &nl})
 	return &nl, nil
 }
@@ -559,7 +559,7 @@ func (f *FSM) revoke(c *Revoke) Result {
 	if err := validID("lease_id", c.LeaseID); err != nil {
 		return Result{Err: err}
 	}
-	l := f.leases[c.LeaseID]
+	l := f.leases.Get(c.LeaseID)
 	if l == nil {
 		return Result{Err: Errorf(wire.CodeLeaseNotFound, "lease %s not found", c.LeaseID)}
 	}
@@ -595,7 +595,7 @@ func (f *FSM) releaseHolder(c *ReleaseHolder) Result {
 		return Result{Count: n}
 	}
 	for _, id := range hi.leases.ids() {
-		f.end(f.leases[id], endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS})
+		f.end(f.leases.Get(id), endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS})
 		n++
 	}
 	for _, id := range hi.sessions.ids() {
@@ -615,7 +615,7 @@ func (f *FSM) dropWaitersOf(holder string) int {
 	n := 0
 	for _, id := range ids {
 		key := hw[id]
-		ks := f.keys[key]
+		ks := f.keys.Get(key)
 		if w, ok := f.findWaiter(key, id); ok && w.group != "" {
 			// Its keys are pumped once every waiter of the holder is
 			// gone, so that none of them is granted meanwhile.
@@ -638,7 +638,7 @@ func (f *FSM) dropWaitersOf(holder string) int {
 }
 
 func (f *FSM) cancelWait(c *CancelWait) {
-	ks := f.keys[c.Key]
+	ks := f.keys.Get(c.Key)
 	if ks == nil {
 		return
 	}

@@ -25,7 +25,7 @@ func (f *FSM) WallMS() int64 { return f.wallMS }
 func (f *FSM) Fence() uint64 { return f.fence }
 
 // Lease returns a lease record (any retained state) or nil.
-func (f *FSM) Lease(id string) *Lease { return f.leases[id] }
+func (f *FSM) Lease(id string) *Lease { return f.leases.Get(id) }
 
 // IdemLease returns the id of the lease (granted or queued) that an
 // idempotent acquire with idempotency hash h created, if it is retained.
@@ -57,13 +57,13 @@ func (f *FSM) EndTick(l *Lease) uint64 { return f.leaseEnd(l) }
 
 // ActiveOnKey returns the active leases on key in grant order.
 func (f *FSM) ActiveOnKey(key string) []*Lease {
-	ks := f.keys[key]
+	ks := f.keys.Get(key)
 	if ks == nil {
 		return nil
 	}
 	out := make([]*Lease, 0, len(ks.active()))
 	for _, id := range ks.active() {
-		out = append(out, f.leases[id])
+		out = append(out, f.leases.Get(id))
 	}
 	return out
 }
@@ -73,13 +73,13 @@ func (f *FSM) ActiveOnKey(key string) []*Lease {
 // that may wait would then queue rather than be granted. A hint for the
 // batcher only; the entry's own apply decides.
 func (f *FSM) KeyFull(key string) bool {
-	ks := f.keys[key]
+	ks := f.keys.Get(key)
 	return ks != nil && (ks.free() <= 0 || ks.nWaiters() > 0)
 }
 
 // KeyLockDelay returns the end tick of the earliest lock-delay on key, or 0.
 func (f *FSM) KeyLockDelay(key string) uint64 {
-	ks := f.keys[key]
+	ks := f.keys.Get(key)
 	if ks == nil || len(ks.blocked()) == 0 {
 		return 0
 	}
@@ -129,7 +129,7 @@ func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
 	case q.State == StateActive && q.Holder != "":
 		if hi := f.holders[q.Holder]; hi != nil {
 			hi.leases.ascend(q.After, func(id string) bool {
-				if l := f.leases[id]; match(l) {
+				if l := f.leases.Get(id); match(l) {
 					out = append(out, l)
 				}
 				return q.Limit == 0 || len(out) <= q.Limit
@@ -141,7 +141,7 @@ func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
 			if !b.take(q.Scan, id) {
 				return false
 			}
-			if l := f.leases[id]; match(l) {
+			if l := f.leases.Get(id); match(l) {
 				out = append(out, l)
 			}
 			return q.Limit == 0 || len(out) <= q.Limit

@@ -101,7 +101,8 @@ func newRebaser(f, cur *FSM) *rebaser {
 	r := &rebaser{f: f, cur: cur, tick: tick, sf: tick - f.tick, sc: tick - cur.tick, wallMS: max(f.wallMS, cur.wallMS),
 		curKeys: make(map[string]bool), curSess: make(map[string]bool)}
 	r.st.TickShift = r.sf
-	for k, ks := range cur.keys {
+	for ks := range cur.keys.All() {
+		k := ks.key
 		live := len(ks.active()) > 0
 		for _, b := range ks.blocked() {
 			live = live || b.Until > cur.tick
@@ -134,15 +135,16 @@ func (r *rebaser) sessionsMerged() {
 // leasesMerged: the file's leases, shifted; those active are brought back
 // with a new token or ended; then every lease active in cur as it is.
 func (r *rebaser) leasesMerged() {
-	r.leases = make(map[string]*Lease, len(r.f.leases)+r.cur.active)
+	r.leases = make(map[string]*Lease, r.f.leases.Len()+r.cur.active)
 	var back []*Lease
-	for id, l := range r.f.leases {
+	for l := range r.f.leases.All() {
+		id := l.ID
 		nl := shiftLease(l, r.sf, true) // f's own records: changed in place
 		r.leases[id] = nl
 		if l.State != StateActive {
 			continue
 		}
-		if c := r.cur.leases[id]; c != nil && c.State == StateActive {
+		if c := r.cur.leases.Get(id); c != nil && c.State == StateActive {
 			continue // replaced by cur's record below
 		}
 		if r.curKeys[l.Key] || l.SessionID != "" && r.curSess[l.SessionID] {
@@ -160,7 +162,8 @@ func (r *rebaser) leasesMerged() {
 		l.Fence = r.fence
 	}
 	r.st.Refenced = len(back)
-	for id, l := range r.cur.leases {
+	for l := range r.cur.leases.All() {
+		id := l.ID
 		switch {
 		case l.State == StateActive:
 			r.leases[id] = shiftLease(l, r.sc, false)
@@ -209,7 +212,7 @@ func (r *rebaser) sessionsBound() {
 			continue
 		}
 		if s := r.sessions[l.SessionID]; s == nil || s.State != SessionActive {
-			if c := r.cur.leases[l.ID]; c == l {
+			if c := r.cur.leases.Get(l.ID); c == l {
 				l = shiftLease(l, 0, false)
 				r.leases[l.ID] = l
 			}
@@ -222,17 +225,18 @@ func (r *rebaser) sessionsBound() {
 // others; no waiters; stolen ids only of leases still there. The keys with
 // something left on them, sorted.
 func (r *rebaser) keysMerged() []keyRec {
-	keys := make(map[string]*keyState, len(r.f.keys)+len(r.curKeys))
-	for k, ks := range r.f.keys {
+	keys := make(map[string]*keyState, r.f.keys.Len()+len(r.curKeys))
+	for ks := range r.f.keys.All() {
+		k := ks.key
 		if !r.curKeys[k] {
-			keys[k] = copyKey(ks, r.sf, r.f.tick, &r.st.DroppedWaits)
+			keys[k] = copyKey(k, ks, r.sf, r.f.tick, &r.st.DroppedWaits)
 		} else {
 			r.st.DroppedWaits += ks.nWaiters()
 		}
 	}
 	var curWaits int // failed by the node that restores
 	for k := range r.curKeys {
-		keys[k] = copyKey(r.cur.keys[k], r.sc, r.cur.tick, &curWaits)
+		keys[k] = copyKey(k, r.cur.keys.Get(k), r.sc, r.cur.tick, &curWaits)
 	}
 	activeOn := make(map[string]bool)
 	for _, l := range r.leases {
@@ -264,8 +268,9 @@ func (r *rebaser) install(index uint64, recs []keyRec) {
 	f, cur := r.f, r.cur
 	n := New()
 	n.index, n.tick, n.periodMS, n.wallMS, n.fence = index, r.tick, cmp.Or(f.periodMS, cur.periodMS), r.wallMS, r.fence
+	n.keys.reserve(len(recs))
 	for _, kr := range recs {
-		n.keys[kr.key] = kr.ks
+		n.keys.Put(kr.ks)
 	}
 	n.sessions = r.sessions
 	sortedSessions := make([]*Session, 0, len(r.sessions))
@@ -300,8 +305,8 @@ func (r *rebaser) install(index uint64, recs []keyRec) {
 // copyKey copies a key's limit, pending lock-delays (moved by shift ticks;
 // those already over at tick now are left out) and stolen ids, without its
 // active ids (rebuild adds them) and waiters (counted in dropped).
-func copyKey(ks *keyState, shift, now uint64, dropped *int) *keyState {
-	n := &keyState{limit: ks.limit}
+func copyKey(key string, ks *keyState, shift, now uint64, dropped *int) *keyState {
+	n := &keyState{key: key, limit: ks.limit}
 	m := ks.more
 	if m == nil {
 		return n

@@ -239,8 +239,8 @@ func (f *FSM) restoreCommit(c *RestoreCommit) Result {
 	f.expireDue(0, f.wallMS, true)
 	f.events = f.events[:0] // the event streams end at a restore
 	notices := f.notices
-	for _, k := range sortedKeys(f.keys) {
-		for _, w := range f.keys[k].waiters() {
+	for _, k := range f.keys.sortedNames() {
+		for _, w := range f.keys.Get(k).waiters() {
 			notices = append(notices, Notice{LeaseID: w.Cmd.LeaseID, Err: Errorf(wire.CodeUnavailable,
 				"the cluster state was restored from a snapshot while this acquire waited; it was not granted")})
 		}

@@ -192,7 +192,7 @@ func BenchmarkSemaphoreStorm(b *testing.B) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		for t := f.Tick() + 1; len(f.leases) > 0; t++ {
+		for t := f.Tick() + 1; f.leases.Len() > 0; t++ {
 			idx++
 			f.Apply(idx, &Tick{Tick: t, RetainTicks: 3})
 			f.DrainEvents(func(*Event) {})

@@ -39,11 +39,11 @@ func TestSealedTokenRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id, want := range map[string]string{"ls_a": "sealed a", "ls_b": "sealed b", "ls_c": ""} {
-		if got := string(g.leases[id].SealedToken()); got != want {
+		if got := string(g.leases.Get(id).SealedToken()); got != want {
 			t.Errorf("%s: sealed token %q, want %q", id, got, want)
 		}
 	}
-	if g.leases["ls_a"].hasIdemHashes() || !g.leases["ls_b"].hasIdemHashes() || g.leases["ls_c"].idem != nil {
+	if g.leases.Get("ls_a").hasIdemHashes() || !g.leases.Get("ls_b").hasIdemHashes() || g.leases.Get("ls_c").idem != nil {
 		t.Error("idempotency hashes not as acquired")
 	}
 	var again bytes.Buffer

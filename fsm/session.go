@@ -119,7 +119,7 @@ func (f *FSM) endSessionN(s *Session, state State, reason string, wallMS int64, 
 	n := uint64(1)
 	var rest []string
 	for _, id := range ns.LeaseIDs {
-		if l := f.leases[id]; l != nil && l.State == StateActive {
+		if l := f.leases.Get(id); l != nil && l.State == StateActive {
 			if limit > 0 && n >= limit {
 				rest = append(rest, id)
 				continue

@@ -69,16 +69,17 @@ type Snapshot struct {
 func (f *FSM) Snapshot() *Snapshot {
 	s := &Snapshot{hdr: snapHeader{Format: SnapshotFormat, Index: f.index, Tick: f.tick,
 		PeriodMS: f.periodMS, WallMS: f.wallMS, Fence: f.fence, ClusterID: f.clusterID, SealCheck: f.sealCheck}}
-	s.leases = make([]*Lease, 0, len(f.leases))
-	for _, l := range f.leases {
+	s.leases = make([]*Lease, 0, f.leases.Len())
+	for l := range f.leases.All() {
 		s.leases = append(s.leases, l)
 	}
 	s.sessions = make([]*Session, 0, len(f.sessions))
 	for _, x := range f.sessions {
 		s.sessions = append(s.sessions, x)
 	}
-	s.keys = make([]snapKey, 0, len(f.keys))
-	for k, ks := range f.keys {
+	s.keys = make([]snapKey, 0, f.keys.Len())
+	for ks := range f.keys.All() {
+		k := ks.key
 		sk := snapKey{key: k, limit: ks.limit}
 		if m := ks.more; m != nil {
 			// Apply changes these lists in place.

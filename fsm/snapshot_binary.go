@@ -125,9 +125,9 @@ func restoreBinary(br *bufio.Reader) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.keys = make(map[string]*keyState, len(keys))
+	n.keys.reserve(len(keys))
 	for _, k := range keys {
-		n.keys[k.key] = k.ks
+		n.keys.Put(k.ks)
 	}
 	sessions, err := n.readSessions(rr, hdr.Sessions)
 	if err != nil {

@@ -65,17 +65,17 @@ func checkWaiters(keys []keyRec) error {
 // returns the ended leases, to prune, and the keys of leases whose key has
 // no state.
 func (n *FSM) rebuildLeases(leases []*Lease) (ended []pruneItem, keyless []string, err error) {
-	n.leases = make(map[string]*Lease, len(leases))
+	n.leases.reserve(len(leases))
 	for _, l := range leases {
-		n.leases[l.ID] = l
+		n.leases.Put(l)
 		if h := l.idemHash(); !h.IsZero() {
 			// An active lease keeps its idempotency hash over an ended
 			// one (they share one only after a restore: Rebase).
-			if prev := n.leases[n.idem[h]]; prev == nil || prev.Terminal() || !l.Terminal() {
+			if prev := n.leases.Get(n.idem[h]); prev == nil || prev.Terminal() || !l.Terminal() {
 				n.idem[h] = l.ID
 			}
 		}
-		ks := n.keys[l.Key]
+		ks := n.keys.Get(l.Key)
 		if ks != nil {
 			ks.refs++
 		}
@@ -126,7 +126,7 @@ func (n *FSM) rebuildKeys(keys []keyRec) {
 		if a := ks.active(); len(a) > 1 {
 			// Grant order; ids break ties (only a damaged snapshot has them).
 			slices.SortStableFunc(a, func(a, b string) int {
-				return cmp.Compare(n.leases[a].Fence, n.leases[b].Fence)
+				return cmp.Compare(n.leases.Get(a).Fence, n.leases.Get(b).Fence)
 			})
 		}
 		for _, w := range k.waiters {

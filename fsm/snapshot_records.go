@@ -180,14 +180,14 @@ func decodeKey(d *dec, k *keyRec) {
 			d.fail("waiter groups written without a lease group")
 		}
 	}
-	k.ks = newKeyState(limit, m)
+	k.ks = newKeyState(k.key, limit, m)
 }
 
 // newKeyState returns the state of a key read from a snapshot. Most keys
 // have nothing but a limit: their state has no keyMore (allocating one only
 // for tidy to drop it cost 128 bytes of garbage a key).
-func newKeyState(limit uint32, m keyMore) *keyState {
-	ks := &keyState{limit: limit}
+func newKeyState(key string, limit uint32, m keyMore) *keyState {
+	ks := &keyState{key: key, limit: limit}
 	if len(m.active) > 0 || len(m.blocked) > 0 || m.waitq.len() > 0 || len(m.stolen) > 0 {
 		ks.more = new(keyMore)
 		*ks.more = m

@@ -62,9 +62,10 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 	n := New()
 	n.setHeader(hdr)
 	recs := make([]keyRec, len(keys))
+	n.keys.reserve(len(keys))
 	for i, k := range keys {
-		recs[i] = keyRec{key: k.Key, ks: newKeyState(k.Limit, keyMore{blocked: k.Blocked, stolen: k.Stolen}), waiters: k.Waiters}
-		n.keys[k.Key] = recs[i].ks
+		recs[i] = keyRec{key: k.Key, ks: newKeyState(k.Key, k.Limit, keyMore{blocked: k.Blocked, stolen: k.Stolen}), waiters: k.Waiters}
+		n.keys.Put(recs[i].ks)
 	}
 	for _, x := range sessions {
 		n.sessions[x.ID] = x

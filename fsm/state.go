@@ -288,3 +288,5 @@ type Notice struct {
 	Leases  []*Lease
 	Err     *wire.Error
 }
+
+func (l *Lease) tableName() string { return l.ID }

@@ -33,7 +33,7 @@ func TestStolenBounded(t *testing.T) {
 				}
 			}
 		}
-		ks := f.keys["k"]
+		ks := f.keys.Get("k")
 		if ks == nil {
 			if len(queue) > 0 {
 				t.Fatalf("key state dropped with %d stolen slots", len(queue))

@@ -63,7 +63,7 @@ func leaseDeadline(l *Lease) uint64 {
 // waitTimeout ends queued acquire id on key if its deadline has come, and
 // reports whether it did.
 func (f *FSM) waitTimeout(key, id string) bool {
-	ks := f.keys[key]
+	ks := f.keys.Get(key)
 	w, ok := f.findWaiter(key, id)
 	if !ok || w.Deadline > f.tick {
 		return false
@@ -84,7 +84,7 @@ func (f *FSM) waitTimeout(key, id string) bool {
 // delayEnd ends the lock-delays on key whose time has come, and reports
 // whether there were any.
 func (f *FSM) delayEnd(key string, wallMS int64) bool {
-	ks := f.keys[key]
+	ks := f.keys.Get(key)
 	if ks == nil {
 		return false
 	}
@@ -142,18 +142,18 @@ func (f *FSM) pruneOver(max uint64) {
 func (f *FSM) pruneOne(p pruneItem) {
 	switch p.kind {
 	case kindLease:
-		l := f.leases[p.id]
+		l := f.leases.Get(p.id)
 		if l == nil || !l.Terminal() {
 			return
 		}
-		delete(f.leases, p.id)
+		f.leases.Delete(p.id)
 		f.order.remove(p.id)
 		f.dropKeyRef(l.Key)
 		f.forgetIdem(l.idemHash(), l.ID)
 		if g := l.GroupID(); g != "" {
 			f.dropGroupMember(g, l.ID)
 		}
-		if ks := f.keys[l.Key]; ks != nil {
+		if ks := f.keys.Get(l.Key); ks != nil {
 			if m := ks.more; m != nil && len(m.stolen) > 0 {
 				if m.stolen[0] == l.ID {
 					// Leases are pruned in the order they ended, which
