@@ -30,7 +30,8 @@ type named interface {
 //
 // Iteration order depends on a random seed, as a map's does, so nothing
 // that must be identical on every replica may depend on it. A table must not
-// change while it is iterated.
+// change while it is iterated. Copying a table shares its sub-tables: only
+// one of the copies may be used afterwards.
 type table[P named] struct {
 	seed  maphash.Seed
 	dir   []*subTable[P] // 1<<depth entries; a sub-table of depth d fills 1<<(depth-d) of them
@@ -242,8 +243,9 @@ func (t *table[P]) sortedNames() []string {
 }
 
 // reserve sizes an empty table for n records, so that filling it (a
-// restore) splits nothing: sub-tables of subMax at about half their load
-// limit, as many as a power of two needs.
+// restore) splits nothing: as many sub-tables of subMax slots as a power of
+// two needs for each to expect at most subMax/2 records (two thirds of its
+// load limit).
 func (t *table[P]) reserve(n int) {
 	if t.n != 0 {
 		return

@@ -188,3 +188,35 @@ func TestTableReserve(t *testing.T) {
 		}
 	}
 }
+
+// TestTableDeleteWraps deletes, in every order, records whose probe run
+// wraps from the end of a sub-table to its start: names are picked by their
+// home slot (6, 7 or 0 of 8) under the table's seed.
+func TestTableDeleteWraps(t *testing.T) {
+	for round := range 50 {
+		tb := newTable[*tRec]()
+		homes := []int{6, 6, 7, 0, 7, 6}
+		var recs []*tRec
+		for i := 0; len(recs) < len(homes); i++ {
+			name := fmt.Sprintf("w%d-%d", round, i)
+			if int(tb.hash(name))&(subMin-1) == homes[len(recs)] {
+				recs = append(recs, &tRec{name: name})
+			}
+		}
+		m := map[string]*tRec{}
+		for _, r := range recs {
+			tb.Put(r)
+			m[r.name] = r
+		}
+		if len(tb.dir) != 1 || len(tb.dir[0].slots) != subMin {
+			t.Fatalf("6 records did not stay in one sub-table of %d slots", subMin)
+		}
+		checkTable(t, &tb, m)
+		rng := rand.New(rand.NewPCG(uint64(round), 1))
+		for _, i := range rng.Perm(len(recs)) {
+			tb.Delete(recs[i].name)
+			delete(m, recs[i].name)
+			checkTable(t, &tb, m)
+		}
+	}
+}
