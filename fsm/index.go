@@ -56,7 +56,7 @@ func (x *idIndex) insert(id string) {
 	}
 	x.n++
 	if len(r) < idChunk {
-		x.runs[i] = slices.Insert(r, j, id)
+		x.runs[i] = slices.Insert(roomInRun(r), j, id)
 		return
 	}
 	h := len(r) / 2
@@ -71,6 +71,18 @@ func (x *idIndex) insert(id string) {
 }
 
 // clipRun copies r into a new run with room for extra more ids.
+// roomInRun returns r with room for one more id: a full run grows by a
+// quarter, never past idChunk. Left to append, a run of 161 grew to 336
+// ids (a size class above idChunk) that it could never fill.
+func roomInRun(r []string) []string {
+	if len(r) < cap(r) {
+		return r
+	}
+	out := make([]string, len(r), min(idChunk, len(r)+1+len(r)/4))
+	copy(out, r)
+	return out
+}
+
 func clipRun(r []string, extra int) []string {
 	out := make([]string, len(r), len(r)+extra+len(r)/4)
 	copy(out, r)

@@ -83,7 +83,14 @@ func (x *keyIndex) add(key string) {
 	x.runs[i+1] = right
 }
 
+// insertRef inserts v at j; a full run grows by a quarter, never past
+// idChunk (as roomInRun).
 func insertRef(r []keyRef, j int, v keyRef) []keyRef {
+	if len(r) == cap(r) {
+		out := make([]keyRef, len(r), min(idChunk, len(r)+1+len(r)/4))
+		copy(out, r)
+		r = out
+	}
 	r = append(r, keyRef{})
 	copy(r[j+1:], r[j:])
 	r[j] = v

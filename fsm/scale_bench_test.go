@@ -3,14 +3,18 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
 )
 
 // fill applies n standalone acquires (batches of 1000) on distinct keys,
-// all expiring at the same tick, and returns the next free log index.
+// all expiring at the same tick, and returns the next free log index. Lease
+// ids are random, as the node makes them (a fixed seed: every run the
+// same), so the ordered indexes see the inserts a server sees.
 func fill(b *testing.B, f *FSM, n int, ttlTicks uint64) uint64 {
+	rng := rand.New(rand.NewPCG(1, uint64(n)))
 	idx := f.Index() + 1
 	f.Apply(idx, &Tick{Tick: f.Tick() + 1, PeriodMS: 100, RetainTicks: 36000})
 	idx++
@@ -18,7 +22,7 @@ func fill(b *testing.B, f *FSM, n int, ttlTicks uint64) uint64 {
 		batch := &Batch{}
 		for j := i; j < min(n, i+1000); j++ {
 			batch.Commands = append(batch.Commands, &Acquire{
-				LeaseID: fmt.Sprintf("ls_%016x", j), Key: fmt.Sprintf("camera/%d", j), Holder: fmt.Sprintf("runner-%d", j%500),
+				LeaseID: fmt.Sprintf("ls_%016x", rng.Uint64()), Key: fmt.Sprintf("camera/%d", j), Holder: fmt.Sprintf("runner-%d", j%500),
 				Limit: 1, TokenHash: HashOf(fmt.Sprint(j)), TTLMS: int64(ttlTicks) * 100, TTLTicks: ttlTicks, WallMS: 1,
 			})
 		}
@@ -153,11 +157,12 @@ func fillSession(f *FSM, n int, ttlTicks uint64) uint64 {
 	f.Apply(idx, &SessionCreate{SessionID: "ss_storm", Holder: "runner", TokenHash: HashOf("s"),
 		TTLMS: int64(ttlTicks) * 100, TTLTicks: ttlTicks, WallMS: 1})
 	idx++
+	rng := rand.New(rand.NewPCG(2, uint64(n)))
 	for i := 0; i < n; i += 1000 {
 		batch := &Batch{}
 		for j := i; j < min(n, i+1000); j++ {
 			batch.Commands = append(batch.Commands, &Acquire{
-				LeaseID: fmt.Sprintf("ls_%016x", j), Key: fmt.Sprintf("camera/%d", j), Limit: 1,
+				LeaseID: fmt.Sprintf("ls_%016x", rng.Uint64()), Key: fmt.Sprintf("camera/%d", j), Limit: 1,
 				SessionID: "ss_storm", SessionTokenHash: HashOf("s"), TokenHash: HashOf(fmt.Sprint(j)), WallMS: 1,
 			})
 		}
