@@ -274,7 +274,7 @@ func (f *FSM) current(s *Session) *Session {
 func placeholders(g string, ws []waiter) []*Lease {
 	out := make([]*Lease, len(ws))
 	for i, w := range ws {
-		out[i] = &Lease{ID: w.Cmd.LeaseID, Key: w.Cmd.Key, Holder: w.Cmd.Holder, Limit: w.Cmd.Limit,
+		out[i] = &Lease{ID: w.Cmd.LeaseID, Key: w.Cmd.Key, Holder: w.Cmd.Holder, Limit: uint16(w.Cmd.Limit),
 			idem: withGroup(newLeaseIdem(Hash{}, Hash{}, w.Cmd.SealedToken), g)}
 	}
 	return out

@@ -242,9 +242,10 @@ func (f *FSM) checkSession(id string, tok Hash) (*Session, *wire.Error) {
 }
 
 // grant makes c's lease, a member of lease group group if not "".
+// c was validated (validateAcquire): its Limit is at most MaxLimit.
 func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session, group string) *Lease {
 	l := &Lease{
-		ID: c.LeaseID, Key: c.Key, Holder: c.Holder, Limit: c.Limit, State: StateActive,
+		ID: c.LeaseID, Key: c.Key, Holder: c.Holder, Limit: uint16(c.Limit), State: StateActive,
 		Fence: f.nextFence(), TokenHash: c.TokenHash, TTLMS: c.TTLMS, TTLTicks: c.TTLTicks,
 		AcquiredTick: f.tick, AcquiredWallMS: c.WallMS, cold: newLeaseCold(c.Metadata, c.LockDelayTicks),
 		idem: withGroup(newLeaseIdem(c.IdemHash, c.Fingerprint, c.SealedToken), group),

@@ -112,7 +112,7 @@ func (f *FSM) Leases(q LeaseFilter) ([]*Lease, string) {
 		return l != nil && (q.After == "" || l.ID > q.After) &&
 			(q.Key == "" || l.Key == q.Key) && (q.Prefix == "" || strings.HasPrefix(l.Key, q.Prefix)) &&
 			(q.Holder == "" || l.Holder == q.Holder) && (q.SessionID == "" || l.SessionID == q.SessionID) &&
-			(q.State == "" || f.ReadState(l) == q.State)
+			(q.State == 0 || f.ReadState(l) == q.State)
 	}
 	if !f.anyKey(q.Key, q.Prefix) {
 		return nil, "" // no record has such a key: nothing to walk

@@ -28,10 +28,10 @@ func (d *dec) state(states []State) State {
 	p := d.take(1)
 	switch {
 	case p == nil:
-		return ""
+		return 0
 	case int(p[0]) >= len(states):
 		d.fail(fmt.Sprintf("unknown state %d", p[0]))
-		return ""
+		return 0
 	}
 	return states[p[0]]
 }
@@ -283,7 +283,11 @@ func (n *FSM) decodeLease(d *dec, l *Lease) {
 	idKey := string(append(append(arr[:0], id...), key...))
 	l.ID, l.Key = idKey[:len(id)], idKey[len(id):]
 	l.Holder = n.internHolder(d.strBytes()).name
-	l.Limit = d.uint32()
+	if limit := d.uint32(); limit > MaxLimit {
+		d.fail(fmt.Sprintf("lease limit %d above %d", limit, MaxLimit))
+	} else {
+		l.Limit = uint16(limit)
+	}
 	if sid := d.strBytes(); len(sid) > 0 {
 		if s := n.sessions[string(sid)]; s != nil {
 			l.SessionID = s.ID

@@ -1,6 +1,10 @@
 package fsm
 
-import "github.com/leasehold/leasehold/wire"
+import (
+	"fmt"
+
+	"github.com/leasehold/leasehold/wire"
+)
 
 // GraceTicks is how many ticks past its nominal end a lease or session is
 // actually expired. A grant applied just before a tick boundary and a tick
@@ -9,23 +13,64 @@ import "github.com/leasehold/leasehold/wire"
 // since the request was sent" hold (DESIGN.md derives it).
 const GraceTicks = 2
 
-// State of a lease.
-type State string
+// State of a lease or a session. It takes one byte of a record (a million
+// leases live in memory); its text (String, JSON) is its name.
+type State uint8
 
 // Lease states. Terminal states are final.
 const (
-	StateActive   State = "active"
-	StateReleased State = "released"
-	StateExpired  State = "expired"
-	StateRevoked  State = "revoked"
+	StateActive State = iota + 1
+	StateReleased
+	StateExpired
+	StateRevoked
+	stateEnded
 )
 
 // Session states. Terminal states are final.
 const (
-	SessionActive  State = "active"
-	SessionEnded   State = "ended"
-	SessionExpired State = "expired"
+	SessionActive  = StateActive
+	SessionEnded   = stateEnded
+	SessionExpired = StateExpired
 )
+
+var stateNames = [...]string{"", "active", "released", "expired", "revoked", "ended"}
+
+// String is the state's name ("" for the zero State).
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "state(" + itoa(uint64(s)) + ")"
+}
+
+// ParseState returns the state named name ("" gives the zero State) and
+// whether there is one.
+func ParseState(name string) (State, bool) {
+	for i, n := range stateNames {
+		if n == name {
+			return State(i), true
+		}
+	}
+	return 0, false
+}
+
+// MarshalText writes the state's name.
+func (s State) MarshalText() ([]byte, error) {
+	if int(s) >= len(stateNames) {
+		return nil, fmt.Errorf("fsm: no state %d", uint8(s))
+	}
+	return []byte(stateNames[s]), nil
+}
+
+// UnmarshalText reads a state's name.
+func (s *State) UnmarshalText(b []byte) error {
+	st, ok := ParseState(string(b))
+	if !ok {
+		return fmt.Errorf("fsm: unknown state %q", b)
+	}
+	*s = st
+	return nil
+}
 
 // End reasons set by the state machine itself.
 const (
@@ -47,8 +92,10 @@ type Lease struct {
 	Key       string `json:"key"`
 	Holder    string `json:"holder"`
 	SessionID string `json:"session_id,omitempty"`
-	State     State  `json:"state"`
-	Limit     uint32 `json:"limit"`
+	// Limit is at most MaxLimit; with State it fills what RenewalCount
+	// leaves of 8 bytes (a Lease takes the 176-byte size class).
+	Limit uint16 `json:"limit"`
+	State State  `json:"state"`
 	// RenewalCount counts renewals (saturating).
 	RenewalCount uint32 `json:"renewal_count,omitempty"`
 	Fence        uint64 `json:"fence"`

@@ -141,7 +141,7 @@ func clusterMS(tick uint64, period int64) uint32 { return uint32(tick * uint64(p
 
 func controlFromView(id, holder, state string, meta map[string]string, ttlMS, remainingMS int64) *ControlState {
 	st := &ControlState{
-		Active: state == string(fsm.StateActive), LeaseID: id, Scope: ControlScope,
+		Active: state == fsm.StateActive.String(), LeaseID: id, Scope: ControlScope,
 		OwnerClientName: meta[metaClientName], OwnerInstanceID: meta[metaInstanceID],
 		TTLMS: uint32(ttlMS), RemainingMS: uint32(max(0, remainingMS)), Owner: holder, State: state,
 	}
@@ -172,7 +172,7 @@ func (ctl *controlLease) controlStateLocked(l *fsm.Lease) *ControlState {
 	if l.State == fsm.StateActive {
 		rem = remaining(l.ExpiresTick, tick, period)
 	}
-	st := controlFromView(l.ID, l.Holder, string(l.State), l.Metadata(), l.TTLMS, rem)
+	st := controlFromView(l.ID, l.Holder, l.State.String(), l.Metadata(), l.TTLMS, rem)
 	st.AcquiredAtMS = clusterMS(l.AcquiredTick, period)
 	st.ExpiresAtMS = clusterMS(l.ExpiresTick, period)
 	if l.State != fsm.StateActive {

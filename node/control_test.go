@@ -283,7 +283,7 @@ func TestControlCountdownZeroIsExpired(t *testing.T) {
 	n.rep.mu.RLock()
 	old := n.rep.f.Lease(a.LeaseID)
 	n.rep.mu.RUnlock()
-	if old.State != "released" || old.EndReason() != ReasonTimedOut {
+	if old.State.String() != "released" || old.EndReason() != ReasonTimedOut {
 		t.Fatalf("the timed-out lease ended as %s (%s)", old.State, old.EndReason())
 	}
 }

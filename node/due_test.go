@@ -207,7 +207,7 @@ func TestControlOwnerNotLockedOutByItsDueLease(t *testing.T) {
 	n.rep.mu.RLock()
 	old := n.rep.f.Lease(id)
 	n.rep.mu.RUnlock()
-	if old.State == "active" {
+	if old.State == fsm.StateActive {
 		t.Fatalf("the due lease %s is still active", id)
 	}
 	cur, err := n.ControlStatus(ctx, false)

@@ -106,7 +106,7 @@ func (gk *grantKeys) sign(l *wire.Lease, now time.Time) string {
 // attach signs a grant into v when v is active (an idempotent replay of an
 // acquire may answer an ended lease: it gets none).
 func (gk *grantKeys) attach(v *wire.Lease) {
-	if v.State == string(fsm.StateActive) {
+	if v.State == fsm.StateActive.String() {
 		v.Grant = gk.sign(v, wallNow())
 	}
 }
@@ -235,7 +235,7 @@ func (n *Node) LeaseGrant(ctx context.Context, r wire.GrantRequest, stale bool) 
 		return nil, fsm.Errorf(wire.CodeLeaseNotFound, "lease %s not found", r.LeaseID)
 	case !ok:
 		return nil, fsm.Errorf(wire.CodeLeaseTokenInvalid, "wrong lease token for lease %s", r.LeaseID)
-	case v.State != string(fsm.StateActive):
+	case v.State != fsm.StateActive.String():
 		return nil, fsm.Errorf(endedCode(v.State), "lease %s is %s: a grant is given for an active lease only", r.LeaseID, v.State)
 	}
 	v.Grant = n.gk.sign(v, now)
@@ -244,7 +244,7 @@ func (n *Node) LeaseGrant(ctx context.Context, r wire.GrantRequest, stale bool) 
 
 // endedCode is the error code of an operation on a lease in an ended state.
 func endedCode(state string) wire.Code {
-	switch fsm.State(state) {
+	switch st, _ := fsm.ParseState(state); st {
 	case fsm.StateReleased:
 		return wire.CodeLeaseReleased
 	case fsm.StateRevoked:

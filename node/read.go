@@ -75,8 +75,9 @@ func (n *Node) GetLease(ctx context.Context, id string, stale bool) (*wire.Lease
 
 // ListLeases returns one page of leases ordered by id.
 func (n *Node) ListLeases(ctx context.Context, r wire.ListRequest, stale bool) (*wire.LeaseList, error) {
-	switch fsm.State(r.State) {
-	case "", fsm.StateActive, fsm.StateReleased, fsm.StateExpired, fsm.StateRevoked:
+	state, _ := fsm.ParseState(r.State)
+	switch {
+	case r.State == "", state == fsm.StateActive, state == fsm.StateReleased, state == fsm.StateExpired, state == fsm.StateRevoked:
 	default:
 		return nil, fsm.InvalidField("state", "state must be active, released, expired or revoked")
 	}
@@ -100,7 +101,7 @@ func (n *Node) ListLeases(ctx context.Context, r wire.ListRequest, stale bool) (
 		}
 		n.rep.mu.RLock()
 		ls, next := n.rep.f.Leases(fsm.LeaseFilter{Key: r.Key, Prefix: r.Prefix, Holder: r.Holder,
-			SessionID: r.SessionID, State: fsm.State(r.State), After: after, Limit: r.Limit - len(out.Leases), Scan: listChunk})
+			SessionID: r.SessionID, State: state, After: after, Limit: r.Limit - len(out.Leases), Scan: listChunk})
 		now := wallNow()
 		for _, l := range ls {
 			out.Leases = append(out.Leases, n.rep.view(l, now))
@@ -205,7 +206,7 @@ func (n *Node) Validate(ctx context.Context, r wire.ValidateRequest) (*wire.Vali
 		for _, l := range active {
 			if l.Fence == r.FencingToken {
 				if n.rep.f.Due(l) {
-					return &wire.ValidateResult{Valid: false, Reason: string(fsm.StateExpired), Current: n.rep.view(l, now)}, nil
+					return &wire.ValidateResult{Valid: false, Reason: fsm.StateExpired.String(), Current: n.rep.view(l, now)}, nil
 				}
 				return &wire.ValidateResult{Valid: true, Reason: "active", Current: n.rep.view(l, now)}, nil
 			}
@@ -227,11 +228,11 @@ func (n *Node) Validate(ctx context.Context, r wire.ValidateRequest) (*wire.Vali
 		return &wire.ValidateResult{Valid: false, Reason: "token_mismatch", Current: n.rep.view(l, now)}, nil
 	}
 	if l.Terminal() {
-		return &wire.ValidateResult{Valid: false, Reason: string(l.State), Current: n.rep.view(l, now)}, nil
+		return &wire.ValidateResult{Valid: false, Reason: l.State.String(), Current: n.rep.view(l, now)}, nil
 	}
 	if n.rep.f.Due(l) {
 		// Past its end, its expiry waiting for its chunk (fsm.FSM.Due).
-		return &wire.ValidateResult{Valid: false, Reason: string(fsm.StateExpired), Current: n.rep.view(l, now)}, nil
+		return &wire.ValidateResult{Valid: false, Reason: fsm.StateExpired.String(), Current: n.rep.view(l, now)}, nil
 	}
 	return &wire.ValidateResult{Valid: true, Reason: "active", Current: n.rep.view(l, now)}, nil
 }

@@ -31,8 +31,8 @@ func remaining(end, tick uint64, period int64) int64 {
 // the countdown is displayed from.
 func leaseView(l *fsm.Lease, state fsm.State, endTick uint64, ttlMS int64, tick uint64, period int64, now time.Time) *wire.Lease {
 	v := &wire.Lease{
-		LeaseID: l.ID, Key: l.Key, Holder: l.Holder, Limit: l.Limit, SessionID: l.SessionID, GroupID: l.GroupID(),
-		State: string(state), FencingToken: l.Fence, TTLMS: ttlMS,
+		LeaseID: l.ID, Key: l.Key, Holder: l.Holder, Limit: uint32(l.Limit), SessionID: l.SessionID, GroupID: l.GroupID(),
+		State: state.String(), FencingToken: l.Fence, TTLMS: ttlMS,
 		AcquiredAt: wallTime(l.AcquiredWallMS), LastRenewedAt: optTime(l.RenewedWallMS),
 		EndedAt: optTime(l.EndedWallMS()), HeartbeatIntervalMS: ttlMS / 3,
 		RenewalCount: l.RenewalCount, Metadata: l.Metadata(), EndReason: l.EndReason(),
@@ -53,7 +53,7 @@ func leaseView(l *fsm.Lease, state fsm.State, endTick uint64, ttlMS int64, tick 
 
 func sessionView(s *fsm.Session, tick uint64, period int64, now time.Time) *wire.Session {
 	v := &wire.Session{
-		SessionID: s.ID, Holder: s.Holder, State: string(s.State), TTLMS: s.TTLMS,
+		SessionID: s.ID, Holder: s.Holder, State: s.State.String(), TTLMS: s.TTLMS,
 		HeartbeatIntervalMS: s.TTLMS / 3, LastHeartbeat: optTime(s.LastHeartbeat),
 		HeartbeatCount: s.HeartbeatCount, CreatedAt: wallTime(s.CreatedWallMS),
 		EndedAt: optTime(s.EndedWallMS), EndReason: s.EndReason, Metadata: s.Metadata,
