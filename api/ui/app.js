@@ -164,6 +164,10 @@
       if (!authProblem(err)) banner('auth', explain(err, 'Checking the token'));
     }
     document.body.classList.toggle('admin', st.scope === 'admin');
+    // The tables' actions follow the scope: drawn again at once, not at the
+    // next read, so that no action of the previous token stays offered.
+    renderLeases();
+    renderSessions();
   }
   function isAdmin() { return st.scope === 'admin'; }
   // scopeText describes a scoped token's restrictions for the header.
