@@ -256,6 +256,8 @@ func TestRestoreRejects(t *testing.T) {
 	lastLease := len(recs) - 1
 	active := &fsm.Lease{ID: "L", Key: "k", Holder: "h", Limit: 1, State: fsm.StateActive, Fence: 2,
 		TokenHash: tok("L"), TTLMS: 1000, TTLTicks: 1, ExpiresTick: 2, AcquiredTick: 1}
+	overLimit := *active
+	overLimit.Limit = fsm.MaxLimit + 1
 	badState := fsm.EncodeLeaseRecord(active)
 	badState[2+2+2+1+1] = 9 // after the id, key, holder, limit and session
 	idem := fsm.EncodeLeaseRecord(active)
@@ -291,6 +293,8 @@ func TestRestoreRejects(t *testing.T) {
 			fsm.EncodeKeyRecord(fsm.SnapKey{Key: "k", Limit: 1}), idem}))},
 		{"active lease without key state", string(fsm.JoinSnapshot([][]byte{header(fsm.SnapshotFormat, 0, 0, 1),
 			fsm.EncodeLeaseRecord(active)}))},
+		{"lease limit above MaxLimit", string(fsm.JoinSnapshot([][]byte{header(fsm.SnapshotFormat, 1, 0, 1),
+			fsm.EncodeKeyRecord(fsm.SnapKey{Key: "k", Limit: fsm.MaxLimit + 1}), fsm.EncodeLeaseRecord(&overLimit)}))},
 
 		// Format 1.
 		{"v1 not json", "{hello\n"},
@@ -312,6 +316,13 @@ func TestRestoreRejects(t *testing.T) {
 `},
 		{"v1 waiter with a null command", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":0,"sessions":0,"keys":1}
 {"key":"k","limit":1,"waiters":[{"cmd":null,"deadline":5}]}
+`},
+		{"v1 lease limit above MaxLimit", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":1,"sessions":0,"keys":1}
+{"id":"L","key":"k","holder":"h","limit":10001,"state":"active","fence":2,"token_hash":"` + strings.Repeat("ab", 32) + `","acquired_tick":1,"acquired_wall_ms":0}
+{"key":"k","limit":10001}
+`},
+		{"v1 waiter limit above MaxLimit", `{"leasehold_snapshot":1,"index":3,"tick":1,"period_ms":1000,"wall_ms":0,"fence":2,"leases":0,"sessions":0,"keys":1}
+{"key":"k","limit":70000,"waiters":[{"cmd":{"lease_id":"W","key":"k","holder":"h","limit":70000,"token_hash":"` + strings.Repeat("ab", 32) + `"},"deadline":5}]}
 `},
 		{"v1 bad hash", strings.Replace(string(good1), `"token_hash":"`, `"token_hash":"zz`, 1)},
 	}

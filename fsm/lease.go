@@ -242,7 +242,8 @@ func (f *FSM) checkSession(id string, tok Hash) (*Session, *wire.Error) {
 }
 
 // grant makes c's lease, a member of lease group group if not "".
-// c was validated (validateAcquire): its Limit is at most MaxLimit.
+// c was validated (validateAcquire; a restored waiter by checkWaiters):
+// its Limit is at most MaxLimit.
 func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session, group string) *Lease {
 	l := &Lease{
 		ID: c.LeaseID, Key: c.Key, Holder: c.Holder, Limit: uint16(c.Limit), State: StateActive,

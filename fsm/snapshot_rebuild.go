@@ -51,6 +51,11 @@ func checkWaiters(keys []keyRec) error {
 			if w.Cmd == nil {
 				return fmt.Errorf("fsm: snapshot key %d: waiter without a command", i)
 			}
+			if w.Cmd.Limit < 1 || w.Cmd.Limit > MaxLimit {
+				// grant stores a lease's limit in 16 bits: it takes a
+				// validated acquire, and so must a restored one.
+				return fmt.Errorf("fsm: snapshot key %d: waiter %s with limit %d, not 1-%d", i, w.Cmd.LeaseID, w.Cmd.Limit, MaxLimit)
+			}
 			if seen[w.Cmd.LeaseID] {
 				return fmt.Errorf("fsm: snapshot key %d: lease id %s queued twice", i, w.Cmd.LeaseID)
 			}

@@ -92,7 +92,9 @@ func decodeV1Records(dec *json.Decoder, hdr snapHeader) ([]*Lease, []*Session, [
 		if !slices.Contains(leaseStates, l.State) {
 			return nil, nil, nil, fmt.Errorf("fsm: snapshot lease %d: unknown state %q", i, l.State)
 		}
-		l.State = leaseStates[slices.Index(leaseStates, l.State)] // no copy of the string per record
+		if l.Limit > MaxLimit {
+			return nil, nil, nil, fmt.Errorf("fsm: snapshot lease %d: limit %d above %d", i, l.Limit, MaxLimit)
+		}
 		leases = append(leases, l)
 	}
 	var sessions []*Session
@@ -104,7 +106,6 @@ func decodeV1Records(dec *json.Decoder, hdr snapHeader) ([]*Lease, []*Session, [
 		if !slices.Contains(sessionStates, s.State) {
 			return nil, nil, nil, fmt.Errorf("fsm: snapshot session %d: unknown state %q", i, s.State)
 		}
-		s.State = sessionStates[slices.Index(sessionStates, s.State)]
 		sessions = append(sessions, s)
 	}
 	var keys []snapKeyV1
