@@ -398,3 +398,30 @@ func BenchmarkStateHash(b *testing.B) {
 		})
 	}
 }
+
+// TestAppliedBy: readiness waits for an entry in flight (applied while it
+// waits), gives up on one that is not applied within its bound, and stops
+// waiting when the node closes.
+func TestAppliedBy(t *testing.T) {
+	h := newHashReplica(t)
+	h.apply(1, tickCmd(1))
+	if !h.r.appliedBy(1, time.Millisecond, nil) {
+		t.Fatal("an applied index is not applied")
+	}
+	done := make(chan bool)
+	go func() { done <- h.r.appliedBy(2, time.Minute, nil) }()
+	time.Sleep(20 * time.Millisecond)
+	h.apply(2, tickCmd(2))
+	if !<-done {
+		t.Fatal("an entry applied while readiness waited for it was not seen")
+	}
+	if h.r.appliedBy(3, 20*time.Millisecond, nil) {
+		t.Fatal("an entry never applied counted as applied")
+	}
+	stop := make(chan struct{})
+	go func() { done <- h.r.appliedBy(3, time.Minute, stop) }()
+	close(stop)
+	if <-done {
+		t.Fatal("an entry never applied counted as applied after stop")
+	}
+}

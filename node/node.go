@@ -203,6 +203,10 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 // entry committed when it last heard from it, and is not a frozen follower
 // (applyStall); otherwise it says why not. It takes no lock a stuck apply
 // could hold.
+//
+// Entries committed but not yet applied when it is asked (a tick, a batch
+// in flight on a busy server) are waited for, up to readyCatchUp: a
+// readiness that failed whenever one was in flight flapped under load.
 func (n *Node) ReadyErr() error {
 	select {
 	case <-n.closing:
@@ -227,7 +231,7 @@ func (n *Node) ReadyErr() error {
 	if reason := n.applyStall(); reason != "" {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: reason}
 	}
-	if applied, commit := n.rep.applied.Load(), n.cl.CommitIndex(); applied < commit {
+	if commit := n.cl.CommitIndex(); !n.rep.appliedBy(commit, readyCatchUp, n.closing) {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "applying the log: not caught up with the leader yet"}
 	}
 	if n.rep.tick.Load() == 0 {

@@ -204,6 +204,34 @@ func (r *replica) annotate(e *fsm.Event) hubEvent {
 	return he
 }
 
+// readyCatchUp is how long ReadyErr waits for entries committed but not
+// yet applied.
+const readyCatchUp = 500 * time.Millisecond
+
+// appliedBy reports whether this replica has applied index, waiting up to
+// within for it (or until stop is closed).
+func (r *replica) appliedBy(index uint64, within time.Duration, stop <-chan struct{}) bool {
+	var timeout <-chan time.Time
+	for {
+		ch, applied := r.waitApplied()
+		if applied >= index {
+			return true
+		}
+		if timeout == nil {
+			t := time.NewTimer(within)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			return false
+		case <-stop:
+			return false
+		}
+	}
+}
+
 // waitApplied returns a channel closed at the next apply, and the applied
 // index as of now.
 func (r *replica) waitApplied() (<-chan struct{}, uint64) {
