@@ -333,19 +333,25 @@ func TestProcessDiskFullLogWedgeExits(t *testing.T) {
 		t.Fatalf("no write failed within the deadline after %d grants (free %d MiB)", grants, freeBytes(t, mnt)>>20)
 	}
 	t.Logf("%d grants (%d kept), then writes failed: %v", grants, len(kept), failures[:min(3, len(failures))])
-	// The log must fail before the guard (set low, below what the wedge
-	// leaves) trips. After the wedge the new segment raft-wal failed to
-	// create takes the rest of the disk (0 B free), and the guard then
-	// rightly refuses the writes still coming. The server's log orders the
-	// two; the writers' failures do not (under load a writer refused by
-	// the guard recorded its failure before the writer whose append hit
-	// the full disk).
-	full := strings.Index(s.log(), "no space left on device")
+	// The guard (set low, below what the ballast leaves) must not trip
+	// while the disk still has room: only the wedge fills it. raft-wal's
+	// rotation allocates the new segment, which takes the rest of the disk
+	// (0 B free), and then fails; the guard may read those 0 B a moment
+	// before the log's error is written, and then rightly refuses the
+	// writes still coming. So a trip logged before the log's failure must
+	// have read 0 B. (Which writer records its failure first says nothing:
+	// under load one refused by the guard recorded before the one whose
+	// append hit the full disk.)
+	logText := s.log()
+	full := strings.Index(logText, "no space left on device")
 	if full < 0 {
-		t.Fatalf("the server's log does not show the disk filling up:\n%s", tail(s.log(), 4000))
+		t.Fatalf("the server's log does not show the disk filling up:\n%s", tail(logText, 4000))
 	}
-	if guard := strings.Index(s.log(), "free disk space is below --min-free-disk"); guard >= 0 && guard < full {
-		t.Fatalf("the guard tripped before the log failed (set low, it should not have):\n%s", tail(s.log()[:full], 4000))
+	if guard := strings.Index(logText, "free disk space is below --min-free-disk"); guard >= 0 && guard < full {
+		line, _, _ := strings.Cut(logText[guard:], "\n")
+		if !strings.Contains(line, "free_bytes=0 ") {
+			t.Fatalf("the guard tripped while the disk had room, before the log failed (set low, it should not have):\n%s", line)
+		}
 	}
 	if client.ErrorCode(failures[0]) == wire.CodeResourceExhausted {
 		t.Logf("the first failure a writer recorded is the guard's, after the log failed: %v", failures[0])
