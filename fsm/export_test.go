@@ -43,18 +43,20 @@ func WriteSnapshotV1(s *Snapshot, w io.Writer) error {
 	if err := enc.Encode(hdr); err != nil {
 		return err
 	}
-	for _, l := range s.leases {
+	for _, i := range s.leaseOrder {
+		l := s.leases[i]
 		if err := enc.Encode(leaseV1{Lease: *l, IdemHash: l.idemHash(), Fingerprint: l.fingerprint(), SealedToken: l.SealedToken(),
 			EndedTick: l.EndedTick(), EndedWallMS: l.EndedWallMS(), Metadata: l.Metadata(), EndReason: l.EndReason(), LockDelayTicks: l.LockDelayTicks()}); err != nil {
 			return err
 		}
 	}
-	for _, x := range s.sessions {
-		if err := enc.Encode(x); err != nil {
+	for _, i := range s.sessionOrder {
+		if err := enc.Encode(s.sessions[i]); err != nil {
 			return err
 		}
 	}
-	for _, k := range s.keys {
+	for _, i := range s.keyOrder {
+		k := s.keys[i]
 		v := SnapKey{Key: k.key, Limit: k.limit}
 		if k.more != nil {
 			v.Blocked, v.Waiters, v.Stolen = k.more.blocked, k.more.waitq.list(), k.more.stolen

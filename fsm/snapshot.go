@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"bufio"
-	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -63,6 +62,9 @@ type Snapshot struct {
 	keys     []snapKey
 	members  []MemberRecord
 	stage    *restoreStage // a copy; nil when no restore is staged
+	// The positions of leases, sessions and keys in name order, once
+	// sorted (sort).
+	leaseOrder, sessionOrder, keyOrder []int32
 }
 
 // Snapshot captures the current state.
@@ -102,73 +104,131 @@ func (f *FSM) Snapshot() *Snapshot {
 // Index is the log index the snapshot reflects.
 func (s *Snapshot) Index() uint64 { return s.hdr.Index }
 
+// sort orders the records by name: the members in place, the rest
+// through their orders (nameOrder).
 func (s *Snapshot) sort() {
-	sortByName(s.leases, func(l **Lease) string { return (*l).ID })
-	sortByName(s.sessions, func(x **Session) string { return (*x).ID })
-	sortByName(s.keys, func(k *snapKey) string { return k.key })
+	s.leaseOrder = nameOrder(s.leases, func(l **Lease) string { return (*l).ID })
+	s.sessionOrder = nameOrder(s.sessions, func(x **Session) string { return (*x).ID })
+	s.keyOrder = nameOrder(s.keys, func(k *snapKey) string { return k.key })
 	sortMembers(s.members)
 }
 
-// sortByName sorts xs by name, which is distinct for each. Most ids share
-// a long prefix (a fixed "ls_" and then counters), where string comparison
-// spends its time, so it sorts by the 8 bytes after the prefix common to
-// all names first and compares whole names only where those are equal.
-func sortByName[T any](xs []T, name func(*T) string) {
-	if len(xs) < 2 {
-		return
+// nameOrder returns the positions of xs in the order of their names,
+// which are distinct. A snapshot orders a million names or more while the
+// server runs, so it avoids comparing strings, and touches each record
+// once:
+//   - one pass reads each name and takes the 8 bytes after the prefix
+//     common to all names (most ids share a long one: "ls_", "camera/") as
+//     a number; the prefix is guessed from a few names and checked in the
+//     same pass (a second pass redoes the numbers if the guess was long);
+//   - a radix sort orders the numbers, and names whose numbers are equal
+//     are then compared whole.
+//
+// The caller reads xs through the order rather than permuting xs: a
+// permutation walks its cycles one dependent memory access after another,
+// which cost more than the sort itself at a million names.
+func nameOrder[T any](xs []T, name func(*T) string) []int32 {
+	if len(xs) == 0 {
+		return nil
 	}
 	first := name(&xs[0])
-	lcp := len(first)
+	guess := len(first)
+	for i := 1; i < min(len(xs), 16); i++ {
+		guess = commonPrefix(first, name(&xs[i]), guess)
+	}
+	es := make([]nameKey, len(xs))
+	lcp := guess
 	for i := range xs {
 		n := name(&xs[i])
-		j := 0
-		for j < lcp && j < len(n) && n[j] == first[j] {
-			j++
-		}
-		lcp = j
+		lcp = commonPrefix(first, n, lcp)
+		es[i] = nameKey{k: key8(n, guess), i: i}
 	}
-	type entry struct {
-		k uint64
-		i int
-	}
-	es := make([]entry, len(xs))
-	for i := range xs {
-		var k uint64
-		n := name(&xs[i])[lcp:]
-		for j := range 8 {
-			k <<= 8
-			if j < len(n) {
-				k |= uint64(n[j])
-			}
+	if lcp < guess {
+		for i := range es {
+			es[i].k = key8(name(&xs[i]), lcp)
 		}
-		es[i] = entry{k, i}
 	}
-	// k orders names consistently: a name that ends within the 8 bytes
-	// counts as padded with zero bytes, and equal k fall back to the names.
-	slices.SortFunc(es, func(a, b entry) int {
-		if c := cmp.Compare(a.k, b.k); c != 0 {
-			return c
+	radixSort(es)
+	for a := 0; a < len(es); {
+		b := a + 1
+		for b < len(es) && es[b].k == es[a].k {
+			b++
 		}
-		return strings.Compare(name(&xs[a.i]), name(&xs[b.i]))
-	})
-	// Permute xs in place (position j takes xs[es[j].i]), one cycle at a
-	// time, marking each position done by es[j].i = j: a copy of xs would
-	// cost another 32 MiB at a million keys while the snapshot is taken.
+		if b-a > 1 {
+			slices.SortFunc(es[a:b], func(x, y nameKey) int {
+				return strings.Compare(name(&xs[x.i]), name(&xs[y.i]))
+			})
+		}
+		a = b
+	}
+	order := make([]int32, len(es))
 	for j := range es {
-		if es[j].i == j {
+		order[j] = int32(es[j].i)
+	}
+	return order
+}
+
+// nameKey is a name's place in xs and the 8 bytes of it that sortByName
+// orders by first.
+type nameKey struct {
+	k uint64
+	i int
+}
+
+// commonPrefix is the length of the prefix a and b share, at most limit.
+func commonPrefix(a, b string, limit int) int {
+	j := 0
+	for j < limit && j < len(a) && j < len(b) && a[j] == b[j] {
+		j++
+	}
+	return j
+}
+
+// key8 is the 8 bytes of n after off, big-endian, a name that ends sooner
+// padded with zero bytes. For names that share their first off bytes, a
+// smaller key8 means a smaller name, and equal ones must be compared whole.
+// (A name shorter than off gets 0: it does not share the prefix, and
+// nameOrder redoes every key8 with a shorter one.)
+func key8(n string, off int) uint64 {
+	var k uint64
+	n = n[min(off, len(n)):]
+	for j := range 8 {
+		k <<= 8
+		if j < len(n) {
+			k |= uint64(n[j])
+		}
+	}
+	return k
+}
+
+// radixSort orders es by k (least significant byte first, skipping the
+// bytes all keys share), through a scratch slice of the same size.
+func radixSort(es []nameKey) {
+	tmp := make([]nameKey, len(es))
+	src, dst := es, tmp
+	for shift := uint(0); shift < 64; shift += 8 {
+		var count [256]int
+		for i := range src {
+			count[byte(src[i].k>>shift)]++
+		}
+		if count[byte(src[0].k>>shift)] == len(src) {
 			continue
 		}
-		x, cur := xs[j], j
-		for {
-			src := es[cur].i
-			es[cur].i = cur
-			if src == j {
-				xs[cur] = x
-				break
-			}
-			xs[cur] = xs[src]
-			cur = src
+		pos := 0
+		for d := range count {
+			c := count[d]
+			count[d] = pos
+			pos += c
 		}
+		for _, e := range src {
+			d := byte(e.k >> shift)
+			dst[count[d]] = e
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &es[0] {
+		copy(es, src)
 	}
 }
 
@@ -200,20 +260,20 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if err := record(); err != nil {
 		return cw.n, err
 	}
-	for i := range s.keys {
+	for _, i := range s.keyOrder {
 		s.keys[i].encode(&e)
 		if err := record(); err != nil {
 			return cw.n, err
 		}
 	}
-	for _, x := range s.sessions {
-		encodeSession(&e, x)
+	for _, i := range s.sessionOrder {
+		encodeSession(&e, s.sessions[i])
 		if err := record(); err != nil {
 			return cw.n, err
 		}
 	}
-	for _, l := range s.leases {
-		encodeLease(&e, l)
+	for _, i := range s.leaseOrder {
+		encodeLease(&e, s.leases[i])
 		if err := record(); err != nil {
 			return cw.n, err
 		}
