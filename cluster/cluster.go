@@ -242,8 +242,48 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	c.raft = r
+	c.campaignIfAlone()
 	go c.watchLeadership()
 	return c, nil
+}
+
+// campaignIfAlone has Raft start an election at once when this server is
+// the only voter of its latest configuration (a single-server cluster,
+// new or restarted): Raft otherwise waits a heartbeat timeout and up to as
+// much again (0.5-1 s by default) for a leader it cannot hear from, and a
+// restart is not ready until it leads. Raft has no call to campaign; a
+// lower heartbeat timeout wakes a follower's timer (ReloadConfig), which
+// then finds no contact with a leader and campaigns, and the timeout is
+// set back at once. With other voters nothing changes: they may have a
+// leader this server has not heard from yet.
+func (c *Cluster) campaignIfAlone() {
+	conf, err := c.Configuration()
+	if err != nil || !onlyVoter(conf, raft.ServerID(c.cfg.NodeID)) {
+		return
+	}
+	rc := c.raft.ReloadableConfig()
+	lower := rc
+	lower.HeartbeatTimeout--
+	if err := c.raft.ReloadConfig(lower); err != nil {
+		// A heartbeat timeout already at the leader lease timeout: Raft
+		// refuses a lower one, and the timer runs its course.
+		return
+	}
+	if err := c.raft.ReloadConfig(rc); err != nil {
+		c.logger.Warn("raft: could not set the heartbeat timeout back", "error", err)
+	}
+}
+
+// onlyVoter reports whether id is the one voter of conf.
+func onlyVoter(conf raft.Configuration, id raft.ServerID) bool {
+	voters, self := 0, false
+	for _, s := range conf.Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+			self = self || s.ID == id
+		}
+	}
+	return voters == 1 && self
 }
 
 // openStores opens the data directory's stores: raft.db first (its lock,

@@ -131,3 +131,52 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("Open with an invalid config: %v", err)
 	}
 }
+
+// A single-server cluster campaigns as soon as it opens, new or restarted,
+// rather than after a heartbeat timeout (here 30 s, so that only the early
+// campaign can make it leader within the test's 15 s).
+func TestSingleServerCampaignsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{NodeID: "a", Dir: dir, BindAddr: "127.0.0.1:0", Bootstrap: true,
+		HeartbeatTimeout: 30 * time.Second, ElectionTimeout: 30 * time.Second, LeaderLeaseTimeout: time.Second}
+	for round := range 2 {
+		c, err := Open(cfg, &countFSM{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for c.raft.State() != raft.Leader {
+			if time.Now().After(deadline) {
+				c.Close()
+				t.Fatalf("open %d: not leader within 15 s of a 30 s heartbeat timeout", round)
+			}
+			<-time.After(5 * time.Millisecond)
+		}
+		if got := c.raft.ReloadableConfig().HeartbeatTimeout; got != cfg.HeartbeatTimeout {
+			t.Errorf("open %d: heartbeat timeout %v after the campaign, want %v", round, got, cfg.HeartbeatTimeout)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestOnlyVoter(t *testing.T) {
+	v := func(id string) raft.Server { return raft.Server{ID: raft.ServerID(id), Suffrage: raft.Voter} }
+	nv := func(id string) raft.Server { return raft.Server{ID: raft.ServerID(id), Suffrage: raft.Nonvoter} }
+	for _, tc := range []struct {
+		servers []raft.Server
+		want    bool
+	}{
+		{[]raft.Server{v("a")}, true},
+		{[]raft.Server{v("a"), nv("b")}, true},
+		{[]raft.Server{v("a"), v("b")}, false},
+		{[]raft.Server{v("b")}, false},
+		{[]raft.Server{nv("a")}, false},
+		{nil, false},
+	} {
+		if got := onlyVoter(raft.Configuration{Servers: tc.servers}, "a"); got != tc.want {
+			t.Errorf("%v: onlyVoter = %v, want %v", tc.servers, got, tc.want)
+		}
+	}
+}
