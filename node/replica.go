@@ -319,9 +319,15 @@ type fsmSnapshot struct {
 	metrics *nodeMetrics
 }
 
+// Persist writes the snapshot into sink while it encodes it
+// (aheadWriter).
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	start := monoNow()
-	size, err := s.s.WriteTo(sink)
+	aw := newAheadWriter(sink)
+	size, err := s.s.WriteTo(aw)
+	if cerr := aw.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		sink.Cancel()
 	} else {
