@@ -74,45 +74,35 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (*SnapshotInfo, er
 		return nil, &wire.Error{Code: wire.CodeInternal, Message: "open the snapshot: " + err.Error()}
 	}
 	defer rc.Close()
-	// The header carries the body's checksum, so the body is spooled first.
-	tmp, err := n.bk.spoolFile("save")
-	if err != nil {
-		return nil, err
-	}
-	defer removeSpool(tmp)
-	h := sha256.New()
-	size, err := io.Copy(io.MultiWriter(tmp, h), rc)
-	if err != nil {
-		return nil, &wire.Error{Code: wire.CodeInternal, Message: "copy the snapshot: " + err.Error()}
-	}
-	if size != meta.Size {
-		return nil, &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("the snapshot has %d bytes, its metadata says %d", size, meta.Size)}
+	// The header carries the body's size and checksum, which Persist
+	// recorded when it wrote the snapshot (Raft has just taken it, here).
+	sum, ok := n.rep.sums.get(meta.ID)
+	if !ok || sum.size != meta.Size {
+		return nil, &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("the checksum of snapshot %s (%d bytes) was not recorded when it was written", meta.ID, meta.Size)}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	info := &SnapshotInfo{Format: SnapshotFileFormat, Index: meta.Index, Term: meta.Term,
-		CreatedAt: wallNow().UTC(), NodeID: n.cfg.NodeID, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}
+		CreatedAt: wallNow().UTC(), NodeID: n.cfg.NodeID, Size: sum.size, SHA256: hex.EncodeToString(sum.sha256[:])}
 	hdr, err := encodeSnapshotHeader(info)
 	if err != nil {
 		return nil, err
-	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return nil, &wire.Error{Code: wire.CodeInternal, Message: "rewind the snapshot spool: " + err.Error()}
 	}
 	if _, err := w.Write(hdr); err != nil {
 		return nil, err
 	}
 	// Check what is sent against the checksum in the header, so that a
-	// spool that went bad is an error here rather than a file that fails
-	// at restore time.
-	h.Reset()
-	sent, err := io.Copy(w, io.TeeReader(tmp, h))
+	// snapshot that changed on disk since it was written is an error here
+	// (the answer is cut short) rather than a file that fails at restore
+	// time. (Raft's Open has checked its own CRC of the file as well.)
+	h := sha256.New()
+	sent, err := io.Copy(w, io.TeeReader(rc, h))
 	if err != nil {
 		return nil, err
 	}
-	if sent != size || hex.EncodeToString(h.Sum(nil)) != info.SHA256 {
-		return nil, &wire.Error{Code: wire.CodeInternal, Message: "the snapshot changed while it was being sent"}
+	if sent != sum.size || [sha256.Size]byte(h.Sum(nil)) != sum.sha256 {
+		return nil, &wire.Error{Code: wire.CodeInternal, Message: "the snapshot changed on disk while it was being sent"}
 	}
 	n.log.Info("saved a snapshot", "index", info.Index, "term", info.Term, "bytes", info.Size)
 	return info, nil

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -69,6 +70,9 @@ type replica struct {
 	// applied them, and are not counted again (metrics.go).
 	replayEnd atomic.Uint64
 	metrics   *nodeMetrics
+	// sums are the checksums of the snapshots this process wrote, for
+	// SaveSnapshot's file header.
+	sums snapshotSums
 }
 
 var (
@@ -245,7 +249,7 @@ func (r *replica) waitApplied() (<-chan struct{}, uint64) {
 func (r *replica) Snapshot() (raft.FSMSnapshot, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return &fsmSnapshot{s: r.f.Snapshot(), metrics: r.metrics}, nil
+	return &fsmSnapshot{s: r.f.Snapshot(), metrics: r.metrics, sums: &r.sums}, nil
 }
 
 // Restore implements raft.FSM: it discards all state and replaces it. Raft
@@ -317,21 +321,23 @@ func (r *replica) sinceMoved() time.Duration {
 type fsmSnapshot struct {
 	s       *fsm.Snapshot
 	metrics *nodeMetrics
+	sums    *snapshotSums
 }
 
 // Persist writes the snapshot into sink while it encodes it
-// (aheadWriter).
+// (aheadWriter), and records its SHA-256 once it is complete.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	start := monoNow()
-	aw := newAheadWriter(sink)
+	h := sha256.New()
+	aw := newAheadWriter(io.MultiWriter(sink, h))
 	size, err := s.s.WriteTo(aw)
 	if cerr := aw.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		sink.Cancel()
-	} else {
-		err = sink.Close()
+	} else if err = sink.Close(); err == nil && s.sums != nil {
+		s.sums.put(sink.ID(), snapshotSum{size: size, sha256: [sha256.Size]byte(h.Sum(nil))})
 	}
 	if m := s.metrics; m != nil {
 		outcome := "ok"
@@ -347,3 +353,40 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *fsmSnapshot) Release() {}
+
+// snapshotSums remembers the size and SHA-256 of the last few snapshots
+// this process wrote, by Raft's snapshot id: a snapshot file's header
+// carries them, and reading the snapshot again to compute them cost a pass
+// over it and a spooled copy (SaveSnapshot).
+type snapshotSums struct {
+	mu   sync.Mutex
+	last [4]struct {
+		id  string
+		sum snapshotSum
+	}
+	next int
+}
+
+type snapshotSum struct {
+	size   int64
+	sha256 [sha256.Size]byte
+}
+
+func (ss *snapshotSums) put(id string, sum snapshotSum) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	e := &ss.last[ss.next%len(ss.last)]
+	e.id, e.sum = id, sum
+	ss.next++
+}
+
+func (ss *snapshotSums) get(id string) (snapshotSum, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, e := range ss.last {
+		if e.id == id && id != "" {
+			return e.sum, true
+		}
+	}
+	return snapshotSum{}, false
+}
