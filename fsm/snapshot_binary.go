@@ -137,7 +137,7 @@ func restoreBinary(br *bufio.Reader) (*FSM, error) {
 	for _, x := range sessions {
 		n.sessions[x.ID] = x
 	}
-	leases, err := n.readLeases(rr, hdr.Leases)
+	leases, kss, err := n.readLeases(rr, hdr.Leases)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +154,7 @@ func restoreBinary(br *bufio.Reader) (*FSM, error) {
 	}
 	n.stage = stage
 	n.setHeader(hdr)
-	if err := n.rebuild(keys, sessions, leases); err != nil {
+	if err := n.rebuild(keys, sessions, leases, kss); err != nil {
 		return nil, err
 	}
 	n.members = make(map[string]MemberRecord, len(members))
@@ -164,9 +164,14 @@ func restoreBinary(br *bufio.Reader) (*FSM, error) {
 	return n, nil
 }
 
+// preallocMax bounds the room a snapshot's header count makes for its
+// records before they are read (a slice grows past it as records arrive),
+// so that a damaged header cannot make a restore allocate without bound.
+const preallocMax = 1 << 21
+
 // readKeys reads count key records, strictly increasing by key.
 func readKeys(rr *recordReader, count int) ([]keyRec, error) {
-	var keys []keyRec
+	keys := make([]keyRec, 0, min(count, preallocMax))
 	for i := 0; i < count; i++ {
 		body, err := rr.next()
 		if err != nil {
@@ -204,24 +209,27 @@ func (n *FSM) readSessions(rr *recordReader, count int) ([]*Session, error) {
 	return sessions, nil
 }
 
-// readLeases reads count lease records, strictly increasing by id.
-func (n *FSM) readLeases(rr *recordReader, count int) ([]*Lease, error) {
-	var leases []*Lease
+// readLeases reads count lease records, strictly increasing by id, and the
+// state of each one's key (decodeLease).
+func (n *FSM) readLeases(rr *recordReader, count int) ([]*Lease, []*keyState, error) {
+	leases := make([]*Lease, 0, min(count, preallocMax))
+	kss := make([]*keyState, 0, min(count, preallocMax))
 	for i := 0; i < count; i++ {
 		body, err := rr.next()
 		if err != nil {
-			return nil, fmt.Errorf("fsm: snapshot lease %d: %w", i, err)
+			return nil, nil, fmt.Errorf("fsm: snapshot lease %d: %w", i, err)
 		}
 		l := new(Lease)
-		if err := decodeRecord(body, "lease", i, func(d *dec) { n.decodeLease(d, l) }); err != nil {
-			return nil, err
+		var ks *keyState
+		if err := decodeRecord(body, "lease", i, func(d *dec) { ks = n.decodeLease(d, l) }); err != nil {
+			return nil, nil, err
 		}
 		if i > 0 && l.ID <= leases[i-1].ID || l.ID == "" {
-			return nil, fmt.Errorf("fsm: snapshot lease %d: ids not in strictly increasing order", i)
+			return nil, nil, fmt.Errorf("fsm: snapshot lease %d: ids not in strictly increasing order", i)
 		}
-		leases = append(leases, l)
+		leases, kss = append(leases, l), append(kss, ks)
 	}
-	return leases, nil
+	return leases, kss, nil
 }
 
 // readMembers reads count member records, strictly increasing by id.

@@ -10,12 +10,13 @@ import (
 
 // rebuild derives every index from the records of a snapshot, each group
 // sorted by key or id without duplicates. The keys and sessions are already
-// in their maps.
-func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease) error {
+// in their maps. kss, when not nil, is the state of each lease's key (nil
+// for a key without one), which rebuild otherwise looks up.
+func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease, kss []*keyState) error {
 	if err := checkWaiters(keys); err != nil {
 		return err
 	}
-	ended, keyless, err := n.rebuildLeases(leases)
+	ended, keyless, err := n.rebuildLeases(leases, kss)
 	if err != nil {
 		return err
 	}
@@ -69,9 +70,9 @@ func checkWaiters(keys []keyRec) error {
 // their keys' refs and active sets, the holder index and the timers. It
 // returns the ended leases, to prune, and the keys of leases whose key has
 // no state.
-func (n *FSM) rebuildLeases(leases []*Lease) (ended []pruneItem, keyless []string, err error) {
+func (n *FSM) rebuildLeases(leases []*Lease, kss []*keyState) (ended []pruneItem, keyless []string, err error) {
 	n.leases.reserve(len(leases))
-	for _, l := range leases {
+	for i, l := range leases {
 		n.leases.Put(l)
 		if h := l.idemHash(); !h.IsZero() {
 			// An active lease keeps its idempotency hash over an ended
@@ -80,7 +81,12 @@ func (n *FSM) rebuildLeases(leases []*Lease) (ended []pruneItem, keyless []strin
 				n.idem[h] = l.ID
 			}
 		}
-		ks := n.keys.Get(l.Key)
+		var ks *keyState
+		if kss != nil {
+			ks = kss[i]
+		} else {
+			ks = n.keys.Get(l.Key)
+		}
 		if ks != nil {
 			ks.refs++
 		}

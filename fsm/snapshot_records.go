@@ -275,13 +275,21 @@ func encodeLease(e *enc, l *Lease) {
 	}
 }
 
-// decodeLease reads a lease. Its id and key share one allocation; its
+// decodeLease reads a lease and returns the state of its key (nil when the
+// key has none: only an ended lease's key may lack one). Its key shares the
+// string of its key's state, as it does when a grant makes both; its
 // holder, session id and end reason share the strings of other records.
-func (n *FSM) decodeLease(d *dec, l *Lease) {
+// (The key states are read before the leases.)
+func (n *FSM) decodeLease(d *dec, l *Lease) *keyState {
 	id, key := d.strBytes(), d.strBytes()
-	var arr [96]byte
-	idKey := string(append(append(arr[:0], id...), key...))
-	l.ID, l.Key = idKey[:len(id)], idKey[len(id):]
+	ks := n.keys.Get(string(key))
+	if ks != nil {
+		l.ID, l.Key = string(id), ks.key
+	} else {
+		var arr [96]byte
+		idKey := string(append(append(arr[:0], id...), key...))
+		l.ID, l.Key = idKey[:len(id)], idKey[len(id):]
+	}
 	l.Holder = n.internHolder(d.strBytes()).name
 	if limit := d.uint32(); limit > MaxLimit {
 		d.fail(fmt.Sprintf("lease limit %d above %d", limit, MaxLimit))
@@ -326,4 +334,5 @@ func (n *FSM) decodeLease(d *dec, l *Lease) {
 		}
 		l.idem = withGroup(l.idem, g)
 	}
+	return ks
 }

@@ -70,7 +70,7 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 	for _, x := range sessions {
 		n.sessions[x.ID] = x
 	}
-	if err := n.rebuild(recs, sessions, leases); err != nil {
+	if err := n.rebuild(recs, sessions, leases, nil); err != nil {
 		return nil, err
 	}
 	return n, nil
