@@ -16,10 +16,17 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease, kss [
 	if err := checkWaiters(keys); err != nil {
 		return err
 	}
-	ended, keyless, err := n.rebuildLeases(leases, kss)
+	n.leases.reserve(len(leases))
+	ended, keyless, err := n.rebuildLeases(leases, kss, nil, nil)
 	if err != nil {
 		return err
 	}
+	return n.rebuildRest(keys, sessions, leases, ended, keyless)
+}
+
+// rebuildRest is rebuild after rebuildLeases: leases are all the leases,
+// ended and keyless what rebuildLeases returned for them.
+func (n *FSM) rebuildRest(keys []keyRec, sessions []*Session, leases []*Lease, ended []pruneItem, keyless []string) error {
 	n.order.fromSorted(len(leases), func(i int) string { return leases[i].ID })
 	n.keyIdx.fromSorted(countKeys(keys, keyless))
 	ended = n.rebuildSessions(sessions, ended)
@@ -68,10 +75,10 @@ func checkWaiters(keys []keyRec) error {
 
 // rebuildLeases enters the leases in the lease map, the idempotency map,
 // their keys' refs and active sets, the holder index and the timers. It
-// returns the ended leases, to prune, and the keys of leases whose key has
-// no state.
-func (n *FSM) rebuildLeases(leases []*Lease, kss []*keyState) (ended []pruneItem, keyless []string, err error) {
-	n.leases.reserve(len(leases))
+// appends the ended leases, to prune, to ended, and the keys of leases
+// whose key has no state to keyless. kss, when not nil, is the state of
+// each lease's key (nil for none), which it otherwise looks up.
+func (n *FSM) rebuildLeases(leases []*Lease, kss []*keyState, ended []pruneItem, keyless []string) ([]pruneItem, []string, error) {
 	for i, l := range leases {
 		n.leases.Put(l)
 		if h := l.idemHash(); !h.IsZero() {

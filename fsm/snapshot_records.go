@@ -275,12 +275,41 @@ func encodeLease(e *enc, l *Lease) {
 	}
 }
 
+// leaseDecoder decodes the lease records of a snapshot. It only reads the
+// state (the key states and sessions, restored before the leases), and
+// interns holder names in a map of its own, so that it can run beside the
+// rebuild, which enters holders in the state's holder index.
+type leaseDecoder struct {
+	n       *FSM
+	holders map[string]string
+}
+
+func newLeaseDecoder(n *FSM) *leaseDecoder {
+	ld := &leaseDecoder{n: n, holders: make(map[string]string, len(n.holders))}
+	for name := range n.holders {
+		ld.holders[name] = name // the sessions' holders
+	}
+	return ld
+}
+
+// holder returns the holder named b, its string shared with every record
+// of the holder.
+func (ld *leaseDecoder) holder(b []byte) string {
+	if h, ok := ld.holders[string(b)]; ok {
+		return h
+	}
+	h := string(b)
+	ld.holders[h] = h
+	return h
+}
+
 // decodeLease reads a lease and returns the state of its key (nil when the
 // key has none: only an ended lease's key may lack one). Its key shares the
 // string of its key's state, as it does when a grant makes both; its
 // holder, session id and end reason share the strings of other records.
 // (The key states are read before the leases.)
-func (n *FSM) decodeLease(d *dec, l *Lease) *keyState {
+func (ld *leaseDecoder) decodeLease(d *dec, l *Lease) *keyState {
+	n := ld.n
 	id, key := d.strBytes(), d.strBytes()
 	ks := n.keys.Get(string(key))
 	if ks != nil {
@@ -290,7 +319,7 @@ func (n *FSM) decodeLease(d *dec, l *Lease) *keyState {
 		idKey := string(append(append(arr[:0], id...), key...))
 		l.ID, l.Key = idKey[:len(id)], idKey[len(id):]
 	}
-	l.Holder = n.internHolder(d.strBytes()).name
+	l.Holder = ld.holder(d.strBytes())
 	if limit := d.uint32(); limit > MaxLimit {
 		d.fail(fmt.Sprintf("lease limit %d above %d", limit, MaxLimit))
 	} else {
