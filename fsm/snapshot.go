@@ -136,43 +136,34 @@ func nameOrder[T any](xs []T, name func(*T) string) []int32 {
 	for i := 1; i < min(len(xs), 16); i++ {
 		guess = commonPrefix(first, name(&xs[i]), guess)
 	}
-	es := make([]nameKey, len(xs))
+	// The numbers and the positions are two slices (12 bytes a name, and
+	// as much scratch for the sort): the positions become the order.
+	ks, order := make([]uint64, len(xs)), make([]int32, len(xs))
 	lcp := guess
 	for i := range xs {
 		n := name(&xs[i])
 		lcp = commonPrefix(first, n, lcp)
-		es[i] = nameKey{k: key8(n, guess), i: i}
+		ks[i], order[i] = key8(n, guess), int32(i)
 	}
 	if lcp < guess {
-		for i := range es {
-			es[i].k = key8(name(&xs[i]), lcp)
+		for i := range ks {
+			ks[i] = key8(name(&xs[i]), lcp)
 		}
 	}
-	radixSort(es)
-	for a := 0; a < len(es); {
+	radixSort(ks, order)
+	for a := 0; a < len(ks); {
 		b := a + 1
-		for b < len(es) && es[b].k == es[a].k {
+		for b < len(ks) && ks[b] == ks[a] {
 			b++
 		}
 		if b-a > 1 {
-			slices.SortFunc(es[a:b], func(x, y nameKey) int {
-				return strings.Compare(name(&xs[x.i]), name(&xs[y.i]))
+			slices.SortFunc(order[a:b], func(x, y int32) int {
+				return strings.Compare(name(&xs[x]), name(&xs[y]))
 			})
 		}
 		a = b
 	}
-	order := make([]int32, len(es))
-	for j := range es {
-		order[j] = int32(es[j].i)
-	}
 	return order
-}
-
-// nameKey is a name's place in xs and the 8 bytes of it that sortByName
-// orders by first.
-type nameKey struct {
-	k uint64
-	i int
 }
 
 // commonPrefix is the length of the prefix a and b share, at most limit.
@@ -201,17 +192,18 @@ func key8(n string, off int) uint64 {
 	return k
 }
 
-// radixSort orders es by k (least significant byte first, skipping the
-// bytes all keys share), through a scratch slice of the same size.
-func radixSort(es []nameKey) {
-	tmp := make([]nameKey, len(es))
-	src, dst := es, tmp
+// radixSort orders ks, and order with it, by ks (least significant byte
+// first, skipping the bytes all keys share), through scratch slices of the
+// same sizes.
+func radixSort(ks []uint64, order []int32) {
+	tk, to := make([]uint64, len(ks)), make([]int32, len(order))
+	srcK, srcO, dstK, dstO := ks, order, tk, to
 	for shift := uint(0); shift < 64; shift += 8 {
 		var count [256]int
-		for i := range src {
-			count[byte(src[i].k>>shift)]++
+		for _, k := range srcK {
+			count[byte(k>>shift)]++
 		}
-		if count[byte(src[0].k>>shift)] == len(src) {
+		if count[byte(srcK[0]>>shift)] == len(srcK) {
 			continue
 		}
 		pos := 0
@@ -220,15 +212,16 @@ func radixSort(es []nameKey) {
 			count[d] = pos
 			pos += c
 		}
-		for _, e := range src {
-			d := byte(e.k >> shift)
-			dst[count[d]] = e
+		for i, k := range srcK {
+			d := byte(k >> shift)
+			dstK[count[d]], dstO[count[d]] = k, srcO[i]
 			count[d]++
 		}
-		src, dst = dst, src
+		srcK, srcO, dstK, dstO = dstK, dstO, srcK, srcO
 	}
-	if &src[0] != &es[0] {
-		copy(es, src)
+	if &srcK[0] != &ks[0] {
+		copy(ks, srcK)
+		copy(order, srcO)
 	}
 }
 
