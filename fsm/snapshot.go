@@ -107,9 +107,10 @@ func (s *Snapshot) Index() uint64 { return s.hdr.Index }
 // sort orders the records by name: the members in place, the rest
 // through their orders (nameOrder).
 func (s *Snapshot) sort() {
-	s.leaseOrder = nameOrder(s.leases, func(l **Lease) string { return (*l).ID })
-	s.sessionOrder = nameOrder(s.sessions, func(x **Session) string { return (*x).ID })
-	s.keyOrder = nameOrder(s.keys, func(k *snapKey) string { return k.key })
+	var sc radixScratch
+	s.leaseOrder = nameOrder(s.leases, func(l **Lease) string { return (*l).ID }, &sc)
+	s.sessionOrder = nameOrder(s.sessions, func(x **Session) string { return (*x).ID }, &sc)
+	s.keyOrder = nameOrder(s.keys, func(k *snapKey) string { return k.key }, &sc)
 	sortMembers(s.members)
 }
 
@@ -127,7 +128,9 @@ func (s *Snapshot) sort() {
 // The caller reads xs through the order rather than permuting xs: a
 // permutation walks its cycles one dependent memory access after another,
 // which cost more than the sort itself at a million names.
-func nameOrder[T any](xs []T, name func(*T) string) []int32 {
+//
+// sc is the sort's scratch, kept for the next call.
+func nameOrder[T any](xs []T, name func(*T) string, sc *radixScratch) []int32 {
 	if len(xs) == 0 {
 		return nil
 	}
@@ -150,7 +153,7 @@ func nameOrder[T any](xs []T, name func(*T) string) []int32 {
 			ks[i] = key8(name(&xs[i]), lcp)
 		}
 	}
-	radixSort(ks, order)
+	radixSort(ks, order, sc)
 	for a := 0; a < len(ks); {
 		b := a + 1
 		for b < len(ks) && ks[b] == ks[a] {
@@ -192,11 +195,20 @@ func key8(n string, off int) uint64 {
 	return k
 }
 
+// radixScratch is radixSort's scratch, grown as needed: a snapshot sorts
+// its leases, sessions and keys with one.
+type radixScratch struct {
+	ks    []uint64
+	order []int32
+}
+
 // radixSort orders ks, and order with it, by ks (least significant byte
-// first, skipping the bytes all keys share), through scratch slices of the
-// same sizes.
-func radixSort(ks []uint64, order []int32) {
-	tk, to := make([]uint64, len(ks)), make([]int32, len(order))
+// first, skipping the bytes all keys share), through sc.
+func radixSort(ks []uint64, order []int32, sc *radixScratch) {
+	if len(sc.ks) < len(ks) {
+		sc.ks, sc.order = make([]uint64, len(ks)), make([]int32, len(ks))
+	}
+	tk, to := sc.ks[:len(ks)], sc.order[:len(ks)]
 	srcK, srcO, dstK, dstO := ks, order, tk, to
 	for shift := uint(0); shift < 64; shift += 8 {
 		var count [256]int

@@ -43,7 +43,7 @@ func TestNameOrder(t *testing.T) {
 		}
 		want := slices.Clone(xs)
 		slices.Sort(want)
-		order := nameOrder(xs, func(s *string) string { return *s })
+		order := nameOrder(xs, func(s *string) string { return *s }, &radixScratch{})
 		if len(order) != len(xs) {
 			t.Fatalf("round %d: order of %d for %d names", round, len(order), len(xs))
 		}
@@ -66,7 +66,8 @@ func BenchmarkNameOrder(b *testing.B) {
 		ls[i] = &Lease{ID: fmt.Sprintf("ls_%016x", r.Uint64())}
 	}
 	r.Shuffle(len(ls), func(i, j int) { ls[i], ls[j] = ls[j], ls[i] })
+	var sc radixScratch
 	for b.Loop() {
-		nameOrder(ls, func(l **Lease) string { return (*l).ID })
+		nameOrder(ls, func(l **Lease) string { return (*l).ID }, &sc)
 	}
 }
