@@ -265,23 +265,16 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if err := record(); err != nil {
 		return cw.n, err
 	}
-	for _, i := range s.keyOrder {
-		s.keys[i].encode(&e)
-		if err := record(); err != nil {
-			return cw.n, err
-		}
+	// The records share nothing Apply changes (Snapshot), so writeRecords
+	// may encode them on goroutines of its own.
+	if err := writeRecords(bw, len(s.keyOrder), func(e *enc, j int) { s.keys[s.keyOrder[j]].encode(e) }); err != nil {
+		return cw.n, err
 	}
-	for _, i := range s.sessionOrder {
-		encodeSession(&e, s.sessions[i])
-		if err := record(); err != nil {
-			return cw.n, err
-		}
+	if err := writeRecords(bw, len(s.sessionOrder), func(e *enc, j int) { encodeSession(e, s.sessions[s.sessionOrder[j]]) }); err != nil {
+		return cw.n, err
 	}
-	for _, i := range s.leaseOrder {
-		encodeLease(&e, s.leases[i])
-		if err := record(); err != nil {
-			return cw.n, err
-		}
+	if err := writeRecords(bw, len(s.leaseOrder), func(e *enc, j int) { encodeLease(e, s.leases[s.leaseOrder[j]]) }); err != nil {
+		return cw.n, err
 	}
 	for i := range s.members {
 		encodeMember(&e, &s.members[i])
