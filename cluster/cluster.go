@@ -267,6 +267,7 @@ func (c *Cluster) campaignIfAlone() {
 	if err := c.raft.ReloadConfig(lower); err != nil {
 		// A heartbeat timeout already at the leader lease timeout: Raft
 		// refuses a lower one, and the timer runs its course.
+		c.logger.Debug("raft: no early campaign", "error", err)
 		return
 	}
 	if err := c.raft.ReloadConfig(rc); err != nil {

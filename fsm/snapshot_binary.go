@@ -170,7 +170,7 @@ func restoreBinary(br *bufio.Reader) (*FSM, error) {
 // preallocMax bounds the room a snapshot's header count makes for its
 // records before they are read (a slice grows past it as records arrive),
 // so that a damaged header cannot make a restore allocate without bound.
-const preallocMax = 1 << 21
+const preallocMax = 1 << 20
 
 // readKeys reads count key records, strictly increasing by key.
 func readKeys(rr *recordReader, count int) ([]keyRec, error) {
@@ -229,6 +229,14 @@ func (n *FSM) readAndRebuildLeases(rr *recordReader, count int) (leases []*Lease
 	}
 	batches := make(chan batch, 4)
 	stop := make(chan struct{})
+	stopped := false
+	halt := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+		}
+	}
+	defer halt() // also if the rebuild panics: the decoder must not wait forever
 	var derr error
 	ld := newLeaseDecoder(n)
 	go func() {
@@ -280,7 +288,7 @@ func (n *FSM) readAndRebuildLeases(rr *recordReader, count int) (leases []*Lease
 			continue // draining what was sent before stop
 		}
 		if ended, keyless, err = n.rebuildLeases(b.leases, b.kss, ended, keyless); err != nil {
-			close(stop)
+			halt()
 			continue
 		}
 		leases = append(leases, b.leases...)

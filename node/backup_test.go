@@ -503,4 +503,9 @@ func TestSnapshotSums(t *testing.T) {
 			t.Errorf("id %d: %+v, %v; want it kept: %v", i, sum, ok, want)
 		}
 	}
+	// An id written again (an in-memory store's term-index): the newest.
+	ss.put("3", snapshotSum{size: 30})
+	if sum, _ := ss.get("3"); sum.size != 30 {
+		t.Errorf("id 3 written again: got size %d, want the newest, 30", sum.size)
+	}
 }

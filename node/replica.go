@@ -380,10 +380,13 @@ func (ss *snapshotSums) put(id string, sum snapshotSum) {
 	ss.next++
 }
 
+// get returns the sum last recorded for id (the newest first: an
+// in-memory store names snapshots by term and index, which can recur).
 func (ss *snapshotSums) get(id string) (snapshotSum, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for _, e := range ss.last {
+	for k := 1; k <= len(ss.last); k++ {
+		e := &ss.last[(ss.next-k+len(ss.last)*2)%len(ss.last)]
 		if e.id == id && id != "" {
 			return e.sum, true
 		}
