@@ -180,11 +180,14 @@ func raftSink() prometheus.Collector {
 func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
 
 // countLeaderChanges counts leader changes as Raft observes them, until
-// closing is closed.
+// closing is closed. The first leader this server knows counts, also when
+// it is known before the count starts (a single server elects itself as
+// soon as Raft starts).
 func (m *nodeMetrics) countLeaderChanges(c *cluster.Cluster, closing <-chan struct{}) {
 	var last atomic.Value // raft.ServerID
 	if _, id := c.Leader(); id != "" {
 		last.Store(id)
+		m.leaderChanges.Inc()
 	}
 	stop := c.WatchLeader(func(id raft.ServerID) {
 		if prev, _ := last.Load().(raft.ServerID); id != "" && id != prev {
