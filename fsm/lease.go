@@ -301,6 +301,32 @@ type endOpts struct {
 	session bool // ended with its session: the session record keeps the id
 }
 
+// withoutID returns ids without id (which it holds at most once) and
+// leaves ids as it was: older versions of a session, which events and
+// answers may still hold, share its array. The first or the last id goes
+// without a copy (a session's leases released in the order they were
+// granted, or the reverse); another is removed from a copy. Copying the
+// list for every release made releasing each of a session's n leases
+// O(n²): 30,000 took 4 s of the state machine's time.
+func withoutID(ids []string, id string) []string {
+	switch n := len(ids); {
+	case n > 0 && ids[0] == id:
+		// Appending to the rest writes past the end of every older
+		// version, as a grant's append always does.
+		return ids[1:]
+	case n > 0 && ids[n-1] == id:
+		// No room left: the next append copies instead of overwriting
+		// the id that older versions still read there.
+		return ids[: n-1 : n-1]
+	}
+	i := slices.Index(ids, id)
+	if i < 0 {
+		return ids
+	}
+	out := make([]string, 0, len(ids)-1)
+	return append(append(out, ids[:i]...), ids[i+1:]...)
+}
+
 // end moves an active lease to a terminal state and frees its slot.
 func (f *FSM) end(l *Lease, o endOpts) *Lease {
 	nl := *l
@@ -316,7 +342,7 @@ func (f *FSM) end(l *Lease, o endOpts) *Lease {
 	if l.SessionID != "" && !o.session {
 		if s := f.sessions[l.SessionID]; s != nil && s.State == SessionActive {
 			ns := *s
-			ns.LeaseIDs = slices.DeleteFunc(slices.Clone(s.LeaseIDs), func(id string) bool { return id == l.ID })
+			ns.LeaseIDs = withoutID(s.LeaseIDs, l.ID)
 			f.sessions[s.ID] = &ns
 		}
 	}
