@@ -147,3 +147,48 @@ func BenchmarkSessionReleaseAll(b *testing.B) {
 		})
 	}
 }
+
+// TestSortTimersOrder checks sortTimers and mergeTimers against a
+// comparison sort: kinds mixed, duplicates, ids with and without a shared
+// prefix, ties on the first 8 bytes after it, and sizes on both sides of
+// the small-slice cut.
+func TestSortTimersOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	ids := []func() string{
+		func() string { return fmt.Sprintf("ls_%016x", rng.Uint64()) },
+		func() string { return fmt.Sprintf("ls_00000000%03d", rng.IntN(50)) },
+		func() string { return fmt.Sprintf("camera/%d\x00ls_%x", rng.IntN(20), rng.IntN(1000)) },
+		func() string { return fmt.Sprintf("%c%d", 'a'+rng.IntN(3), rng.IntN(5)) },
+	}
+	gen := func(n int) []timer {
+		ts := make([]timer, n)
+		for i := range ts {
+			if i > 0 && rng.IntN(8) == 0 {
+				ts[i] = ts[rng.IntN(i)] // a duplicate
+				continue
+			}
+			ts[i] = timer{kind: uint8(1 + rng.IntN(4)), id: ids[rng.IntN(len(ids))]()}
+		}
+		return ts
+	}
+	for _, n := range []int{0, 1, 2, 63, 64, 65, 500, 5000} {
+		for range 5 {
+			ts := gen(n)
+			want := slices.Clone(ts)
+			slices.SortFunc(want, timerLess)
+			got := slices.Clone(ts)
+			sortTimers(got)
+			if !slices.Equal(got, want) {
+				t.Fatalf("n=%d: sortTimers differs from a comparison sort", n)
+			}
+			other := gen(rng.IntN(200))
+			sortTimers(other)
+			merged := mergeTimers(slices.Clone(got), other)
+			all := append(slices.Clone(ts), other...)
+			slices.SortFunc(all, timerLess)
+			if !slices.Equal(merged, all) {
+				t.Fatalf("n=%d: mergeTimers differs from sorting both", n)
+			}
+		}
+	}
+}

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"cmp"
-	"container/heap"
 	"fmt"
 	"slices"
 	"strings"
@@ -46,7 +45,7 @@ func (n *FSM) rebuildRest(keys []keyRec, sessions []*Session, leases []*Lease, e
 	n.prune = ended
 	// Whatever a limited tick left due (schedule puts it in the backlog)
 	// is processed in the order the replica that applied the tick has it.
-	heap.Init((*timerHeap)(&n.backlog))
+	sortTimers(n.backlog)
 	return nil
 }
 

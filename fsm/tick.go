@@ -1,9 +1,6 @@
 package fsm
 
-import (
-	"container/heap"
-	"slices"
-)
+import "slices"
 
 // applyTick advances the clock by one tick and does everything that falls
 // due: expiries (in deadline order; within one tick, by kind then id, so that
@@ -31,14 +28,8 @@ func (f *FSM) applyTick(c *Tick) {
 	}
 	f.events = slices.Grow(f.events, n)
 	f.prune = slices.Grow(f.prune, n)
-	if len(f.backlog) == 0 {
-		f.backlog = due
-	} else {
-		f.backlog = append(f.backlog, due...)
-	}
-	if c.ExpireMax > 0 {
-		heap.Init((*timerHeap)(&f.backlog))
-	}
+	sortTimers(due)
+	f.backlog = mergeTimers(f.backlog, due)
 	f.expireDue(c.ExpireMax, c.WallMS, false)
 	if c.RetainTicks > 0 {
 		f.pruneBefore(c.RetainTicks)
