@@ -172,8 +172,16 @@ func TestSortTimersOrder(t *testing.T) {
 		return ts
 	}
 	for _, n := range []int{0, 1, 2, 63, 64, 65, 500, 5000} {
-		for range 5 {
+		for try := range 6 {
 			ts := gen(n)
+			if try == 0 {
+				// The first names share a long prefix that a later one
+				// lacks: nameOrder's guess of the prefix is too long and
+				// its keys are taken again.
+				for i := range min(len(ts), 20) {
+					ts[i].id = fmt.Sprintf("ls_0000000000%04d", rng.IntN(30))
+				}
+			}
 			want := slices.Clone(ts)
 			slices.SortFunc(want, timerLess)
 			got := slices.Clone(ts)
