@@ -13,34 +13,45 @@ const idChunk = 256
 // a cursor without sorting every record on every page.
 //
 // The ids the node makes (a prefix, then 16 lowercase hex digits: "ls_",
-// "ss_") are kept as numbers, whose order is the ids' order: 8 bytes an id
-// where a string header took 16, searches that compare numbers lying
-// together in memory instead of reading a string somewhere in the heap at
-// every step, and inserts that move no pointers (which the collector's
-// write barrier made dear while it ran). At a million ids, inserting into
-// the string form was two thirds of what a grant cost the state machine
-// when a restarted server replayed its log. Every other id (another
-// prefix than the first such id's, other digits, any length) is kept as a
-// string, and a walk merges the two. The zero value is an empty set.
+// "cl_", "ss_") are kept as numbers, one list for each prefix, whose order
+// is the ids' order: 8 bytes an id where a string header took 16, searches
+// that compare numbers lying together in memory instead of reading a
+// string somewhere in the heap at every step, and inserts that move no
+// pointers (which the collector's write barrier made dear while it ran). At
+// a million ids, inserting into the string form was two thirds of what a
+// grant cost the state machine when a restarted server replayed its log.
+// Every other id (another prefix once maxNumGroups are taken, other digits,
+// any length) is kept as a string, and a walk merges the lists. The zero
+// value is an empty set.
 type idIndex struct {
-	nums runList[uint64] // ids of the form pre + 16 lowercase hex digits
-	strs runList[string] // every other id
-	pre  string          // the prefix of nums' ids, set by the first such id
-	set  bool            // pre is set (it may be empty)
-	n    int
+	groups []numGroup      // at most maxNumGroups, each its own prefix; never removed
+	strs   runList[string] // every other id
+	n      int
 }
+
+// numGroup is the ids of one prefix followed by 16 lowercase hex digits,
+// kept as the numbers those digits spell.
+type numGroup struct {
+	pre  string
+	nums runList[uint64]
+}
+
+// maxNumGroups bounds the prefixes an index keeps as numbers: a walk
+// merges one list more for each.
+const maxNumGroups = 4
 
 // hexDigits is how many hex digits follow the prefix of a numbered id.
 const hexDigits = 16
 
-// num returns id's number if id is pre followed by 16 lowercase hex digits
-// (any prefix of at most 16 bytes while pre is not yet set).
-func (x *idIndex) num(id string) (uint64, bool) {
+// num returns id's group and number if id is a prefix of at most 16 bytes
+// followed by 16 lowercase hex digits and its prefix has a group (g is
+// len(groups) when it has none yet and there is room for one; ok is false
+// when it cannot be a number here).
+func (x *idIndex) num(id string) (g int, v uint64, ok bool) {
 	p := len(id) - hexDigits
-	if p < 0 || p > 16 || x.set && id[:p] != x.pre {
-		return 0, false
+	if p < 0 || p > 16 {
+		return 0, 0, false
 	}
-	var v uint64
 	for i := p; i < len(id); i++ {
 		c := id[i]
 		switch {
@@ -49,16 +60,29 @@ func (x *idIndex) num(id string) (uint64, bool) {
 		case 'a' <= c && c <= 'f':
 			v = v<<4 | uint64(c-'a'+10)
 		default:
-			return 0, false
+			return 0, 0, false
 		}
 	}
-	return v, true
+	for g := range x.groups {
+		if x.groups[g].pre == id[:p] {
+			return g, v, true
+		}
+	}
+	return len(x.groups), v, len(x.groups) < maxNumGroups
 }
 
-// numID is the id of number v.
-func (x *idIndex) numID(v uint64) string {
+// group returns the group of id's prefix, making it if g is past the last.
+func (x *idIndex) group(g int, id string) *numGroup {
+	if g == len(x.groups) {
+		x.groups = append(x.groups, numGroup{pre: strings.Clone(id[:len(id)-hexDigits])})
+	}
+	return &x.groups[g]
+}
+
+// id is the id of number v.
+func (ng *numGroup) id(v uint64) string {
 	var b [32]byte
-	n := copy(b[:], x.pre)
+	n := copy(b[:], ng.pre)
 	for i := hexDigits - 1; i >= 0; i-- {
 		b[n+i] = "0123456789abcdef"[v&15]
 		v >>= 4
@@ -66,16 +90,16 @@ func (x *idIndex) numID(v uint64) string {
 	return string(b[:n+hexDigits])
 }
 
-// cmpNum compares the id of number v with s, without making the id.
-func (x *idIndex) cmpNum(v uint64, s string) int {
-	n := len(x.pre) + hexDigits
+// cmp compares the id of number v with s, without making the id.
+func (ng *numGroup) cmp(v uint64, s string) int {
+	n := len(ng.pre) + hexDigits
 	for i := 0; i < n; i++ {
 		if i == len(s) {
 			return 1
 		}
 		var c byte
-		if i < len(x.pre) {
-			c = x.pre[i]
+		if i < len(ng.pre) {
+			c = ng.pre[i]
 		} else {
 			c = "0123456789abcdef"[v>>(4*(n-1-i))&15]
 		}
@@ -90,79 +114,114 @@ func (x *idIndex) cmpNum(v uint64, s string) int {
 }
 
 func (x *idIndex) insert(id string) {
-	v, ok := x.num(id)
-	if ok && !x.set {
-		x.pre, x.set = strings.Clone(id[:len(id)-hexDigits]), true
-	}
-	if ok && x.nums.insert(v) || !ok && x.strs.insert(id) {
+	g, v, ok := x.num(id)
+	if ok && x.group(g, id).nums.insert(v) || !ok && x.strs.insert(id) {
 		x.n++
 	}
 }
 
 func (x *idIndex) remove(id string) {
-	// While no prefix is set, no id that num accepts has been inserted.
-	v, ok := x.num(id)
-	if ok && x.nums.remove(v) || !ok && x.strs.remove(id) {
+	g, v, ok := x.num(id)
+	if ok && g == len(x.groups) {
+		return // a number of a prefix never inserted
+	}
+	if ok && x.groups[g].nums.remove(v) || !ok && x.strs.remove(id) {
 		x.n--
 	}
+}
+
+// cursor is a walk's position in one list: the string list (g < 0) or
+// group g's, at run i, place j; head is the id there, made once.
+type cursor struct {
+	g, i, j int
+	head    string
+	ok      bool
 }
 
 // ascend calls fn for each id greater than after, in order, until fn
 // returns false. fn must not change the index.
 func (x *idIndex) ascend(after string, fn func(id string) bool) {
-	ni, nj := x.nums.search(func(v uint64) bool { return x.cmpNum(v, after) > 0 })
-	si, sj := x.strs.search(func(s string) bool { return s > after })
-	x.walk(ni, nj, si, sj, fn)
+	cs := make([]cursor, 0, len(x.groups)+1)
+	for g := range x.groups {
+		ng := &x.groups[g]
+		i, j := ng.nums.search(func(v uint64) bool { return ng.cmp(v, after) > 0 })
+		cs = append(cs, cursor{g: g, i: i, j: j})
+	}
+	i, j := x.strs.search(func(s string) bool { return s > after })
+	x.walk(append(cs, cursor{g: -1, i: i, j: j}), fn)
 }
 
-// walk calls fn for the numbers from run ni, place nj on and the strings
-// from run si, place sj on, merged in order, until fn returns false.
-func (x *idIndex) walk(ni, nj, si, sj int, fn func(id string) bool) {
-	for {
-		v, haveNum := x.nums.at(ni, nj)
-		s, haveStr := x.strs.at(si, sj)
-		switch {
-		case haveNum && (!haveStr || x.cmpNum(v, s) < 0):
-			if !fn(x.numID(v)) {
-				return
-			}
-			ni, nj = x.nums.next(ni, nj)
-		case haveStr:
-			if !fn(s) {
-				return
-			}
-			si, sj = x.strs.next(si, sj)
-		default:
+// walk calls fn for the ids from the cursors on, merged in order, until fn
+// returns false. The lists hold no id twice: an id is a number of its
+// prefix's group if it has one, else a string.
+func (x *idIndex) walk(cs []cursor, fn func(id string) bool) {
+	load := func(c *cursor) {
+		if c.g < 0 {
+			c.head, c.ok = x.strs.at(c.i, c.j)
 			return
 		}
+		ng := &x.groups[c.g]
+		var v uint64
+		if v, c.ok = ng.nums.at(c.i, c.j); c.ok {
+			c.head = ng.id(v)
+		}
+	}
+	for k := range cs {
+		load(&cs[k])
+	}
+	for {
+		m := -1
+		for k := range cs {
+			if cs[k].ok && (m < 0 || cs[k].head < cs[m].head) {
+				m = k
+			}
+		}
+		if m < 0 || !fn(cs[m].head) {
+			return
+		}
+		c := &cs[m]
+		if c.g < 0 {
+			c.i, c.j = x.strs.next(c.i, c.j)
+		} else {
+			c.i, c.j = x.groups[c.g].nums.next(c.i, c.j)
+		}
+		load(c)
 	}
 }
 
 // ids returns the ids in order.
 func (x *idIndex) ids() []string {
 	out := make([]string, 0, x.n)
-	x.walk(0, 0, 0, 0, func(id string) bool { out = append(out, id); return true })
+	cs := make([]cursor, 0, len(x.groups)+1)
+	for g := range x.groups {
+		cs = append(cs, cursor{g: g})
+	}
+	x.walk(append(cs, cursor{g: -1}), func(id string) bool { out = append(out, id); return true })
 	return out
 }
 
 // fromSorted replaces the contents with the n ids id(0) < id(1) < ...,
-// in runs three quarters full.
+// in runs three quarters full. Groups already made keep their prefixes.
 func (x *idIndex) fromSorted(n int, id func(int) string) {
-	*x = idIndex{pre: x.pre, set: x.set, n: n}
-	var nums []uint64
+	groups := x.groups
+	for g := range groups {
+		groups[g].nums = runList[uint64]{}
+	}
+	*x = idIndex{groups: groups, n: n}
+	var nums [maxNumGroups][]uint64
 	var strs []string
 	for i := range n {
 		s := id(i)
-		if v, ok := x.num(s); ok {
-			if !x.set {
-				x.pre, x.set = strings.Clone(s[:len(s)-hexDigits]), true
-			}
-			nums = append(nums, v)
+		if g, v, ok := x.num(s); ok {
+			x.group(g, s)
+			nums[g] = append(nums[g], v)
 		} else {
 			strs = append(strs, s)
 		}
 	}
-	x.nums.fromSorted(nums)
+	for g := range x.groups {
+		x.groups[g].nums.fromSorted(nums[g])
+	}
 	x.strs.fromSorted(strs)
 }
 

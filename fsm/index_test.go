@@ -51,29 +51,58 @@ func TestIDIndexMatchesSortedSet(t *testing.T) {
 
 // check verifies the shape of x: each list's runs non-empty, at most
 // idChunk long, strictly increasing within and across runs, with their
-// last values beside them; numbers only while a prefix is set, strings
-// none that would be a number; n the total.
+// last values beside them; groups of distinct prefixes, at most
+// maxNumGroups; no string that would be a number of a group (or of a new
+// one while there is room); n the total.
 func (x *idIndex) check() error {
-	if err := x.nums.check(); err != nil {
-		return fmt.Errorf("numbers: %v", err)
+	if len(x.groups) > maxNumGroups {
+		return fmt.Errorf("%d groups", len(x.groups))
+	}
+	n := x.strs.count()
+	for g := range x.groups {
+		if err := x.groups[g].nums.check(); err != nil {
+			return fmt.Errorf("group %q: %v", x.groups[g].pre, err)
+		}
+		for h := range g {
+			if x.groups[h].pre == x.groups[g].pre {
+				return fmt.Errorf("two groups of prefix %q", x.groups[g].pre)
+			}
+		}
+		n += x.groups[g].nums.count()
 	}
 	if err := x.strs.check(); err != nil {
 		return fmt.Errorf("strings: %v", err)
 	}
-	if len(x.nums.runs) > 0 && !x.set {
-		return fmt.Errorf("numbers without a prefix")
-	}
 	for _, r := range x.strs.runs {
 		for _, id := range r {
-			if _, ok := x.num(id); ok && x.set {
-				return fmt.Errorf("%q kept as a string, prefix %q", id, x.pre)
+			if _, _, ok := x.num(id); ok {
+				return fmt.Errorf("%q kept as a string", id)
 			}
 		}
 	}
-	if n := x.nums.count() + x.strs.count(); n != x.n {
+	if n != x.n {
 		return fmt.Errorf("%d ids, n says %d", n, x.n)
 	}
 	return nil
+}
+
+// emptied reports whether x holds no run at all.
+func (x *idIndex) emptied() bool {
+	for _, g := range x.groups {
+		if g.nums.runs != nil {
+			return false
+		}
+	}
+	return x.n == 0 && x.strs.runs == nil
+}
+
+// numbered is how many ids x keeps as numbers.
+func (x *idIndex) numbered() int {
+	n := 0
+	for _, g := range x.groups {
+		n += g.nums.count()
+	}
+	return n
 }
 
 func (x *runList[T]) count() int {
@@ -153,8 +182,8 @@ func TestIDIndexRuns(t *testing.T) {
 		for _, id := range sortedKeys(set) {
 			x.remove(id)
 		}
-		if x.n != 0 || x.nums.runs != nil || x.strs.runs != nil {
-			t.Fatalf("start %d: emptied index has %d ids in %d and %d runs", start, x.n, len(x.nums.runs), len(x.strs.runs))
+		if !x.emptied() {
+			t.Fatalf("start %d: emptied index has %d ids", start, x.n)
 		}
 	}
 }
@@ -218,7 +247,7 @@ func TestIDIndexNumbers(t *testing.T) {
 				}
 			}
 		}
-		if round == 1 && len(x.nums.runs) == 0 {
+		if round == 1 && x.numbered() == 0 {
 			t.Fatalf("round %d kept no id as a number", round)
 		}
 		var y idIndex
@@ -233,8 +262,49 @@ func TestIDIndexNumbers(t *testing.T) {
 		for _, id := range want {
 			y.remove(id)
 		}
-		if y.n != 0 || y.nums.runs != nil || y.strs.runs != nil {
+		if !y.emptied() {
 			t.Fatalf("round %d: emptied index has %d ids", round, y.n)
 		}
+	}
+}
+
+// TestIDIndexPrefixes: a control lease's id ("cl_") coming first, by grant
+// or by sort order in a restore, leaves the lease ids ("ls_") numbers of
+// their own group; prefixes beyond maxNumGroups are kept as strings.
+func TestIDIndexPrefixes(t *testing.T) {
+	var x idIndex
+	x.insert("cl_00000000000000ff")
+	var ls []string
+	for i := range 1000 {
+		id := fmt.Sprintf("ls_%016x", uint64(i)*0x9e3779b97f4a7c15)
+		ls = append(ls, id)
+		x.insert(id)
+	}
+	if got := x.numbered(); got != 1001 {
+		t.Fatalf("%d of 1001 ids kept as numbers, groups %d", got, len(x.groups))
+	}
+	want := append(slices.Clone(ls), "cl_00000000000000ff")
+	slices.Sort(want)
+	var y idIndex
+	y.fromSorted(len(want), func(i int) string { return want[i] })
+	if got := y.numbered(); got != 1001 {
+		t.Fatalf("fromSorted kept %d of 1001 ids as numbers", got)
+	}
+	if !slices.Equal(y.ids(), want) || !slices.Equal(x.ids(), want) {
+		t.Fatal("ids out of order")
+	}
+	for i, pre := range []string{"aa_", "bb_", "cc_", "dd_"} {
+		y.insert(fmt.Sprintf("%s%016x", pre, i))
+	}
+	if len(y.groups) != maxNumGroups || y.numbered() != 1001+maxNumGroups-2 || y.n != 1005 {
+		t.Fatalf("%d groups, %d numbers, %d ids", len(y.groups), y.numbered(), y.n)
+	}
+	if err := y.check(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	y.ascend("cl_", func(id string) bool { got = append(got, id); return len(got) < 3 })
+	if !slices.Equal(got, []string{"cl_00000000000000ff", "dd_0000000000000003", want[1]}) {
+		t.Fatalf("ascend from cl_: %v", got)
 	}
 }
