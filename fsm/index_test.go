@@ -28,16 +28,8 @@ func TestIDIndexMatchesSortedSet(t *testing.T) {
 			t.Fatalf("step %d: size %d, want %d", i, x.n, len(want))
 		}
 		for _, after := range []string{"", "ls_0400", "ls_0fff", "zz"} {
-			var got []string
-			x.ascend(after, func(id string) bool { got = append(got, id); return true })
-			var exp []string
-			for _, id := range want {
-				if id > after {
-					exp = append(exp, id)
-				}
-			}
-			if !slices.Equal(got, exp) {
-				t.Fatalf("step %d after %q: got %d ids, want %d", i, after, len(got), len(exp))
+			if err := ascendMatches(&x, want, after); err != nil {
+				t.Fatalf("step %d: %v", i, err)
 			}
 		}
 	}
@@ -47,6 +39,23 @@ func TestIDIndexMatchesSortedSet(t *testing.T) {
 	if n != 10 {
 		t.Fatalf("ascend did not stop: %d", n)
 	}
+}
+
+// ascendMatches compares what x.ascend(after) walks with the ids of want
+// (sorted) above after.
+func ascendMatches(x *idIndex, want []string, after string) error {
+	var got []string
+	x.ascend(after, func(id string) bool { got = append(got, id); return true })
+	var exp []string
+	for _, id := range want {
+		if id > after {
+			exp = append(exp, id)
+		}
+	}
+	if !slices.Equal(got, exp) {
+		return fmt.Errorf("after %q: got %d ids, want %d", after, len(got), len(exp))
+	}
+	return nil
 }
 
 // check verifies the shape of x: each list's runs non-empty, at most
@@ -234,16 +243,8 @@ func TestIDIndexNumbers(t *testing.T) {
 				t.Fatalf("round %d step %d: ids() gives %d, want %d", round, step, len(got), len(want))
 			}
 			for _, after := range append(cursors, id, id+"0") {
-				var got []string
-				x.ascend(after, func(id string) bool { got = append(got, id); return true })
-				var exp []string
-				for _, id := range want {
-					if id > after {
-						exp = append(exp, id)
-					}
-				}
-				if !slices.Equal(got, exp) {
-					t.Fatalf("round %d step %d after %q: got %d ids, want %d", round, step, after, len(got), len(exp))
+				if err := ascendMatches(&x, want, after); err != nil {
+					t.Fatalf("round %d step %d: %v", round, step, err)
 				}
 			}
 		}
