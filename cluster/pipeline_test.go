@@ -101,18 +101,13 @@ func TestPipelineSurvivesRejectedAppends(t *testing.T) {
 		{ID: "a", Address: lt.LocalAddr()}, {ID: "b", Address: ft.LocalAddr()}}}).Error(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for leader.State() != raft.Leader {
-		if time.Now().After(deadline) {
-			t.Fatal("a never became leader")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	isLeader := func() bool { return leader.State() == raft.Leader }
+	waitFor(t, 30*time.Second, "a becomes leader", isLeader)
 	// Writes keep the pipeline busy while the follower rejects every
 	// seventh append, until it has rejected 60 (each one aborts and
 	// restarts the pipeline: each a chance to wedge it).
 	flaky.armed.Store(true)
-	deadline = time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for flaky.failed.Load() < 60 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the follower rejected only %d appends in 60 s: replication stopped", flaky.failed.Load())
@@ -140,12 +135,7 @@ func TestPipelineSurvivesRejectedAppends(t *testing.T) {
 				// the follower's answers) and wins the next election, as the
 				// follower never stands: wait for that and go on. A wedged
 				// pipeline still shows, as appends that stop being rejected.
-				for leader.State() != raft.Leader {
-					if time.Now().After(deadline) {
-						t.Fatal("a never became leader again after resigning")
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
+				waitFor(t, time.Until(deadline), "a becomes leader again after resigning", isLeader)
 			} else if err != nil {
 				t.Fatalf("write failed: %v", err)
 			}
@@ -155,10 +145,6 @@ func TestPipelineSurvivesRejectedAppends(t *testing.T) {
 	}
 	flaky.armed.Store(false)
 	want := leader.LastIndex()
-	for follower.LastIndex() < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("follower stuck at index %d, leader at %d", follower.LastIndex(), want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, time.Until(deadline), fmt.Sprintf("the follower reaches the leader's index %d", want),
+		func() bool { return follower.LastIndex() >= want })
 }
