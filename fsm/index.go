@@ -40,8 +40,12 @@ type numGroup struct {
 // merges one list more for each.
 const maxNumGroups = 4
 
-// hexDigits is how many hex digits follow the prefix of a numbered id.
-const hexDigits = 16
+// hexDigits is how many hex digits follow the prefix of a numbered id,
+// written with hexLower.
+const (
+	hexDigits = 16
+	hexLower  = "0123456789abcdef"
+)
 
 // num returns id's group and number if id is a prefix of at most 16 bytes
 // followed by 16 lowercase hex digits and its prefix has a group (g is
@@ -84,7 +88,7 @@ func (ng *numGroup) id(v uint64) string {
 	var b [32]byte
 	n := copy(b[:], ng.pre)
 	for i := hexDigits - 1; i >= 0; i-- {
-		b[n+i] = "0123456789abcdef"[v&15]
+		b[n+i] = hexLower[v&15]
 		v >>= 4
 	}
 	return string(b[:n+hexDigits])
@@ -101,7 +105,7 @@ func (ng *numGroup) cmp(v uint64, s string) int {
 		if i < len(ng.pre) {
 			c = ng.pre[i]
 		} else {
-			c = "0123456789abcdef"[v>>(4*(n-1-i))&15]
+			c = hexLower[v>>(4*(n-1-i))&15]
 		}
 		if c != s[i] {
 			return cmp.Compare(c, s[i])

@@ -1,6 +1,9 @@
 package fsm
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // keyRef is a key and how many lease records (any state) have it.
 type keyRef struct {
@@ -71,7 +74,7 @@ func (x *keyIndex) add(key string) {
 		return
 	}
 	h := len(r) / 2
-	left, right := clipRefs(r[:h], 1), clipRefs(r[h:], 1)
+	left, right := clipRun(r[:h], 1), clipRun(r[h:], 1)
 	if j <= h {
 		left = insertRef(left, j, keyRef{key, 1})
 	} else {
@@ -84,24 +87,9 @@ func (x *keyIndex) add(key string) {
 }
 
 // insertRef inserts v at j; a full run grows by a quarter, never past
-// idChunk (as roomInRun).
+// idChunk (roomInRun).
 func insertRef(r []keyRef, j int, v keyRef) []keyRef {
-	if len(r) == cap(r) {
-		out := make([]keyRef, len(r), min(idChunk, len(r)+1+len(r)/4))
-		copy(out, r)
-		r = out
-	}
-	r = append(r, keyRef{})
-	copy(r[j+1:], r[j:])
-	r[j] = v
-	return r
-}
-
-// clipRefs copies r into a new run with room for extra more keys.
-func clipRefs(r []keyRef, extra int) []keyRef {
-	out := make([]keyRef, len(r), len(r)+extra+len(r)/4)
-	copy(out, r)
-	return out
+	return slices.Insert(roomInRun(r), j, v)
 }
 
 // drop counts one record fewer with key, forgetting the key at zero.
@@ -135,13 +123,13 @@ func (x *keyIndex) drop(key string) {
 		}
 		return
 	case i+1 < len(x.runs) && len(r)+len(x.runs[i+1]) <= idChunk/2:
-		x.runs[i] = append(clipRefs(r, len(x.runs[i+1])), x.runs[i+1]...)
+		x.runs[i] = append(clipRun(r, len(x.runs[i+1])), x.runs[i+1]...)
 		x.runs = append(x.runs[:i+1], x.runs[i+2:]...)
 	case i > 0 && len(r)+len(x.runs[i-1]) <= idChunk/2:
-		x.runs[i-1] = append(clipRefs(x.runs[i-1], len(r)), r...)
+		x.runs[i-1] = append(clipRun(x.runs[i-1], len(r)), r...)
 		x.runs = append(x.runs[:i], x.runs[i+1:]...)
 	case cap(r) >= 4*len(r)+16:
-		x.runs[i] = clipRefs(r, 0)
+		x.runs[i] = clipRun(r, 0)
 	default:
 		x.runs[i] = r
 	}
@@ -177,6 +165,6 @@ func (x *keyIndex) fromSorted(refs []keyRef) {
 	}
 	x.runs = make([][]keyRef, 0, (len(refs)+size-1)/size)
 	for i := 0; i < len(refs); i += size {
-		x.runs = append(x.runs, clipRefs(refs[i:min(i+size, len(refs))], 0))
+		x.runs = append(x.runs, clipRun(refs[i:min(i+size, len(refs))], 0))
 	}
 }
