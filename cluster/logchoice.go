@@ -250,7 +250,7 @@ func MigrateLog(dir, to string, logger *slog.Logger) (MigrateResult, error) {
 	}
 	snapIndex := latestSnapshotIndex(snaps)
 
-	backup, err := backupRaftDB(dir, bolt)
+	backup, err := backupRaftDB(dir, "log", bolt)
 	if err != nil {
 		return res, err
 	}
@@ -404,9 +404,9 @@ func logBounds(dir string, bolt *boltStore, kind string, logger *slog.Logger) (u
 }
 
 // backupRaftDB copies raft.db (a consistent copy, from a read transaction)
-// into a new directory dir/log-backup-<UTC time> and fsyncs it there.
-func backupRaftDB(dir string, bolt *boltStore) (string, error) {
-	backup := filepath.Join(dir, "log-backup-"+time.Now().UTC().Format("20060102T150405.000Z"))
+// into a new directory dir/<prefix>-backup-<UTC time> and fsyncs it there.
+func backupRaftDB(dir, prefix string, bolt *boltStore) (string, error) {
+	backup := filepath.Join(dir, prefix+"-backup-"+time.Now().UTC().Format("20060102T150405.000Z"))
 	if err := os.Mkdir(backup, 0o700); err != nil {
 		return "", fmt.Errorf("cluster: backup dir: %w", err)
 	}

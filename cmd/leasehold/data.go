@@ -1,24 +1,44 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/node"
 )
 
-const dataUsage = "usage: leasehold data migrate-log --data-dir DIR --to boltdb|wal"
+const dataUsage = "usage: leasehold data migrate-log --data-dir DIR --to boltdb|wal\n" +
+	"       leasehold data recover --data-dir DIR [--node-id ID] [--raft-addr ADDR]\n" +
+	"       leasehold data export-snapshot --data-dir DIR FILE"
 
-// dataCmd runs the offline data dir commands: migrate-log.
+// dataCmd runs the offline data dir commands: migrate-log, recover,
+// export-snapshot.
 func (a *app) dataCmd(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "migrate-log" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprintln(a.stdout, dataUsage)
-			return nil
-		}
-		return usageErrorf("%s", dataUsage)
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintln(a.stdout, dataUsage)
+		return nil
 	}
+	if len(args) > 0 {
+		switch args[0] {
+		case "migrate-log":
+			return a.dataMigrateLog(args[1:])
+		case "recover":
+			return a.dataRecover(args[1:])
+		case "export-snapshot":
+			return a.dataExportSnapshot(args[1:])
+		}
+	}
+	return usageErrorf("%s", dataUsage)
+}
+
+// dataMigrateLog is "data migrate-log".
+func (a *app) dataMigrateLog(args []string) error {
 	fs := a.newFlagSet("data migrate-log", "", "Move the Raft log of a STOPPED server's data dir to another log store: boltdb (raft.db)\n"+
 		"or wal (wal/, raft-wal). It refuses while a server runs on the directory (raft.db's lock).\n"+
 		"Before it changes anything it copies raft.db into DIR/log-backup-<UTC time>/; a move out\n"+
@@ -26,7 +46,7 @@ func (a *app) dataCmd(ctx context.Context, args []string) error {
 		"See docs/operations.md, \"The Raft log store\".")
 	dir := fs.String("data-dir", "", "the data dir (--data-dir of the stopped server)")
 	to := fs.String("to", "", "the log store to move to: boltdb or wal")
-	pos, err := a.parse(fs, args[1:], nil, 0)
+	pos, err := a.parse(fs, args, nil, 0)
 	if err != nil {
 		return err
 	}
@@ -59,4 +79,104 @@ func (a *app) dataCmd(ctx context.Context, args []string) error {
 	_, err = fmt.Fprintf(a.stdout, "moved the raft log of %s from %s to %s (%s)\nbackup: %s (%s); delete it once the server runs well on the moved log\n",
 		*dir, res.From, res.To, entries, res.Backup, what)
 	return err
+}
+
+// dataRecover is "data recover": the survivor of a permanent loss of
+// quorum made the one voter of its cluster.
+func (a *app) dataRecover(args []string) error {
+	fs := a.newFlagSet("data recover", "", "Recover a cluster that lost its quorum for good from the data dir of one STOPPED survivor:\n"+
+		"its Raft configuration becomes this server alone, so that started again (same --node-id, same\n"+
+		"--data-dir) it elects itself and serves every lease it had applied, fencing tokens going on from\n"+
+		"the highest it saw. Then start fresh servers (empty data dirs) that --join it. Never start the\n"+
+		"lost servers again on their old data dirs: wipe them first. It refuses while a server runs on\n"+
+		"the directory. Before it changes anything it copies raft.db (and wal/) into\n"+
+		"DIR/recover-backup-<UTC time>/. See docs/operations.md, \"Lost quorum\".")
+	dir := fs.String("data-dir", "", "the data dir (--data-dir of the stopped survivor)")
+	id := fs.String("node-id", "", "the survivor's --node-id (default: the server of the configuration recorded with this data dir)")
+	addr := fs.String("raft-addr", "", "the survivor's Raft address as the others will dial it (default: the one in its configuration)")
+	pos, err := a.parse(fs, args, nil, 0)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 || *dir == "" {
+		return usageErrorf("%s", dataUsage)
+	}
+	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	info, err := node.RecoverDataDir(*dir, *id, *addr, logger)
+	if err != nil {
+		if info != nil && info.Backup != "" {
+			return fmt.Errorf("%w (backup of the Raft state before the recovery: %s)", err, info.Backup)
+		}
+		return err
+	}
+	dropped := "none"
+	if len(info.Dropped) > 0 {
+		dropped = strings.Join(info.Dropped, " ")
+	}
+	fmt.Fprintf(a.stdout, "recovered %s: its configuration is now %s (%s) alone; left out: %s\n", *dir, info.NodeID, info.RaftAddr, dropped)
+	fmt.Fprintf(a.stdout, "state kept: index %d, term %d, %d active leases, %d active sessions, fencing token %d\n",
+		info.Index, info.Term, info.State.ActiveLeases, info.State.ActiveSessions, info.State.FencingToken)
+	_, err = fmt.Fprintf(a.stdout, "backup: %s; start the server on %s with --node-id %s, then add fresh servers\n", info.Backup, *dir, info.NodeID)
+	return err
+}
+
+// dataExportSnapshot is "data export-snapshot": a snapshot file of a
+// stopped server's state, for "snapshot restore".
+func (a *app) dataExportSnapshot(args []string) error {
+	fs := a.newFlagSet("data export-snapshot", "FILE", "Write a snapshot file (the format of 'leasehold snapshot save', for 'snapshot inspect'\n"+
+		"and 'snapshot restore') of the state of a STOPPED server's data dir: its log applied over its\n"+
+		"newest snapshot (a tail of the log that was never committed included). It refuses while a\n"+
+		"server runs on the directory. FILE is written through FILE.tmp, synced, then renamed.")
+	dir := fs.String("data-dir", "", "the data dir (--data-dir of the stopped server)")
+	pos, err := a.parse(fs, args, nil, 0)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *dir == "" {
+		return usageErrorf("%s", dataUsage)
+	}
+	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	info, err := exportSnapshotFile(*dir, pos[0], logger)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "wrote %s from data dir %s\n", pos[0], *dir)
+	return printSnapshotInfo(a.stdout, info)
+}
+
+// exportSnapshotFile writes the snapshot of data dir dir into file (through
+// file.tmp, synced, then renamed).
+func exportSnapshotFile(dir, file string, logger *slog.Logger) (info *node.SnapshotInfo, err error) {
+	tmp := file + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if info, err = node.ExportDataDir(dir, bw, logger); err != nil {
+		return nil, err
+	}
+	if err = bw.Flush(); err != nil {
+		return nil, err
+	}
+	if err = f.Sync(); err != nil {
+		return nil, err
+	}
+	if err = f.Close(); err != nil {
+		return nil, err
+	}
+	if err = os.Rename(tmp, file); err != nil {
+		return nil, err
+	}
+	if d, derr := os.Open(filepath.Dir(file)); derr == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return info, nil
 }

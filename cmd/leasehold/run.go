@@ -54,7 +54,7 @@ func commands() []command {
 		{"keep-alive", "keep a lease or a session alive until interrupted", (*app).keepAliveCmd},
 		{"bench", "benchmark a running node", (*app).benchCmd},
 		{"token", "create a bearer token for the tokens file", (*app).tokenCmd},
-		{"data", "migrate-log: move a stopped server's Raft log between raft.db and wal/", (*app).dataCmd},
+		{"data", "offline, on a stopped server's data dir: migrate-log, recover (lost quorum), export-snapshot", (*app).dataCmd},
 		{"health", "check that a node is ready (for container health checks)", (*app).healthCmd},
 		{"keygen", "print a fresh random sealing (or gossip) key", (*app).keygenCmd},
 		{"version", "print the version", (*app).versionCmd},
