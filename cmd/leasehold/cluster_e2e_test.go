@@ -32,8 +32,9 @@ type testCluster struct {
 }
 
 // newCluster starts three servers (n1, n2, n3) and waits until they agree
-// on one leader. Their logs are printed if the test fails.
-func newCluster(t *testing.T) *testCluster {
+// on one leader, with extra server flags. Their logs are printed if the
+// test fails.
+func newCluster(t *testing.T, extra ...string) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t}
 	var gossip []string
@@ -45,7 +46,7 @@ func newCluster(t *testing.T) *testCluster {
 		gossip = append(gossip, s.gossip)
 	}
 	for _, s := range c.nodes {
-		s.extra = []string{"--join", strings.Join(gossip, ","), "--bootstrap-expect", "3"}
+		s.extra = append([]string{"--join", strings.Join(gossip, ","), "--bootstrap-expect", "3"}, extra...)
 	}
 	// Registered before the servers' own cleanups, so it runs after they
 	// have been killed and the logs are complete.

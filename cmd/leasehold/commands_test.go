@@ -197,7 +197,8 @@ func TestPrintEvent(t *testing.T) {
 // that is not a data dir.
 func TestDataMigrateLogUsage(t *testing.T) {
 	for _, args := range [][]string{{"data"}, {"data", "move"}, {"data", "migrate-log", "--to", "wal"},
-		{"data", "migrate-log", "--data-dir", "x", "--to", "rocks"}, {"data", "migrate-log", "--data-dir", "x"}} {
+		{"data", "migrate-log", "--data-dir", "x", "--to", "rocks"}, {"data", "migrate-log", "--data-dir", "x"},
+		{"data", "recover"}, {"data", "recover", "--data-dir", "x", "y"}, {"data", "export-snapshot", "--data-dir", "x"}} {
 		a, _, errb := testApp(nil)
 		if code := report(a.run(context.Background(), args), errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb)

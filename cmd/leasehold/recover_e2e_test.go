@@ -47,9 +47,15 @@ func loadUntil(s *server, prefix string, ttl time.Duration, max int, stop <-chan
 // is exported (data export-snapshot, checked by snapshot inspect) and
 // recovered (data recover): started alone on its data directory it leads,
 // holds every lease it acknowledged, and fences above all of them; a
-// fresh server then joins it the ordinary way.
+// fresh server then joins it the ordinary way. Both log stores.
 func TestClusterLostQuorumRecover(t *testing.T) {
-	c := newCluster(t)
+	for _, store := range []string{"boltdb", "wal"} {
+		t.Run(store, func(t *testing.T) { testLostQuorumRecover(t, store) })
+	}
+}
+
+func testLostQuorumRecover(t *testing.T, store string) {
+	c := newCluster(t, "--raft-log", store)
 	leader := c.waitFormed(c.nodes)
 	lost := c.others(leader)
 	const ttl = 10 * time.Minute
@@ -118,6 +124,8 @@ func TestClusterLostQuorumRecover(t *testing.T) {
 		t.Fatalf("data recover of an empty directory: exit %d\n%s", r.status, r.stderr)
 	}
 
+	// Started again with the command it ran with before (its --join
+	// still names the lost servers).
 	restart := time.Now()
 	leader.launch()
 	leader.waitReady()
@@ -148,7 +156,7 @@ func TestClusterLostQuorumRecover(t *testing.T) {
 	// A fresh server (an empty data directory) joins the ordinary way and
 	// becomes a voter with the whole state.
 	fresh := lost[0]
-	fresh.extra = []string{"--join", leader.gossip}
+	fresh.extra = []string{"--join", leader.gossip, "--raft-log", store}
 	fresh.launch()
 	eventuallyMsg(t, 2*clusterTimeout, func() (bool, string) {
 		st, err := leader.status()
