@@ -83,3 +83,20 @@ func (c *Cluster) MissingServer(g *Gossip) bool {
 	}
 	return false
 }
+
+// Moved reports whether the latest Raft configuration lists this server at
+// an address other than the one it advertises now: it restarted at another
+// address, and the leader has not updated the member yet (Reconcile does
+// once gossip carries the new address).
+func (c *Cluster) Moved() bool {
+	conf, err := c.Configuration()
+	if err != nil {
+		return false
+	}
+	for _, s := range conf.Servers {
+		if string(s.ID) == c.cfg.NodeID {
+			return s.Address != c.Addr
+		}
+	}
+	return false
+}

@@ -171,6 +171,13 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	mc.ProbeInterval = 500 * time.Millisecond
 	mc.ProbeTimeout = 250 * time.Millisecond
 	mc.PushPullInterval = 15 * time.Second
+	// A server that comes back at another address (a new IP after a
+	// restart, same name) takes over the entry of its old address once
+	// gossip has declared that one dead: without this memberlist refuses
+	// the new address until it forgets the dead one (30 s), and the
+	// leader, which learns Raft addresses from gossip, could not update
+	// the member (Reconcile). A live server's address is never taken.
+	mc.DeadNodeReclaimTime = time.Second
 	// A join to an unreachable address must not hold start-up or shutdown
 	// for long.
 	mc.TCPTimeout = 2 * time.Second

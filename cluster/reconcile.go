@@ -75,11 +75,15 @@ func (c *Cluster) RunAutopilot(ctx context.Context, m Membership) {
 
 // Reconcile does one pass on the leader: record the data directory of
 // every server in the configuration, replace a member that came back with
-// another data directory, and add alive servers that are not in it.
+// another data directory, update the Raft address of one that came back
+// with the same data directory at another address, and add alive servers
+// that are not in it.
 func (c *Cluster) Reconcile(ctx context.Context, conf raft.Configuration, m Membership) {
 	inConf := map[string]bool{}
+	addrOf := map[string]raft.ServerAddress{}
 	for _, s := range conf.Servers {
 		inConf[string(s.ID)] = true
+		addrOf[string(s.ID)] = s.Address
 	}
 	ours := m.ClusterID()
 	for _, p := range m.Gossip.Peers() {
@@ -98,6 +102,13 @@ func (c *Cluster) Reconcile(ctx context.Context, conf raft.Configuration, m Memb
 			if p.Status == "alive" && p.Incarnation != "" && known && !rec.Removed &&
 				rec.Incarnation != p.Incarnation && p.ID != c.cfg.NodeID {
 				c.replaceWiped(ctx, p, rec, m)
+			}
+			// The same server (its data directory, as recorded) at
+			// another address: a new IP after a restart.
+			if p.Status == "alive" && p.Raft != "" && known && !rec.Removed && rec.Incarnation == p.Incarnation &&
+				p.ID != c.cfg.NodeID && raft.ServerAddress(p.Raft) != addrOf[p.ID] &&
+				(p.ClusterID == "" || ours == "" || p.ClusterID == ours) {
+				c.updateAddress(p, addrOf[p.ID], m)
 			}
 		case p.Status != "alive" || p.Raft == "" || p.Incarnation == "":
 		case known && rec.Removed && rec.Incarnation == p.Incarnation:
@@ -138,6 +149,20 @@ func (c *Cluster) replaceWiped(ctx context.Context, p Peer, rec MemberRecord, m 
 		return
 	}
 	c.logger.Info("removed the old member of a wiped server", "server", p.ID)
+}
+
+// updateAddress gives member p, which came back with the data directory
+// the registry recorded for it, the Raft address it now advertises (was
+// old): the leader replicates to the new one once the change commits. Its
+// suffrage stays as it is (raft's AddNonvoter of a voter changes only its
+// address).
+func (c *Cluster) updateAddress(p Peer, old raft.ServerAddress, m Membership) {
+	c.logger.Warn("a member came back at another Raft address; updating it", "server", p.ID, "raft_addr", p.Raft, "was", old)
+	if err := c.raft.AddNonvoter(raft.ServerID(p.ID), raft.ServerAddress(p.Raft), 0, m.ApplyTimeout).Error(); err != nil {
+		c.logger.Warn("updating a member's Raft address failed", "server", p.ID, "err", err)
+		return
+	}
+	c.logger.Info("updated a member's Raft address", "server", p.ID, "raft_addr", p.Raft, "was", old)
 }
 
 // ConfigChangeError is a Raft configuration change that failed (classify

@@ -358,10 +358,13 @@ func (mb *membership) watchMembership() {
 		// learn that its id belongs to this cluster); every server reaches
 		// out every 5 s to the join addresses while a server of its
 		// configuration is not alive in gossip (a server that restarted
-		// without --join finds nobody by itself).
+		// without --join finds nobody by itself). A server that restarted
+		// at another address does it every second until its leader lists
+		// it at the new one: gossip takes its new address only once the
+		// old one is declared dead, and only from an exchange after that.
 		gated := !mb.n.hadState.Load() && time.Since(time.Unix(0, mb.n.gated.Load())) < 3*time.Second
 		conflict := time.Since(time.Unix(0, mb.n.conflictAt.Load())) < 3*time.Second
-		if (gated || conflict) && time.Since(lastRefresh) > time.Second || time.Since(lastRefresh) > 5*time.Second && mb.n.cl.MissingServer(mb.gossip) {
+		if (gated || conflict || mb.n.cl.Moved()) && time.Since(lastRefresh) > time.Second || time.Since(lastRefresh) > 5*time.Second && mb.n.cl.MissingServer(mb.gossip) {
 			lastRefresh = time.Now()
 			mb.refreshGossip()
 		}
