@@ -33,7 +33,10 @@ type Config struct {
 	LogStore string
 	// BindAddr is the TCP address the Raft transport listens on.
 	BindAddr string
-	// Advertise is the address peers dial; empty means BindAddr.
+	// Advertise is the address peers dial; empty means BindAddr. A host
+	// name (it must resolve at start) stays the Raft address the others
+	// record and dial, resolved again on every dial; an IP is taken as
+	// it is.
 	Advertise string
 	// InMemory uses in-memory stores and transport (tests only).
 	InMemory bool
@@ -335,7 +338,14 @@ func (c *Cluster) openTransport() (raft.ServerAddress, error) {
 	if tcpAdv.IP == nil || tcpAdv.IP.IsUnspecified() {
 		return "", fmt.Errorf("%w: advertise address %q is not reachable by peers; set an advertise address", ErrInvalidConfig, adv)
 	}
-	stream, err := newStreamLayer(cfg, tcpAdv)
+	var advAddr net.Addr = tcpAdv
+	if host, _, err := net.SplitHostPort(adv); err == nil && host != "" && net.ParseIP(host) == nil {
+		// A name stays the address peers dial: resolved on every dial,
+		// it follows the server to a new IP (a restart on another host,
+		// a Kubernetes pod). It had to resolve now, all the same.
+		advAddr = nameAddr(adv)
+	}
+	stream, err := newStreamLayer(cfg, advAddr)
 	if err != nil {
 		return "", err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,15 +60,29 @@ func newTCPStreamLayer(bind string, adv net.Addr) (*tcpStreamLayer, error) {
 		return nil, err
 	}
 	// Port 0 (tests): advertise the port the listener got.
-	if ta, ok := adv.(*net.TCPAddr); ok && ta.Port == 0 {
-		if la, ok := ln.Addr().(*net.TCPAddr); ok {
-			adv = &net.TCPAddr{IP: ta.IP, Port: la.Port, Zone: ta.Zone}
+	if la, ok := ln.Addr().(*net.TCPAddr); ok {
+		switch a := adv.(type) {
+		case *net.TCPAddr:
+			if a.Port == 0 {
+				adv = &net.TCPAddr{IP: a.IP, Port: la.Port, Zone: a.Zone}
+			}
+		case nameAddr:
+			if host, port, err := net.SplitHostPort(string(a)); err == nil && port == "0" {
+				adv = nameAddr(net.JoinHostPort(host, strconv.Itoa(la.Port)))
+			}
 		}
 	}
 	return &tcpStreamLayer{Listener: ln, advertise: adv}, nil
 }
 
-// Dial opens a plain TCP connection.
+// nameAddr is an advertised address whose host is a name: peers record
+// and dial the name (Dial resolves it every time).
+type nameAddr string
+
+func (a nameAddr) Network() string { return "tcp" }
+func (a nameAddr) String() string  { return string(a) }
+
+// Dial opens a plain TCP connection; a name in addr is resolved anew.
 func (s *tcpStreamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	return net.DialTimeout("tcp", string(addr), timeout)
 }

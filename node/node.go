@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -155,7 +156,9 @@ func consensusConfig(n *Node) cluster.Config {
 	cfg := n.cfg
 	raftAdv := cfg.RaftAdvertise
 	if host, _ := advertiseHost(cfg); raftAdv == "" && host != "" {
-		raftAdv = withHost(cfg.RaftAddr, host)
+		// A name stays the Raft address (resolved on every dial: it
+		// follows the server to a new IP); gossip takes the IP.
+		raftAdv = withHost(cfg.RaftAddr, cmp.Or(cfg.AdvertiseAddr, host))
 	}
 	return cluster.Config{
 		NodeID: cfg.NodeID, Dir: cfg.DataDir, LogStore: cfg.RaftLog, BindAddr: cfg.RaftAddr, Advertise: raftAdv,
