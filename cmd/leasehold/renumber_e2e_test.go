@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // onHost is addr (host:port) at another loopback host.
@@ -43,7 +46,8 @@ func readyWithin(t *testing.T, s *server, start time.Time, d time.Duration) time
 // (127.0.0.4, other ports), as on a DHCP or Kubernetes host. It rejoins as
 // itself: the leader updates its Raft address, it becomes ready, a voter
 // at the new address, with every lease, and the leader keeps its term (no
-// election). Stopped gracefully (SIGTERM) and killed (SIGKILL: gossip
+// election) while writes went on, and every acknowledged lease is on every
+// server. Stopped gracefully (SIGTERM) and killed (SIGKILL: gossip
 // takes it as failed, not left).
 func TestClusterServerRenumbered(t *testing.T) {
 	for name, sig := range map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL} {
@@ -64,6 +68,12 @@ func testServerRenumbered(t *testing.T, sig syscall.Signal) {
 	}
 	term := st.Term
 
+	// Writes go on through the leader the whole time.
+	stop := make(chan struct{})
+	var load []*wire.Lease
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); load = loadUntil(leader, "renumber/load", ttl, 5000, stop) }()
 	moved.cmd.Process.Signal(sig)
 	<-moved.exited
 	during := acquire(t, leader, "renumber/during", "w", ttl)
@@ -86,8 +96,18 @@ func testServerRenumbered(t *testing.T, sig syscall.Signal) {
 		}
 		return false, fmt.Sprintf("%s missing from %+v", moved.nodeID, st.Members)
 	})
+	close(stop)
+	wg.Wait()
+	if len(load) < 10 {
+		t.Fatalf("only %d leases acknowledged under load", len(load))
+	}
+	t.Logf("%d leases acknowledged while %s moved", len(load), moved.nodeID)
 	waitLeaseEverywhere(t, c.nodes, before, "active")
 	waitLeaseEverywhere(t, c.nodes, during, "active")
+	// Nothing acknowledged is lost, on any server.
+	for _, l := range load {
+		waitLeaseEverywhere(t, c.nodes, l, "active")
+	}
 	after := acquire(t, leader, "renumber/after", "w", ttl)
 	waitLeaseEverywhere(t, c.nodes, after, "active")
 	if after.FencingToken <= during.FencingToken || during.FencingToken <= before.FencingToken {
