@@ -31,6 +31,10 @@ type procNode struct {
 	clock string
 	// mounted: data is a tmpfs of its own (NetnsOptions.DiskSize).
 	mounted bool
+	// peer, once renumbered (Renumber) the renumbered-th time, is the IP
+	// of its Raft and gossip ports; "" means addr. Guarded by mu.
+	peer       string
+	renumbered int
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -39,7 +43,8 @@ type procNode struct {
 	paused bool
 }
 
-// args are the server's flags: the same at every start.
+// args are the server's flags: the same at every start, but for the
+// Raft and gossip IP of a renumbered node. Called with mu held.
 func (n *procNode) args() []string {
 	c := n.c
 	var join []string
@@ -48,12 +53,16 @@ func (n *procNode) args() []string {
 			join = append(join, c.nodeIP(j)+":"+strconv.Itoa(netnsGossipPort))
 		}
 	}
+	peer := n.addr
+	if n.peer != "" {
+		peer = n.peer
+	}
 	a := []string{"server",
 		"--node-id", n.id,
 		"--data-dir", n.data,
 		"--http-addr", n.addr + ":" + strconv.Itoa(netnsHTTPPort),
-		"--raft-addr", n.addr + ":" + strconv.Itoa(netnsRaftPort),
-		"--gossip-addr", n.addr + ":" + strconv.Itoa(netnsGossipPort),
+		"--raft-addr", peer + ":" + strconv.Itoa(netnsRaftPort),
+		"--gossip-addr", peer + ":" + strconv.Itoa(netnsGossipPort),
 		"--bootstrap-expect", strconv.Itoa(c.opts.Nodes),
 		// The namespaces' addresses are not loopback: plaintext must be
 		// asked for. Only the harness's own namespaces reach them.

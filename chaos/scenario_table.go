@@ -532,6 +532,19 @@ var builtin = []*Scenario{
 			}
 			return e.rejoinWiped(ctx, f, true)
 		}},
+	{Name: "renumber-follower", Class: "renumber", Nodes: 3, Doc: "a follower's namespace is renumbered under load: killed, it restarts with its data directory and id at a new IP; it rejoins as itself (the leader updates its Raft address), without an election storm, nothing lost",
+		Expect: map[string]int{"renumbers": 1, "renumbered-rejoined": 1},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			f := e.Others(l)[e.Rng.IntN(e.C.Size()-1)]
+			if err := e.renumberRejoin(ctx, f, l); err != nil {
+				return err
+			}
+			return sleepCtx(ctx, faultFor/2)
+		}},
 	{Name: "wipe-restart-original", Class: "wipe", Nodes: 3, Doc: "the leader is killed and wiped, the others SIGSTOPped while it restarts with its original command; it must neither form a cluster with them nor vote with an empty log: the leader replaces the old member and it rejoins empty",
 		Expect: map[string]int{"wipes": 1, "wiped-rejoined": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
