@@ -32,7 +32,7 @@ def wait_until(cond, timeout: float, what: str, poll: float = 0.02) -> Any:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def run_once(cluster, run: int, leader_kill: bool, ttl: float = 2.0, workers: int = 3, cameras: int = 9) -> Dict[str, Any]:
+def run_once(cluster, run: int, leader_kill: bool, ttl: float = 3.0, workers: int = 3, cameras: int = 9) -> Dict[str, Any]:
     fleet = Fleet(cluster.addrs, workers, cameras, ttl, name=f"r{run}w").start()
     out: Dict[str, Any] = {}
     try:
@@ -102,6 +102,7 @@ def run_once(cluster, run: int, leader_kill: bool, ttl: float = 2.0, workers: in
         sessions = wait_until(stats_show, 20, "the survivors' heartbeat stats", poll=0.2)
         out["stats"] = {w: s.metadata for w, s in sessions.items() if w.startswith(f"r{run}w")}
         out["new_owners"] = {cam: w for cam, (_, w, _) in got.items()}
+        out["respawns"] = dict(fleet.respawns)
         if killed_leader is not None:
             killed_leader.start()
             cluster.wait_ready(cluster.servers, 60)

@@ -41,6 +41,10 @@ class Fleet:
         self.logs: Dict[str, List[dict]] = {}
         self.sink_proc: Optional[subprocess.Popen] = None
         self.sink = ""
+        self.killed: set = set()
+        self.respawns: Dict[str, int] = {}
+        self._args: Dict[str, tuple] = {}
+        self._stop = threading.Event()
 
     def assignment(self) -> Dict[str, List[str]]:
         out: Dict[str, List[str]] = {f"{self.name}{j + 1}": [] for j in range(self.n)}
@@ -72,9 +76,21 @@ class Fleet:
         for w, mine in a.items():
             others = [c for c in self.cameras if c not in mine]
             self.spawn(w, mine, others)
+        threading.Thread(target=self._supervise, daemon=True).start()
         return self
 
+    def _supervise(self) -> None:
+        # A worker that exits by itself (status 3: its session was lost,
+        # say while the cluster elected a leader for longer than the
+        # session could wait) is started again, as a supervisor would.
+        while not self._stop.wait(0.1):
+            for w, p in list(self.procs.items()):
+                if p.poll() is not None and w not in self.killed and not self._stop.is_set():
+                    self.respawns[w] = self.respawns.get(w, 0) + 1
+                    self.spawn(w, *self._args[w])
+
     def spawn(self, w: str, mine: List[str], standby: List[str]) -> None:
+        self._args[w] = (mine, standby)
         p = subprocess.Popen([self.python, os.path.join(HERE, "worker.py"), "--addrs", ",".join(self.addrs),
                               "--worker", w, "--shards", ",".join(mine), "--standby", ",".join(standby),
                               "--sink", self.sink, "--ttl", str(self.ttl)],
@@ -83,6 +99,8 @@ class Fleet:
         threading.Thread(target=self._reader, args=(w, p), daemon=True).start()
 
     def kill(self, w: str) -> None:
+        """SIGKILL worker w (it stays dead)."""
+        self.killed.add(w)
         p = self.procs[w]
         p.send_signal(signal.SIGKILL)
         p.wait(10)
@@ -101,6 +119,7 @@ class Fleet:
             return e.code
 
     def stop(self) -> None:
+        self._stop.set()
         for p in list(self.procs.values()) + ([self.sink_proc] if self.sink_proc else []):
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)

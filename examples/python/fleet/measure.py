@@ -15,7 +15,7 @@ from servers import Cluster  # noqa: E402
 
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    ttl = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
+    ttl = float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
     c = Cluster(3).start()
     res = {False: [], True: []}
     try:
@@ -24,7 +24,7 @@ def main() -> None:
                 r = run_once(c, 100 + 2 * i + lk, leader_kill=lk, ttl=ttl)
                 res[lk].append(r["reown_s"])
                 print(f"run {i + 1} {'leader kill' if lk else 'worker only'}: re-own {r['reown_s']:.3f}s "
-                      f"(first camera {r['first_reown_s']:.3f}s)", flush=True)
+                      f"(first camera {r['first_reown_s']:.3f}s), restarted workers {r['respawns']}", flush=True)
     finally:
         c.stop()
     for lk in (False, True):
