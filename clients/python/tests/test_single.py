@@ -246,3 +246,28 @@ def test_sync_facade(single):
         with pytest.raises(E.LeaseHeld):
             c.acquire("py/sync", "w2", ttl=5)
         c.release(l.lease_id, l.token)
+
+
+def test_keepalive_stream_duplex(single):
+    """POST /v1/keepalive from Python: renewals and answers on one request,
+    both directions at once (aiohttp writes the body from its own task)."""
+    async def main():
+        async with leasehold.Client(single.addrs) as c:
+            a = await c.acquire("py/ks/a", "w1", ttl=5)
+            b = await c.acquire("py/ks/b", "w1", ttl=5)
+            rs = await c.keepalive_stream()
+            # Each answer arrives while the request body is still open.
+            for i in range(3):
+                r = await rs.renew(a.lease_id, a.token)
+                assert r["ok"] and r["fencing_token"] == a.fencing_token
+            got = await asyncio.gather(*(rs.renew(x.lease_id, x.token) for x in (a, b, a, b)))
+            assert [g["lease_id"] for g in got] == [a.lease_id, b.lease_id, a.lease_id, b.lease_id]
+            r = await rs.renew(a.lease_id, a.token, metadata={"fps": "15"})
+            assert (await c.get(a.lease_id)).metadata == {"fps": "15"}
+            with pytest.raises(E.LeaseTokenInvalid):
+                await rs.renew(a.lease_id, "wrong")
+            # The stream goes on after a refused renewal.
+            assert (await rs.renew(b.lease_id, b.token))["ok"]
+            assert (await c.get(a.lease_id)).renewal_count == 6
+            await rs.close()
+    run(main())

@@ -449,6 +449,12 @@ class Client:
         ka.start()
         return ka
 
+    async def keepalive_stream(self) -> "Any":
+        """A keep-alive stream (POST /v1/keepalive, full duplex): see
+        leasehold.stream.RenewStream. Opened at its first renewal."""
+        from .stream import RenewStream
+        return RenewStream(self)
+
     # ---- events ----
 
     def events(self, *, key: str = "", prefix: str = "", holder: str = "", from_start: bool = False,
