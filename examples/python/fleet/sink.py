@@ -31,7 +31,10 @@ class Sink:
         self.state: Dict[str, Dict[str, Any]] = {}
 
     async def write(self, request: web.Request) -> web.Response:
-        w = await request.json()
+        try:
+            w = await request.json()
+        except (ConnectionError, ValueError):  # a writer killed mid-request, or not JSON
+            return web.json_response({"ok": False, "error": "bad write"}, status=400)
         cam, token, worker = str(w["camera"]), int(w["token"]), str(w["worker"])
         st = self.state.setdefault(cam, {"token": 0, "worker": "", "accepted": 0, "refused": 0, "tokens": []})
         try:
