@@ -40,7 +40,7 @@ test:
 PYTHON ?= /usr/bin/python3
 test-python:
 	CGO_ENABLED=0 $(GO) build -o bin/pytest/leasehold ./cmd/leasehold
-	rm -rf bin/pytest/site && $(PYTHON) -m pip install --quiet --no-build-isolation --no-deps --no-index \
+	rm -rf bin/pytest/site && $(PYTHON) -m pip install --quiet --root-user-action=ignore --no-build-isolation --no-deps --no-index \
 		--target bin/pytest/site ./clients/python
 	rm -rf clients/python/build clients/python/src/*.egg-info
 	cd clients/python && PYTHONPATH=$(abspath bin/pytest/site) LEASEHOLD_PY_INSTALLED=1 \
