@@ -215,3 +215,121 @@ def test_keep_alive_option_checks():
     with pytest.raises(ValueError):
         KeepAlive(r, ttl=1, granted=1, sent=0, interval=2)
     assert leasehold.default_margin(10) == 1.0 and leasehold.default_margin(0.5) == 0.1
+
+
+class SSE:
+    """A scripted /v1/events and /v1/leases: the first stream answers 410,
+    the listing answers one lease at index 40, the next stream (which must
+    resume after index 40) sends one event and breaks, the last (which
+    must carry Last-Event-ID) sends the next one."""
+
+    def __init__(self):
+        self.streams = []
+
+    async def events(self, request):
+        self.streams.append((dict(request.query), request.headers.get("Last-Event-ID", "")))
+        n = len(self.streams)
+        if n == 1:
+            return web.json_response({"error": {"code": "EVENTS_COMPACTED", "message": "gone"}}, status=410)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        ev = {"id": f"{40 + n}-0", "index": 40 + n, "type": "acquired", "key": "k", "lease": dict(LEASE, lease_id=f"ls_{n}")}
+        await resp.write(f": ping\n\nid: {ev['id']}\nevent: acquired\ndata: {json.dumps(ev)}\n\n".encode())
+        if n == 2:
+            request.transport.close()  # the stream breaks
+            return resp
+        await asyncio.sleep(30)
+        return resp
+
+    async def leases(self, request):
+        return web.json_response({"leases": [LEASE]}, headers={"X-Leasehold-Index": "40"})
+
+
+def test_events_relist_on_410_and_resume_with_last_event_id():
+    async def main():
+        sse = SSE()
+        app = web.Application()
+        app.router.add_get("/v1/events", sse.events)
+        app.router.add_get("/v1/leases", sse.leases)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        addr = "127.0.0.1:%d" % site._server.sockets[0].getsockname()[1]
+        try:
+            async with leasehold.Client([addr]) as c:
+                got = []
+                async for ev in c.events(prefix="k", last_event_id="3-0"):
+                    got.append(ev)
+                    if len(got) == 3:
+                        break
+                assert got[0].type == "resync" and [l.lease_id for l in got[0].leases] == ["ls_1"] and got[0].index == 40
+                assert [e.lease.lease_id for e in got[1:]] == ["ls_2", "ls_3"]
+                assert sse.streams[0] == ({"prefix": "k"}, "3-0")
+                assert sse.streams[1] == ({"prefix": "k", "after_index": "40"}, "")
+                assert sse.streams[2] == ({"prefix": "k"}, "42-0")
+                with pytest.raises(E.EventsCompacted):
+                    sse.streams.clear()
+                    async for ev in c.events(relist=False):
+                        pass
+        finally:
+            await runner.cleanup()
+    run(main())
+
+
+def test_grant_verifier_refetches_on_an_unknown_kid():
+    import jwt as pyjwt
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    def jwk(priv, kid):
+        d = json.loads(pyjwt.algorithms.OKPAlgorithm.to_jwk(priv.public_key()))
+        d.update(kid=kid, alg="EdDSA", use="sig")
+        return d
+
+    k1, k2, forged = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+
+    def sign(priv, kid, **claims):
+        now = int(time.time())
+        c = {"iss": "cl-1", "iat": now, "exp": now + 60, "key": "k", "lease_id": "ls_1", "holder": "w", "fencing_token": 5}
+        c.update(claims)
+        return pyjwt.encode(c, priv, algorithm="EdDSA", headers={"kid": kid, "typ": "leasehold-grant+jwt"})
+
+    async def main():
+        sets = [{"cluster_id": "cl-1", "keys": [jwk(k1, "a")]},
+                {"cluster_id": "cl-1", "keys": [jwk(k1, "a"), jwk(k2, "b")]}]
+        fetches = []
+
+        async def keys(request):
+            fetches.append(1)
+            return web.json_response(sets[min(len(fetches), 2) - 1])
+        app = web.Application()
+        app.router.add_get("/v1/keys", keys)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        addr = "127.0.0.1:%d" % site._server.sockets[0].getsockname()[1]
+        try:
+            async with leasehold.Client([addr]) as c:
+                v = leasehold.GrantVerifier(c, refetch_every=0.0)
+                assert (await v.verify(sign(k1, "a")))["fencing_token"] == 5
+                assert len(fetches) == 1
+                # A key recorded since (a rotation): refetched once, verifies.
+                assert (await v.verify(sign(k2, "b", fencing_token=6)))["fencing_token"] == 6
+                assert len(fetches) == 2
+                with pytest.raises(leasehold.GrantError):
+                    await v.verify(sign(forged, "a"))          # a known kid, a wrong signature
+                with pytest.raises(leasehold.GrantError):
+                    await v.verify(sign(k1, "a", iss="other"))  # another cluster
+                with pytest.raises(leasehold.GrantError):
+                    await v.verify(sign(k1, "a", exp=int(time.time()) - 60))  # past exp and the leeway
+                slow = leasehold.GrantVerifier(c, refetch_every=3600)
+                await slow.verify(sign(k1, "a"))
+                n = len(fetches)
+                for _ in range(3):  # a forger's unknown kids: at most one refetch per interval
+                    with pytest.raises(leasehold.GrantError):
+                        await slow.verify(sign(forged, "zzz"))
+                assert len(fetches) == n
+        finally:
+            await runner.cleanup()
+    run(main())
