@@ -60,6 +60,8 @@ class Server:
         self.gossip = f"127.0.0.1:{free_port()}"
         self.extra = extra or []
         self.proc: Optional[subprocess.Popen] = None
+        # With --tls-cert: readiness is asked over https, trusting ca_file.
+        self.ca_file = ""
 
     def start(self) -> None:
         log = open(os.path.join(self.dir, "server.log"), "ab")
@@ -80,8 +82,12 @@ class Server:
             self.proc.wait(10)
 
     def get(self, path: str, timeout: float = 2.0) -> tuple:
+        scheme, ctx = "http", None
+        if self.ca_file:
+            import ssl
+            scheme, ctx = "https", ssl.create_default_context(cafile=self.ca_file)
         try:
-            with urllib.request.urlopen(f"http://{self.http}{path}", timeout=timeout) as r:
+            with urllib.request.urlopen(f"{scheme}://{self.http}{path}", timeout=timeout, context=ctx) as r:
                 return r.status, json.loads(r.read() or b"{}")
         except urllib.error.HTTPError as e:
             return e.code, {}
@@ -100,10 +106,12 @@ class Cluster:
     """n servers (1: a single server; 3: formed through gossip with
     --bootstrap-expect 3), ready when every one answers /readyz."""
 
-    def __init__(self, n: int = 1, extra: Optional[List[str]] = None) -> None:
+    def __init__(self, n: int = 1, extra: Optional[List[str]] = None, ca_file: str = "") -> None:
         self.root = tempfile.mkdtemp(prefix="leasehold-pytest-")
         b = build_binary()
         self.servers = [Server(b, f"n{i + 1}", self.root, extra) for i in range(n)]
+        for s in self.servers:
+            s.ca_file = ca_file
         if n > 1:
             gossip = ",".join(s.gossip for s in self.servers)
             for s in self.servers:
