@@ -333,3 +333,38 @@ def test_grant_verifier_refetches_on_an_unknown_kid():
         finally:
             await runner.cleanup()
     run(main())
+
+
+def test_events_silent_stream_is_reopened():
+    """A stream that goes silent (no event, no keep-alive comment) for
+    idle_timeout is taken as broken: reopened with Last-Event-ID."""
+    async def main():
+        seen = []
+
+        async def events(request):
+            seen.append(request.headers.get("Last-Event-ID", ""))
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            n = len(seen)
+            ev = {"id": f"{n}-0", "index": n, "type": "released", "key": "k", "lease": LEASE}
+            await resp.write(f"id: {ev['id']}\nevent: released\ndata: {json.dumps(ev)}\n\n".encode())
+            await asyncio.sleep(30)  # silent: a server gone quiet (partitioned)
+            return resp
+        app = web.Application()
+        app.router.add_get("/v1/events", events)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        addr = "127.0.0.1:%d" % site._server.sockets[0].getsockname()[1]
+        try:
+            async with leasehold.Client([addr]) as c:
+                ids = []
+                async for ev in c.events(idle_timeout=0.3):
+                    ids.append(ev.id)
+                    if len(ids) == 2:
+                        break
+                assert ids == ["1-0", "2-0"] and seen == ["", "1-0"]
+        finally:
+            await runner.cleanup()
+    run(main())

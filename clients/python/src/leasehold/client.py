@@ -458,16 +458,20 @@ class Client:
     # ---- events ----
 
     def events(self, *, key: str = "", prefix: str = "", holder: str = "", from_start: bool = False,
-               after_index: int = 0, last_event_id: str = "", relist: bool = True) -> AsyncIterator[Event]:
+               after_index: int = 0, last_event_id: str = "", relist: bool = True,
+               idle_timeout: float = 45.0) -> AsyncIterator[Event]:
         """Follow GET /v1/events as an async iterator of Event. A broken
         stream is opened again (any address) with Last-Event-ID: no event is
         missed or repeated. When the history no longer reaches back (410
         EVENTS_COMPACTED) it yields one ``resync`` Event with the current
         leases of the filter (relist=False raises EventsCompacted instead)
-        and goes on from that listing's index."""
+        and goes on from that listing's index. A stream silent for
+        ``idle_timeout`` seconds (servers send a comment every 15 s) is
+        taken as broken and opened again."""
         from .events import follow
         return follow(self, key=key, prefix=prefix, holder=holder, from_start=from_start,
-                      after_index=after_index, last_event_id=last_event_id, relist=relist)
+                      after_index=after_index, last_event_id=last_event_id, relist=relist,
+                      idle_timeout=idle_timeout)
 
 
 def _granted(ttl_ms: int, remaining_ms: int) -> float:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 async def follow(c: "Client", *, key: str = "", prefix: str = "", holder: str = "", from_start: bool = False,
-                 after_index: int = 0, last_event_id: str = "", relist: bool = True) -> AsyncIterator[Event]:
+                 after_index: int = 0, last_event_id: str = "", relist: bool = True,
+                 idle_timeout: float = 45.0) -> AsyncIterator[Event]:
     last_id = last_event_id
     after = after_index
     start = from_start
@@ -38,7 +39,8 @@ async def follow(c: "Client", *, key: str = "", prefix: str = "", holder: str = 
         base = c.addrs[c._next % len(c.addrs)]
         try:
             async with c._http().get(base + "/v1/events", params=q, headers=hdrs,
-                                     timeout=aiohttp.ClientTimeout(total=None, sock_connect=c.timeout)) as resp:
+                                     timeout=aiohttp.ClientTimeout(total=None, sock_connect=c.timeout,
+                                                                   sock_read=idle_timeout)) as resp:
                 if resp.status // 100 != 2:
                     raw = await resp.read()
                     try:
