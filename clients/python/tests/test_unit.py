@@ -348,13 +348,13 @@ def test_events_silent_stream_is_reopened():
             n = len(seen)
             ev = {"id": f"{n}-0", "index": n, "type": "released", "key": "k", "lease": LEASE}
             await resp.write(f"id: {ev['id']}\nevent: released\ndata: {json.dumps(ev)}\n\n".encode())
-            await asyncio.sleep(30)  # silent: a server gone quiet (partitioned)
+            await asyncio.sleep(10)  # silent: a server gone quiet (partitioned)
             return resp
         app = web.Application()
         app.router.add_get("/v1/events", events)
         runner = web.AppRunner(app)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", 0, shutdown_timeout=0.1)
         await site.start()
         addr = "127.0.0.1:%d" % site._server.sockets[0].getsockname()[1]
         try:
