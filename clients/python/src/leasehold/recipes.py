@@ -7,14 +7,76 @@ server against the holder's will (revoked by an operator, say)."""
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Dict, Optional
+from typing import Any, AsyncIterator, Dict, Optional, Tuple
 
 from . import errors as E
 from .keepalive import LiveSession
 from .types import Lease
 
 VALUE_KEY = "value"
+
+
+class _EndWatcher:
+    """One event stream per session (filter: its holder) that reports the
+    end of each of the session's leases to its hold, so that a session
+    with many locks keeps one stream open, not one per lock. It starts at
+    the first hold's acquire, so that no later end is missed; an end seen
+    before its hold registers (the event can come before the acquire's
+    answer) is remembered (the last MAX_ENDED)."""
+
+    MAX_ENDED = 256
+
+    def __init__(self, session: LiveSession, after_index: int) -> None:
+        self.session = session
+        self.holds: Dict[str, "_Hold"] = {}
+        self.ended: "OrderedDict[str, Tuple[str, str]]" = OrderedDict()
+        self.task = asyncio.get_running_loop().create_task(self._run(after_index))
+        session.ka.on_lost(lambda err: self.task.cancel())  # type: ignore[union-attr]
+
+    def register(self, h: "_Hold") -> None:
+        end = self.ended.pop(h.lease.lease_id, None)
+        if end is not None:
+            h.ended(*end)
+        else:
+            self.holds[h.lease.lease_id] = h
+
+    def unregister(self, h: "_Hold") -> None:
+        self.holds.pop(h.lease.lease_id, None)
+
+    async def _run(self, after_index: int) -> None:
+        c, sid = self.session.client, self.session.session_id
+        try:
+            async for ev in c.events(holder=self.session.holder, after_index=after_index):
+                if ev.type == "resync":
+                    live = {l.lease_id for l in ev.leases}
+                    for lid in [lid for lid in self.holds if lid not in live]:
+                        self.holds.pop(lid).ended("ended", "")
+                    continue
+                if ev.type not in ("released", "expired", "revoked") or ev.lease is None:
+                    continue
+                h = self.holds.pop(ev.lease.lease_id, None)
+                if h is not None:
+                    h.ended(ev.type, ev.reason)
+                elif ev.lease.session_id == sid:
+                    self.ended[ev.lease.lease_id] = (ev.type, ev.reason)
+                    while len(self.ended) > self.MAX_ENDED:
+                        self.ended.popitem(last=False)
+        except asyncio.CancelledError:
+            pass
+        except E.LeaseholdError as e:  # the stream failed for good (a 4xx)
+            for h in list(self.holds.values()):
+                h._lose(E.LeaseLost(f"cannot watch the lease: {e}"))
+            self.holds.clear()
+
+
+def _watcher(session: LiveSession, lease: Lease) -> _EndWatcher:
+    w: Optional[_EndWatcher] = getattr(session, "_end_watcher", None)
+    if w is None or w.task.done():
+        w = _EndWatcher(session, max(lease.index - 1, 0))
+        setattr(session, "_end_watcher", w)
+    return w
 
 
 class _Hold:
@@ -25,38 +87,23 @@ class _Hold:
         self.lost = asyncio.Event()
         self.error: Optional[BaseException] = None
         self.releasing = False
-        self._watch = asyncio.get_running_loop().create_task(self._watch_lease())
+        self._watcher = _watcher(session, lease)
+        self._watcher.register(self)
         session.ka.on_lost(lambda err: self._lose(E.LeaseLost(f"session lost: {err}")))  # type: ignore[union-attr]
 
     def _lose(self, err: BaseException) -> None:
         if not self.lost.is_set():
             self.error = err
             self.lost.set()
-        if self._watch is not asyncio.current_task():
-            self._watch.cancel()
+        self._watcher.unregister(self)
 
-    async def _watch_lease(self) -> None:
-        c = self.session.client
-        try:
-            async for ev in c.events(key=self.lease.key, after_index=max(self.lease.index - 1, 0)):
-                if ev.type == "resync":
-                    if not any(l.lease_id == self.lease.lease_id for l in ev.leases):
-                        self._lose(E.LeaseLost(f"lease {self.lease.lease_id} ended"))
-                        return
-                    continue
-                if ev.lease is None or ev.lease.lease_id != self.lease.lease_id:
-                    continue
-                if ev.type in ("released", "expired", "revoked"):
-                    if ev.type == "released" and self.releasing and ev.reason != "session_ended":
-                        self._lose(E.LeaseLost("released by its holder"))
-                    else:
-                        self._lose(E.LeaseLost(f"lease {self.lease.lease_id} {ev.type}"
-                                               + (f" ({ev.reason})" if ev.reason else "")))
-                    return
-        except asyncio.CancelledError:
-            pass
-        except E.LeaseholdError as e:  # the stream failed for good (a 4xx)
-            self._lose(E.LeaseLost(f"cannot watch the lease: {e}"))
+    def ended(self, typ: str, reason: str) -> None:
+        """The lease ended on the server: the holder's own release while it
+        is under way, or a loss."""
+        if typ == "released" and self.releasing and reason != "session_ended":
+            self._lose(E.LeaseLost("released by its holder"))
+        else:
+            self._lose(E.LeaseLost(f"lease {self.lease.lease_id} {typ}" + (f" ({reason})" if reason else "")))
 
     async def release(self) -> None:
         self.releasing = True
