@@ -9,7 +9,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo un
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: run build test test-short bench bench-scale bench-scale-server hostile lint fuzz fuzz-ci image clean chaos chaos-ci canaries
+.PHONY: run build test test-python test-short bench bench-scale bench-scale-server hostile lint fuzz fuzz-ci image clean chaos chaos-ci canaries
 
 # A single node on 127.0.0.1:7700 (HTTP), :7701 (Raft), :7702 (gossip),
 # data in ./leasehold-data. Ctrl-C stops it gracefully.
@@ -29,6 +29,22 @@ test:
 	$(GO) test -race -count=1 -timeout 35m ./chaos/
 	$(GO) vet -tags chaos ./node/
 	$(GO) test -race -count=1 -tags chaos -run Clock ./node/
+	$(MAKE) test-python
+
+# The Python client (clients/python) and the fleet example
+# (examples/python/fleet): unit tests, then against real servers built from
+# this tree (one, and three with a leader kill), in Debian's Python
+# (/usr/bin/python3: python3-aiohttp, python3-jwt, python3-pytest; .ci/run
+# installs them). First the package is installed offline into a throwaway
+# target, and the tests run against that installed copy.
+PYTHON ?= /usr/bin/python3
+test-python:
+	CGO_ENABLED=0 $(GO) build -o bin/pytest/leasehold ./cmd/leasehold
+	rm -rf bin/pytest/site && $(PYTHON) -m pip install --quiet --root-user-action=ignore --no-build-isolation --no-deps --no-index \
+		--target bin/pytest/site ./clients/python
+	rm -rf clients/python/build clients/python/src/*.egg-info
+	cd clients/python && PYTHONPATH=$(abspath bin/pytest/site) LEASEHOLD_PY_INSTALLED=1 \
+		LEASEHOLD_BIN=$(abspath bin/pytest/leasehold) $(PYTHON) -m pytest -q -p no:cacheprovider tests ../../examples/python/fleet
 
 # The chaos suite (chaos/, see docs/chaos.md). Output (history,
 # porcupine HTML, timeline, summary.json, node logs) goes under CHAOS_OUT.

@@ -168,11 +168,19 @@ func (f *fakeNode) ListSessions(_ context.Context, holder, after string, limit i
 	return &wire.SessionList{Sessions: []*wire.Session{testSession("ss_1")}}, nil
 }
 
-func (f *fakeNode) SessionHeartbeat(_ context.Context, id, token string) (*wire.Session, error) {
-	if err := f.record("SessionHeartbeat", id, token); err != nil {
+func (f *fakeNode) SessionHeartbeat(_ context.Context, req wire.SessionHeartbeatRequest) (*wire.Session, error) {
+	args := []any{req.SessionID, req.Token}
+	if req.Metadata != nil {
+		args = append(args, req.Metadata)
+	}
+	if err := f.record("SessionHeartbeat", args...); err != nil {
 		return nil, err
 	}
-	return testSession(id), nil
+	s := testSession(req.SessionID)
+	if req.Metadata != nil {
+		s.Metadata = req.Metadata
+	}
+	return s, nil
 }
 
 func (f *fakeNode) EndSession(_ context.Context, id, token string, force bool) (*wire.Session, error) {

@@ -43,7 +43,9 @@ type Node interface {
 	CreateSession(ctx context.Context, req wire.SessionRequest) (*wire.Session, error)
 	GetSession(ctx context.Context, id string, stale bool) (*wire.Session, error)
 	ListSessions(ctx context.Context, holder, after string, limit int, stale bool) (*wire.SessionList, error)
-	SessionHeartbeat(ctx context.Context, id, token string) (*wire.Session, error)
+	// SessionHeartbeat renews a session; Metadata, if not nil, replaces
+	// its metadata (node.Node.SessionHeartbeatWith).
+	SessionHeartbeat(ctx context.Context, req wire.SessionHeartbeatRequest) (*wire.Session, error)
 	// EndSession ends a session; force ends it without its token (admin).
 	EndSession(ctx context.Context, id, token string, force bool) (*wire.Session, error)
 	// ReleaseHolder ends every lease and session of holder and reports how
@@ -131,6 +133,10 @@ func ControlFromNode(n *node.Node) ControlNode { return nodeAdapter{n} }
 type nodeAdapter struct{ *node.Node }
 
 func (a nodeAdapter) ControlLease() ControlNode { return a }
+
+func (a nodeAdapter) SessionHeartbeat(ctx context.Context, req wire.SessionHeartbeatRequest) (*wire.Session, error) {
+	return a.Node.SessionHeartbeatWith(ctx, req)
+}
 
 func (a nodeAdapter) Renew(ctx context.Context, req wire.RenewRequest) (*wire.Lease, error) {
 	return a.Node.RenewWith(ctx, req)

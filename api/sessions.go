@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 
@@ -92,12 +93,24 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request, _ httprout
 	return nil
 }
 
+// sessionHeartbeatBody is the optional body of POST
+// /v1/sessions/:id/heartbeat.
+type sessionHeartbeatBody struct {
+	// Metadata, if present and not null, replaces the session's metadata
+	// with the heartbeat: a worker's statistics ({} clears it).
+	Metadata map[string]string `json:"metadata"`
+}
+
 // sessionHeartbeat handles POST /v1/sessions/:id/heartbeat (header
-// X-Session-Token).
+// X-Session-Token; optional body {"metadata"}).
 func (s *server) sessionHeartbeat(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	token := r.Header.Get(headerSessionToken)
 	if token == "" {
 		return missingHeader(headerSessionToken, "")
+	}
+	var b sessionHeartbeatBody
+	if err := s.decodeBody(w, r, &b, true); err != nil && !errors.Is(err, errNoBody) {
+		return err
 	}
 	id := ps.ByName("id")
 	a := accessOf(r)
@@ -105,7 +118,7 @@ func (s *server) sessionHeartbeat(w http.ResponseWriter, r *http.Request, ps htt
 	if err != nil {
 		return err
 	}
-	sess, err := s.n.SessionHeartbeat(r.Context(), sent, token)
+	sess, err := s.n.SessionHeartbeat(r.Context(), wire.SessionHeartbeatRequest{SessionID: sent, Token: token, Metadata: b.Metadata})
 	if err != nil {
 		return unhide(err, sent, id)
 	}

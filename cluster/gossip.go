@@ -62,6 +62,10 @@ type Meta struct {
 	// (fsm.TypeAcquireGroup, fsm.TypeRenewGroup, fsm.TypeReleaseGroup)
 	// and snapshots with groups; false for earlier versions.
 	LeaseGroups bool `json:"groups,omitempty"`
+	// SessionMeta: the server's version reads session heartbeats that
+	// carry metadata (fsm.TypeSessionHeartbeatMeta); false for earlier
+	// versions.
+	SessionMeta bool `json:"smeta,omitempty"`
 }
 
 // PeerStats is a server's view of Raft, carried in gossip ping acks.

@@ -44,6 +44,8 @@ func newBody(t Type) Command {
 		return new(SessionCreate)
 	case TypeSessionHeartbeat:
 		return new(SessionHeartbeat)
+	case TypeSessionHeartbeatMeta:
+		return &SessionHeartbeat{SetMetadata: true}
 	case TypeSessionEnd:
 		return new(SessionEnd)
 	case TypeReleaseHolder:
@@ -115,7 +117,7 @@ func decodeBinary(version byte, t Type, in []byte) (Command, error) {
 func knownIn(version byte, t Type) bool {
 	switch t {
 	case TypeExpire, TypeTickLimited, TypeRenewMeta, TypeHeartbeatMeta, TypeMemberKey,
-		TypeAcquireGroup, TypeRenewGroup, TypeReleaseGroup:
+		TypeAcquireGroup, TypeRenewGroup, TypeReleaseGroup, TypeSessionHeartbeatMeta:
 		return version >= versionBounds
 	}
 	return true

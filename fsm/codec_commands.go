@@ -289,12 +289,21 @@ func (c *SessionHeartbeat) encode(e *enc) {
 	e.str(c.SessionID)
 	e.hash(c.TokenHash)
 	e.varint(c.WallMS)
+	switch {
+	case c.SetMetadata: // TypeSessionHeartbeatMeta
+		e.strmap(c.Metadata)
+	case len(c.Metadata) > 0:
+		e.fail(errors.New("fsm: session heartbeat metadata without SetMetadata"))
+	}
 }
 
 func (c *SessionHeartbeat) decode(d *dec) {
 	c.SessionID = d.str()
 	c.TokenHash = d.hash()
 	c.WallMS = d.varint()
+	if c.SetMetadata { // TypeSessionHeartbeatMeta (newBody)
+		c.Metadata = d.strmap()
+	}
 }
 
 func (c *SessionEnd) encode(e *enc) {

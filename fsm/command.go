@@ -231,6 +231,13 @@ type SessionHeartbeat struct {
 	SessionID string `json:"session_id"`
 	TokenHash Hash   `json:"token_hash"`
 	WallMS    int64  `json:"wall_ms"`
+	// SetMetadata: the heartbeat replaces the session's metadata with
+	// Metadata (empty: clears it), if it succeeds: a worker's statistics
+	// sent with each heartbeat. A SessionHeartbeat with it set is written
+	// as TypeSessionHeartbeatMeta (sessionmeta.go); Metadata must be empty
+	// without it.
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	SetMetadata bool              `json:"set_metadata,omitempty"`
 }
 
 // SessionEnd ends a session; its leases end with reason "session_ended".
@@ -283,16 +290,15 @@ func (c *Tick) Type() Type {
 	return TypeTick
 }
 
-func (*Acquire) Type() Type          { return TypeAcquire }
-func (*Release) Type() Type          { return TypeRelease }
-func (*Revoke) Type() Type           { return TypeRevoke }
-func (*SessionCreate) Type() Type    { return TypeSessionCreate }
-func (*SessionHeartbeat) Type() Type { return TypeSessionHeartbeat }
-func (*SessionEnd) Type() Type       { return TypeSessionEnd }
-func (*ReleaseHolder) Type() Type    { return TypeReleaseHolder }
-func (*CancelWait) Type() Type       { return TypeCancelWait }
-func (*Member) Type() Type           { return TypeMember }
-func (*Batch) Type() Type            { return TypeBatch }
+func (*Acquire) Type() Type       { return TypeAcquire }
+func (*Release) Type() Type       { return TypeRelease }
+func (*Revoke) Type() Type        { return TypeRevoke }
+func (*SessionCreate) Type() Type { return TypeSessionCreate }
+func (*SessionEnd) Type() Type    { return TypeSessionEnd }
+func (*ReleaseHolder) Type() Type { return TypeReleaseHolder }
+func (*CancelWait) Type() Type    { return TypeCancelWait }
+func (*Member) Type() Type        { return TypeMember }
+func (*Batch) Type() Type         { return TypeBatch }
 
 // Encode returns the log bytes of c: version (always Version), type, body.
 // The body is the compact binary encoding described in codec.go.
@@ -400,7 +406,7 @@ func decodeJSON(t Type, body []byte) (Command, error) {
 	c := newBody(t)
 	if c == nil || t == TypeClusterID || t == TypeSealCheck || t == TypeExpire || t == TypeTickLimited ||
 		t == TypeRestoreChunk || t == TypeRestoreCommit || t == TypeRenewMeta || t == TypeHeartbeatMeta || t == TypeMemberKey ||
-		t == TypeAcquireGroup || t == TypeRenewGroup || t == TypeReleaseGroup { // version 1 predates them
+		t == TypeAcquireGroup || t == TypeRenewGroup || t == TypeReleaseGroup || t == TypeSessionHeartbeatMeta { // version 1 predates them
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -425,6 +431,10 @@ func decodeJSON(t Type, body []byte) (Command, error) {
 			if it.SetMetadata || it.Metadata != nil {
 				return nil, fmt.Errorf("fsm: decode %T: version 1 predates heartbeat metadata", c)
 			}
+		}
+	case *SessionHeartbeat:
+		if c.SetMetadata || c.Metadata != nil {
+			return nil, fmt.Errorf("fsm: decode %T: version 1 predates session heartbeat metadata", c)
 		}
 	case *Renew:
 		if c.SetMetadata || c.Metadata != nil {

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/leasehold/leasehold/wire"
@@ -54,7 +55,15 @@ func (f *FSM) sessionHeartbeat(c *SessionHeartbeat) Result {
 	if err != nil {
 		return Result{Err: err}
 	}
+	if c.SetMetadata {
+		if err := ValidMetadata(c.Metadata); err != nil {
+			return Result{Err: err}
+		}
+	}
 	ns := *s
+	if c.SetMetadata {
+		ns.Metadata = maps.Clone(nilIfEmpty(c.Metadata)) // not the command's map: an embedder's request may hold it
+	}
 	if end := f.tick + ns.TTLTicks; end > ns.ExpiresTick {
 		ns.ExpiresTick = end // the session's timer moves when it comes due (applyTick)
 	}

@@ -258,6 +258,21 @@ func (mb *membership) renewMetaSupported() error {
 	return nil
 }
 
+// sessionMetaSupported refuses metadata in a session heartbeat while a
+// server of the configuration runs a version that does not read such
+// entries (it would stop on them), as renewMetaSupported does.
+func (mb *membership) sessionMetaSupported() error {
+	ids, err := mb.n.cl.ServerIDs()
+	if err != nil {
+		return &wire.Error{Code: wire.CodeUnavailable, Message: "read the configuration: " + err.Error()}
+	}
+	if mb.n.cfg.olderPeer || !everyPeer(mb.n.cfg.NodeID, ids, mb.gossip.Peer, func(p cluster.Peer) bool { return p.SessionMeta }) {
+		return &wire.Error{Code: wire.CodeUnavailable, Message: "a server of the cluster runs an older version that cannot apply " +
+			"a session heartbeat with metadata (or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
+	}
+	return nil
+}
+
 // Release ends a lease. The lease token authenticates it; for a lease bound
 // to a session the session token may be used instead.
 func (n *Node) Release(ctx context.Context, r wire.ReleaseRequest) (*wire.Lease, error) {
@@ -393,13 +408,34 @@ func (n *Node) CreateSession(ctx context.Context, r wire.SessionRequest) (*wire.
 // SessionHeartbeat renews a session and so every lease bound to it. A
 // heartbeat on an ended session fails with SESSION_ENDED (counted as late).
 func (n *Node) SessionHeartbeat(ctx context.Context, id, token string) (*wire.Session, error) {
+	return n.SessionHeartbeatWith(ctx, wire.SessionHeartbeatRequest{SessionID: id, Token: token})
+}
+
+// SessionHeartbeatWith is SessionHeartbeat with the request's options:
+// Metadata, if not nil, replaces the session's metadata with the heartbeat
+// (a worker's statistics; empty clears it), only if the heartbeat succeeds.
+// Metadata past the limits of an acquire's is INVALID_ARGUMENT, field
+// metadata; while a server of the cluster runs a version that cannot read
+// such heartbeats, UNAVAILABLE (nothing changes).
+func (n *Node) SessionHeartbeatWith(ctx context.Context, req wire.SessionHeartbeatRequest) (*wire.Session, error) {
+	id, token := req.SessionID, req.Token
 	if err := checkID("session", id); err != nil {
 		return nil, err
 	}
 	if token == "" {
 		return nil, fsm.InvalidField("session_token", "the session token (X-Session-Token) is required")
 	}
-	res, _, err := n.propose(ctx, &fsm.SessionHeartbeat{SessionID: id, TokenHash: hashToken(token), WallMS: wallNow().UnixMilli()})
+	cmd := &fsm.SessionHeartbeat{SessionID: id, TokenHash: hashToken(token), WallMS: wallNow().UnixMilli()}
+	if req.Metadata != nil {
+		if err := fsm.ValidMetadata(req.Metadata); err != nil {
+			return nil, err
+		}
+		if err := n.mem.sessionMetaSupported(); err != nil {
+			return nil, err
+		}
+		cmd.Metadata, cmd.SetMetadata = req.Metadata, true
+	}
+	res, _, err := n.propose(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}

@@ -152,6 +152,16 @@ type SessionRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
+// SessionHeartbeatRequest is a session heartbeat (POST
+// /v1/sessions/:id/heartbeat). Metadata, if not nil, replaces the
+// session's metadata with the heartbeat (a worker's statistics); an empty
+// non-nil map clears it.
+type SessionHeartbeatRequest struct {
+	SessionID string
+	Token     string
+	Metadata  map[string]string
+}
+
 // ListRequest filters a lease listing. Empty fields match everything.
 type ListRequest struct {
 	Key       string

@@ -56,6 +56,16 @@ type KeepAliveOptions struct {
 	// on a background goroutine and delays the next renewal, never the
 	// loss report; it must return (Stop waits for it).
 	OnRenewError func(err error)
+	// Grant: each renewal of a standalone lease (KeepAlive,
+	// AcquireKeepAlive) asks for a grant of the lease, which the answer
+	// passed to OnRenew carries.
+	Grant bool
+	// OnRenew, if set, is called with the answer of each successful
+	// renewal (with AcquireKeepAlive, first with the acquire's answer,
+	// before it returns), e.g. to hand the current grant on. It runs on a
+	// background goroutine before the renewal counts, delays the next
+	// renewal (never the loss report), and must return.
+	OnRenew func(l *wire.Lease)
 }
 
 // KeepAlive keeps one standalone lease renewed and tracks, on the holder's
@@ -81,6 +91,7 @@ type KeepAlive struct {
 	interval, timeout time.Duration
 	retry             time.Duration // the longest wait before retrying a failed renewal
 	onErr             func(error)
+	onRenew           func(*wire.Lease)
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -122,7 +133,7 @@ func (c *Client) KeepAlive(ctx context.Context, lease *wire.Lease, sent time.Tim
 	if sent.IsZero() {
 		return nil, errors.New("client: keep-alive needs the send time of the acquire or renewal")
 	}
-	return KeepAliveWith(ctx, leaseRenewer{c, lease.LeaseID, lease.Token}, lease, sent, opts)
+	return KeepAliveWith(ctx, leaseRenewer{c, lease.LeaseID, lease.Token, opts.Grant}, lease, sent, opts)
 }
 
 // Renewer renews one thing a KeepAlive keeps alive: a lease through this
@@ -162,6 +173,7 @@ func KeepAliveWith(ctx context.Context, r Renewer, lease *wire.Lease, sent time.
 		return nil, err
 	}
 	k.id, k.key, k.fencing = lease.LeaseID, lease.Key, lease.FencingToken
+	k.onRenew = opts.OnRenew
 	k.expiry = sent.Add(k.granted(lease))
 	k.start(ctx, sent)
 	return k, nil
@@ -171,10 +183,11 @@ func KeepAliveWith(ctx context.Context, r Renewer, lease *wire.Lease, sent time.
 type leaseRenewer struct {
 	c         *Client
 	id, token string
+	grant     bool // ask for a grant with each renewal
 }
 
 func (r leaseRenewer) Renew(ctx context.Context, attempt time.Duration) (*wire.Lease, error) {
-	return r.c.renewRetrying(ctx, r.id, r.token, attempt)
+	return r.c.renewRetrying(ctx, r.id, r.token, attempt, r.grant)
 }
 
 func (r leaseRenewer) Release(ctx context.Context, reason string) error {
@@ -211,7 +224,7 @@ func (c *Client) AcquireKeepAlive(ctx context.Context, req wire.AcquireRequest, 
 	if time.Until(sent.Add(probe.granted(lease)-probe.margin)) < window/2 {
 		resent := time.Now()
 		rctx, cancel := context.WithDeadline(ctx, resent.Add(window))
-		l, err := c.renewRetrying(rctx, lease.LeaseID, lease.Token, probe.timeout)
+		l, err := c.renewRetrying(rctx, lease.LeaseID, lease.Token, probe.timeout, opts.Grant)
 		cancel()
 		if err == nil && l.State != "" && l.State != "active" {
 			err = stateError(lease.LeaseID, l.State)
@@ -224,6 +237,12 @@ func (c *Client) AcquireKeepAlive(ctx context.Context, req wire.AcquireRequest, 
 		if l.TTLMS > 0 {
 			lease.TTLMS = l.TTLMS
 		}
+		if l.Grant != "" {
+			lease.Grant = l.Grant
+		}
+	}
+	if opts.OnRenew != nil {
+		opts.OnRenew(lease)
 	}
 	return c.KeepAlive(ctx, lease, sent, opts)
 }
@@ -423,6 +442,9 @@ func (k *KeepAlive) run(ctx context.Context, sent time.Time) {
 				if err != nil && k.onErr != nil && inner.Err() == nil && !leaseGone(err) {
 					k.onErr(err)
 				}
+				if err == nil && k.onRenew != nil && (l.State == "" || l.State == "active") {
+					k.onRenew(l)
+				}
 				results <- renewResult{sent, l, err}
 			}(time.Now(), deadline)
 		case r := <-results:
@@ -472,12 +494,17 @@ func (k *KeepAlive) untilRenewal(sent, deadline time.Time) time.Duration {
 // same lease with the same token and no TTL only pushes the lease's end
 // later, and a holder counting from the first copy's send time has a
 // deadline before either copy's end.
-func (c *Client) renewRetrying(ctx context.Context, leaseID, token string, attempt time.Duration) (*wire.Lease, error) {
+func (c *Client) renewRetrying(ctx context.Context, leaseID, token string, attempt time.Duration, grant bool) (*wire.Lease, error) {
+	var body any
+	if grant { // a grant changes nothing on the server: as safe to resend
+		body = map[string]bool{"grant": true}
+	}
 	var l wire.Lease
 	err := c.do(ctx, call{
 		method:  http.MethodPost,
 		path:    "/v1/leases/" + escape(leaseID) + "/renew",
 		header:  headers("X-Lease-Token", token),
+		body:    body,
 		retry:   retrySafe,
 		timeout: attempt,
 	}, &l)

@@ -67,3 +67,37 @@ func TestRenewWithMetadata(t *testing.T) {
 		t.Fatalf("after the stream: %+v, %v", g, err)
 	}
 }
+
+// TestSessionHeartbeatWithMetadata: against a real server,
+// SessionHeartbeatWith replaces the session's metadata (GetSession shows
+// it); nil metadata leaves it; past the limits the server refuses it.
+func TestSessionHeartbeatWithMetadata(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	addr, stop := exampleServer()
+	defer stop()
+	c, err := client.New([]string{addr}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := c.CreateSession(ctx, wire.SessionRequest{Holder: "worker-1", TTLMS: 30_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := c.SessionHeartbeatWith(ctx, wire.SessionHeartbeatRequest{SessionID: s.SessionID, Token: s.Token, Metadata: map[string]string{"frames": "7"}})
+	if err != nil || hb.Metadata["frames"] != "7" || hb.HeartbeatCount != 1 {
+		t.Fatalf("SessionHeartbeatWith: %+v, %v", hb, err)
+	}
+	if _, err := c.SessionHeartbeatWith(ctx, wire.SessionHeartbeatRequest{SessionID: s.SessionID, Token: s.Token}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.SessionHeartbeatWith(ctx, wire.SessionHeartbeatRequest{SessionID: s.SessionID, Token: s.Token, Metadata: map[string]string{"x": strings.Repeat("y", 5000)}})
+	if client.ErrorCode(err) != wire.CodeInvalidArgument {
+		t.Fatalf("too large: %v", err)
+	}
+	if g, err := c.GetSession(ctx, s.SessionID); err != nil || g.Metadata["frames"] != "7" || g.HeartbeatCount != 2 {
+		t.Fatalf("GetSession: %+v, %v", g, err)
+	}
+}

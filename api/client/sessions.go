@@ -50,6 +50,29 @@ func (c *Client) SessionHeartbeat(ctx context.Context, sessionID, token string) 
 	return &s, nil
 }
 
+// SessionHeartbeatWith is SessionHeartbeat with the request's Metadata: if
+// not nil, it replaces the session's metadata with the heartbeat (a
+// worker's statistics; an empty map clears it).
+func (c *Client) SessionHeartbeatWith(ctx context.Context, req wire.SessionHeartbeatRequest) (*wire.Session, error) {
+	var body any
+	if req.Metadata != nil {
+		body = struct {
+			Metadata map[string]string `json:"metadata"`
+		}{req.Metadata}
+	}
+	var s wire.Session
+	err := c.do(ctx, call{
+		method: http.MethodPost,
+		path:   "/v1/sessions/" + escape(req.SessionID) + "/heartbeat",
+		header: headers("X-Session-Token", req.Token),
+		body:   body,
+	}, &s)
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
 // EndSession ends a session and all its leases (DELETE /v1/sessions/:id).
 // With token empty no X-Session-Token is sent: an operator's forced end,
 // which needs admin scope.

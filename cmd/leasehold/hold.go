@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -41,6 +42,10 @@ type holdOptions struct {
 	stdout, stderr io.Writer
 	verbose        bool
 	prog           string // in messages; "" means "hold"
+	// grantFile, if set: the lease's current grant is written there
+	// (atomically: a temporary file renamed over it) when acquired and
+	// at each renewal, and the file is removed when hold ends.
+	grantFile string
 	// ended, if set, reports that the lease ended on the server although
 	// its keep-alive did not notice (a lease bound to a session that an
 	// operator revoked): the command is stopped as for a loss.
@@ -52,7 +57,8 @@ func (a *app) holdCmd(ctx context.Context, args []string) error {
 		"CMD gets LEASEHOLD_FENCING_TOKEN, LEASEHOLD_LEASE_ID and LEASEHOLD_KEY in its environment and runs\n"+
 		"in its own process group. If the lease cannot be renewed in time, CMD's group gets SIGTERM, then\n"+
 		"SIGKILL, before the lease can expire, and hold exits 1. SIGINT and SIGTERM are forwarded to CMD.\n"+
-		"Otherwise hold exits with CMD's status.")
+		"Otherwise hold exits with CMD's status. With --grant-file PATH, PATH holds the lease's current\n"+
+		"grant (rewritten atomically at each renewal; LEASEHOLD_GRANT_FILE names it) for CMD to present.")
 	var cf clientFlags
 	cf.register(fs)
 	holder := fs.String("holder", fmt.Sprintf("%s-%d", defaultHolder(), os.Getpid()), "holder name")
@@ -60,6 +66,7 @@ func (a *app) holdCmd(ctx context.Context, args []string) error {
 	wait := fs.Duration("wait", 0, "wait up to this long for the lease")
 	limit := fs.Uint("limit", 0, "slots of the key (default 1: exclusive)")
 	verbose := fs.Bool("verbose", false, "report acquisition, renewal failures and release on stderr")
+	grantFile := fs.String("grant-file", "", "write the lease's signed grant to this file when acquired and at each renewal (atomically), for CMD to present to a resource; removed when hold ends")
 	pos, err := a.parse(fs, args, clientEnv(), 2)
 	if err != nil {
 		return err
@@ -83,6 +90,7 @@ func (a *app) holdCmd(ctx context.Context, args []string) error {
 	return holdRun(ctx, c, holdOptions{
 		key: pos[0], holder: *holder, ttl: *ttl, wait: *wait, limit: uint32(*limit),
 		command: pos[1:], stdin: os.Stdin, stdout: a.stdout, stderr: a.stderr, verbose: *verbose,
+		grantFile: *grantFile,
 	}, sigs)
 }
 
@@ -106,21 +114,43 @@ func holdRun(ctx context.Context, c *client.Client, o holdOptions, sigs <-chan o
 	}
 	req := wire.AcquireRequest{
 		Key: o.key, Holder: o.holder, TTLMS: millis(o.ttl), Limit: o.limit,
-		WaitMS: millis(o.wait), IdempotencyKey: "hold-" + randomID(16),
+		WaitMS: millis(o.wait), IdempotencyKey: "hold-" + randomID(16), Grant: o.grantFile != "",
+	}
+	kopts := client.KeepAliveOptions{
+		OnRenewError: func(err error) { logf("renewal failed (%v)", err) },
+	}
+	var grantErr error // the first grant file write's error (before the command starts)
+	if o.grantFile != "" {
+		first := true
+		kopts.Grant = true
+		kopts.OnRenew = func(l *wire.Lease) {
+			err := writeGrantFile(o.grantFile, l.Grant)
+			if first {
+				grantErr, first = err, false
+			} else if err != nil {
+				fmt.Fprintf(o.stderr, "%s: grant file: %v\n", progName(o.prog), err)
+			}
+		}
+		defer os.Remove(o.grantFile)
 	}
 	ka, err := keepAliveUntilDone(ctx, func(kctx context.Context) (*client.KeepAlive, error) {
-		return c.AcquireKeepAlive(kctx, req, client.KeepAliveOptions{
-			OnRenewError: func(err error) { logf("renewal failed (%v)", err) },
-		})
+		return c.AcquireKeepAlive(kctx, req, kopts)
 	})
 	if err != nil {
 		return err
+	}
+	if grantErr != nil {
+		releaseHeld(ctx, ka, o.stderr, progName(o.prog), "hold: grant file not written", 5*time.Second, logf)
+		return fmt.Errorf("grant file: %w", grantErr)
 	}
 	logf("acquired %s (lease %s, fencing token %d)", o.key, ka.LeaseID(), ka.FencingToken())
 	env := []string{
 		"LEASEHOLD_FENCING_TOKEN=" + strconv.FormatUint(ka.FencingToken(), 10),
 		"LEASEHOLD_LEASE_ID=" + ka.LeaseID(),
 		"LEASEHOLD_KEY=" + o.key,
+	}
+	if o.grantFile != "" {
+		env = append(env, "LEASEHOLD_GRANT_FILE="+o.grantFile)
 	}
 	return runUnder(ctx, ka, o, env, sigs, logf)
 }
@@ -281,4 +311,45 @@ func exitStatus(err error) error {
 		return &exitError{code: 128 + int(ws.Signal())}
 	}
 	return &exitError{code: ee.ExitCode()}
+}
+
+// progName is prog, or "hold" when empty.
+func progName(prog string) string {
+	if prog == "" {
+		return "hold"
+	}
+	return prog
+}
+
+// writeGrantFile replaces path with grant (and a newline) atomically: a
+// temporary file in the same directory (mode 0600), synced, then renamed
+// over path, so that a reader sees the previous grant or the new one,
+// never a part. An empty grant is an error (the server gave none).
+func writeGrantFile(path, grant string) error {
+	if grant == "" {
+		return errors.New("the answer carried no grant")
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.WriteString(grant + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }

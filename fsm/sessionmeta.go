@@ -1,0 +1,24 @@
+package fsm
+
+// Session heartbeats that carry metadata: a worker holding its leases on
+// one session reports its statistics with each heartbeat, as a lease's
+// renewal may (renewmeta.go). The metadata replaces the session's, in the
+// heartbeat's entry, only if the heartbeat succeeds (right token, session
+// active); metadata past its limits (ValidMetadata) is refused and nothing
+// changes. A session's metadata was already part of its record (set at
+// creation), so snapshots are unchanged.
+//
+// Such heartbeats are a type of their own, so that no earlier type's
+// encoding changes: a server of an earlier version stops on them, so the
+// leader proposes them only once every server of the configuration reads
+// them (the node checks gossip).
+const TypeSessionHeartbeatMeta Type = 26
+
+// Type is TypeSessionHeartbeat, or TypeSessionHeartbeatMeta when
+// SetMetadata is set.
+func (c *SessionHeartbeat) Type() Type {
+	if c != nil && c.SetMetadata {
+		return TypeSessionHeartbeatMeta
+	}
+	return TypeSessionHeartbeat
+}
