@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/leasehold/leasehold/wire"
 )
@@ -58,10 +59,26 @@ func ParseScope(name string) (Scope, error) {
 }
 
 // Tokens is a set of bearer tokens, each stored as its SHA-256 and granted
-// a scope. It is immutable and safe for concurrent use.
+// a scope. It is safe for concurrent use; Replace swaps the whole set at
+// once (a reload of the tokens file), so a request sees either the old
+// set or the new one, never a mix.
 type Tokens struct {
-	entries []tokenEntry
+	set atomic.Pointer[[]tokenEntry]
 }
+
+// Replace makes t hold next's tokens from now on. Requests already
+// authorized keep what they were granted.
+func (t *Tokens) Replace(next *Tokens) {
+	t.set.Store(next.set.Load())
+}
+
+// Len is the number of tokens in the set.
+func (t *Tokens) Len() int {
+	return len(t.entries())
+}
+
+// entries is the current set.
+func (t *Tokens) entries() []tokenEntry { return *t.set.Load() }
 
 type tokenEntry struct {
 	name  string
@@ -134,7 +151,7 @@ func ParseTokens(data []byte) (*Tokens, error) {
 	if len(f.Tokens) == 0 {
 		return nil, errors.New(`no tokens: "tokens" must list at least one token`)
 	}
-	t := &Tokens{entries: make([]tokenEntry, 0, len(f.Tokens))}
+	entries := make([]tokenEntry, 0, len(f.Tokens))
 	names := make(map[string]bool, len(f.Tokens))
 	sums := make(map[[sha256.Size]byte]string, len(f.Tokens))
 	for i, ft := range f.Tokens {
@@ -168,8 +185,10 @@ func ParseTokens(data []byte) (*Tokens, error) {
 		if e.acc, err = parseAccess(e.scope, ft.Keys, ft.Holders); err != nil {
 			return nil, fmt.Errorf("token %q: %w", ft.Name, err)
 		}
-		t.entries = append(t.entries, e)
+		entries = append(entries, e)
 	}
+	t := &Tokens{}
+	t.set.Store(&entries)
 	return t, nil
 }
 
@@ -185,16 +204,17 @@ func HashToken(token string) string {
 // entry (if any) matched.
 func (t *Tokens) lookup(token string) (tokenEntry, bool) {
 	sum := sha256.Sum256([]byte(token))
+	entries := t.entries()
 	found := -1
-	for i := range t.entries {
-		if subtle.ConstantTimeCompare(sum[:], t.entries[i].sum[:]) == 1 {
+	for i := range entries {
+		if subtle.ConstantTimeCompare(sum[:], entries[i].sum[:]) == 1 {
 			found = i
 		}
 	}
 	if found < 0 {
 		return tokenEntry{}, false
 	}
-	return t.entries[found], true
+	return entries[found], true
 }
 
 // bearerToken extracts the token of an "Authorization: Bearer <token>"

@@ -236,3 +236,33 @@ func TestScopeNames(t *testing.T) {
 		t.Error("scopes are not ordered")
 	}
 }
+
+// TestTokensReplace: a replaced set answers with the new tokens only, and
+// a Tokens shared with a server sees the replacement at once.
+func TestTokensReplace(t *testing.T) {
+	file := func(names ...string) []byte {
+		var parts []string
+		for _, n := range names {
+			parts = append(parts, `{"name":"`+n+`","sha256":"`+HashToken("secret-"+n)+`","scopes":["read"]}`)
+		}
+		return []byte(`{"tokens":[` + strings.Join(parts, ",") + `]}`)
+	}
+	toks, err := ParseTokens(file("a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := ParseTokens(file("b", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks.Replace(next)
+	if toks.Len() != 2 {
+		t.Fatalf("Len %d after Replace, want 2", toks.Len())
+	}
+	for name, want := range map[string]bool{"a": false, "b": true, "c": true} {
+		e, ok := toks.lookup("secret-" + name)
+		if ok != want || (ok && e.name != name) {
+			t.Errorf("lookup of %s's token: %+v %v, want found=%v", name, e, ok, want)
+		}
+	}
+}

@@ -103,6 +103,8 @@ func newForwarder(log interface {
 				// be an invalid status or a panic of WriteHeader.
 				return errLeaderBadStatus
 			}
+			// The follower's answer already carries the request id.
+			res.Header.Del(headerRequestID)
 			if a.retryUnavailable && res.StatusCode == http.StatusServiceUnavailable {
 				return errLeaderNotReady
 			}
@@ -242,7 +244,7 @@ func (s *server) maybeForward(w http.ResponseWriter, r *http.Request, rt route) 
 		}
 		if !errors.Is(err, errLeaderNotReady) {
 			s.fwd.log.Warn("forwarding to the leader failed", "method", r.Method, "path", r.URL.Path,
-				"leader", info.ID, "attempt", attempt, "err", err)
+				"leader", info.ID, "attempt", attempt, "err", err, "request_id", requestIDFrom(r.Context()))
 		}
 		if !plan.read || attempt >= readAttempts || r.Context().Err() != nil || ctx.Err() != nil {
 			s.forwardFailed(w, a, err)

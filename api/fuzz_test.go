@@ -315,11 +315,11 @@ func FuzzParseTokens(f *testing.F) {
 			}
 			return
 		}
-		if len(toks.entries) == 0 {
+		if len(toks.entries()) == 0 {
 			t.Fatal("accepted a file without tokens")
 		}
 		var out tokensFile
-		for _, e := range toks.entries {
+		for _, e := range toks.entries() {
 			if e.name == "" || e.scope < ScopeRead || e.scope > ScopeAdmin {
 				t.Fatalf("entry %+v", e)
 			}
@@ -342,8 +342,8 @@ func FuzzParseTokens(f *testing.F) {
 		if err != nil {
 			t.Fatalf("written back as %s: %v", b, err)
 		}
-		if !reflect.DeepEqual(again.entries, toks.entries) {
-			t.Fatalf("round trip:\n got %+v\nwant %+v", again.entries, toks.entries)
+		if !reflect.DeepEqual(again.entries(), toks.entries()) {
+			t.Fatalf("round trip:\n got %+v\nwant %+v", again.entries(), toks.entries())
 		}
 	})
 }

@@ -98,7 +98,7 @@ func FuzzTokenScopes(f *testing.F) {
 		if err != nil {
 			return
 		}
-		a := tk.entries[0].acc
+		a := tk.entries()[0].acc
 		if (a != nil) != (keysOn || holdersOn) {
 			t.Fatalf("restricted = %v for keys %v holders %v", a != nil, keysOn, holdersOn)
 		}
@@ -214,10 +214,10 @@ func FuzzScopedAnswers(f *testing.F) {
 	f.Fuzz(func(t *testing.T, sc uint8, read, write, names, prefixes string, op, which uint8, listPrefix string) {
 		scope := []string{"read", "write"}[sc%2]
 		tk, err := ParseTokens(scopedEntry(scope, fuzzLines(read), fuzzLines(write), fuzzLines(names), fuzzLines(prefixes)))
-		if err != nil || tk.entries[0].acc == nil {
+		if err != nil || tk.entries()[0].acc == nil {
 			return
 		}
-		a := tk.entries[0].acc
+		a := tk.entries()[0].acc
 		h := New(FromNode(n), Options{Tokens: tk})
 		auth := []string{"Authorization", "Bearer t"}
 		var hiddenIDs []string

@@ -77,7 +77,7 @@ func TestParseScopedTokens(t *testing.T) {
 	}
 	t.Run("unrestricted entries are as before", func(t *testing.T) {
 		tk := testTokens(t)
-		for _, e := range tk.entries {
+		for _, e := range tk.entries() {
 			if e.acc != nil {
 				t.Errorf("token %q has restrictions %+v", e.name, e.acc)
 			}
@@ -88,7 +88,7 @@ func TestParseScopedTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := tk.entries[0].acc
+		a := tk.entries()[0].acc
 		for _, c := range []struct {
 			got, want bool
 			what      string
@@ -112,14 +112,14 @@ func TestParseScopedTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a := tk.entries[0].acc; !a.canRead("anything") || a.holderScoped() {
+		if a := tk.entries()[0].acc; !a.canRead("anything") || a.holderScoped() {
 			t.Errorf("read-everything token: %+v", a)
 		}
 		tk, err = ParseTokens([]byte(entry(`"write"`, `,"holders":{"names":["w"]}`)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a := tk.entries[0].acc; !a.canWrite("any/key") || a.keyScoped() || !a.holderScoped() || a.canHold("v") {
+		if a := tk.entries()[0].acc; !a.canWrite("any/key") || a.keyScoped() || !a.holderScoped() || a.canHold("v") {
 			t.Errorf("holder-only token: %+v", a)
 		}
 	})

@@ -54,7 +54,7 @@ func New(n Node, opts Options) http.Handler {
 		panic(fmt.Errorf("api.New: %w", err))
 	}
 	opts = opts.withDefaults()
-	s := &server{n: n, log: opts.Logger, tokens: opts.Tokens, maxBody: opts.MaxBodyBytes, keepAlive: opts.KeepAlive,
+	s := &server{n: n, log: requestLogger(opts.Logger), tokens: opts.Tokens, maxBody: opts.MaxBodyBytes, keepAlive: opts.KeepAlive,
 		bodyTimeout: opts.BodyTimeout, writeTimeout: opts.WriteTimeout, streams: streamLimiter{max: opts.MaxStreamsPerClient}}
 	s.fwd = newForwarder(s.log, n, opts.ForwardTLS, opts.ForwardDial, opts.ForwardTimeout)
 	if cn := n.ControlLease(); cn != nil {
@@ -92,9 +92,11 @@ func (s *server) newRouter(rs []route) *httprouter.Router {
 }
 
 // ServeHTTP dispatches to the routes. Every answer, the router's own 404 and
-// 405 included, carries X-Leasehold-Index and is counted in the metrics.
+// 405 included, carries X-Leasehold-Index and X-Request-Id and is counted
+// in the metrics.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	r = tagRequest(w, r)
 	rw := &responseWriter{ResponseWriter: w, n: s.n, route: unmatched}
 	s.writeDeadline(w, 0) // every request, so none inherits its connection's last deadline
 	if r.URL.RawPath != "" {

@@ -177,7 +177,7 @@ func TestInprocPartitionDeposesLeaderAndHealConverges(t *testing.T) {
 	// its log).
 	poll(t, 10*time.Second, "gossip sees the partition", func() bool {
 		b, err := os.ReadFile(c.LogPath(old))
-		return err == nil && bytes.Contains(b, []byte("memberlist: Marking n")) &&
+		return err == nil && bytes.Contains(b, []byte("Marking n")) &&
 			bytes.Contains(b, []byte("as failed"))
 	})
 

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -446,15 +445,7 @@ func (p *gossipPing) NotifyPingComplete(other *memberlist.Node, _ time.Duration,
 type memberlistLog struct{ l *slog.Logger }
 
 func (w *memberlistLog) Write(b []byte) (int, error) {
-	msg := string(bytes.TrimSpace(b))
-	level := slog.LevelInfo
-	for prefix, l := range map[string]slog.Level{"[ERR]": slog.LevelError, "[WARN]": slog.LevelWarn,
-		"[DEBUG]": slog.LevelDebug, "[INFO]": slog.LevelInfo} {
-		if rest, ok := bytes.CutPrefix([]byte(msg), []byte(prefix)); ok {
-			level, msg = l, string(bytes.TrimSpace(rest))
-			break
-		}
-	}
-	w.l.Log(context.Background(), level, msg, "component", "gossip")
+	lv, msg := parseStdLine(b)
+	w.l.Log(context.Background(), slogLevel(lv), msg, "component", "gossip")
 	return len(b), nil
 }

@@ -27,11 +27,23 @@ type TLSConfig struct {
 	Certificate func() (*tls.Certificate, error)
 	// CAs verify the peers' certificates.
 	CAs *x509.CertPool
+	// CurrentCAs, if set, is called on every handshake and its pool
+	// verifies the peer instead of CAs, so the bundle may be reloaded
+	// while the server runs. It must never return nil.
+	CurrentCAs func() *x509.CertPool
+}
+
+// cas is the pool that verifies a peer now.
+func (t *TLSConfig) cas() *x509.CertPool {
+	if t.CurrentCAs != nil {
+		return t.CurrentCAs()
+	}
+	return t.CAs
 }
 
 // validate reports a TLSConfig that cannot work.
 func (t *TLSConfig) validate() error {
-	if t.Certificate == nil || t.CAs == nil {
+	if t.Certificate == nil || (t.CAs == nil && t.CurrentCAs == nil) {
 		return fmt.Errorf("%w: raft TLS needs both a certificate and a CA pool", ErrInvalidConfig)
 	}
 	return nil
@@ -134,7 +146,7 @@ func NewTLSStreamLayer(inner raft.StreamLayer, cfg *TLSConfig, log *slog.Logger)
 // verified against cfg.CAs, no session resumption (every connection is
 // verified afresh).
 func mutualTLS(cfg *TLSConfig) (server, client *tls.Config) {
-	verify := func(cs tls.ConnectionState) error { return verifyPeer(cs.PeerCertificates, cfg.CAs) }
+	verify := func(cs tls.ConnectionState) error { return verifyPeer(cs.PeerCertificates, cfg.cas()) }
 	server = &tls.Config{
 		MinVersion:             tls.VersionTLS13,
 		ClientAuth:             tls.RequireAnyClientCert, // verified by VerifyConnection

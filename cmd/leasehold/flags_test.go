@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -281,5 +283,62 @@ func TestSplitList(t *testing.T) {
 	}
 	if got := splitList(""); len(got) != 0 {
 		t.Fatalf("splitList of nothing: %q", got)
+	}
+}
+
+// TestTokenFile: --token-file and LEASEHOLD_TOKEN_FILE read the token from
+// a file (surrounding space dropped); the last of --token and --token-file
+// given wins, a flag over the environment; a file that is empty, holds
+// more than one word or cannot be read is a usage error that never quotes
+// the file.
+func TestTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := file("good", "  file-token\n")
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    string
+		wantErr string
+	}{
+		{"flag", []string{"--token-file", good}, nil, "file-token", ""},
+		{"env", nil, map[string]string{"LEASEHOLD_TOKEN_FILE": good}, "file-token", ""},
+		{"env file over env token", nil, map[string]string{"LEASEHOLD_TOKEN": "env-token", "LEASEHOLD_TOKEN_FILE": good}, "file-token", ""},
+		{"flag over env file", []string{"--token", "flag-token"}, map[string]string{"LEASEHOLD_TOKEN_FILE": good}, "flag-token", ""},
+		{"last flag wins", []string{"--token-file", good, "--token", "flag-token"}, nil, "flag-token", ""},
+		{"last flag wins, file", []string{"--token", "flag-token", "--token-file", good}, nil, "file-token", ""},
+		{"empty", []string{"--token-file", file("empty", " \n")}, nil, "", "holds no token"},
+		{"two words", []string{"--token-file", file("two", "secret-a secret-b\n")}, nil, "", "more than one line or word"},
+		{"missing", []string{"--token-file", filepath.Join(dir, "none")}, nil, "", "no such file"},
+		{"missing in env", nil, map[string]string{"LEASEHOLD_TOKEN_FILE": filepath.Join(dir, "none")}, "", "LEASEHOLD_TOKEN_FILE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, _, errb := testApp(tt.env)
+			fs := a.newFlagSet("x", "", "")
+			var cf clientFlags
+			cf.register(fs)
+			_, err := a.parse(fs, tt.args, clientEnv(), 0)
+			if tt.wantErr != "" {
+				msg := ""
+				if err != nil {
+					msg = err.Error() + errb.String()
+				}
+				if err == nil || !strings.Contains(msg, tt.wantErr) || strings.Contains(msg, "secret-") {
+					t.Fatalf("error %v (stderr %q), want one saying %q and quoting no content", err, errb, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || cf.token != tt.want {
+				t.Fatalf("token %q err %v, want %q", cf.token, err, tt.want)
+			}
+		})
 	}
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
 	"time"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
 // Memory limit policy of relaxGC: the soft limit is baseMemLimit, or, once
@@ -48,12 +51,33 @@ func relaxGC() (cgroupLimit int64) {
 		debug.SetGCPercent(400)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		cgroupLimit, _ = cgroupMemLimit("") // unreadable: as if none
+		cgroupLimit, _ = containerMemLimit() // unreadable: as if none
 		first := memLimitFor(0, 0, cgroupLimit)
 		debug.SetMemoryLimit(first)
 		go followLiveHeap(first, cgroupLimit)
 	}
 	return cgroupLimit
+}
+
+// unlimitedCgroupMem: a cgroup limit at or above this means no limit (v1
+// reports "unlimited" as the largest page-aligned int64).
+const unlimitedCgroupMem = 1 << 62
+
+// containerMemLimit is the memory limit of this process's cgroup, read by
+// automemlimit (cgroup v2 memory.max, the smallest of the cgroup and its
+// ancestors; v1 the hierarchical limit; a hybrid system's v1 memory
+// controller first): 0 when there is none.
+func containerMemLimit() (int64, error) {
+	n, err := memlimit.FromCgroup()
+	switch {
+	case errors.Is(err, memlimit.ErrNoLimit), errors.Is(err, memlimit.ErrNoCgroup), errors.Is(err, memlimit.ErrCgroupsNotSupported):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case n == 0 || n >= unlimitedCgroupMem:
+		return 0, nil
+	}
+	return int64(n), nil
 }
 
 // followLiveHeap keeps the memory limit at memLimitFor(the live heap),

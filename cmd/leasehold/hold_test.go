@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 		// Waits until the test has moved it into a cgroup, then sets the
 		// memory limit as the server does and reports it.
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-		cg, err := cgroupMemLimit("")
+		cg, err := containerMemLimit()
 		relaxGC()
 		fmt.Printf("cgroup=%d err=%v soft=%d\n", cg, err, debug.SetMemoryLimit(-1))
 		os.Exit(0)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -29,12 +30,13 @@ type clientFlags struct {
 // clientEnv lists the variables of the client flags that read the
 // environment: --addr, --token, the TLS flags and the extra ones named.
 func clientEnv(extra ...string) []envVar {
-	return append(append(envVars("addr", "token"), clientTLSEnv...), envVars(extra...)...)
+	return append(append(envVars("addr", "token", "token-file"), clientTLSEnv...), envVars(extra...)...)
 }
 
 func (cf *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cf.addr, "addr", "127.0.0.1:7700", "comma-separated node addresses (env LEASEHOLD_ADDR)")
 	fs.StringVar(&cf.token, "token", "", "bearer token (env LEASEHOLD_TOKEN)")
+	fs.Var(&tokenFileFlag{token: &cf.token}, "token-file", "file holding the bearer token, read at start (env LEASEHOLD_TOKEN_FILE); the last of --token and --token-file given wins, either flag over the environment")
 	fs.BoolVar(&cf.json, "json", false, "print JSON")
 	fs.DurationVar(&cf.timeout, "timeout", 30*time.Second, "bound on each request attempt")
 	cf.tls.register(fs)
@@ -54,6 +56,31 @@ func (cf *clientFlags) staleClient(stale bool) (*client.Client, error) {
 		return nil, usageErrorf("--addr: %v", err)
 	}
 	return c, nil
+}
+
+// tokenFileFlag is --token-file: setting it reads the file into token.
+// Errors name the file, never its content.
+type tokenFileFlag struct {
+	token *string
+	path  string
+}
+
+func (f *tokenFileFlag) String() string { return f.path }
+
+func (f *tokenFileFlag) Set(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return fmt.Errorf("%s holds no token", path)
+	}
+	if strings.ContainsAny(tok, " \t\r\n") {
+		return fmt.Errorf("%s holds more than one line or word; want the token alone", path)
+	}
+	f.path, *f.token = path, tok
+	return nil
 }
 
 // splitList splits a comma-separated list, dropping empty items.

@@ -22,6 +22,9 @@ type app struct {
 	// global holds the client flags given before the subcommand, applied
 	// by parse to the subcommand's flags.
 	global [][2]string
+	// flagSets, when set, collects every flag set the commands make
+	// (completion.go reads the commands' flags so).
+	flagSets *[]*flag.FlagSet
 }
 
 // command is one subcommand.
@@ -57,6 +60,7 @@ func commands() []command {
 		{"data", "offline, on a stopped server's data dir: migrate-log, recover (lost quorum), export-snapshot", (*app).dataCmd},
 		{"health", "check that a node is ready (for container health checks)", (*app).healthCmd},
 		{"keygen", "print a fresh random sealing (or gossip) key", (*app).keygenCmd},
+		{"completion", "print a bash or zsh completion script", (*app).completionCmd},
 		{"version", "print the version", (*app).versionCmd},
 	}
 }
@@ -175,6 +179,9 @@ func envName(flagName string) string {
 func (a *app) newFlagSet(name, argsUsage, desc string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
+	if a.flagSets != nil {
+		*a.flagSets = append(*a.flagSets, fs)
+	}
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "usage: leasehold %s [flags] %s\n\n%s\n", name, argsUsage, desc)

@@ -10,16 +10,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/node"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // serverConfig is what the server subcommand runs with.
@@ -39,6 +37,7 @@ type serverConfig struct {
 	streamsPerClient int
 	tls              serverTLSFlags
 	pprofAddr        string // loopback address of the Go profiler; empty: off
+	reloadInterval   time.Duration
 }
 
 // Fixed HTTP limits: a client has this long to send its request line and
@@ -128,7 +127,8 @@ func (cfg *serverConfig) register(fs *flag.FlagSet, def node.Config) (join, leve
 		"default: grant.key in the data directory, made at first start")
 	fs.DurationVar(&cfg.node.GrantKeyRetention, "grant-key-retention", def.GrantKeyRetention, "how long GET /v1/keys lists a retired grant key (a rotation, a removed server), "+
 		"so grants it signed still verify; the same on every server; 0: not at all")
-	fs.StringVar(&cfg.tokensFile, "tokens-file", "", "bearer tokens file (JSON; see 'leasehold token create'); none: auth is off")
+	fs.StringVar(&cfg.tokensFile, "tokens-file", "", "bearer tokens file (JSON; see 'leasehold token create'); none: auth is off. Reloaded on SIGHUP and when the file changes")
+	fs.DurationVar(&cfg.reloadInterval, "reload-interval", defaultReloadInterval, "how often the tokens file, certificates and CA bundles are checked for changes (SIGHUP reloads them at once); 0: only on SIGHUP")
 	level = fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.pprofAddr, "pprof-addr", "", "loopback address serving Go's profiler (/debug/pprof/) for performance work; off by default")
@@ -146,6 +146,9 @@ func (cfg *serverConfig) check() error {
 	}
 	if cfg.httpAddr == "" {
 		return usageErrorf("--http-addr is required")
+	}
+	if cfg.reloadInterval < 0 {
+		return usageErrorf("--reload-interval must not be negative")
 	}
 	if cfg.streamsPerClient < 0 || cfg.bodyTimeout < 0 || cfg.writeTimeout < 0 || cfg.idleTimeout <= 0 {
 		return usageErrorf("--max-event-streams-per-client, --http-body-timeout and --http-write-timeout must not be negative, --http-idle-timeout must be positive")
@@ -203,9 +206,12 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 	if sec.http != nil {
 		ln, scheme = tls.NewListener(ln, sec.http), "https"
 	}
-	if len(sec.pairs) > 0 {
-		defer reloadOnSIGHUP(ctx, sec.pairs, log)()
+	reload := newReloader(cfg.tokensFile, tokens, sec, log)
+	if cfg.node.Registry == nil {
+		cfg.node.Registry = prometheus.NewRegistry()
 	}
+	reload.register(cfg.node.Registry, sec)
+	defer reload.run(ctx, cfg.reloadInterval)()
 	cfg.node.HTTPAddr = httpAdvertised(cfg, ln.Addr())
 	cfg.node.Version = versionString()
 	cfg.node.Logger = log
@@ -242,19 +248,6 @@ func (a *app) serverCmd(ctx context.Context, args []string) error {
 		log.Warn("http shutdown", "err", err)
 	}
 	return closeNode(n, runErr, log)
-}
-
-// reloadOnSIGHUP reloads the key pairs from their files on every SIGHUP
-// until ctx ends or the returned stop is called.
-func reloadOnSIGHUP(ctx context.Context, pairs []*keyPair, log *slog.Logger) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	reloadCtx, stopReload := context.WithCancel(ctx)
-	go reloadOnSignal(reloadCtx, hup, pairs, log)
-	return func() {
-		stopReload()
-		signal.Stop(hup)
-	}
 }
 
 // notifyReady sends READY=1 for systemd (Type=notify) on the condition of

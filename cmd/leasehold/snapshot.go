@@ -7,12 +7,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
 )
 
-const snapshotUsage = "usage: leasehold snapshot save FILE | restore --yes FILE | inspect FILE | downgrade FILE OUT [flags]"
+const snapshotUsage = "usage: leasehold snapshot save FILE | save --keep N DIR | restore --yes FILE | inspect FILE | downgrade FILE OUT [flags]"
 
 func (a *app) snapshotCmd(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -35,31 +38,111 @@ func (a *app) snapshotCmd(ctx context.Context, args []string) error {
 	return usageErrorf("unknown snapshot command %q; %s", sub, snapshotUsage)
 }
 
-// snapshotSave is "snapshot save FILE": the cluster's state into FILE.
+// snapshotSave is "snapshot save [--keep N] FILE|DIR": the cluster's state
+// into FILE, or into a new timestamped file in DIR.
 func (a *app) snapshotSave(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("snapshot save", "FILE",
+	fs := a.newFlagSet("snapshot save", "FILE | [--keep N] DIR",
 		"Save a snapshot of the whole cluster state to FILE (admin scope; any node,\n"+
 			"the leader takes it). The file is written to FILE.tmp, synced, checked\n"+
-			"against its checksum, then renamed to FILE.")
+			"the way 'snapshot inspect' does, then renamed to FILE.\n"+
+			"Given a directory (an existing one, or any path with --keep), the file is\n"+
+			"DIR/leasehold-<UTC time>.snap, and with --keep N only the newest N such\n"+
+			"files stay: older ones are deleted once the new one is saved and checked.\n"+
+			"Other files in DIR are never touched.")
 	var cf clientFlags
 	cf.register(fs)
-	file, err := a.parseOne(fs, args)
+	keep := fs.Int("keep", 0, "with a directory: keep the newest N snapshots in it, delete older ones (0: keep all)")
+	target, err := a.parseOne(fs, args)
 	if err != nil {
 		return err
+	}
+	if *keep < 0 {
+		return usageErrorf("--keep %d: want 0 (keep all) or more", *keep)
+	}
+	st, statErr := os.Stat(target)
+	isDir := statErr == nil && st.IsDir()
+	if *keep > 0 && !isDir {
+		if statErr == nil {
+			return usageErrorf("--keep needs a directory; %s is a file", target)
+		}
+		if err := os.MkdirAll(target, 0o700); err != nil {
+			return err
+		}
+		isDir = true
 	}
 	c, err := cf.client()
 	if err != nil {
 		return err
 	}
+	file := target
+	if isDir {
+		file = filepath.Join(target, snapshotFileName(time.Now()))
+	}
 	info, err := saveSnapshotFile(ctx, c, file)
 	if err != nil {
 		return err
 	}
+	var deleted []string
+	if isDir && *keep > 0 {
+		if deleted, err = pruneSnapshots(target, *keep); err != nil {
+			return fmt.Errorf("saved %s, but pruning older snapshots failed: %w", file, err)
+		}
+	}
 	if cf.json {
-		return writeJSON(a.stdout, info)
+		return writeJSON(a.stdout, struct {
+			*node.SnapshotInfo
+			File    string   `json:"file"`
+			Deleted []string `json:"deleted,omitempty"`
+		}{info, file, deleted})
 	}
 	fmt.Fprintf(a.stdout, "saved a snapshot of the cluster to %s\n", file)
+	for _, d := range deleted {
+		fmt.Fprintf(a.stdout, "deleted the older snapshot %s\n", d)
+	}
 	return printSnapshotInfo(a.stdout, info)
+}
+
+// Snapshots saved into a directory are named snapshotPrefix + the UTC
+// time (to the millisecond, so that names sort by age) + snapshotSuffix.
+const (
+	snapshotPrefix     = "leasehold-"
+	snapshotSuffix     = ".snap"
+	snapshotTimeLayout = "20060102T150405.000Z"
+)
+
+func snapshotFileName(t time.Time) string {
+	return snapshotPrefix + t.UTC().Format(snapshotTimeLayout) + snapshotSuffix
+}
+
+// pruneSnapshots deletes all but the newest keep snapshots of dir (files
+// named as snapshotFileName names them; nothing else) and returns the
+// paths deleted, oldest first.
+func pruneSnapshots(dir string, keep int) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var snaps []string
+	for _, e := range entries {
+		name := e.Name()
+		stamp, ok := strings.CutPrefix(name, snapshotPrefix)
+		if stamp, ok2 := strings.CutSuffix(stamp, snapshotSuffix); ok && ok2 && e.Type().IsRegular() {
+			if _, err := time.Parse(snapshotTimeLayout, stamp); err == nil {
+				snaps = append(snaps, name)
+			}
+		}
+	}
+	slices.Sort(snaps) // oldest first
+	var deleted []string
+	for len(snaps) > keep {
+		p := filepath.Join(dir, snaps[0])
+		if err := os.Remove(p); err != nil {
+			return deleted, err
+		}
+		deleted = append(deleted, p)
+		snaps = snaps[1:]
+	}
+	return deleted, nil
 }
 
 // snapshotRestore is "snapshot restore --yes FILE": the cluster's state
@@ -182,6 +265,11 @@ func saveSnapshotFile(ctx context.Context, c *client.Client, file string) (info 
 	if err = f.Close(); err != nil {
 		return nil, err
 	}
+	// Checked as "snapshot inspect" does; its description, with the
+	// state's summary, is what the caller gets.
+	if info, err = inspectSnapshotFile(tmp); err != nil {
+		return nil, fmt.Errorf("the snapshot received does not check: %w", err)
+	}
 	if err = os.Rename(tmp, file); err != nil {
 		return nil, err
 	}
@@ -192,6 +280,16 @@ func saveSnapshotFile(ctx context.Context, c *client.Client, file string) (info 
 		d.Close()
 	}
 	return info, nil
+}
+
+// inspectSnapshotFile checks file as "snapshot inspect" does.
+func inspectSnapshotFile(file string) (*node.SnapshotInfo, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return node.InspectSnapshotFile(bufio.NewReaderSize(f, 1<<20))
 }
 
 // downgradeSnapshotFile writes in, rewritten for the previous release, to

@@ -6,7 +6,6 @@ package main
 // problem, never the content.
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -88,27 +87,39 @@ type serverTLS struct {
 	forward   *tls.Config // nil: forward over plain HTTP
 	raft      *cluster.TLSConfig
 	gossipKey []byte
-	pairs     []*keyPair // reloaded on SIGHUP
+	// What the server re-reads while it runs (reload.go); nil: not
+	// configured. raftPair is httpPair when Raft reuses the API's pair.
+	httpPair, raftPair *keyPair
+	clientCA, raftCA   *caBundle
 }
 
 // load reads every file the flags name.
 func (f *serverTLSFlags) load(log *slog.Logger) (*serverTLS, error) {
 	out := &serverTLS{}
-	var httpPair *keyPair
 	if f.cert != "" {
 		kp, err := loadKeyPair("--tls-cert", f.cert, "--tls-key", f.key, log)
 		if err != nil {
 			return nil, err
 		}
-		httpPair = kp
-		out.pairs = append(out.pairs, kp)
+		out.httpPair = kp
 		var clientCAs *x509.CertPool
 		if f.clientCA != "" {
-			if clientCAs, err = loadCAs("--tls-client-ca", f.clientCA); err != nil {
+			if out.clientCA, err = loadCABundle("--tls-client-ca", f.clientCA); err != nil {
 				return nil, err
 			}
+			clientCAs = out.clientCA.pool()
 		}
 		out.http = api.ServerTLS(kp.getCertificate, clientCAs, f.clientAuth == "require")
+		if out.clientCA != nil {
+			// Each handshake verifies client certificates against the
+			// bundle as last (re)loaded.
+			base, bundle := out.http.Clone(), out.clientCA
+			out.http.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				c := base.Clone()
+				c.ClientCAs = bundle.pool()
+				return c, nil
+			}
+		}
 		var roots *x509.CertPool
 		if f.ca != "" {
 			if roots, err = loadCAs("--tls-ca", f.ca); err != nil {
@@ -120,18 +131,19 @@ func (f *serverTLSFlags) load(log *slog.Logger) (*serverTLS, error) {
 		out.forward = api.ClientTLS(roots, kp.getClientCertificate)
 	}
 	if f.raftCA != "" {
-		cas, err := loadCAs("--raft-tls-ca", f.raftCA)
+		cas, err := loadCABundle("--raft-tls-ca", f.raftCA)
 		if err != nil {
 			return nil, err
 		}
-		kp := httpPair
+		out.raftCA = cas
+		kp := out.httpPair
 		if f.raftCert != "" {
 			if kp, err = loadKeyPair("--raft-tls-cert", f.raftCert, "--raft-tls-key", f.raftKey, log); err != nil {
 				return nil, err
 			}
-			out.pairs = append(out.pairs, kp)
 		}
-		out.raft = &cluster.TLSConfig{Certificate: kp.current, CAs: cas}
+		out.raftPair = kp
+		out.raft = &cluster.TLSConfig{Certificate: kp.current, CAs: cas.pool(), CurrentCAs: cas.pool}
 	}
 	switch {
 	case f.gossipKey != "":
@@ -360,11 +372,19 @@ func hasPEM(b []byte, accept func(string) bool) bool {
 
 // loadCAs reads a PEM bundle of CA certificates.
 func loadCAs(flagName, path string) (*x509.CertPool, error) {
+	pool, _, err := readCAs(flagName, path)
+	return pool, err
+}
+
+// readCAs reads a PEM bundle of CA certificates and returns the earliest
+// expiry among them.
+func readCAs(flagName, path string) (*x509.CertPool, time.Time, error) {
 	b, _, err := readFile(flagName, path)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	pool := x509.NewCertPool()
+	var earliest time.Time
 	n := 0
 	for i := 1; ; i++ {
 		var block *pem.Block
@@ -377,15 +397,18 @@ func loadCAs(flagName, path string) (*x509.CertPool, error) {
 		}
 		c, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: certificate %d: %v", flagName, path, i, err)
+			return nil, time.Time{}, fmt.Errorf("%s %s: certificate %d: %v", flagName, path, i, err)
 		}
 		pool.AddCert(c)
+		if n == 0 || c.NotAfter.Before(earliest) {
+			earliest = c.NotAfter
+		}
 		n++
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("%s %s: no PEM certificate in the file", flagName, path)
+		return nil, time.Time{}, fmt.Errorf("%s %s: no PEM certificate in the file", flagName, path)
 	}
-	return pool, nil
+	return pool, earliest, nil
 }
 
 // warnIfReadable logs a warning when a secret file is readable by others
@@ -395,25 +418,6 @@ func warnIfReadable(log *slog.Logger, flagName, path string) {
 	if err == nil && st.Mode().Perm()&0o007 != 0 {
 		log.Warn("secret file is readable by every user; chmod 0600 (or 0640 with a group of the server's user)",
 			"flag", flagName, "file", path, "mode", fs.FileMode(st.Mode().Perm()).String())
-	}
-}
-
-// reloadOnSignal re-reads every key pair each time sig delivers, until ctx
-// ends.
-func reloadOnSignal(ctx context.Context, sig <-chan os.Signal, pairs []*keyPair, log *slog.Logger) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-sig:
-			for _, kp := range pairs {
-				if err := kp.reload(); err != nil {
-					log.Error("reload: keeping the previous certificate", "err", err)
-				} else {
-					log.Info("reload: certificate loaded", "cert", kp.certFile)
-				}
-			}
-		}
 	}
 }
 

@@ -1,5 +1,10 @@
 package main
 
+// Finding this process's memory cgroup and reading its limit, as the
+// server did before it read the limit through automemlimit (gc.go): kept
+// for the tests, which set up a real cgroup with it (cgroup_real_test.go)
+// and check the library against it.
+
 import (
 	"bufio"
 	"errors"
@@ -11,10 +16,6 @@ import (
 	"strconv"
 	"strings"
 )
-
-// unlimitedCgroupMem: a cgroup v1 memory.limit_in_bytes at or above this
-// means no limit (v1 reports "unlimited" as the largest page-aligned int64).
-const unlimitedCgroupMem = 1 << 62
 
 // memCgroup is the memory cgroup of this process: dir is the directory of
 // its cgroup, mount the mount point of the hierarchy it is in (dir or an

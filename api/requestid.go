@@ -1,0 +1,78 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"net/http"
+)
+
+// headerRequestID names a request in the logs of every server it passes
+// through: a client's own id is kept when it is usable, otherwise one is
+// made; either way the answer carries it and a forward to the leader
+// passes it on.
+const headerRequestID = "X-Request-Id"
+
+// maxRequestIDLen bounds a client's request id, in bytes.
+const maxRequestIDLen = 128
+
+// requestIDKey carries the request id in a request's context.
+type requestIDKey struct{}
+
+// validRequestID reports whether a client's id is kept: 1 to
+// maxRequestIDLen bytes of printable ASCII without spaces.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// tagRequest settles r's request id (the client's if valid, else a new
+// one), sets it on the answer and on r's header (a forward passes it on),
+// and returns r with the id in its context, where the API's logger finds
+// it.
+func tagRequest(w http.ResponseWriter, r *http.Request) *http.Request {
+	id := r.Header.Get(headerRequestID)
+	if !validRequestID(id) {
+		id = rand.Text()
+		r.Header.Set(headerRequestID, id)
+	}
+	w.Header().Set(headerRequestID, id)
+	return r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+}
+
+// requestIDFrom is the request id in ctx ("" outside a request).
+func requestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// requestLogger returns l with every record logged with a request's
+// context carrying that request's id (attribute request_id).
+func requestLogger(l *slog.Logger) *slog.Logger {
+	return slog.New(requestIDHandler{l.Handler()})
+}
+
+type requestIDHandler struct{ slog.Handler }
+
+func (h requestIDHandler) Handle(ctx context.Context, rec slog.Record) error {
+	if id := requestIDFrom(ctx); id != "" {
+		rec = rec.Clone()
+		rec.AddAttrs(slog.String("request_id", id))
+	}
+	return h.Handler.Handle(ctx, rec)
+}
+
+func (h requestIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return requestIDHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h requestIDHandler) WithGroup(name string) slog.Handler {
+	return requestIDHandler{h.Handler.WithGroup(name)}
+}
