@@ -20,7 +20,7 @@ var subcommands = map[string][]string{
 	"session":  {"create", "get", "list", "heartbeat", "end"},
 	"cluster":  {"status", "members", "remove", "transfer-leadership"},
 	"snapshot": {"save", "restore", "inspect", "downgrade"},
-	"data":     {"migrate-log"},
+	"data":     {"migrate-log", "recover", "export-snapshot"},
 	"token":    {"create"},
 }
 
