@@ -40,6 +40,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // pageSize is the unit in which unsynced data is kept.
@@ -52,6 +53,7 @@ type FS struct {
 
 	mu       sync.Mutex
 	server   *fuse.Server
+	conn     uint32              // the FUSE connection's number (fusectl)
 	overlays map[uint64]*overlay // by the backing file's inode
 	cuts     int
 	lost     int64 // bytes of unsynced writes dropped by cuts, in total
@@ -121,7 +123,12 @@ func (f *FS) mount() error {
 	if err != nil {
 		return fmt.Errorf("lazyfs: mount %s: %w", f.mnt, err)
 	}
-	f.server = srv
+	conn, err := connection(f.mnt)
+	if err != nil {
+		srv.Unmount()
+		return fmt.Errorf("lazyfs: %s: %w", f.mnt, err)
+	}
+	f.server, f.conn = srv, conn
 	return nil
 }
 
@@ -184,24 +191,73 @@ func (f *FS) Pending() int64 {
 
 func (f *FS) unmount() error {
 	f.mu.Lock()
-	srv := f.server
+	srv, conn := f.server, f.conn
 	f.server = nil
 	f.mu.Unlock()
 	if srv == nil {
 		return nil
 	}
-	var err error
-	for try := 0; try < 50; try++ {
-		if err = srv.Unmount(); err == nil {
-			srv.Wait()
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for try := 0; try < 50; try++ {
+			// Unmount also waits for the serving loops to end.
+			if err = srv.Unmount(); err == nil {
+				break
+			}
+			// EBUSY while a killed program's last file is being released.
+			time.Sleep(100 * time.Millisecond)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
 			return nil
 		}
-		// EBUSY while a killed program's last file is being released.
-		time.Sleep(100 * time.Millisecond)
+		// Detach it: the kernel finishes when the last user goes.
+		if lerr := syscall.Unmount(f.mnt, syscall.MNT_DETACH); lerr != nil {
+			return fmt.Errorf("lazyfs: unmount %s: %v (detach: %v)", f.mnt, err, lerr)
+		}
+		return abort(conn)
+	case <-time.After(unmountWait):
+		// Unmounted, but the connection lives on: a copy of the mount in
+		// another mount namespace, or a request that never ends. Abort
+		// the connection: every request fails and the loops end.
+		if err := abort(conn); err != nil {
+			return err
+		}
+		select {
+		case <-done:
+			return nil
+		case <-time.After(unmountWait):
+			return fmt.Errorf("lazyfs: %s: the connection did not end after an abort", f.mnt)
+		}
 	}
-	// Detach it: the kernel finishes when the last user goes.
-	if lerr := syscall.Unmount(f.mnt, syscall.MNT_DETACH); lerr != nil {
-		return fmt.Errorf("lazyfs: unmount %s: %v (detach: %v)", f.mnt, err, lerr)
+}
+
+// unmountWait bounds the wait for a connection to end after an unmount.
+const unmountWait = 10 * time.Second
+
+// connection returns the FUSE connection number of the filesystem mounted
+// at mnt (its device's minor number: its name in fusectl).
+func connection(mnt string) (uint32, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(mnt, &st); err != nil {
+		return 0, err
+	}
+	return unix.Minor(st.Dev), nil
+}
+
+// abort aborts FUSE connection conn through fusectl (mounted if need be).
+func abort(conn uint32) error {
+	const ctl = "/sys/fs/fuse/connections"
+	path := filepath.Join(ctl, fmt.Sprint(conn), "abort")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		_ = syscall.Mount("fusectl", ctl, "fusectl", 0, "")
+	}
+	if err := os.WriteFile(path, []byte("1"), 0o200); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("lazyfs: abort connection %d: %w", conn, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -224,79 +225,168 @@ func TestRename(t *testing.T) {
 	}
 }
 
+// The databases run in a child process (this test binary again): bbolt
+// reads its file through mmap, and a page fault on a FUSE mount served by
+// the faulting process itself can deadlock with the Go runtime (a thread
+// stuck in the fault cannot be stopped for a collection, and the
+// collection stops the goroutines that would answer it). The chaos tier's
+// servers are other processes too.
+
+func TestMain(m *testing.M) {
+	if op := os.Getenv("LAZYFS_TEST_CHILD"); op != "" {
+		out, err := child(op, os.Getenv("LAZYFS_TEST_PATH"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Print(out)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// inChild runs op on path in a child process and returns what it printed.
+func inChild(t *testing.T, op, path string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "LAZYFS_TEST_CHILD="+op, "LAZYFS_TEST_PATH="+path)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v: %s", op, err, stderr.String())
+	}
+	return string(out)
+}
+
+func child(op, path string) (string, error) {
+	switch op {
+	case "bolt-sync", "bolt-nosync":
+		return "", boltWrite(path, op == "bolt-nosync")
+	case "bolt-count":
+		n, err := boltCount(path)
+		return fmt.Sprint(n), err
+	case "wal-write":
+		return "", walWrite(path)
+	case "wal-check":
+		return "", walCheck(path)
+	}
+	return "", fmt.Errorf("unknown child op %q", op)
+}
+
+// boltWrite commits 200 keys with fsync, then 200 more without (noSync)
+// or with, and closes the database (which syncs nothing more).
+func boltWrite(path string, noSync bool) error {
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	put := func(from, to int) error {
+		for i := from; i < to; i++ {
+			err := db.Update(func(tx *bolt.Tx) error {
+				b, err := tx.CreateBucketIfNotExists([]byte("b"))
+				if err != nil {
+					return err
+				}
+				return b.Put(fmt.Appendf(nil, "k%05d", i), pattern(300, byte(i)))
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := put(0, 200); err != nil {
+		return err
+	}
+	// Neither the commits' syncs nor those of the file's growth.
+	db.NoSync, db.NoGrowSync = noSync, noSync
+	return put(200, 400)
+}
+
+// boltCount checks the database's consistency and counts its keys, each
+// checked against its value.
+func boltCount(path string) (int, error) {
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		return 0, fmt.Errorf("reopen after the cut: %w", err)
+	}
+	defer db.Close()
+	var n int
+	err = db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			return err
+		}
+		b := tx.Bucket([]byte("b"))
+		if b == nil {
+			return fmt.Errorf("bucket gone")
+		}
+		return b.ForEach(func(k, v []byte) error {
+			var i int
+			if _, err := fmt.Sscanf(string(k), "k%05d", &i); err != nil {
+				return err
+			}
+			if !bytes.Equal(v, pattern(300, byte(i))) {
+				return fmt.Errorf("key %s: wrong value", k)
+			}
+			n++
+			return nil
+		})
+	})
+	return n, err
+}
+
+func walWrite(dir string) error {
+	w, err := raftwal.Open(dir)
+	if err != nil {
+		return err
+	}
+	for i := uint64(1); i <= 300; i++ {
+		if err := w.StoreLogs([]*raft.Log{{Index: i, Term: 1, Type: raft.LogCommand, Data: pattern(200, byte(i))}}); err != nil {
+			w.Close()
+			return err
+		}
+	}
+	return w.Close()
+}
+
+func walCheck(dir string) error {
+	w, err := raftwal.Open(dir)
+	if err != nil {
+		return fmt.Errorf("reopen after the cut: %w", err)
+	}
+	defer w.Close()
+	last, err := w.LastIndex()
+	if err != nil || last != 300 {
+		return fmt.Errorf("last index after the cut: %d, %v; want 300", last, err)
+	}
+	for i := uint64(1); i <= 300; i++ {
+		var l raft.Log
+		if err := w.GetLog(i, &l); err != nil || !bytes.Equal(l.Data, pattern(200, byte(i))) {
+			return fmt.Errorf("entry %d after the cut: %v", i, err)
+		}
+	}
+	return nil
+}
+
 // A bbolt database (mmap reads, pwrite and fdatasync writes) keeps every
-// committed transaction across a cut, and one opened with NoSync loses
-// what it committed since its last sync but is consistent after the cut.
+// committed transaction across a cut, and one that commits without fsync
+// loses what it committed since its last sync but is consistent after the
+// cut.
 func TestBolt(t *testing.T) {
 	f := mount(t)
 	for _, noSync := range []bool{false, true} {
 		t.Run(fmt.Sprintf("nosync=%v", noSync), func(t *testing.T) {
 			p := filepath.Join(f.Mountpoint(), fmt.Sprintf("db-%v", noSync))
-			db, err := bolt.Open(p, 0o600, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			put := func(from, to int) {
-				t.Helper()
-				for i := from; i < to; i++ {
-					err := db.Update(func(tx *bolt.Tx) error {
-						b, err := tx.CreateBucketIfNotExists([]byte("b"))
-						if err != nil {
-							return err
-						}
-						return b.Put(fmt.Appendf(nil, "k%05d", i), pattern(300, byte(i)))
-					})
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			put(0, 200) // synced
-			// Neither the commits' syncs nor those of the file's growth.
-			db.NoSync, db.NoGrowSync = noSync, noSync
-			put(200, 400)
-			// A kill leaves the files as they are: no close, no sync. Drop
-			// the handle without bbolt's Close (which would not sync either,
-			// but unmaps cleanly): close the file under it.
-			if err := db.Close(); err != nil {
-				t.Fatal(err)
-			}
-			cut(t, f)
-			db, err = bolt.Open(p, 0o600, nil)
-			if err != nil {
-				t.Fatalf("reopen after the cut: %v", err)
-			}
-			defer db.Close()
-			var n int
-			err = db.View(func(tx *bolt.Tx) error {
-				for err := range tx.Check() {
-					return err
-				}
-				b := tx.Bucket([]byte("b"))
-				if b == nil {
-					return fmt.Errorf("bucket gone")
-				}
-				return b.ForEach(func(k, v []byte) error {
-					var i int
-					if _, err := fmt.Sscanf(string(k), "k%05d", &i); err != nil {
-						return err
-					}
-					if !bytes.Equal(v, pattern(300, byte(i))) {
-						return fmt.Errorf("key %s: wrong value", k)
-					}
-					n++
-					return nil
-				})
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := 400
+			op, want := "bolt-sync", "400"
 			if noSync {
-				want = 200
+				op, want = "bolt-nosync", "200"
 			}
-			if n != want {
-				t.Fatalf("%d keys after the cut, want %d", n, want)
+			inChild(t, op, p)
+			cut(t, f)
+			if got := inChild(t, "bolt-count", p); got != want {
+				t.Fatalf("%s keys after the cut, want %s", got, want)
 			}
 		})
 	}
@@ -309,30 +399,7 @@ func TestRaftWAL(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	w, err := raftwal.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := uint64(1); i <= 300; i++ {
-		if err := w.StoreLogs([]*raft.Log{{Index: i, Term: 1, Type: raft.LogCommand, Data: pattern(200, byte(i))}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	inChild(t, "wal-write", dir)
 	cut(t, f)
-	w, err = raftwal.Open(dir)
-	if err != nil {
-		t.Fatalf("reopen after the cut: %v", err)
-	}
-	defer w.Close()
-	last, err := w.LastIndex()
-	if err != nil || last != 300 {
-		t.Fatalf("last index after the cut: %d, %v; want 300", last, err)
-	}
-	var l raft.Log
-	if err := w.GetLog(300, &l); err != nil || !bytes.Equal(l.Data, pattern(200, 44)) {
-		t.Fatalf("entry 300 after the cut: %v", err)
-	}
+	inChild(t, "wal-check", dir)
 }
