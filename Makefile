@@ -59,7 +59,7 @@ CANARIES  := canary_early_expiry canary_stale_read canary_fence_reset canary_ren
 # proof that the suite catches each deliberate bug (canary build tags).
 chaos-ci:
 	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_OUT=$(abspath $(CHAOS_OUT))/ci $(GO) test -count=1 -timeout 40m \
-		-run '^TestNetnsScenarios$$' -v ./chaos/ | grep -v '^        chaos: '; \
+		-run '^(TestNetnsScenarios|TestNetnsPowerCutCanary)$$' -v ./chaos/ | grep -v '^        chaos: '; \
 		rc=$${PIPESTATUS[0]}; f=$(abspath $(CHAOS_OUT))/ci/failures.txt; \
 		if [ -s $$f ]; then echo "== failed scenarios ($$f):"; cat $$f; fi; test $$rc -eq 0
 	$(MAKE) canaries

@@ -75,6 +75,7 @@ type NetnsCluster struct {
 	proxy               *delayProxies
 	spawnr              *spawner
 	logf                *os.File // the harness log Close closes, if the cluster opened it
+	lazyRoot            string   // the shared mount that holds the lazy disks (LazyDisk)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -125,6 +126,9 @@ func (o *NetnsOptions) setDefaults() error {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return fmt.Errorf("chaos: Env entry %q: want KEY=VALUE", e)
 		}
+	}
+	if o.LazyDisk && o.DiskSize > 0 {
+		return errors.New("chaos: LazyDisk and DiskSize cannot be combined")
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 90 * time.Second
@@ -213,6 +217,9 @@ func NewNetnsCluster(ctx context.Context, o NetnsOptions) (*NetnsCluster, error)
 		c.nodes = append(c.nodes, n)
 	}
 	if err := c.mountDisks(); err != nil {
+		return nil, err
+	}
+	if err := c.mountLazy(); err != nil {
 		return nil, err
 	}
 	for _, n := range c.nodes {
@@ -443,7 +450,7 @@ func (c *NetnsCluster) Wipe(i int) error {
 	if err := n.kill(); err != nil {
 		return err
 	}
-	if n.mounted {
+	if n.mounted || n.lazy != nil {
 		// A mount point stays; its contents go.
 		entries, err := os.ReadDir(n.data)
 		if err != nil {
@@ -683,6 +690,9 @@ func (c *NetnsCluster) close(ctx context.Context, keepData bool) error {
 		errs = append(errs, err)
 	}
 	if err := c.unmountDisks(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.unmountLazy(); err != nil {
 		errs = append(errs, err)
 	}
 	if !keepData {

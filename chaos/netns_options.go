@@ -33,6 +33,10 @@ type NetnsOptions struct {
 	// FillDisk can fill it. 0: the data directories are on Dir's
 	// filesystem and FillDisk is ErrUnsupported.
 	DiskSize int64
+	// LazyDisk puts each node's data directory on a lazy filesystem
+	// (chaos/lazyfs) over Dir/data/nI, so that PowerCut can drop what a
+	// server wrote and did not fsync. Not with DiskSize.
+	LazyDisk bool
 	// StartTimeout bounds NewNetnsCluster's wait for every node to be ready
 	// with all voters, on top of ctx. Default 90s.
 	StartTimeout time.Duration

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/chaos/lazyfs"
 	"io"
 	"os"
 	"os/exec"
@@ -31,6 +32,8 @@ type procNode struct {
 	clock string
 	// mounted: data is a tmpfs of its own (NetnsOptions.DiskSize).
 	mounted bool
+	// lazy: data is a lazy filesystem (NetnsOptions.LazyDisk).
+	lazy *lazyfs.FS
 	// peer, once renumbered (Renumber) the renumbered-th time, is the IP
 	// of its Raft and gossip ports; "" means addr. Guarded by mu.
 	peer       string

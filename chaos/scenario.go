@@ -29,6 +29,11 @@ type Scenario struct {
 	// cannot, and skips the scenario), and MinFreeDiskMiB is then the
 	// servers' --min-free-disk.
 	DiskMiB, MinFreeDiskMiB int
+	// PowerCut puts every node's data directory on a lazy filesystem
+	// (the netns tier; the in-process tier cannot, and skips the
+	// scenario), so that the nemesis can cut a node's power: what it
+	// wrote and did not fsync is lost.
+	PowerCut bool
 	// Expect lists effectiveness counters and their minimum (e.g.
 	// "leader-changes": 1, "snapshots-installed": 1).
 	Expect map[string]int

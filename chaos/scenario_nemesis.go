@@ -123,6 +123,40 @@ func (e *Env) killRestart(ctx context.Context, nodes []int, d time.Duration) err
 	})
 }
 
+// powerCutter is a Cluster that can cut a node's power (NetnsCluster with
+// NetnsOptions.LazyDisk).
+type powerCutter interface {
+	PowerCut(i int) (int64, error)
+}
+
+// powerCutRestart cuts the nodes' power at once (each killed, its unsynced
+// writes lost), waits d and restarts them.
+func (e *Env) powerCutRestart(ctx context.Context, nodes []int, d time.Duration) error {
+	pc, ok := e.C.(powerCutter)
+	if !ok {
+		return fmt.Errorf("chaos: the %s tier cannot cut a node's power: %w", e.Tier, ErrUnsupported)
+	}
+	return e.Fault(ctx, "power-cut", fmt.Sprintf("nodes %v", nodes), d, func() error {
+		for _, n := range nodes {
+			lost, err := pc.PowerCut(n)
+			if err != nil {
+				return err
+			}
+			e.Count("power-cuts", 1)
+			e.Note("power-cut", fmt.Sprintf("node %d: %d unsynced bytes lost", n, lost), nil)
+		}
+		return nil
+	}, func() error {
+		for _, n := range nodes {
+			if err := e.C.Restart(n); err != nil {
+				return err
+			}
+			e.Count("restarts", 1)
+		}
+		return nil
+	})
+}
+
 // removeAndRejoin removes node n through the leader (partitioning it off
 // first if asked), then wipes it and brings it back as a new server.
 func (e *Env) removeAndRejoin(ctx context.Context, n int, partition bool) error {

@@ -195,6 +195,34 @@ var builtin = []*Scenario{
 		Nemesis: func(ctx context.Context, e *Env) error {
 			return e.killRestart(ctx, e.Others(), 2*time.Second)
 		}},
+	{Name: "power-cut-leader", Liveness: true, Class: "crash", Nodes: 3, PowerCut: true,
+		Doc:    "cut the leader's power (SIGKILL, and every write it had not fsynced is lost), restart it; twice",
+		Expect: map[string]int{"power-cuts": 2, "restarts": 2, "leader-changes": 2},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			for r := 0; r < 2; r++ {
+				l, err := e.WaitLeader(ctx, 15*time.Second)
+				if err != nil {
+					return err
+				}
+				if err := e.powerCutRestart(ctx, []int{l}, faultFor/2); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	{Name: "power-cut-minority", Liveness: true, Class: "crash", PowerCut: true,
+		Doc:    "cut the power of two random nodes of five at once (their unsynced writes lost), restart them",
+		Expect: map[string]int{"power-cuts": 2, "restarts": 2},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			perm := e.Rng.Perm(e.C.Size())
+			return e.powerCutRestart(ctx, perm[:(e.C.Size()-1)/2], faultFor)
+		}},
+	{Name: "power-cut-all", Class: "crash", Nodes: 3, PowerCut: true,
+		Doc:    "cut every node's power at once and restart them: every acknowledged write was fsynced by a majority, so it survives",
+		Expect: map[string]int{"power-cuts": 3, "restarts": 3},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			return e.powerCutRestart(ctx, e.Others(), 2*time.Second)
+		}},
 	{Name: "truncate-restart", Liveness: true, Class: "crash", Doc: "cut the leader off while clients still reach it (its log gains entries the others never commit), heal (it drops them for the new leader's), then SIGKILL and restart it: a server must read back a log whose end it cut",
 		Expect: map[string]int{"leader-changes": 1, "restarts": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {

@@ -40,7 +40,8 @@ func NewFactory(tier string, o FactoryOptions) (ClusterFactory, error) {
 				disk = int64(s.DiskMiB) << 20
 				flags = append(flags, "--min-free-disk", fmt.Sprintf("%dMiB", s.MinFreeDiskMiB))
 			}
-			return NewNetnsCluster(ctx, NetnsOptions{Nodes: nodes, Binary: o.Binary, Dir: dir, ExtraFlags: flags, DiskSize: disk})
+			return NewNetnsCluster(ctx, NetnsOptions{Nodes: nodes, Binary: o.Binary, Dir: dir, ExtraFlags: flags, DiskSize: disk,
+				LazyDisk: s != nil && s.PowerCut})
 		}, nil
 	}
 	return nil, fmt.Errorf("chaos: unknown tier %q (want netns or inproc)", tier)

@@ -88,6 +88,7 @@ func openBolt(path string) (b *boltStore, format uint64, err error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("cluster: open raft.db: %w", err)
 	}
+	db.NoSync, db.NoGrowSync = canaryNoSync, canaryNoSync
 	b = &boltStore{db: db}
 	if format, err = b.checkFormat(filepath.Dir(path)); err != nil {
 		db.Close()
