@@ -16,20 +16,49 @@ type faultState struct {
 	isolated []bool          // node's traffic with the harness is dropped
 	loss     []int           // percent of node's packets to peers dropped
 	delay    []time.Duration // added to node's Raft messages to peers
+	// protoCut[a][b]: a's packets to b of these protocols are dropped
+	// (a protocol partition: the other protocols go on).
+	protoCut [][]Protocols
+}
+
+// Protocols is a set of the protocols servers speak to each other, for a
+// partition of some of them only (Raft, gossip, or the HTTP API a
+// follower forwards over).
+type Protocols uint8
+
+const (
+	ProtoRaft Protocols = 1 << iota
+	ProtoGossip
+	ProtoHTTP
+)
+
+func (p Protocols) String() string {
+	var names []string
+	for _, x := range []struct {
+		p    Protocols
+		name string
+	}{{ProtoRaft, "raft"}, {ProtoGossip, "gossip"}, {ProtoHTTP, "http"}} {
+		if p&x.p != 0 {
+			names = append(names, x.name)
+		}
+	}
+	return strings.Join(names, "+")
 }
 
 func newFaultState(n int) faultState {
 	f := faultState{n: n, isolated: make([]bool, n), loss: make([]int, n), delay: make([]time.Duration, n)}
 	f.cut = make([][]bool, n)
+	f.protoCut = make([][]Protocols, n)
 	for i := range f.cut {
 		f.cut[i] = make([]bool, n)
+		f.protoCut[i] = make([]Protocols, n)
 	}
 	return f
 }
 
-// partition replaces every cut with the groups' (nodes in no group are
-// alone). It refuses a node named twice or out of range.
-func (f *faultState) partition(groups [][]int) error {
+// groupsOf returns each node's group (a node in no group is alone), or an
+// error for a node named twice or out of range.
+func (f *faultState) groupsOf(groups [][]int) ([]int, error) {
 	group := make([]int, f.n)
 	for i := range group {
 		group[i] = -1 - i // alone unless named
@@ -37,13 +66,44 @@ func (f *faultState) partition(groups [][]int) error {
 	for g, nodes := range groups {
 		for _, i := range nodes {
 			if i < 0 || i >= f.n {
-				return fmt.Errorf("chaos: partition: node %d: the cluster has nodes 0..%d", i, f.n-1)
+				return nil, fmt.Errorf("chaos: partition: node %d: the cluster has nodes 0..%d", i, f.n-1)
 			}
 			if group[i] >= 0 {
-				return fmt.Errorf("chaos: partition: node %d is in two groups", i)
+				return nil, fmt.Errorf("chaos: partition: node %d is in two groups", i)
 			}
 			group[i] = g
 		}
+	}
+	return group, nil
+}
+
+// protoPartition replaces every protocol cut with the groups' for the
+// protocols p only (nodes in no group are alone); whole-node cuts stay.
+func (f *faultState) protoPartition(groups [][]int, p Protocols) error {
+	if p == 0 || p&^(ProtoRaft|ProtoGossip|ProtoHTTP) != 0 {
+		return fmt.Errorf("chaos: protocol partition: protocols %#x: want raft, gossip and/or http", uint8(p))
+	}
+	group, err := f.groupsOf(groups)
+	if err != nil {
+		return err
+	}
+	for a := range f.n {
+		for b := range f.n {
+			f.protoCut[a][b] = 0
+			if a != b && group[a] != group[b] {
+				f.protoCut[a][b] = p
+			}
+		}
+	}
+	return nil
+}
+
+// partition replaces every cut with the groups' (nodes in no group are
+// alone). It refuses a node named twice or out of range.
+func (f *faultState) partition(groups [][]int) error {
+	group, err := f.groupsOf(groups)
+	if err != nil {
+		return err
 	}
 	for a := range f.n {
 		for b := range f.n {
@@ -77,6 +137,9 @@ type nftAddrs struct {
 	harness  string   // the harness's clients
 	proxy    string   // the delay proxies (dial from and listen on)
 	raftPort int
+	// gossipPort and httpPort are the peers' other ports (protocol
+	// partitions).
+	gossipPort, httpPort int
 	proxyFor func(a, b int) int // proxy port for a's Raft connections to b
 }
 
@@ -122,6 +185,9 @@ func (f *faultState) render(table string, i int, a nftAddrs) string {
 	if len(cutTo) > 0 {
 		fmt.Fprintf(&b, "\t\tip daddr { %s } drop\n", strings.Join(cutTo, ", "))
 	}
+	for j := range f.n {
+		b.WriteString(protoRules("daddr", a.nodes[j], f.protoCut[i][j], a))
+	}
 	if f.isolated[i] {
 		fmt.Fprintf(&b, "\t\tip daddr %s drop\n", a.harness)
 	}
@@ -137,6 +203,9 @@ func (f *faultState) render(table string, i int, a nftAddrs) string {
 	b.WriteString("\tchain in {\n\t\ttype filter hook input priority 200; policy accept;\n")
 	if len(cutFrom) > 0 {
 		fmt.Fprintf(&b, "\t\tip saddr { %s } drop\n", strings.Join(cutFrom, ", "))
+	}
+	for j := range f.n {
+		b.WriteString(protoRules("saddr", a.nodes[j], f.protoCut[j][i], a))
 	}
 	if f.isolated[i] {
 		fmt.Fprintf(&b, "\t\tip saddr %s drop\n", a.harness)
@@ -161,5 +230,31 @@ func (f *faultState) render(table string, i int, a nftAddrs) string {
 		b.WriteString("\t}\n")
 	}
 	b.WriteString("}\n")
+	return b.String()
+}
+
+// protoRules drops the packets to (dir "daddr") or from ("saddr") peer of
+// the protocols p: both ends of a connection, the peer's port and this
+// node's own (an answer on this node's listener), TCP for all three and UDP
+// for gossip as well.
+func protoRules(dir, peer string, p Protocols, a nftAddrs) string {
+	var b strings.Builder
+	for _, x := range []struct {
+		p    Protocols
+		port int
+		udp  bool
+	}{{ProtoRaft, a.raftPort, false}, {ProtoGossip, a.gossipPort, true}, {ProtoHTTP, a.httpPort, false}} {
+		if p&x.p == 0 {
+			continue
+		}
+		l4 := []string{"tcp"}
+		if x.udp {
+			l4 = append(l4, "udp")
+		}
+		for _, l := range l4 {
+			fmt.Fprintf(&b, "\t\tip %s %s %s dport %d drop\n", dir, peer, l, x.port)
+			fmt.Fprintf(&b, "\t\tip %s %s %s sport %d drop\n", dir, peer, l, x.port)
+		}
+	}
 	return b.String()
 }

@@ -13,7 +13,8 @@ import (
 const faultTimeout = 30 * time.Second
 
 func (c *NetnsCluster) addrs() nftAddrs {
-	a := nftAddrs{harness: c.harness, proxy: c.proxyIP, raftPort: netnsRaftPort, proxyFor: proxyPort}
+	a := nftAddrs{harness: c.harness, proxy: c.proxyIP, raftPort: netnsRaftPort, gossipPort: netnsGossipPort, httpPort: netnsHTTPPort,
+		proxyFor: proxyPort}
 	for i := range c.opts.Nodes {
 		a.nodes = append(a.nodes, c.nodeIP(i))
 	}
@@ -75,6 +76,9 @@ func copyFaults(dst, src *faultState) {
 	for i := range src.n {
 		copy(dst.cut[i], src.cut[i])
 	}
+	for i := range src.n {
+		copy(dst.protoCut[i], src.protoCut[i])
+	}
 	copy(dst.isolated, src.isolated)
 	copy(dst.loss, src.loss)
 	copy(dst.delay, src.delay)
@@ -131,6 +135,16 @@ func (c *NetnsCluster) Delay(i int, d time.Duration) error {
 		return fmt.Errorf("chaos: delay %v: want 0 to 1m", d)
 	}
 	return c.changeFaults("delay", func(f *faultState) error { f.delay[i] = d; return nil }, "node", c.NodeID(i), "delay", d)
+}
+
+// PartitionProtocols cuts the cluster into groups for the protocols p
+// only (Raft, gossip and/or the HTTP API between servers; the harness's
+// clients still reach every node): the other protocols go on across the
+// groups, so a server may be dead to Raft and alive to gossip, or the
+// reverse. It replaces any earlier protocol partition; Heal removes it.
+func (c *NetnsCluster) PartitionProtocols(groups [][]int, p Protocols) error {
+	return c.changeFaults("protocol partition", func(f *faultState) error { return f.protoPartition(groups, p) },
+		"groups", fmt.Sprint(groups), "protocols", p.String())
 }
 
 // Heal removes every network fault (clock faults stay).

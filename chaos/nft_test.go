@@ -15,7 +15,7 @@ func testAddrs() nftAddrs {
 		nodes:    []string{"10.77.9.1", "10.77.9.2", "10.77.9.3"},
 		harness:  "10.77.9.254",
 		proxy:    "10.77.9.253",
-		raftPort: 7701,
+		raftPort: 7701, gossipPort: 7702, httpPort: 7700,
 		proxyFor: func(a, b int) int { return 17800 + a*9 + b },
 	}
 }
@@ -141,5 +141,56 @@ func TestRenderIsolateLossDelay(t *testing.T) {
 	}
 	if f.render("lhcx", 1, testAddrs()) == r0 || !f.proxied(1, 2) || f.proxied(0, 1) {
 		t.Fatal("proxied pairs")
+	}
+}
+
+func TestRenderProtocolPartition(t *testing.T) {
+	f := newFaultState(3)
+	if err := f.protoPartition([][]int{{0}, {1, 2}}, ProtoRaft); err != nil {
+		t.Fatal(err)
+	}
+	r0 := f.render("lhcx", 0, testAddrs())
+	for _, want := range []string{
+		"ip daddr 10.77.9.2 tcp dport 7701 drop",
+		"ip daddr 10.77.9.3 tcp sport 7701 drop",
+		"ip saddr 10.77.9.2 tcp dport 7701 drop",
+		"ip saddr 10.77.9.3 tcp sport 7701 drop",
+	} {
+		if !strings.Contains(r0, want) {
+			t.Fatalf("node 0 cut from 1 and 2 on Raft: no %q in\n%s", want, r0)
+		}
+	}
+	if strings.Contains(r0, "7702") || strings.Contains(r0, "7700") || strings.Contains(r0, "ip daddr {") {
+		t.Fatalf("a Raft partition touches other protocols or whole nodes:\n%s", r0)
+	}
+	r1 := f.render("lhcx", 1, testAddrs())
+	if !strings.Contains(r1, "ip daddr 10.77.9.1 tcp dport 7701 drop") || strings.Contains(r1, "10.77.9.3") {
+		t.Fatalf("node 1 with 2, cut from 0 on Raft:\n%s", r1)
+	}
+	// Gossip is TCP and UDP; HTTP is TCP; a new protocol partition
+	// replaces the last.
+	if err := f.protoPartition([][]int{{0, 1}, {2}}, ProtoGossip|ProtoHTTP); err != nil {
+		t.Fatal(err)
+	}
+	r2 := f.render("lhcx", 2, testAddrs())
+	for _, want := range []string{
+		"ip daddr 10.77.9.1 udp dport 7702 drop", "ip daddr 10.77.9.1 tcp sport 7702 drop",
+		"ip saddr 10.77.9.2 udp sport 7702 drop", "ip daddr 10.77.9.2 tcp dport 7700 drop",
+	} {
+		if !strings.Contains(r2, want) {
+			t.Fatalf("node 2 cut from 0 and 1 on gossip and HTTP: no %q in\n%s", want, r2)
+		}
+	}
+	if strings.Contains(r2, "7701") || strings.Contains(f.render("lhcx", 0, testAddrs()), "10.77.9.2 tcp dport 7702") {
+		t.Fatalf("the Raft partition was not replaced, or 0 and 1 are cut:\n%s", r2)
+	}
+	f.heal()
+	if strings.Contains(f.render("lhcx", 2, testAddrs()), "drop") {
+		t.Fatal("heal left a protocol cut")
+	}
+	for _, p := range []Protocols{0, 8} {
+		if err := f.protoPartition([][]int{{0}}, p); err == nil {
+			t.Fatalf("protocols %v accepted", p)
+		}
 	}
 }

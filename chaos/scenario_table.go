@@ -91,6 +91,38 @@ var builtin = []*Scenario{
 				return nil
 			}, e.C.Heal)
 		}},
+	{Name: "partition-raft-leader", Liveness: true, Class: "partition", Nodes: 3,
+		Doc:    "cut the leader off from its peers on Raft only: gossip and the HTTP API between servers go on, so every other server still finds it alive",
+		Expect: map[string]int{"leader-changes": 1},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			return e.protoPartition(ctx, l, ProtoRaft, faultFor, "", nil)
+		}},
+	{Name: "partition-gossip-leader", Liveness: true, Class: "partition", Nodes: 3,
+		Doc: "cut the leader off from its peers on gossip only: Raft goes on; the leader's view lists its peers as failed, " +
+			"and nothing that gossip decides (capabilities, member replacement) may disturb the log",
+		Expect: map[string]int{"gossip-failed-seen": 1},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			return e.protoPartition(ctx, l, ProtoGossip, faultFor, "gossip-failed-seen", e.gossipSeesFailed(l))
+		}},
+	{Name: "partition-forward", Liveness: true, Class: "partition", Nodes: 3,
+		Doc: "cut the leader off from its peers on the HTTP API only (followers cannot forward): Raft and gossip go on; " +
+			"requests sent to a follower fail (503 or 504), never twice applied",
+		Expect: map[string]int{"forward-failed-seen": 1},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			return e.protoPartition(ctx, l, ProtoHTTP, faultFor, "forward-failed-seen", e.forwardFails(e.Others(l)[0]))
+		}},
 	{Name: "one-way-leader", Class: "partition", Doc: "the leader's messages to followers are dropped, then the followers' to the leader",
 		Expect: map[string]int{"leader-changes": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
