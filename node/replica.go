@@ -114,13 +114,7 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 				// The log is damaged here (a checksum that does not
 				// match: bit rot) or was written by a newer version:
 				// applying anything from now on would diverge.
-				msg := fmt.Sprintf("leasehold: committed log entry %d does not decode: %v; this server stops "+
-					"(its log is damaged: wipe its data directory and let it rejoin, or restore it from a backup)", l.Index, err)
-				r.broken.Store(&msg)
-				if r.corrupt == nil {
-					panic(msg)
-				}
-				r.corrupt(l.Index, err)
+				msg := r.stop(l.Index, "does not decode", err)
 				out[i] = []fsm.Result{{Err: fsm.Errorf(wire.CodeInternal, "%s", msg)}}
 				continue
 			}
@@ -179,6 +173,25 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 	r.appliedCond = make(chan struct{})
 	r.appliedMu.Unlock()
 	return out
+}
+
+// stop records that the committed entry at index cannot be applied (what
+// is wrong with it, err why) and stops this server: it panics, or with a
+// test's corrupt hook reports it and returns the message. Nothing is
+// applied after it (ApplyBatch refuses every later command), and ReadyErr
+// reports the message. Safe to call from any goroutine; the first call
+// wins the message.
+func (r *replica) stop(index uint64, what string, err error) string {
+	msg := fmt.Sprintf("leasehold: committed log entry %d %s: %v; this server stops "+
+		"(its log is damaged: wipe its data directory and let it rejoin, or restore it from a backup)", index, what, err)
+	if !r.broken.CompareAndSwap(nil, &msg) {
+		msg = *r.broken.Load()
+	}
+	if r.corrupt == nil {
+		panic(msg)
+	}
+	r.corrupt(index, err)
+	return msg
 }
 
 // restoreApplyHook, set by tests only, runs before a restore commit
