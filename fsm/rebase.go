@@ -299,6 +299,7 @@ func (r *rebaser) install(index uint64, recs []keyRec) {
 	f.holderWaits, f.keyIdx = n.holderWaits, n.keyIdx
 	f.groups, f.groupWaits = n.groups, n.groupWaits
 	f.clusterID, f.sealCheck = cur.clusterID, cur.sealCheck
+	f.features = cur.features // what this cluster's servers read (features.go)
 	f.events, f.notices = f.events[:0], nil
 }
 

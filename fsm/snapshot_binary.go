@@ -365,5 +365,5 @@ func readStage(rr *recordReader) (*restoreStage, error) {
 
 func (n *FSM) setHeader(hdr snapHeader) {
 	n.index, n.tick, n.periodMS, n.wallMS, n.fence = hdr.Index, hdr.Tick, hdr.PeriodMS, hdr.WallMS, hdr.Fence
-	n.clusterID, n.sealCheck = hdr.ClusterID, hdr.SealCheck
+	n.clusterID, n.sealCheck, n.features = hdr.ClusterID, hdr.SealCheck, hdr.Features
 }

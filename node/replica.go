@@ -29,6 +29,9 @@ type replica struct {
 	born    time.Time
 	movedAt atomic.Int64
 	tick    atomic.Uint64
+	// features are the state's recorded features (fsm.Features), readable
+	// without mu.
+	features atomic.Uint64
 
 	appliedMu   sync.Mutex
 	appliedCond chan struct{} // closed and replaced on every apply
@@ -147,6 +150,7 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 		}
 	}
 	tick := r.f.Tick()
+	r.features.Store(uint64(r.f.Features()))
 	r.mu.Unlock()
 	r.tick.Store(tick)
 	if last > 0 {
@@ -309,6 +313,7 @@ func (r *replica) Restore(rc io.ReadCloser) error {
 		}
 	}
 	r.tick.Store(f.Tick())
+	r.features.Store(uint64(f.Features()))
 	r.setApplied(max(r.applied.Load(), f.Index()))
 	r.hub.reset(f.Index())
 	return nil
