@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -76,6 +77,9 @@ type replica struct {
 	// sums are the checksums of the snapshots this process wrote, for
 	// SaveSnapshot's file header.
 	sums snapshotSums
+	// opened is the metadata of the snapshot Raft opened last
+	// (snapshotOpened): Raft opens the one it restores just before Restore.
+	opened atomic.Pointer[raft.SnapshotMeta]
 }
 
 var (
@@ -270,10 +274,9 @@ func (r *replica) Snapshot() (raft.FSMSnapshot, error) {
 }
 
 // Restore implements raft.FSM: it discards all state and replaces it. Raft
-// calls it at startup (the latest snapshot), on a follower that was sent a
-// snapshot, and on the leader for an operator's restore (Node.
-// RestoreSnapshot), whose state Rebase moved to an index at or above
-// everything applied before, so that:
+// calls it at startup (the latest snapshot) and on a follower that was sent
+// a snapshot (an operator's restore goes through the log instead:
+// RestoreCommit, backup.go), so that:
 //   - the applied index never goes back (the snapshot's index is at least
 //     what was applied);
 //   - the event history restarts after the snapshot's index: a resume from
@@ -290,11 +293,19 @@ func (r *replica) Snapshot() (raft.FSMSnapshot, error) {
 // own; it panics with "log not found". A leader sends such a snapshot when
 // its replication to a server falls back while an earlier transfer and the
 // entries after it had already arrived (seen in the bitflip scenario).
-// Refused, the leader sends its next snapshot, which is newer.
+// Refused, the leader sends its next snapshot, which is newer. The check
+// compares Raft's indexes (the snapshot's, from the metadata Raft opened it
+// with: snapshotOpened, against the last entry applied here) and the
+// states' (the last command each holds, from the snapshot's header), and
+// runs before the rest of the snapshot is decoded.
 func (r *replica) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	br := bufio.NewReaderSize(rc, 1<<16)
+	if err := r.staleSnapshot(br); err != nil {
+		return err
+	}
 	f := fsm.New()
-	if err := f.Restore(rc); err != nil {
+	if err := f.Restore(br); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -318,6 +329,36 @@ func (r *replica) Restore(rc io.ReadCloser) error {
 	r.hub.reset(f.Index())
 	return nil
 }
+
+// staleSnapshot refuses (ErrStaleSnapshot) the snapshot br starts with when
+// it is older than what this server applied: its Raft index (the metadata
+// Raft opened last, taken once) below the last entry applied here, or the
+// last command its header names below the state's. Nothing of br is
+// consumed.
+func (r *replica) staleSnapshot(br *bufio.Reader) error {
+	m := r.opened.Swap(nil)
+	idx, ok := fsm.PeekIndex(br)
+	if !ok {
+		return nil // Restore says what is wrong with it
+	}
+	// A snapshot's Raft index is at least its state's (the last command);
+	// metadata below that is another snapshot's (a leader sending its own,
+	// a backup opening one), and says nothing of this one.
+	if applied := r.applied.Load(); m != nil && m.Index >= idx && m.Index < applied {
+		return fmt.Errorf("%w: the snapshot is at Raft index %d, this server applied up to %d", ErrStaleSnapshot, m.Index, applied)
+	}
+	r.mu.RLock()
+	have := r.f.Index()
+	r.mu.RUnlock()
+	if idx < have {
+		return fmt.Errorf("%w: the snapshot's state is at index %d, this server's at %d", ErrStaleSnapshot, idx, have)
+	}
+	return nil
+}
+
+// snapshotOpened records the metadata of a snapshot Raft opened
+// (cluster.Config.SnapshotOpened).
+func (r *replica) snapshotOpened(meta raft.SnapshotMeta) { r.opened.Store(&meta) }
 
 // ErrStaleSnapshot is a snapshot from a leader that is older than what
 // this server has applied: installing it would move the state back.
