@@ -283,8 +283,9 @@ func (r *replica) Snapshot() (raft.FSMSnapshot, error) {
 //     an earlier event is EVENTS_COMPACTED, and live subscriptions end the
 //     same way (hub.reset), since the state they followed was replaced;
 //     events of later entries have higher ids than any before;
-//   - waiters for queued acquires are not touched here: RestoreSnapshot
-//     answers them (a follower has none; at startup there are none yet).
+//   - waiters for queued acquires are not touched here (a follower has
+//     none; at startup there are none yet); an operator's restore, which
+//     does not come through here, fails them when its commit applies.
 //
 // A snapshot older than the state refuses to install (ErrStaleSnapshot):
 // hashicorp/raft (v1.7.3) installs whatever a leader sends and sets its
