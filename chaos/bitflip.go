@@ -3,12 +3,15 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -43,8 +46,19 @@ func (e *Env) bitflip(ctx context.Context) error {
 	}
 	e.Count("bitflips", flips)
 	e.Note("bitflip", fmt.Sprintf("node %d killed; %d bits flipped in %s", f, flips, strings.Join(files, ", ")), nil)
+	_, err = e.restartDamaged(ctx, "bitflip", f, l)
+	return err
+}
+
+// restartDamaged restarts node f, killed and its files damaged, and
+// watches it against leader l for longer than a server's check at start:
+// ready with a state that differs from l's is the one failure. Unless it
+// comes back ready with the cluster's state (counted as name-harmless), it
+// is counted as name-refused, wiped and rejoins empty, as an operator
+// would have it; refused says so.
+func (e *Env) restartDamaged(ctx context.Context, name string, f, l int) (refused bool, err error) {
 	if err := e.C.Restart(f); err != nil {
-		e.Note("bitflip", fmt.Sprintf("node %d did not restart", f), err)
+		e.Note(name, fmt.Sprintf("node %d did not restart", f), err)
 	}
 	// Watch it: ready with a state that differs is the one failure.
 	// Longer than a server's check at start (node.startupCheckFor, 30 s):
@@ -53,7 +67,7 @@ func (e *Env) bitflip(ctx context.Context) error {
 	verdict := "refused or out of service"
 	for time.Now().Before(deadline) {
 		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
-			return err
+			return false, err
 		}
 		if !e.C.Alive(f) || !e.ready(ctx, f) {
 			continue
@@ -63,24 +77,24 @@ func (e *Env) bitflip(ctx context.Context) error {
 			continue
 		}
 		if !same && e.ready(ctx, f) {
-			return fmt.Errorf("bitflip: node %d serves a state that differs from node %d's as ready", f, l)
+			return false, fmt.Errorf("%s: node %d serves a state that differs from node %d's as ready", name, f, l)
 		}
 		if same {
 			verdict = "ready with the cluster's state"
 		}
 	}
-	e.Note("bitflip", fmt.Sprintf("node %d: %s", f, verdict), nil)
+	e.Note(name, fmt.Sprintf("node %d: %s", f, verdict), nil)
 	if verdict == "ready with the cluster's state" && e.C.Alive(f) && e.ready(ctx, f) {
-		e.Count("bitflip-harmless", 1)
-		return nil
+		e.Count(name+"-harmless", 1)
+		return false, nil
 	}
-	e.Count("bitflip-refused", 1)
+	e.Count(name+"-refused", 1)
 	// As an operator would: wipe it and let it rejoin empty.
 	if err := e.C.Wipe(f); err != nil {
-		return err
+		return true, err
 	}
 	e.Count("wipes", 1)
-	return e.rejoinWiped(ctx, f, true)
+	return true, e.rejoinWiped(ctx, f, true)
 }
 
 // flipBits flips n bits, each in a random file among the log files (raft-wal
@@ -300,4 +314,195 @@ func (e *Env) flipLogBits(dir string, n int) (int, []string, error) {
 		touched = append(touched, fmt.Sprintf("%s@%d", filepath.Base(s.path), s.off))
 	}
 	return flipped, touched, nil
+}
+
+// bitflipType: the type of committed command entries rots on a stopped
+// follower: one bit turns each of a few of its log's commands into a
+// no-op, which Raft never hands to the state machine, and which the
+// commands' own checksum does not cover. Restarted, it must refuse (stop
+// at the first such entry) or come back with the cluster's state (the
+// entries were below its snapshot); it never serves as ready a state that
+// lost those commands. Then as bitflip. Real processes only, as bitflip.
+func (e *Env) bitflipType(ctx context.Context) error {
+	if e.Tier != "netns" {
+		return ErrUnsupported
+	}
+	l, err := e.WaitLeader(ctx, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	f := e.Others(l)[e.Rng.IntN(e.C.Size()-1)]
+	if err := e.C.Kill(f); err != nil {
+		return err
+	}
+	e.damaged[f] = true
+	flips, files, err := e.flipEntryTypes(e.C.DataDir(f), 5)
+	if err != nil {
+		return err
+	}
+	e.Count("type-flips", flips)
+	e.Note("bitflip-type", fmt.Sprintf("node %d killed; its 5 latest commands turned into no-ops (%d copies: %s)", f, flips, strings.Join(files, ", ")), nil)
+	var from int64
+	if st, err := os.Stat(e.C.LogPath(f)); err == nil {
+		from = st.Size()
+	}
+	refused, err := e.restartDamaged(ctx, "bitflip-type", f, l)
+	if err != nil || !refused {
+		return err
+	}
+	// Out of service is not enough: with more of the cluster damaged the
+	// state check's majority could convict a healthy server instead. The
+	// damaged server must have refused the entries itself.
+	b, err := os.ReadFile(e.C.LogPath(f))
+	if err != nil {
+		return err
+	}
+	if !bytes.Contains(b[min(from, int64(len(b))):], []byte("index or type damaged")) {
+		return fmt.Errorf("bitflip-type: node %d was taken out of service, but did not refuse a no-op that carries a command itself (no damaged entry named in %s)", f, e.C.LogPath(f))
+	}
+	e.Count("bitflip-type-named", 1)
+	return nil
+}
+
+// flipEntryTypes turns the n most recent command entries of the workload
+// (their data holds "chaos-") into no-ops (type 0 -> 1, one bit), every
+// copy of each in the log files under dir, and returns how many bytes it
+// changed and where. The most recent: older ones may be below the latest
+// snapshot, where nothing reads them. raft.db keeps an entry as a msgpack
+// map with sorted keys (..., "Data", "Extensions", "Index", "Term", "Type":
+// 0); a raft-wal segment as varints (index, term, type 0, data length)
+// before the data, whose first byte is the command's version (5, with a
+// checksum), in index order, segment after segment.
+func (e *Env) flipEntryTypes(dir string, n int) (int, []string, error) {
+	type spot struct {
+		path string
+		off  int
+		rank uint64 // orders entries by index
+	}
+	var spots []spot
+	var segments []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".wal") {
+			segments = append(segments, path)
+		}
+		return nil
+	})
+	sort.Strings(segments)
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		wal := strings.HasSuffix(path, ".wal")
+		if err != nil || d.IsDir() || !(wal || filepath.Base(path) == "raft.db") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		seen := map[int]bool{}
+		for i := 0; ; {
+			j := bytes.Index(b[i:], []byte("chaos-"))
+			if j < 0 {
+				break
+			}
+			at := i + j
+			i = at + 1
+			off := typeByteOf(b, at, wal)
+			if off < 0 || seen[off] {
+				continue
+			}
+			seen[off] = true
+			var rank uint64
+			if wal {
+				rank = uint64(sort.SearchStrings(segments, path))<<40 | uint64(off)
+			} else if rank = boltEntryIndex(b, off); rank == 0 {
+				continue
+			}
+			spots = append(spots, spot{path, off, rank})
+		}
+		return nil
+	})
+	if len(spots) == 0 {
+		return 0, nil, fmt.Errorf("bitflip-type: no command entry of the workload under %s", dir)
+	}
+	ranks := map[uint64]bool{}
+	for _, s := range spots {
+		ranks[s.rank] = true
+	}
+	var order []uint64
+	for r := range ranks {
+		order = append(order, r)
+	}
+	slices.Sort(order)
+	pick := map[uint64]bool{}
+	for _, r := range order[max(0, len(order)-n):] {
+		pick[r] = true
+	}
+	flipped := 0
+	var touched []string
+	for _, s := range spots {
+		if !pick[s.rank] {
+			continue
+		}
+		fh, err := os.OpenFile(s.path, os.O_RDWR, 0)
+		if err != nil {
+			return flipped, touched, err
+		}
+		var b [1]byte
+		if _, err = fh.ReadAt(b[:], int64(s.off)); err == nil && b[0] == 0 {
+			b[0] = 1
+			_, err = fh.WriteAt(b[:], int64(s.off))
+		}
+		fh.Close()
+		if err != nil {
+			return flipped, touched, err
+		}
+		flipped++
+		touched = append(touched, fmt.Sprintf("%s@%d", filepath.Base(s.path), s.off))
+	}
+	return flipped, touched, nil
+}
+
+// boltEntryIndex reads the "Index" of the raft.db entry whose "Type" value
+// is at off (msgpack: an unsigned integer after the key), or 0.
+func boltEntryIndex(b []byte, off int) uint64 {
+	i := bytes.LastIndex(b[max(0, off-48):off], []byte("\xa5Index"))
+	if i < 0 {
+		return 0
+	}
+	p := b[max(0, off-48)+i+len("\xa5Index"):]
+	switch {
+	case len(p) > 0 && p[0] < 0x80:
+		return uint64(p[0])
+	case len(p) > 2 && p[0] == 0xcc:
+		return uint64(p[1])
+	case len(p) > 2 && p[0] == 0xcd:
+		return uint64(binary.BigEndian.Uint16(p[1:]))
+	case len(p) > 4 && p[0] == 0xce:
+		return uint64(binary.BigEndian.Uint32(p[1:]))
+	case len(p) > 8 && p[0] == 0xcf:
+		return binary.BigEndian.Uint64(p[1:])
+	}
+	return 0
+}
+
+// typeByteOf finds the type byte (0, a command) of the log entry whose
+// data holds the byte at, or -1 (see flipEntryTypes).
+func typeByteOf(b []byte, at int, wal bool) int {
+	if !wal {
+		key := []byte("\xa4Type\x00")
+		if i := bytes.Index(b[at:min(len(b), at+1024)], key); i >= 0 {
+			return at + i + len(key) - 1
+		}
+		return -1
+	}
+	for p := at - 1; p >= max(0, at-64); p-- {
+		if b[p] != 0 {
+			continue
+		}
+		l, w := binary.Uvarint(b[p+1:])
+		start := p + 1 + w
+		if w > 0 && start < at && b[start] == 5 && start+int(l) > at && l < 1<<16 {
+			return p
+		}
+	}
+	return -1
 }

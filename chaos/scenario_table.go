@@ -566,6 +566,15 @@ var builtin = []*Scenario{
 		Nemesis: func(ctx context.Context, e *Env) error {
 			return e.bitflip(ctx)
 		}},
+	{Name: "bitflip-type", Class: "disk", Nodes: 3, SnapshotThreshold: 256,
+		Doc: "a follower is killed, and the five latest commands of its log turn into no-ops (one bit of each entry's type), " +
+			"which Raft never hands to the state machine; restarted, it must refuse them itself, naming the damaged entry " +
+			"(the state check taking it out of service is not enough), never serve as ready a state that lost them, " +
+			"and it is then wiped and rejoins; real processes only",
+		Expect: map[string]int{"type-flips": 1, "bitflip-type-named": 1},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			return e.bitflipType(ctx)
+		}},
 	{Name: "bitflip-leader", Class: "disk", Nodes: 3,
 		Doc: "bits rot in the running leader's log, within entries it applied; a follower is wiped and catches up from it: " +
 			"it never stops on a damaged entry (the leader refuses to send one, the follower gets a snapshot) and comes back " +

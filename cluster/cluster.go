@@ -64,6 +64,12 @@ type Config struct {
 	// LogEnd, if set, is told the last index of the stored log before Raft
 	// starts: entries up to it that Raft applies are the startup's replay.
 	LogEnd func(last uint64)
+	// SnapshotOpened, if set, is told the metadata of every snapshot Raft
+	// opens, before it reads it: Raft opens the snapshot it restores into
+	// the state machine just before it calls Restore (at startup, and on a
+	// follower a leader sent one; a leader also opens the snapshots it
+	// sends, and a snapshot future's Open the one it took).
+	SnapshotOpened func(meta raft.SnapshotMeta)
 	// WrapStream, if set, wraps the Raft stream layer (every connection
 	// Raft accepts or dials) for embedders that route, shape or observe
 	// the traffic between servers themselves. It gets the layer in use
@@ -234,6 +240,9 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 	}
 	if !cfg.InMemory {
 		st.logs = &gaplessLogs{LogStore: st.logs}
+	}
+	if cfg.SnapshotOpened != nil {
+		st.snaps = openedSnapshots{SnapshotStore: st.snaps, opened: cfg.SnapshotOpened}
 	}
 	if err := c.prepare(rc, st, addr); err != nil {
 		c.closeAll()

@@ -48,6 +48,10 @@ type Meta struct {
 	// EntryCRC: the server's version reads log entries that carry a
 	// checksum (fsm.VersionChecked); false for earlier versions.
 	EntryCRC bool `json:"crc,omitempty"`
+	// Features: the server's version reads the record of the cluster's
+	// features (fsm.TypeFeatures) in the log and in snapshots; false for
+	// earlier versions.
+	Features bool `json:"feat,omitempty"`
 	// RenewMeta: the server's version reads renewals and heartbeats that
 	// carry metadata (fsm.TypeRenewMeta, fsm.TypeHeartbeatMeta); false
 	// for earlier versions.

@@ -97,3 +97,19 @@ func (s *memSnapshotSink) Cancel() error {
 	s.done = true
 	return nil
 }
+
+// openedSnapshots tells opened (Config.SnapshotOpened) the metadata of
+// every snapshot opened.
+type openedSnapshots struct {
+	raft.SnapshotStore
+	opened func(raft.SnapshotMeta)
+}
+
+// Open implements raft.SnapshotStore.
+func (s openedSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, rc, err := s.SnapshotStore.Open(id)
+	if err == nil {
+		s.opened(*meta)
+	}
+	return meta, rc, err
+}

@@ -60,6 +60,8 @@ func newBody(t Type) Command {
 		return new(ClusterID)
 	case TypeSealCheck:
 		return new(SealCheck)
+	case TypeFeatures:
+		return new(FeaturesCmd)
 	case TypeRestoreChunk:
 		return new(RestoreChunk)
 	case TypeRestoreCommit:
@@ -199,6 +201,10 @@ func encodeFields(e *enc, c Command) {
 		if ok = c != nil; ok {
 			c.encode(e)
 		}
+	case *FeaturesCmd:
+		if ok = c != nil; ok {
+			c.encode(e)
+		}
 	case *RestoreChunk:
 		if ok = c != nil; ok {
 			c.encode(e)
@@ -267,6 +273,8 @@ func decodeFields(d *dec, t Type, c Command) {
 	case *ClusterID:
 		c.decode(d)
 	case *SealCheck:
+		c.decode(d)
+	case *FeaturesCmd:
 		c.decode(d)
 	case *RestoreChunk:
 		c.decode(d)

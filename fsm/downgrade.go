@@ -9,7 +9,8 @@ import "fmt"
 // but grants signed by retired keys stop verifying). It refuses a state the
 // previous release cannot hold at all: a staged restore (save again once
 // the restore is over), or lease groups (release them first). It returns
-// how many servers' keys were dropped.
+// how many servers' keys were dropped. It also clears the record of the
+// cluster's features (features.go), which that release cannot decode.
 func (f *FSM) ForPreviousRelease() (int, error) {
 	if f.stage != nil {
 		return 0, fmt.Errorf("fsm: a restore is staged in this state (its chunks arrived, its commit did not): save again once it is over")
@@ -30,6 +31,7 @@ func (f *FSM) ForPreviousRelease() (int, error) {
 			}
 		}
 	}
+	f.features = 0 // the previous release does not read the record
 	dropped := 0
 	for id, m := range f.members {
 		if m.GrantKeys != nil {

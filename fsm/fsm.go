@@ -230,7 +230,9 @@ type FSM struct {
 	clusterID string
 	// sealCheck is the sealing key's check value (sealcheck.go); "" until set.
 	sealCheck string
-	prune     []pruneItem
+	// features are the cluster's recorded features (features.go).
+	features Features
+	prune    []pruneItem
 	// stage is the restore being received (restore.go); nil when none.
 	stage    *restoreStage
 	active   int
@@ -348,6 +350,8 @@ func (f *FSM) apply1(c Command) Result {
 		return f.clusterIDCmd(c)
 	case *SealCheck:
 		return f.sealCheckCmd(c)
+	case *FeaturesCmd:
+		return f.featuresCmd(c)
 	case *RestoreChunk:
 		return f.restoreChunk(c)
 	case *RestoreCommit:

@@ -34,8 +34,8 @@ type RebaseStats struct {
 
 // Rebase readies f, a state decoded from an operator's backup, to replace
 // cur, the state a running cluster has applied, as of log index index
-// (node.RestoreSnapshot calls it, then hands f's snapshot to Raft). A
-// restore never goes backwards:
+// (every replica calls it when it applies the restore's RestoreCommit entry
+// at that index: restore.go). A restore never goes backwards:
 //
 //   - f continues at index (never lower than its own index): every entry
 //     applied after the restore, and every event it emits, has a higher
@@ -65,7 +65,8 @@ type RebaseStats struct {
 //     failed by the node that restores.
 //
 // cur is only read. The decision depends on f and cur alone, so it is
-// deterministic; the result is installed on every replica as a snapshot.
+// deterministic: every replica, applying the same commit to the same
+// state, reaches the same result.
 func (f *FSM) Rebase(cur *FSM, index uint64) int {
 	return f.RebaseStats(cur, index).DroppedWaits
 }
@@ -299,6 +300,7 @@ func (r *rebaser) install(index uint64, recs []keyRec) {
 	f.holderWaits, f.keyIdx = n.holderWaits, n.keyIdx
 	f.groups, f.groupWaits = n.groups, n.groupWaits
 	f.clusterID, f.sealCheck = cur.clusterID, cur.sealCheck
+	f.features = cur.features // what this cluster's servers read (features.go)
 	f.events, f.notices = f.events[:0], nil
 }
 

@@ -43,6 +43,10 @@ type snapHeader struct {
 	// SealCheck is the sealing key's check value (sealcheck.go), written
 	// after ClusterID (then written even when empty) only when set.
 	SealCheck string `json:"-"`
+	// Features are the cluster's recorded features (features.go),
+	// written after SealCheck (then written even when empty) only when
+	// not zero.
+	Features Features `json:"-"`
 }
 
 // snapKey is a key's state as captured by Snapshot.
@@ -70,7 +74,7 @@ type Snapshot struct {
 // Snapshot captures the current state.
 func (f *FSM) Snapshot() *Snapshot {
 	s := &Snapshot{hdr: snapHeader{Format: SnapshotFormat, Index: f.index, Tick: f.tick,
-		PeriodMS: f.periodMS, WallMS: f.wallMS, Fence: f.fence, ClusterID: f.clusterID, SealCheck: f.sealCheck}}
+		PeriodMS: f.periodMS, WallMS: f.wallMS, Fence: f.fence, ClusterID: f.clusterID, SealCheck: f.sealCheck, Features: f.features}}
 	s.leases = make([]*Lease, 0, f.leases.Len())
 	for l := range f.leases.All() {
 		s.leases = append(s.leases, l)

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -365,5 +366,32 @@ func readStage(rr *recordReader) (*restoreStage, error) {
 
 func (n *FSM) setHeader(hdr snapHeader) {
 	n.index, n.tick, n.periodMS, n.wallMS, n.fence = hdr.Index, hdr.Tick, hdr.PeriodMS, hdr.WallMS, hdr.Fence
-	n.clusterID, n.sealCheck = hdr.ClusterID, hdr.SealCheck
+	n.clusterID, n.sealCheck, n.features = hdr.ClusterID, hdr.SealCheck, hdr.Features
+}
+
+// maxPeekHeader bounds what PeekIndex looks at: the magic, a length and the
+// header record (a cluster id and a seal check at most, well under it).
+const maxPeekHeader = 4096
+
+// PeekIndex returns the index of the state a snapshot holds (the last
+// command applied: Snapshot's header), read from br's buffer without
+// consuming anything, so that a caller can refuse a snapshot before it
+// decodes the rest. ok is false when the header cannot be read that way (a
+// format 1 snapshot, a damaged or short one): Restore then says what is
+// wrong with it. br's buffer must hold at least 4096 bytes.
+func PeekIndex(br *bufio.Reader) (index uint64, ok bool) {
+	p, _ := br.Peek(min(maxPeekHeader, br.Size()))
+	if len(p) < len(snapMagic) || string(p[:len(snapMagic)]) != snapMagic {
+		return 0, false
+	}
+	p = p[len(snapMagic):]
+	size, w := binary.Uvarint(p)
+	if w <= 0 || size > uint64(len(p)-w) {
+		return 0, false
+	}
+	var hdr snapHeader
+	if err := decodeRecord(p[w:w+int(size)], "header", 0, hdr.decode); err != nil {
+		return 0, false
+	}
+	return hdr.Index, true
 }

@@ -46,14 +46,18 @@ func (h *snapHeader) encode(e *enc) {
 	e.uvarint(uint64(h.Keys))
 	e.uvarint(uint64(h.Sessions))
 	e.uvarint(uint64(h.Leases))
-	if h.Members > 0 || h.ClusterID != "" || h.SealCheck != "" {
+	more := h.Features != 0
+	if h.Members > 0 || h.ClusterID != "" || h.SealCheck != "" || more {
 		e.uvarint(uint64(h.Members))
 	}
-	if h.ClusterID != "" || h.SealCheck != "" {
+	if h.ClusterID != "" || h.SealCheck != "" || more {
 		e.str(h.ClusterID)
 	}
-	if h.SealCheck != "" {
+	if h.SealCheck != "" || more {
 		e.bytes([]byte(h.SealCheck))
+	}
+	if more {
+		e.uvarint(uint64(h.Features))
 	}
 }
 
@@ -85,9 +89,16 @@ func (h *snapHeader) decode(d *dec) {
 		}
 	}
 	if len(d.b) > 0 && d.err == nil {
+		// An empty check is written only before features.
 		h.SealCheck = string(d.bytes())
-		if n := len(h.SealCheck); (n == 0 || n > MaxSealCheckBytes) && d.err == nil {
+		if n := len(h.SealCheck); (n == 0 && len(d.b) == 0 || n > MaxSealCheckBytes) && d.err == nil {
 			d.fail(fmt.Sprintf("seal check of %d bytes", n))
+		}
+	}
+	if len(d.b) > 0 && d.err == nil {
+		// Written only when not zero.
+		if h.Features = Features(d.uvarint()); h.Features == 0 && d.err == nil {
+			d.fail("features 0 written")
 		}
 	}
 }

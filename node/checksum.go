@@ -1,18 +1,18 @@
 package node
 
 import (
-	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 )
 
 // Entry checksums (fsm.VersionChecked): the leader writes them once every
-// server of the configuration reads them; a server stops at a committed
+// server of the configuration reads them (and for good once that is
+// recorded in the state: features.go); a server stops at a committed
 // entry whose checksum does not match (replica.go).
 
 // encode encodes a command for the log: with a checksum once every server
 // of the configuration reads one (updateEntryCRC), else as before.
 func (gc *groupCommit) encode(c fsm.Command) ([]byte, error) {
-	if gc.crcOK.Load() {
+	if gc.crcOK.Load() || gc.n.recorded(fsm.FeatureEntryCRC) {
 		return fsm.EncodeChecked(c)
 	}
 	return fsm.Encode(c)
@@ -27,7 +27,8 @@ func (gc *groupCommit) updateEntryCRCNow() {
 }
 
 // updateEntryCRC records whether every server of the configuration (ids)
-// but this one announces EntryCRC in gossip.
+// reads checksums: recorded in the state, or every server but this one
+// announces EntryCRC in gossip (features.go).
 func (gc *groupCommit) updateEntryCRC(ids []string) {
-	gc.crcOK.Store(!gc.n.cfg.olderPeer && everyPeer(gc.n.cfg.NodeID, ids, gc.n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.EntryCRC }))
+	gc.crcOK.Store(gc.n.featureOK(fsm.FeatureEntryCRC, ids))
 }

@@ -122,6 +122,7 @@ func TestChunkedExpiryWaitsForEveryServer(t *testing.T) {
 	}
 	cfg := testConfig(t, "")
 	cfg.expireChunk = 20
+	cfg.olderPeer = true // nothing recorded in the state (features.go): chunkedOK alone decides
 	n0 := openNode(t, cfg)
 	if n0.tk.chunkedOK.Store(false); n0.tk.tickChunk() != 0 {
 		t.Fatalf("tick chunk %d before every server reads limited ticks, want 0 (an unlimited tick)", n0.tk.tickChunk())

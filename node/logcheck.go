@@ -1,6 +1,8 @@
 package node
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,7 +20,9 @@ import (
 // takes a fresh one (its state is sound: it applied the entry before the
 // bytes changed), which also spares its own restart the damaged entry.
 // Entries not yet applied here pass unchanged: the apply path stops on
-// them with a message that names the entry (replica.go).
+// them with a message that names the entry (replica.go). The same holds
+// for an entry whose index or type rotted (entryFraming), except that the
+// state machine would never see it: the read itself stops the server.
 
 // rotWatch counts and reports damaged entries the leader refused to send.
 type rotWatch struct {
@@ -51,12 +55,22 @@ func (s checkedLogs) GetLog(index uint64, l *raft.Log) error {
 	if err := s.LogStore.GetLog(index, l); err != nil {
 		return err
 	}
-	if l.Type != raft.LogCommand || fsm.VerifyChecksum(l.Data) == nil {
+	if l.Type == raft.LogCommand && fsm.VerifyChecksum(l.Data) == nil {
 		return nil
 	}
 	n := s.n
+	framing := entryFraming(index, l)
+	if l.Type != raft.LogCommand && framing == nil {
+		return nil
+	}
 	c := n.clP.Load()
 	if c == nil || !c.IsLeader() || index > n.rep.applied.Load() {
+		if framing != nil && index > n.rep.applied.Load() {
+			// Raft would skip the entry without a word (a no-op, a
+			// barrier) or stop on it without naming the cause: the
+			// state machine never sees it, so the server stops here.
+			n.rep.stop(index, "is damaged", framing)
+		}
 		return nil
 	}
 	n.rot.refused.Inc()
@@ -72,7 +86,7 @@ func (s checkedLogs) GetLog(index uint64, l *raft.Log) error {
 	}
 	w.mu.Unlock()
 	if first {
-		n.log.Error("log entry damaged on this server's disk (its checksum does not match): not sent to followers, they get a snapshot instead; "+
+		n.log.Error("log entry damaged on this server's disk (its checksum does not match, or its index or type changed): not sent to followers, they get a snapshot instead; "+
 			"check the disk, and replace this server's data directory when convenient (hand leadership on, stop it, wipe it, let it rejoin)",
 			"index", index)
 	}
@@ -84,6 +98,39 @@ func (s checkedLogs) GetLog(index uint64, l *raft.Log) error {
 		}()
 	}
 	return raft.ErrLogNotFound
+}
+
+// ErrEntryFraming is the error for a log entry whose index or type does
+// not fit what it carries: bit rot outside the command's bytes, which the
+// command checksum (fsm.VerifyChecksum) does not cover. One flipped bit in
+// the type turns a command into a no-op or a barrier that Raft never hands
+// to the state machine.
+var ErrEntryFraming = errors.New("leasehold: log entry's index or type damaged")
+
+// entryFraming checks what the command checksum leaves out: the entry read
+// at index says it is at index, and its type is one Raft writes, with data
+// only where Raft puts data (commands and configurations; no-ops and
+// barriers carry none). This holds for every entry Raft ever wrote, so logs
+// written before the check need no format flag. It returns nil for a sound
+// entry, else an error wrapping ErrEntryFraming. Not covered: the term (a
+// follower's damaged term makes the leader overwrite the entry; a single
+// server never reads terms to apply) and a type that changes between
+// command and configuration (Raft stops on a configuration that does not
+// decode, and the state machine on a command that does not).
+func entryFraming(index uint64, l *raft.Log) error {
+	if l.Index != index {
+		return fmt.Errorf("%w: the entry read at index %d says it is at index %d", ErrEntryFraming, index, l.Index)
+	}
+	switch l.Type {
+	case raft.LogCommand, raft.LogConfiguration:
+		return nil
+	case raft.LogNoop, raft.LogBarrier, raft.LogAddPeerDeprecated, raft.LogRemovePeerDeprecated:
+		if len(l.Data) == 0 {
+			return nil
+		}
+		return fmt.Errorf("%w: a %s entry carries %d bytes of data (a command whose type changed?)", ErrEntryFraming, l.Type, len(l.Data))
+	}
+	return fmt.Errorf("%w: unknown entry type %d", ErrEntryFraming, uint8(l.Type))
 }
 
 // checkedStores is the store wrapper the node hands the cluster: inner's,

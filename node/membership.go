@@ -229,7 +229,7 @@ func (mb *membership) gossipMeta() cluster.Meta {
 		expect = mb.n.cfg.BootstrapExpect
 	}
 	return cluster.Meta{ID: mb.n.cfg.NodeID, Raft: mb.raftAddr, HTTP: mb.n.cfg.HTTPAddr, Version: mb.n.cfg.version(),
-		Incarnation: mb.incarnation, Expect: expect, HasState: mb.n.hadState.Load(), ClusterID: mb.n.idn.clusterID(), RaftHello: true, SealCheck: true, ChunkedExpiry: true, RestoreLog: true, EntryCRC: true,
+		Incarnation: mb.incarnation, Expect: expect, HasState: mb.n.hadState.Load(), ClusterID: mb.n.idn.clusterID(), RaftHello: true, SealCheck: true, ChunkedExpiry: true, RestoreLog: true, EntryCRC: true, Features: true,
 		RenewMeta: true, GrantKey: mb.n.gk.pubB64, LeaseGroups: true, SessionMeta: true}
 }
 

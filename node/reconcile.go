@@ -62,6 +62,7 @@ func (rc *reconciler) reconcile(ctx context.Context, m cluster.Membership) {
 	rc.n.sg.recordSealCheck(ctx, ids)
 	rc.n.tk.updateChunkedExpiry(ids)
 	rc.n.gc.updateEntryCRC(ids)
+	rc.n.recordFeatures(ctx, ids)
 	rc.n.cl.Reconcile(ctx, conf, m)
 	// Grant keys after the member records the pass made.
 	rc.n.gk.recordKeys(ctx, ids)

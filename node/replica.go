@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -29,6 +30,9 @@ type replica struct {
 	born    time.Time
 	movedAt atomic.Int64
 	tick    atomic.Uint64
+	// features are the state's recorded features (fsm.Features), readable
+	// without mu.
+	features atomic.Uint64
 
 	appliedMu   sync.Mutex
 	appliedCond chan struct{} // closed and replaced on every apply
@@ -73,6 +77,9 @@ type replica struct {
 	// sums are the checksums of the snapshots this process wrote, for
 	// SaveSnapshot's file header.
 	sums snapshotSums
+	// opened is the metadata of the snapshot Raft opened last
+	// (snapshotOpened): Raft opens the one it restores just before Restore.
+	opened atomic.Pointer[raft.SnapshotMeta]
 }
 
 var (
@@ -114,13 +121,7 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 				// The log is damaged here (a checksum that does not
 				// match: bit rot) or was written by a newer version:
 				// applying anything from now on would diverge.
-				msg := fmt.Sprintf("leasehold: committed log entry %d does not decode: %v; this server stops "+
-					"(its log is damaged: wipe its data directory and let it rejoin, or restore it from a backup)", l.Index, err)
-				r.broken.Store(&msg)
-				if r.corrupt == nil {
-					panic(msg)
-				}
-				r.corrupt(l.Index, err)
+				msg := r.stop(l.Index, "does not decode", err)
 				out[i] = []fsm.Result{{Err: fsm.Errorf(wire.CodeInternal, "%s", msg)}}
 				continue
 			}
@@ -153,6 +154,7 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 		}
 	}
 	tick := r.f.Tick()
+	r.features.Store(uint64(r.f.Features()))
 	r.mu.Unlock()
 	r.tick.Store(tick)
 	if last > 0 {
@@ -179,6 +181,25 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 	r.appliedCond = make(chan struct{})
 	r.appliedMu.Unlock()
 	return out
+}
+
+// stop records that the committed entry at index cannot be applied (what
+// is wrong with it, err why) and stops this server: it panics, or with a
+// test's corrupt hook reports it and returns the message. Nothing is
+// applied after it (ApplyBatch refuses every later command), and ReadyErr
+// reports the message. Safe to call from any goroutine; the first call
+// wins the message.
+func (r *replica) stop(index uint64, what string, err error) string {
+	msg := fmt.Sprintf("leasehold: committed log entry %d %s: %v; this server stops "+
+		"(its log is damaged: wipe its data directory and let it rejoin, or restore it from a backup)", index, what, err)
+	if !r.broken.CompareAndSwap(nil, &msg) {
+		msg = *r.broken.Load()
+	}
+	if r.corrupt == nil {
+		panic(msg)
+	}
+	r.corrupt(index, err)
+	return msg
 }
 
 // restoreApplyHook, set by tests only, runs before a restore commit
@@ -253,18 +274,18 @@ func (r *replica) Snapshot() (raft.FSMSnapshot, error) {
 }
 
 // Restore implements raft.FSM: it discards all state and replaces it. Raft
-// calls it at startup (the latest snapshot), on a follower that was sent a
-// snapshot, and on the leader for an operator's restore (Node.
-// RestoreSnapshot), whose state Rebase moved to an index at or above
-// everything applied before, so that:
+// calls it at startup (the latest snapshot) and on a follower that was sent
+// a snapshot (an operator's restore goes through the log instead:
+// RestoreCommit, backup.go), so that:
 //   - the applied index never goes back (the snapshot's index is at least
 //     what was applied);
 //   - the event history restarts after the snapshot's index: a resume from
 //     an earlier event is EVENTS_COMPACTED, and live subscriptions end the
 //     same way (hub.reset), since the state they followed was replaced;
 //     events of later entries have higher ids than any before;
-//   - waiters for queued acquires are not touched here: RestoreSnapshot
-//     answers them (a follower has none; at startup there are none yet).
+//   - waiters for queued acquires are not touched here (a follower has
+//     none; at startup there are none yet); an operator's restore, which
+//     does not come through here, fails them when its commit applies.
 //
 // A snapshot older than the state refuses to install (ErrStaleSnapshot):
 // hashicorp/raft (v1.7.3) installs whatever a leader sends and sets its
@@ -273,11 +294,19 @@ func (r *replica) Snapshot() (raft.FSMSnapshot, error) {
 // own; it panics with "log not found". A leader sends such a snapshot when
 // its replication to a server falls back while an earlier transfer and the
 // entries after it had already arrived (seen in the bitflip scenario).
-// Refused, the leader sends its next snapshot, which is newer.
+// Refused, the leader sends its next snapshot, which is newer. The check
+// compares Raft's indexes (the snapshot's, from the metadata Raft opened it
+// with: snapshotOpened, against the last entry applied here) and the
+// states' (the last command each holds, from the snapshot's header), and
+// runs before the rest of the snapshot is decoded.
 func (r *replica) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	br := bufio.NewReaderSize(rc, 1<<16)
+	if err := r.staleSnapshot(br); err != nil {
+		return err
+	}
 	f := fsm.New()
-	if err := f.Restore(rc); err != nil {
+	if err := f.Restore(br); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -296,10 +325,41 @@ func (r *replica) Restore(rc io.ReadCloser) error {
 		}
 	}
 	r.tick.Store(f.Tick())
+	r.features.Store(uint64(f.Features()))
 	r.setApplied(max(r.applied.Load(), f.Index()))
 	r.hub.reset(f.Index())
 	return nil
 }
+
+// staleSnapshot refuses (ErrStaleSnapshot) the snapshot br starts with when
+// it is older than what this server applied: its Raft index (the metadata
+// Raft opened last, taken once) below the last entry applied here, or the
+// last command its header names below the state's. Nothing of br is
+// consumed.
+func (r *replica) staleSnapshot(br *bufio.Reader) error {
+	m := r.opened.Swap(nil)
+	idx, ok := fsm.PeekIndex(br)
+	if !ok {
+		return nil // Restore says what is wrong with it
+	}
+	// A snapshot's Raft index is at least its state's (the last command);
+	// metadata below that is another snapshot's (a leader sending its own,
+	// a backup opening one), and says nothing of this one.
+	if applied := r.applied.Load(); m != nil && m.Index >= idx && m.Index < applied {
+		return fmt.Errorf("%w: the snapshot is at Raft index %d, this server applied up to %d", ErrStaleSnapshot, m.Index, applied)
+	}
+	r.mu.RLock()
+	have := r.f.Index()
+	r.mu.RUnlock()
+	if idx < have {
+		return fmt.Errorf("%w: the snapshot's state is at index %d, this server's at %d", ErrStaleSnapshot, idx, have)
+	}
+	return nil
+}
+
+// snapshotOpened records the metadata of a snapshot Raft opened
+// (cluster.Config.SnapshotOpened).
+func (r *replica) snapshotOpened(meta raft.SnapshotMeta) { r.opened.Store(&meta) }
 
 // ErrStaleSnapshot is a snapshot from a leader that is older than what
 // this server has applied: installing it would move the state back.

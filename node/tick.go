@@ -112,16 +112,17 @@ func (tk *ticker) chunk() uint64 { return cmp.Or(tk.n.cfg.expireChunk, expireChu
 // stops on an entry type it does not know, so a rolling upgrade chunks
 // expiries only once it is complete.
 func (tk *ticker) tickChunk() uint64 {
-	if !tk.chunkedOK.Load() {
+	if !tk.chunkedOK.Load() && !tk.n.recorded(fsm.FeatureChunkedExpiry) {
 		return 0
 	}
 	return tk.chunk()
 }
 
 // updateChunkedExpiry records whether every server of the configuration
-// (ids) but this one announces ChunkedExpiry in gossip.
+// (ids) reads chunked expiry: recorded in the state, or every server but
+// this one announces ChunkedExpiry in gossip (features.go).
 func (tk *ticker) updateChunkedExpiry(ids []string) {
-	tk.chunkedOK.Store(!tk.n.cfg.olderPeer && everyPeer(tk.n.cfg.NodeID, ids, tk.n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.ChunkedExpiry }))
+	tk.chunkedOK.Store(tk.n.featureOK(fsm.FeatureChunkedExpiry, ids))
 }
 
 // everyPeer reports whether every server of ids but self is known (peer)
