@@ -60,7 +60,7 @@ func newBody(t Type) Command {
 		return new(SealCheck)
 	case TypeRestoreChunk:
 		return new(RestoreChunk)
-	case TypeRestoreCommit:
+	case TypeRestoreCommit, TypeRestoreCommitBounded:
 		return new(RestoreCommit)
 	case TypeAcquireGroup:
 		return new(AcquireGroup)
@@ -115,7 +115,7 @@ func decodeBinary(version byte, t Type, in []byte) (Command, error) {
 func knownIn(version byte, t Type) bool {
 	switch t {
 	case TypeExpire, TypeTickLimited, TypeRenewMeta, TypeHeartbeatMeta, TypeMemberKey,
-		TypeAcquireGroup, TypeRenewGroup, TypeReleaseGroup:
+		TypeAcquireGroup, TypeRenewGroup, TypeReleaseGroup, TypeRestoreCommitBounded:
 		return version >= versionBounds
 	}
 	return true
@@ -269,7 +269,7 @@ func decodeFields(d *dec, t Type, c Command) {
 	case *RestoreChunk:
 		c.decode(d)
 	case *RestoreCommit:
-		c.decode(d)
+		c.decode(d, t)
 	case *AcquireGroup:
 		c.decode(d)
 	case *RenewGroup:
