@@ -98,6 +98,12 @@ type RestoreCommit struct {
 	// the cluster the file was saved from, when that cluster issued tokens
 	// after the save (a disaster recovery, a rollback). 0: none.
 	FenceFloor uint64 `json:"fence_floor,omitempty"`
+	// Skip is never in the log: the applying server sets it to apply the
+	// commit as a refusal that changes nothing but dropping the staging
+	// (the operator's way out of a committed restore that cannot be
+	// applied: node.Config.SkipRestore). Replicas stay identical only if
+	// every one of them skips it.
+	Skip bool `json:"-"`
 }
 
 // Type implements Command.
@@ -238,6 +244,9 @@ func (f *FSM) restoreCommit(c *RestoreCommit) Result {
 	f.stage = nil
 	if s == nil || s.id != c.ID {
 		return Result{Err: Errorf(wire.CodeUnavailable, "restore %s: nothing staged (its chunks were dropped); nothing changed", c.ID)}
+	}
+	if c.Skip {
+		return Result{Err: Errorf(wire.CodeUnavailable, "restore %s: skipped on this server by the operator (--skip-restore); nothing changed", c.ID)}
 	}
 	if uint64(len(s.chunks)) != c.Chunks || s.size != c.Size {
 		return Result{Err: Errorf(wire.CodeUnavailable, "restore %s: %d chunks of %d bytes staged, the commit names %d of %d; nothing changed",

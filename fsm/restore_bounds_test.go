@@ -239,3 +239,32 @@ func TestRestoreCommitBoundedEncoding(t *testing.T) {
 		t.Fatal("a bounded restore commit was encoded in a batch")
 	}
 }
+
+// TestRestoreCommitSkip: a commit the applying server marks Skip (the
+// operator's --skip-restore) changes nothing and drops the staging; a
+// replica that skips it and one that never saw the restore are identical.
+func TestRestoreCommitSkip(t *testing.T) {
+	h, backup := boundsState(t)
+	plain := &harness{t: t, f: fsm.New(), index: h.index}
+	if err := plain.f.Restore(bytes.NewReader(snapshotBytes(t, h.f))); err != nil {
+		t.Fatal(err)
+	}
+	cmds := rechunk(t, "r1", backup, len(backup))
+	for _, c := range cmds[:len(cmds)-1] {
+		h.one(c)
+		plain.one(&fsm.Tick{Tick: plain.f.Tick(), WallMS: 1, PeriodMS: periodMS}) // a duplicate tick: nothing
+	}
+	commit := *cmds[len(cmds)-1].(*fsm.RestoreCommit)
+	h.index++
+	res := h.f.Apply(h.index, &fsm.RestoreCommit{ID: commit.ID, Chunks: commit.Chunks, Size: commit.Size, SHA256: commit.SHA256, Skip: true})
+	plain.one(&fsm.Tick{Tick: plain.f.Tick(), WallMS: 1, PeriodMS: periodMS})
+	if len(res) != 1 || res[0].Err == nil || res[0].Restore != nil || !bytes.Contains([]byte(res[0].Err.Message), []byte("skipped")) {
+		t.Fatalf("a skipped commit: %+v", res)
+	}
+	if id, _, _ := h.f.Staged(); id != "" {
+		t.Fatal("the staging was kept after a skipped commit")
+	}
+	if !bytes.Equal(snapshotBytes(t, h.f), snapshotBytes(t, plain.f)) {
+		t.Fatal("a replica that skipped the restore differs from one that never saw it")
+	}
+}

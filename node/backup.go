@@ -214,6 +214,23 @@ func (bk *backups) raftSnapshot(ctx context.Context) (raft.SnapshotFuture, error
 // leadership was lost after the commit was proposed; every server applies
 // it, or none does, as the log decides.
 func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (*SnapshotInfo, error) {
+	return n.RestoreSnapshotWith(ctx, r, wire.RestoreOptions{})
+}
+
+// RestoreSnapshotWith is RestoreSnapshot with options: with a FenceFloor,
+// every lease the restore brings back and every lease granted after it
+// gets a fencing token above the floor as well.
+//
+// Before it reads the body, the leader checks that every voter has the
+// disk and memory the restore needs (admission.go), from the file's
+// header and the current state's counts: otherwise UNAVAILABLE with the
+// reason. After it has decoded the file, it rebases it against the
+// current state as a dry run (fsm.FSM.PreviewRestore) and refuses a
+// result over the count limits (--max-leases, --max-sessions, per holder)
+// with RESOURCE_EXHAUSTED naming the limit. The commit carries the limits
+// and the floor, and every server's apply holds the restore to them
+// again: a commit whose result would exceed them changes nothing.
+func (n *Node) RestoreSnapshotWith(ctx context.Context, r io.Reader, opts wire.RestoreOptions) (*SnapshotInfo, error) {
 	if !n.cl.IsLeader() || !n.lt.isReady() {
 		return nil, n.noLeader()
 	}
@@ -226,6 +243,11 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (*SnapshotInfo,
 	if err != nil {
 		return nil, err
 	}
+	br := bufio.NewReaderSize(body, 64<<10)
+	counts, ok := fsm.PeekSnapshotCounts(br)
+	if err := n.bk.admitRestore(info.Size, counts, ok); err != nil {
+		return nil, err
+	}
 	// The body is spooled (the reader verifies its size and checksum as it
 	// goes), decoded once to check it, and then read again to be sent.
 	tmp, err := n.bk.spoolFile("restore")
@@ -233,10 +255,11 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (*SnapshotInfo,
 		return nil, err
 	}
 	defer removeSpool(tmp)
-	if _, err := io.Copy(tmp, body); err != nil {
+	if _, err := io.Copy(tmp, br); err != nil {
 		return nil, err
 	}
-	if err := n.bk.checkRestoreBody(tmp, info); err != nil {
+	quota := n.cfg.quota()
+	if err := n.bk.checkRestoreBody(tmp, info, quota, opts.FenceFloor); err != nil {
 		return nil, err
 	}
 	var sum fsm.Hash
@@ -254,7 +277,8 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (*SnapshotInfo,
 		return nil, err
 	}
 	n.bk.restoreHook("chunks-sent")
-	res, index, err := n.bk.applyRestoreEntry(&fsm.RestoreCommit{ID: id, Chunks: chunks, Size: uint64(info.Size), SHA256: sum})
+	res, index, err := n.bk.applyRestoreEntry(&fsm.RestoreCommit{ID: id, Chunks: chunks, Size: uint64(info.Size), SHA256: sum,
+		Quota: quota, FenceFloor: opts.FenceFloor})
 	n.bk.restoreHook("committed")
 	if err != nil {
 		return nil, err
@@ -283,7 +307,7 @@ func (bk *backups) restoreSupported() error {
 	if err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "restore: read the configuration: " + err.Error()}
 	}
-	if bk.n.cfg.olderPeer || !everyPeer(bk.n.cfg.NodeID, ids, bk.n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.RestoreLog }) {
+	if bk.n.cfg.olderPeer || !everyPeer(bk.n.cfg.NodeID, ids, bk.n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.RestoreLog && p.RestoreBounds }) {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "a server of the configuration runs a version that cannot apply a restore " +
 			"(or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
 	}
@@ -291,8 +315,10 @@ func (bk *backups) restoreSupported() error {
 }
 
 // checkRestoreBody decodes the spooled body to check that it is a state
-// this cluster can take, describes it in info, and rewinds the spool.
-func (bk *backups) checkRestoreBody(tmp *os.File, info *SnapshotInfo) error {
+// this cluster can take, describes it in info, checks that the restore's
+// result would hold to quota (a dry run of the rebase against the current
+// state, with fence floor floor), and rewinds the spool.
+func (bk *backups) checkRestoreBody(tmp *os.File, info *SnapshotInfo, quota fsm.Quota, floor uint64) error {
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return &wire.Error{Code: wire.CodeInternal, Message: "rewind the restore spool: " + err.Error()}
 	}
@@ -305,6 +331,20 @@ func (bk *backups) checkRestoreBody(tmp *os.File, info *SnapshotInfo) error {
 		// Ticks count every TTL; the leader would keep ticking at its own
 		// period, so time would run at the wrong speed.
 		return badSnapshot("its tick period is %dms; this cluster ticks every %dms", p, cur)
+	}
+	// The dry run reads the running state: applies wait meanwhile (the
+	// commit will make them wait as long), and the watchdog counts it as
+	// the restore's progress.
+	bk.markRestoreProgress()
+	start := time.Now()
+	bk.n.rep.mu.RLock()
+	st, qerr := f.PreviewRestore(bk.n.rep.f, quota, floor)
+	bk.n.rep.mu.RUnlock()
+	bk.markRestoreProgress()
+	bk.n.log.Info("restore dry run", "refenced", st.Refenced, "kept", st.Kept, "superseded", st.Superseded, "took", time.Since(start))
+	if qerr != nil {
+		qerr.Message = "restore refused: " + qerr.Message + "; nothing changed"
+		return qerr
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return &wire.Error{Code: wire.CodeInternal, Message: "rewind the restore spool: " + err.Error()}

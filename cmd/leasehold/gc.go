@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -52,6 +53,20 @@ func relaxGC() (cgroupLimit int64) {
 		first := memLimitFor(0, 0, cgroupLimit)
 		debug.SetMemoryLimit(first)
 		go followLiveHeap(first, cgroupLimit)
+	}
+	return cgroupLimit
+}
+
+// restoreMemLimit is the hard memory bound a restore's admission check
+// holds its estimate to (node.Config.MemoryLimit): GOMEMLIMIT when set,
+// else cgroupLimit (relaxGC's; 0: none, and the node uses the machine's
+// memory).
+func restoreMemLimit(cgroupLimit int64) int64 {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
+			return l
+		}
+		return 0
 	}
 	return cgroupLimit
 }

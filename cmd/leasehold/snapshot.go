@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 const snapshotUsage = "usage: leasehold snapshot save FILE | restore --yes FILE | inspect FILE | downgrade FILE OUT [flags]"
@@ -79,6 +80,7 @@ func (a *app) snapshotRestore(ctx context.Context, args []string) error {
 	var cf clientFlags
 	cf.register(fs)
 	yes := fs.Bool("yes", false, "confirm that the whole cluster state is to be replaced")
+	floor := fs.Uint64("fence-floor", 0, "the restored fencing tokens start above this one too: the fence_high of the cluster the file was saved from (GET /v1/cluster/local), when it issued tokens after the save; 0: none")
 	file, err := a.parseOne(fs, args)
 	if err != nil {
 		return err
@@ -91,7 +93,7 @@ func (a *app) snapshotRestore(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	info, err := restoreSnapshotFile(ctx, c, file)
+	info, err := restoreSnapshotFile(ctx, c, file, wire.RestoreOptions{FenceFloor: *floor})
 	if err != nil {
 		return err
 	}
@@ -230,7 +232,7 @@ func downgradeSnapshotFile(in, out string) (info *node.SnapshotInfo, dropped int
 }
 
 // restoreSnapshotFile checks file (size and checksum) and uploads it.
-func restoreSnapshotFile(ctx context.Context, c *client.Client, file string) (*node.SnapshotInfo, error) {
+func restoreSnapshotFile(ctx context.Context, c *client.Client, file string, opts wire.RestoreOptions) (*node.SnapshotInfo, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, err
@@ -246,7 +248,7 @@ func restoreSnapshotFile(ctx context.Context, c *client.Client, file string) (*n
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	return c.RestoreSnapshot(ctx, bufio.NewReaderSize(f, 1<<20))
+	return c.RestoreSnapshotWith(ctx, bufio.NewReaderSize(f, 1<<20), opts)
 }
 
 func printSnapshotInfo(w io.Writer, info *node.SnapshotInfo) error {
