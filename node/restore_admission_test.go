@@ -3,14 +3,18 @@ package node
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
 )
 
@@ -208,5 +212,85 @@ func TestRestoreAdmissionDisk(t *testing.T) {
 	free.Store(need)
 	if _, err := dst.RestoreSnapshot(ctx, bytes.NewReader(file)); err != nil {
 		t.Fatalf("restore with room: %v", err)
+	}
+}
+
+// TestRestoreAdmissionPeerMemory: the leader holds the estimate to every
+// voter's memory limit, which gossip carries: a follower with too little
+// is named in the refusal, and nothing changes anywhere.
+func TestRestoreAdmissionPeerMemory(t *testing.T) {
+	ctx := context.Background()
+	_, file := restoreSource(t, 3, "a")
+	c := newTestCluster(t)
+	n1 := c.start(clusterConfig("n1"))
+	<-n1.Ready()
+	for _, id := range []string{"n2", "n3"} {
+		cfg := clusterConfig(id)
+		cfg.Join = []string{n1.mem.gossip.Addr()}
+		if id == "n3" {
+			cfg.MemoryLimit = 1 << 20
+		}
+		c.start(cfg)
+	}
+	c.voters(3)
+	l := c.leader()
+	if l == c.node("n3") {
+		t.Skip("n3 leads: its own limit is TestRestoreAdmissionMemory's case")
+	}
+	var err error
+	start := time.Now()
+	waitFor(t, 15*time.Second, func() bool {
+		_, err = l.RestoreSnapshot(ctx, bytes.NewReader(file))
+		return err == nil || strings.Contains(err.Error(), "server n3 may use")
+	})
+	var e *wire.Error
+	if !errors.As(err, &e) || e.Code != wire.CodeUnavailable {
+		t.Fatalf("restore with a follower short of memory: %v", err)
+	}
+	t.Logf("refused after %v: %v", time.Since(start), err)
+	if got := len(allLeases(t, l)); got != 0 {
+		t.Fatalf("%d leases after a refused restore", got)
+	}
+}
+
+// TestSkipRestore: a server configured to skip a restore (Config.SkipRestore,
+// --skip-restore) applies its commit as a refusal that changes nothing;
+// another restore applies as usual.
+func TestSkipRestore(t *testing.T) {
+	ctx := context.Background()
+	_, file := restoreSource(t, 3, "a")
+	info, body, err := ReadSnapshotFile(bytes.NewReader(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, "")
+	cfg.SkipRestore = "rs_stuck"
+	n := openNode(t, cfg)
+	commit := func(id string) fsm.Result {
+		chunks, err := n.bk.sendRestoreChunks(ctx, id, bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, _, err := n.bk.applyRestoreEntry(&fsm.RestoreCommit{ID: id, Chunks: chunks, Size: uint64(info.Size), SHA256: sha256.Sum256(raw)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := commit("rs_stuck"); res.Err == nil || res.Restore != nil || !strings.Contains(res.Err.Message, "--skip-restore") {
+		t.Fatalf("the skipped restore: %+v", res)
+	}
+	if got := len(allLeases(t, n)); got != 0 {
+		t.Fatalf("%d leases after a skipped restore", got)
+	}
+	if res := commit("rs_other"); res.Err != nil || res.Restore == nil {
+		t.Fatalf("another restore: %+v", res)
+	}
+	if got := len(allLeases(t, n)); got != 3 {
+		t.Fatalf("%d leases after a restore, want 3", got)
 	}
 }
