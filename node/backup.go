@@ -277,10 +277,19 @@ func (n *Node) RestoreSnapshotWith(ctx context.Context, r io.Reader, opts wire.R
 		return nil, err
 	}
 	n.bk.restoreHook("chunks-sent")
+	// The id is what an operator gives --skip-restore should no server be
+	// able to apply the commit (docs/operations.md).
+	n.log.Warn("committing a restore", "restore_id", id, "chunks", chunks, "bytes", info.Size, "fence_floor", opts.FenceFloor)
 	res, index, err := n.bk.applyRestoreEntry(&fsm.RestoreCommit{ID: id, Chunks: chunks, Size: uint64(info.Size), SHA256: sum,
 		Quota: quota, FenceFloor: opts.FenceFloor})
 	n.bk.restoreHook("committed")
 	if err != nil {
+		var e *wire.Error
+		if errors.As(err, &e) && e.Code == wire.CodeIndeterminate {
+			c := *e
+			c.Message += " (restore id " + id + ")"
+			return nil, &c
+		}
 		return nil, err
 	}
 	if res.Err != nil {
