@@ -196,8 +196,11 @@ func (bk *backups) raftSnapshot(ctx context.Context) (raft.SnapshotFuture, error
 //   - the clock: the tick never goes back (the file's deadlines move with
 //     it);
 //   - fencing tokens: the restored fencing counter is above every token
-//     granted before the restore and every re-fenced one, so a lease
-//     granted afterwards gets a higher token than any lease ever had;
+//     this cluster granted before the restore, the file's counter, the
+//     fence floor (RestoreSnapshotWith) and every re-fenced one, so a
+//     lease granted afterwards gets a higher token than any lease this
+//     cluster ever had. Tokens that the file's cluster issued after the
+//     save are above it only if the floor covers them (its fence_high);
 //   - event ids: events after the restore have higher ids than every
 //     event before; live event streams end with EVENTS_COMPACTED and a
 //     resume from before the restore is refused the same way, since the
