@@ -219,7 +219,8 @@ func (r *rebaser) sessionsBound() {
 		}
 		if s := r.sessions[l.SessionID]; s == nil || s.State != SessionActive {
 			if c := r.cur.leases.Get(l.ID); c == l {
-				l = shiftLease(l, 0, false)
+				cp := *l // cur's record, shared: never changed in place
+				l = &cp
 				r.leases[l.ID] = l
 			}
 			l.markEnded(StateExpired, ReasonSessionEnded, r.tick, r.wallMS)

@@ -268,3 +268,39 @@ func TestRestoreCommitSkip(t *testing.T) {
 		t.Fatal("a replica that skipped the restore differs from one that never saw it")
 	}
 }
+
+// TestPreviewRestoreLeavesStateAlone: the leader's dry run only reads the
+// running state, also when it has an expiry backlog: leases still active
+// on a session that has ended (left due by a limited tick) are ended in
+// the result, never in the running state's shared records.
+func TestPreviewRestoreLeavesStateAlone(t *testing.T) {
+	h := newHarness(t)
+	h.tick(1)
+	h.one(acq("A", "k0", "alice", 1000))
+	backup := snapshotBytes(t, h.f)
+	h.one(session("S", "s", 3))
+	for _, id := range []string{"L1", "L2", "L3"} {
+		h.one(bound(id, "k"+id, "S"))
+	}
+	for range 20 {
+		if s := h.f.Session("S"); s.State != fsm.SessionActive {
+			break
+		}
+		next := h.f.Tick() + 1
+		h.one(&fsm.Tick{Tick: next, WallMS: int64(next) * periodMS, PeriodMS: periodMS, ExpireMax: 1})
+	}
+	if s := h.f.Session("S"); s.State == fsm.SessionActive || h.f.Backlog() == 0 {
+		t.Fatalf("setup: session %s with backlog %d; want it ended with leases left due", s.State, h.f.Backlog())
+	}
+	before := snapshotBytes(t, h.f)
+	nf := fsm.New()
+	if err := nf.Restore(bytes.NewReader(backup)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nf.PreviewRestore(h.f, fsm.Quota{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, snapshotBytes(t, h.f)) {
+		t.Fatal("the dry run changed the running state")
+	}
+}
