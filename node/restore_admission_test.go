@@ -294,3 +294,35 @@ func TestSkipRestore(t *testing.T) {
 		t.Fatalf("%d leases after a restore, want 3", got)
 	}
 }
+
+// TestRestoreOverLimitsRefusedAtCommit: above restorePreviewMax records the
+// leader skips its dry run, and the commit's apply refuses a result over
+// the limits (RESOURCE_EXHAUSTED), changing nothing.
+func TestRestoreOverLimitsRefusedAtCommit(t *testing.T) {
+	ctx := context.Background()
+	_, file := restoreSource(t, 3, "a")
+	old := restorePreviewMax
+	restorePreviewMax = 0
+	t.Cleanup(func() { restorePreviewMax = old })
+	cfg := testConfig(t, "")
+	cfg.MaxLeases = 4
+	dst := openNode(t, cfg)
+	for i := range 2 {
+		if _, _, err := dst.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprint("dst/", i), Holder: "b", TTLMS: 60000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := allLeases(t, dst)
+	steps := stepsOf(dst)
+	_, err := dst.RestoreSnapshot(ctx, bytes.NewReader(file))
+	var e *wire.Error
+	if !errors.As(err, &e) || e.Code != wire.CodeResourceExhausted || e.Field != "leases" || !strings.Contains(e.Message, "nothing changed") {
+		t.Fatalf("restore over --max-leases: %v", err)
+	}
+	if s := steps(); !reflect.DeepEqual(s, []string{"first-chunk", "chunks-sent", "committed"}) {
+		t.Fatalf("steps %v: the commit did not decide", s)
+	}
+	if after := allLeases(t, dst); !reflect.DeepEqual(before, after) {
+		t.Fatalf("a refused restore changed the leases: %v -> %v", before, after)
+	}
+}
