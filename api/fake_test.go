@@ -239,13 +239,14 @@ func (f *fakeNode) SaveSnapshot(_ context.Context, w io.Writer) (*node.SnapshotI
 	return &node.SnapshotInfo{Format: 1, Index: 9, Size: int64(len(fakeSnapshot))}, nil
 }
 
-// RestoreSnapshot reads the whole body and records its length.
-func (f *fakeNode) RestoreSnapshot(_ context.Context, r io.Reader) (*node.SnapshotInfo, error) {
+// RestoreSnapshotWith reads the whole body and records its length and
+// fence floor.
+func (f *fakeNode) RestoreSnapshotWith(_ context.Context, r io.Reader, opts wire.RestoreOptions) (*node.SnapshotInfo, error) {
 	n, err := io.Copy(io.Discard, r)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.record("RestoreSnapshot", n); err != nil {
+	if err := f.record("RestoreSnapshot", n, opts.FenceFloor); err != nil {
 		return nil, err
 	}
 	return &node.SnapshotInfo{Format: 1, Index: 9, Size: n, RestoredIndex: 50}, nil

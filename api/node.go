@@ -67,9 +67,9 @@ type Node interface {
 	// SaveSnapshot writes a snapshot file of the whole state to w (leader
 	// only); an error after the first write leaves a partial file.
 	SaveSnapshot(ctx context.Context, w io.Writer) (*node.SnapshotInfo, error)
-	// RestoreSnapshot verifies the snapshot file read from r, then replaces
-	// the cluster state with it (leader only).
-	RestoreSnapshot(ctx context.Context, r io.Reader) (*node.SnapshotInfo, error)
+	// RestoreSnapshotWith verifies the snapshot file read from r, then
+	// replaces the cluster state with it (leader only).
+	RestoreSnapshotWith(ctx context.Context, r io.Reader, opts wire.RestoreOptions) (*node.SnapshotInfo, error)
 
 	// ReadyErr is nil when a leader is known and this node has applied up to
 	// it; otherwise it says why not.

@@ -52,9 +52,15 @@ func (sw *snapshotWriter) Write(p []byte) (int, error) {
 // restoreSnapshot handles PUT /v1/cluster/snapshot (admin): the body is a
 // snapshot file (at most MaxSnapshotBytes); the leader verifies it whole,
 // then replaces the cluster state with it and answers with its description.
+// ?fence_floor=N: the restored tokens start above N (wire.RestoreOptions).
 func (s *server) restoreSnapshot(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+	q := newQuery(r)
+	opts := wire.RestoreOptions{FenceFloor: q.integer("fence_floor")}
+	if q.err != nil {
+		return q.err
+	}
 	body := http.MaxBytesReader(w, r.Body, MaxSnapshotBytes)
-	info, err := s.n.RestoreSnapshot(r.Context(), body)
+	info, err := s.n.RestoreSnapshotWith(r.Context(), body, opts)
 	if errors.Is(err, errBodyTimeout) {
 		err = &wire.Error{Code: wire.CodeInvalidArgument, Message: "snapshot upload stalled: " + err.Error()}
 	}

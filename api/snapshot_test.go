@@ -162,3 +162,22 @@ func TestSnapshotRealNode(t *testing.T) {
 		t.Fatalf("after restore: %+v (restore answered %+v)", l, got)
 	}
 }
+
+// TestRestoreFenceFloorParam: ?fence_floor=N reaches the node; a value that
+// is not a non-negative integer is INVALID_ARGUMENT naming the field, and
+// the node is not called.
+func TestRestoreFenceFloorParam(t *testing.T) {
+	f := newFake()
+	rec := do(t, New(f, Options{}), "PUT", "/v1/cluster/snapshot?fence_floor=1234", "body")
+	if rec.Code != 200 {
+		t.Fatalf("restore: %d %s", rec.Code, rec.Body)
+	}
+	if c := f.only(t, "RestoreSnapshot"); c.args[1] != uint64(1234) {
+		t.Fatalf("the node got fence floor %v, want 1234", c.args[1])
+	}
+	f = newFake()
+	wantError(t, do(t, New(f, Options{}), "PUT", "/v1/cluster/snapshot?fence_floor=-1", "body"), 400, wire.CodeInvalidArgument, "fence_floor")
+	if calls := f.called(); len(calls) != 0 {
+		t.Fatalf("a bad fence floor reached the node: %+v", calls)
+	}
+}

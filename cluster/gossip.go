@@ -69,6 +69,10 @@ type Meta struct {
 	// carry metadata (fsm.TypeSessionHeartbeatMeta); false for earlier
 	// versions.
 	SessionMeta bool `json:"smeta,omitempty"`
+	// RestoreBounds: the server's version reads restore commits that
+	// carry count limits and a fence floor (fsm.TypeRestoreCommitBounded);
+	// false for earlier versions.
+	RestoreBounds bool `json:"rbound,omitempty"`
 }
 
 // PeerStats is a server's view of Raft, carried in gossip ping acks.
@@ -84,6 +88,10 @@ type PeerStats struct {
 	// its free bytes (0 when unknown or not reported).
 	DiskLow  bool  `json:"dl,omitempty"`
 	DiskFree int64 `json:"df,omitempty"`
+	// MemLimit is the memory the server holds a restore's estimate to
+	// (its GOMEMLIMIT, its memory cgroup's limit, or its physical
+	// memory), in bytes; 0 when unknown or not reported.
+	MemLimit int64 `json:"ml,omitempty"`
 }
 
 // Peer is one server as gossip knows it.

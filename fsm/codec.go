@@ -64,7 +64,7 @@ func newBody(t Type) Command {
 		return new(FeaturesCmd)
 	case TypeRestoreChunk:
 		return new(RestoreChunk)
-	case TypeRestoreCommit:
+	case TypeRestoreCommit, TypeRestoreCommitBounded:
 		return new(RestoreCommit)
 	case TypeAcquireGroup:
 		return new(AcquireGroup)
@@ -119,7 +119,7 @@ func decodeBinary(version byte, t Type, in []byte) (Command, error) {
 func knownIn(version byte, t Type) bool {
 	switch t {
 	case TypeExpire, TypeTickLimited, TypeRenewMeta, TypeHeartbeatMeta, TypeMemberKey,
-		TypeAcquireGroup, TypeRenewGroup, TypeReleaseGroup, TypeSessionHeartbeatMeta:
+		TypeAcquireGroup, TypeRenewGroup, TypeReleaseGroup, TypeSessionHeartbeatMeta, TypeRestoreCommitBounded:
 		return version >= versionBounds
 	}
 	return true
@@ -279,7 +279,7 @@ func decodeFields(d *dec, t Type, c Command) {
 	case *RestoreChunk:
 		c.decode(d)
 	case *RestoreCommit:
-		c.decode(d)
+		c.decode(d, t)
 	case *AcquireGroup:
 		c.decode(d)
 	case *RenewGroup:

@@ -21,7 +21,7 @@ func (c *Batch) encode(e *enc) {
 		case sub.Type() == TypeBatch:
 			e.fail(errors.New("fsm: nested batch"))
 			return
-		case sub.Type() == TypeRestoreChunk || sub.Type() == TypeRestoreCommit:
+		case sub.Type() == TypeRestoreChunk || sub.Type() == TypeRestoreCommit || sub.Type() == TypeRestoreCommitBounded:
 			e.fail(fmt.Errorf("fsm: command type %d in a batch", sub.Type()))
 			return
 		}
@@ -53,7 +53,7 @@ func (c *Batch) decode(d *dec) {
 			d.fail("nested batch")
 			return
 		}
-		if t == TypeRestoreChunk || t == TypeRestoreCommit {
+		if t == TypeRestoreChunk || t == TypeRestoreCommit || t == TypeRestoreCommitBounded {
 			d.fail(fmt.Sprintf("command type %d in a batch", t))
 			return
 		}

@@ -405,7 +405,7 @@ func decodeJSON(t Type, body []byte) (Command, error) {
 	}
 	c := newBody(t)
 	if c == nil || t == TypeClusterID || t == TypeSealCheck || t == TypeExpire || t == TypeTickLimited ||
-		t == TypeRestoreChunk || t == TypeRestoreCommit || t == TypeRenewMeta || t == TypeHeartbeatMeta || t == TypeMemberKey ||
+		t == TypeRestoreChunk || t == TypeRestoreCommit || t == TypeRestoreCommitBounded || t == TypeRenewMeta || t == TypeHeartbeatMeta || t == TypeMemberKey ||
 		t == TypeAcquireGroup || t == TypeRenewGroup || t == TypeReleaseGroup || t == TypeSessionHeartbeatMeta || t == TypeFeatures { // version 1 predates them
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}

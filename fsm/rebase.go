@@ -72,8 +72,13 @@ func (f *FSM) Rebase(cur *FSM, index uint64) int {
 }
 
 // RebaseStats is Rebase, saying what it did.
-func (f *FSM) RebaseStats(cur *FSM, index uint64) RebaseStats {
+func (f *FSM) RebaseStats(cur *FSM, index uint64) RebaseStats { return f.RebaseAbove(cur, index, 0) }
+
+// RebaseAbove is RebaseStats with a fence floor: the new tokens and the
+// fencing counter are also above floor (RestoreCommit.FenceFloor; 0: none).
+func (f *FSM) RebaseAbove(cur *FSM, index, floor uint64) RebaseStats {
 	r := newRebaser(f, cur)
+	r.floor = floor
 	r.sessionsMerged()
 	r.leasesMerged()
 	r.sessionsBound()
@@ -90,6 +95,7 @@ type rebaser struct {
 	sf, sc uint64 // how far f's and cur's ticks move to reach it
 	wallMS int64
 	fence  uint64
+	floor  uint64 // a fence floor (RestoreCommit.FenceFloor)
 	// curKeys are the keys in use in cur (an active lease or a pending
 	// lock-delay); curSess the sessions active in cur.
 	curKeys, curSess map[string]bool
@@ -157,7 +163,7 @@ func (r *rebaser) leasesMerged() {
 	}
 	back = r.wholeGroups(back)
 	slices.SortFunc(back, func(a, b *Lease) int { return cmp.Or(cmp.Compare(a.Fence, b.Fence), strings.Compare(a.ID, b.ID)) })
-	r.fence = max(r.f.fence, r.cur.fence)
+	r.fence = max(r.f.fence, r.cur.fence, r.floor)
 	for _, l := range back {
 		r.fence++
 		l.Fence = r.fence
@@ -214,7 +220,8 @@ func (r *rebaser) sessionsBound() {
 		}
 		if s := r.sessions[l.SessionID]; s == nil || s.State != SessionActive {
 			if c := r.cur.leases.Get(l.ID); c == l {
-				l = shiftLease(l, 0, false)
+				cp := *l // cur's record, shared: never changed in place
+				l = &cp
 				r.leases[l.ID] = l
 			}
 			l.markEnded(StateExpired, ReasonSessionEnded, r.tick, r.wallMS)

@@ -38,6 +38,10 @@ const (
 	TypeRestoreChunk Type = 18
 	// TypeRestoreCommit is a RestoreCommit entry.
 	TypeRestoreCommit Type = 19
+	// TypeRestoreCommitBounded is a RestoreCommit that carries a Quota or
+	// a FenceFloor (a version-4 body: the fields of TypeRestoreCommit,
+	// then the Quota and the FenceFloor).
+	TypeRestoreCommitBounded Type = 28
 )
 
 // MaxRestoreChunk bounds the bytes of one RestoreChunk: small enough that
@@ -84,13 +88,37 @@ type RestoreCommit struct {
 	Chunks uint64 `json:"chunks"`
 	Size   uint64 `json:"size"`
 	SHA256 Hash   `json:"sha256"`
+	// Quota is the proposing server's count limits (Leases, HolderLeases,
+	// Sessions, HolderSessions; the waiter limits are ignored, a restore
+	// leaves no waiter): a restore whose result would exceed one of them
+	// changes nothing (RESOURCE_EXHAUSTED), on every replica alike.
+	Quota Quota `json:"quota,omitzero"`
+	// FenceFloor is a fencing token the restored fencing counter starts
+	// above, with the file's and the running state's: the last token of
+	// the cluster the file was saved from, when that cluster issued tokens
+	// after the save (a disaster recovery, a rollback). 0: none.
+	FenceFloor uint64 `json:"fence_floor,omitempty"`
+	// Skip is never in the log: the applying server sets it to apply the
+	// commit as a refusal that changes nothing but dropping the staging
+	// (the operator's way out of a committed restore that cannot be
+	// applied: node.Config.SkipRestore). Replicas stay identical only if
+	// every one of them skips it.
+	Skip bool `json:"-"`
 }
 
 // Type implements Command.
 func (*RestoreChunk) Type() Type { return TypeRestoreChunk }
 
-// Type implements Command.
-func (*RestoreCommit) Type() Type { return TypeRestoreCommit }
+// Type implements Command: TypeRestoreCommitBounded when c carries a Quota
+// or a FenceFloor.
+func (c *RestoreCommit) Type() Type {
+	if c.bounded() {
+		return TypeRestoreCommitBounded
+	}
+	return TypeRestoreCommit
+}
+
+func (c *RestoreCommit) bounded() bool { return c.Quota != (Quota{}) || c.FenceFloor != 0 }
 
 func validRestoreID(id string) *wire.Error {
 	return validPrintable("restore id", id, MaxRestoreIDBytes)
@@ -128,13 +156,24 @@ func (c *RestoreCommit) encode(e *enc) {
 	e.uvarint(c.Chunks)
 	e.uvarint(c.Size)
 	e.hash(c.SHA256)
+	if c.bounded() { // TypeRestoreCommitBounded
+		c.Quota.encode(e)
+		e.uvarint(c.FenceFloor)
+	}
 }
 
-func (c *RestoreCommit) decode(d *dec) {
+func (c *RestoreCommit) decode(d *dec, t Type) {
 	c.ID = d.str()
 	c.Chunks = d.uvarint()
 	c.Size = d.uvarint()
 	c.SHA256 = d.hash()
+	if t == TypeRestoreCommitBounded {
+		c.Quota.decode(d)
+		c.FenceFloor = d.uvarint()
+		if d.err == nil && !c.bounded() {
+			d.fail("bounded restore commit: no quota and no fence floor") // one encoding per command
+		}
+	}
 	if d.err == nil && validRestoreID(c.ID) != nil {
 		d.fail("restore commit: bad restore id")
 	}
@@ -206,6 +245,9 @@ func (f *FSM) restoreCommit(c *RestoreCommit) Result {
 	if s == nil || s.id != c.ID {
 		return Result{Err: Errorf(wire.CodeUnavailable, "restore %s: nothing staged (its chunks were dropped); nothing changed", c.ID)}
 	}
+	if c.Skip {
+		return Result{Err: Errorf(wire.CodeUnavailable, "restore %s: skipped on this server by the operator (--skip-restore); nothing changed", c.ID)}
+	}
 	if uint64(len(s.chunks)) != c.Chunks || s.size != c.Size {
 		return Result{Err: Errorf(wire.CodeUnavailable, "restore %s: %d chunks of %d bytes staged, the commit names %d of %d; nothing changed",
 			c.ID, len(s.chunks), s.size, c.Chunks, c.Size)}
@@ -237,6 +279,14 @@ func (f *FSM) restoreCommit(c *RestoreCommit) Result {
 	nf.expireDue(0, nf.wallMS, true)
 	nf.events, nf.notices = nil, nil
 	f.expireDue(0, f.wallMS, true)
+	st := nf.RebaseAbove(f, f.index, c.FenceFloor)
+	if err := nf.checkRestoreQuota(c.Quota); err != nil {
+		// The running state stays as it is (but for what was due, which
+		// ended above as the next tick would have ended it), and so do
+		// its queued acquires and event streams.
+		err.Message = "restore " + c.ID + ": " + err.Message + "; nothing changed"
+		return Result{Err: err}
+	}
 	f.events = f.events[:0] // the event streams end at a restore
 	notices := f.notices
 	for _, k := range f.keys.sortedNames() {
@@ -245,12 +295,62 @@ func (f *FSM) restoreCommit(c *RestoreCommit) Result {
 				"the cluster state was restored from a snapshot while this acquire waited; it was not granted")})
 		}
 	}
-	st := nf.RebaseStats(f, f.index)
 	seq := f.seq
 	*f = *nf
 	f.seq = seq
 	f.notices = notices
 	return Result{Restore: &st}
+}
+
+// checkRestoreQuota refuses a restored state f (rebased) that would
+// exceed q's count limits: the live leases (a restored state has no queued
+// acquire), the active sessions, and one holder's active leases or
+// sessions (the first such holder in name order is named). Where a limit
+// holds, it holds at every applied index, a restore's too.
+func (f *FSM) checkRestoreQuota(q Quota) *wire.Error {
+	if n := uint64(f.active + len(f.waiting)); q.Leases > 0 && n > q.Leases {
+		return Exhausted("leases", q.Leases, "the restored state would have %d live leases, above the limit of %d (--max-leases)", n, q.Leases)
+	}
+	if n := uint64(f.sessOpen); q.Sessions > 0 && n > q.Sessions {
+		return Exhausted("sessions", q.Sessions, "the restored state would have %d active sessions, above the limit of %d (--max-sessions)", n, q.Sessions)
+	}
+	if q.HolderLeases == 0 && q.HolderSessions == 0 {
+		return nil
+	}
+	var leases, sessions string // the first holder over each limit
+	for h, hi := range f.holders {
+		if q.HolderLeases > 0 && uint64(hi.leases.n) > q.HolderLeases && (leases == "" || h < leases) {
+			leases = h
+		}
+		if q.HolderSessions > 0 && uint64(hi.sessions.n) > q.HolderSessions && (sessions == "" || h < sessions) {
+			sessions = h
+		}
+	}
+	switch {
+	case leases != "":
+		return Exhausted("leases_per_holder", q.HolderLeases, "holder %s would have %d active leases after the restore, above the limit of %d (--max-leases-per-holder)",
+			quote(leases), f.holders[leases].leases.n, q.HolderLeases)
+	case sessions != "":
+		return Exhausted("sessions_per_holder", q.HolderSessions, "holder %s would have %d active sessions after the restore, above the limit of %d (--max-sessions-per-holder)",
+			quote(sessions), f.holders[sessions].sessions.n, q.HolderSessions)
+	}
+	return nil
+}
+
+// PreviewRestore is what applying a restore of f, a state decoded from a
+// snapshot file, with quota q and fence floor floor would decide against
+// cur as it is now: it rebases f against cur (f is consumed: use it for
+// nothing else) and checks q. cur is only read (hold its lock for reading
+// meanwhile). It is exact when cur has no backlog (ticks without an
+// expiry limit leave none); with one, the records it holds count as live
+// here, which the apply ends first. The leader's check before it sends a
+// restore; the apply decides.
+func (f *FSM) PreviewRestore(cur *FSM, q Quota, floor uint64) (RebaseStats, *wire.Error) {
+	f.stage = nil
+	f.expireDue(0, f.wallMS, true)
+	f.events, f.notices = nil, nil
+	st := f.RebaseAbove(cur, cur.index, floor)
+	return st, f.checkRestoreQuota(q)
 }
 
 // chunkReader reads staged chunks in order, letting go of each as it is

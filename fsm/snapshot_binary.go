@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -394,4 +395,38 @@ func PeekIndex(br *bufio.Reader) (index uint64, ok bool) {
 		return 0, false
 	}
 	return hdr.Index, true
+}
+
+// SnapshotCounts are the record counts a snapshot's header states.
+type SnapshotCounts struct {
+	Leases, Sessions, Keys int
+	// Fence is the snapshot's fencing counter.
+	Fence uint64
+}
+
+// PeekSnapshotCounts reads the header of the snapshot read from br without
+// consuming anything (it peeks at most the header's bytes), so that a
+// restore can be sized before the state is decoded. ok is false when br
+// does not start with a binary snapshot's header (a format 1 snapshot, or
+// not a snapshot).
+func PeekSnapshotCounts(br *bufio.Reader) (c SnapshotCounts, ok bool) {
+	b, _ := br.Peek(min(br.Size(), 4096))
+	if len(b) < len(snapMagic) || string(b[:len(snapMagic)]) != snapMagic {
+		return c, false
+	}
+	rr := &recordReader{r: bufio.NewReader(bytes.NewReader(b[len(snapMagic):]))}
+	body, err := rr.next()
+	if err != nil {
+		return c, false
+	}
+	var hdr snapHeader
+	if decodeRecord(body, "header", 0, hdr.decode) != nil {
+		return c, false
+	}
+	return SnapshotCounts{Leases: hdr.Leases, Sessions: hdr.Sessions, Keys: hdr.Keys, Fence: hdr.Fence}, true
+}
+
+// Records is f's record counts, as a snapshot of it would state them.
+func (f *FSM) Records() SnapshotCounts {
+	return SnapshotCounts{Leases: f.leases.Len(), Sessions: len(f.sessions), Keys: f.keys.Len(), Fence: f.fence}
 }

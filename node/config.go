@@ -184,6 +184,19 @@ type Config struct {
 	// snapshot), which covers one more log segment (64 MiB) and a
 	// snapshot. Negative: off.
 	MinFreeDisk int64
+	// MemoryLimit is the memory, in bytes, that a restore's admission
+	// check holds its estimate to (see Node.RestoreSnapshot): the
+	// process's hard bound, GOMEMLIMIT or its memory cgroup's limit (the
+	// server sets it). 0 (default): the machine's physical memory.
+	// Negative: no memory check.
+	MemoryLimit int64
+	// SkipRestore is the id of a restore ("rs_...") whose commit this
+	// server applies as a refusal that changes nothing: the way out of a
+	// committed restore that the servers cannot apply (they run out of
+	// memory or disk on it, and restart into it again). Replicas stay
+	// identical only when every server has it and none has applied that
+	// commit (see docs/operations.md). Empty (default): none.
+	SkipRestore string
 	// LogFailureTimeout: once every write to Raft's log store has failed
 	// for this long, the node fails (Node.Failed; the server exits with
 	// status 74 for its supervisor to restart it). It fails sooner when

@@ -25,6 +25,12 @@ type LocalState struct {
 	AppliedIndex uint64 `json:"applied_index"`
 	// Tick is the last tick applied here.
 	Tick uint64 `json:"tick"`
+	// FenceHigh is the highest fencing token the cluster has issued, as
+	// applied here (the state's fencing counter): the fence floor to give
+	// a restore of this cluster's backup into another cluster (a disaster
+	// recovery, a rollback), so that no token issued here is issued again
+	// there. Read it from the leader, or the most advanced survivor.
+	FenceHigh uint64 `json:"fence_high"`
 	// SnapshotsInstalled counts the snapshots this node installed from a
 	// leader since it started; SnapshotsRestored counts every state
 	// replaced since it started (those installs and operator restores).
@@ -98,9 +104,9 @@ func (n *Node) LocalState(ctx context.Context, hashAt uint64) (*LocalState, erro
 	r := n.cl
 	_, leader := r.Leader()
 	n.rep.mu.RLock()
-	tick := n.rep.f.Tick()
+	tick, fence := n.rep.f.Tick(), n.rep.f.Fence()
 	n.rep.mu.RUnlock()
-	st := &LocalState{
+	st := &LocalState{FenceHigh: fence,
 		NodeID: n.cfg.NodeID, State: r.State().String(), Term: r.Term(), Leader: string(leader),
 		CommitIndex: r.CommitIndex(), AppliedIndex: n.rep.applied.Load(), Tick: tick,
 		SnapshotsInstalled: n.rep.installed.Load(), SnapshotsRestored: n.rep.restores.Load(),

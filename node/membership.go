@@ -230,7 +230,7 @@ func (mb *membership) gossipMeta() cluster.Meta {
 	}
 	return cluster.Meta{ID: mb.n.cfg.NodeID, Raft: mb.raftAddr, HTTP: mb.n.cfg.HTTPAddr, Version: mb.n.cfg.version(),
 		Incarnation: mb.incarnation, Expect: expect, HasState: mb.n.hadState.Load(), ClusterID: mb.n.idn.clusterID(), RaftHello: true, SealCheck: true, ChunkedExpiry: true, RestoreLog: true, EntryCRC: true, Features: true,
-		RenewMeta: true, GrantKey: mb.n.gk.pubB64, LeaseGroups: true, SessionMeta: true}
+		RenewMeta: true, GrantKey: mb.n.gk.pubB64, LeaseGroups: true, SessionMeta: true, RestoreBounds: true}
 }
 
 func (mb *membership) gossipStats() cluster.PeerStats {
@@ -239,7 +239,7 @@ func (mb *membership) gossipStats() cluster.PeerStats {
 		return cluster.PeerStats{State: "starting", LastContactMS: -1}
 	}
 	st := cluster.PeerStats{State: r.State().String(), LastIndex: r.LastIndex(), LastContactMS: -1,
-		DiskLow: mb.n.disk.low.Load(), DiskFree: max(mb.n.disk.free.Load(), 0)}
+		DiskLow: mb.n.disk.low.Load(), DiskFree: max(mb.n.disk.free.Load(), 0), MemLimit: mb.n.bk.memLimit()}
 	st.Term, _ = strconv.ParseUint(r.Stats()["term"], 10, 64)
 	if r.IsLeader() {
 		st.LastContactMS = 0

@@ -103,6 +103,14 @@ func newNodeMetrics(n *Node, reg *prometheus.Registry) *nodeMetrics {
 			return 0
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leasehold_fence_high",
+			Help: "The highest fencing token the cluster has issued, as applied on this server: the fence floor for a restore of this cluster's backup into another cluster (--fence-floor).",
+		}, func() float64 {
+			n.rep.mu.RLock()
+			defer n.rep.mu.RUnlock()
+			return float64(n.rep.f.Fence())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_apply_idle_seconds",
 			Help: "Seconds since this server's applied index last advanced (a healthy server applies a tick every tick period).",
 		}, func() float64 { return n.rep.sinceMoved().Seconds() }),

@@ -121,6 +121,7 @@ func newNode(cfg Config) (*Node, error) {
 	n.rep = newReplica(n.hub, n.stats, n.waits.deliver)
 	n.rep.corrupt = cfg.corruptEntry
 	n.rep.skew = cfg.skewApply
+	n.rep.skipRestore = cfg.SkipRestore
 	n.metrics = newNodeMetrics(n, cfg.Registry)
 	n.sc = stateCheck{n: n, metrics: newStateCheckMetrics(n.metrics.reg)}
 	n.rot = newRotWatch(n.metrics.reg)

@@ -65,6 +65,9 @@ type replica struct {
 	broken  atomic.Pointer[string]
 	corrupt func(index uint64, err error)
 	skew    func(fsm.Command) fsm.Command // a test's deliberately diverged replica
+	// skipRestore is Config.SkipRestore: the restore whose commit this
+	// server applies as a refusal.
+	skipRestore string
 	// applyingRestore is set while a restore commit applies (the
 	// watchdog counts it as progress: backup.go).
 	applyingRestore atomic.Bool
@@ -128,8 +131,11 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 			if r.skew != nil {
 				cmd = r.skew(cmd)
 			}
-			_, restoring := cmd.(*fsm.RestoreCommit)
+			rc, restoring := cmd.(*fsm.RestoreCommit)
 			if restoring {
+				if r.skipRestore != "" && rc.ID == r.skipRestore {
+					rc.Skip = true // the operator's way out (Config.SkipRestore)
+				}
 				r.applyingRestore.Store(true)
 				if h := restoreApplyHook.Load(); h != nil {
 					(*h)()

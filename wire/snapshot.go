@@ -73,6 +73,18 @@ type SnapshotInfo struct {
 	Superseded int `json:"superseded,omitempty"`
 }
 
+// RestoreOptions are the parameters of a restore (PUT
+// /v1/cluster/snapshot?fence_floor=N, leasehold snapshot restore
+// --fence-floor N).
+type RestoreOptions struct {
+	// FenceFloor is a fencing token the restored state's tokens and its
+	// fencing counter start above, with the file's and the cluster's own:
+	// the last token (fence_high) of the cluster the file was saved from,
+	// when that cluster issued tokens after the save (a disaster recovery
+	// into another cluster, a rollback). 0: none.
+	FenceFloor uint64
+}
+
 // SnapshotState summarises the state in a snapshot.
 type SnapshotState struct {
 	// Tick and TickPeriodMS are the cluster clock at the time of the save.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/leasehold/leasehold/wire"
 )
@@ -43,12 +44,22 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (*wire.SnapshotI
 // 504 INDETERMINATE means it may have happened: look before retrying). There
 // is no per-attempt timeout, only ctx.
 func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader) (*wire.SnapshotInfo, error) {
+	return c.RestoreSnapshotWith(ctx, r, wire.RestoreOptions{})
+}
+
+// RestoreSnapshotWith is RestoreSnapshot with options (a fence floor:
+// ?fence_floor=N).
+func (c *Client) RestoreSnapshotWith(ctx context.Context, r io.Reader, opts wire.RestoreOptions) (*wire.SnapshotInfo, error) {
+	path := snapshotPath
+	if opts.FenceFloor > 0 {
+		path += "?fence_floor=" + strconv.FormatUint(opts.FenceFloor, 10)
+	}
 	start := int(c.next.Load())
 	var lastErr error
 	for i := range c.addrs {
 		idx := (start + i) % len(c.addrs)
 		cr := &countingReader{r: r}
-		info, err := c.restoreAt(ctx, c.addrs[idx], cr)
+		info, err := c.restoreAt(ctx, c.addrs[idx], path, cr)
 		if err == nil {
 			c.next.Store(int64(idx))
 			return info, nil
@@ -61,10 +72,10 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader) (*wire.Snapsh
 	return nil, lastErr
 }
 
-func (c *Client) restoreAt(ctx context.Context, base string, body io.Reader) (*wire.SnapshotInfo, error) {
+func (c *Client) restoreAt(ctx context.Context, base, path string, body io.Reader) (*wire.SnapshotInfo, error) {
 	// NopCloser: the transport closes a request body it is done with, and
 	// r is the caller's.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+snapshotPath, io.NopCloser(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+path, io.NopCloser(body))
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/leasehold/leasehold/wire"
@@ -89,5 +90,32 @@ func TestRestoreSnapshot(t *testing.T) {
 	})
 	if _, err := newClient(t, bad.URL).RestoreSnapshot(context.Background(), strings.NewReader("x")); ErrorCode(err) != wire.CodeInvalidArgument {
 		t.Fatalf("bad file: %v", err)
+	}
+}
+
+// TestRestoreSnapshotFenceFloor: RestoreSnapshotWith sends the fence floor
+// as ?fence_floor=N; without one, no query.
+func TestRestoreSnapshotFenceFloor(t *testing.T) {
+	file := testSnapshotFile("state")
+	var got []string
+	var mu sync.Mutex
+	s, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		got = append(got, r.URL.RawQuery)
+		mu.Unlock()
+		writeJSON(w, 200, wire.SnapshotInfo{Format: 1})
+	})
+	c := newClient(t, s.URL)
+	if _, err := c.RestoreSnapshotWith(context.Background(), bytes.NewReader(file), wire.RestoreOptions{FenceFloor: 9876}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RestoreSnapshot(context.Background(), bytes.NewReader(file)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0] != "fence_floor=9876" || got[1] != "" {
+		t.Fatalf("queries sent: %q", got)
 	}
 }

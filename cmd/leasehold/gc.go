@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -78,6 +79,20 @@ func containerMemLimit() (int64, error) {
 		return 0, nil
 	}
 	return int64(n), nil
+}
+
+// restoreMemLimit is the hard memory bound a restore's admission check
+// holds its estimate to (node.Config.MemoryLimit): GOMEMLIMIT when set,
+// else cgroupLimit (relaxGC's; 0: none, and the node uses the machine's
+// memory).
+func restoreMemLimit(cgroupLimit int64) int64 {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
+			return l
+		}
+		return 0
+	}
+	return cgroupLimit
 }
 
 // followLiveHeap keeps the memory limit at memLimitFor(the live heap),

@@ -109,6 +109,8 @@ func (cfg *serverConfig) register(fs *flag.FlagSet, def node.Config) (join, leve
 	fs.IntVar(&cfg.node.MaxWaitersPerKey, "max-waiters-per-key", def.MaxWaitersPerKey, "most queued acquires (wait_ms) of one key; 0: no limit")
 	fs.IntVar(&cfg.node.MaxWaitersPerHolder, "max-waiters-per-holder", def.MaxWaitersPerHolder, "most queued acquires (wait_ms) of one holder; 0: no limit")
 	fs.IntVar(&cfg.node.MaxRetained, "max-retained", def.MaxRetained, "most ended leases and sessions kept for --retention; the oldest are pruned first; 0: no limit")
+	fs.StringVar(&cfg.node.SkipRestore, "skip-restore", "", "the id (rs_...) of a committed restore this server applies as a refusal that changes nothing: "+
+		"the way out when no server can apply it (set it on every server, and only if none applied it; see docs/operations.md)")
 	fs.Var(byteSize{&cfg.node.MinFreeDisk}, "min-free-disk", "free-space guard: below this much free space on the data directory's filesystem (this server's, or a voter's), "+
 		"the leader refuses acquires and new sessions (429 RESOURCE_EXHAUSTED, field min_free_disk); renewals, heartbeats, releases and revokes go on. "+
 		"Bytes or e.g. 512MiB; 0: max(256MiB, twice the latest snapshot); -1: off")
@@ -291,9 +293,11 @@ func loadServerSecrets(cfg *serverConfig, log *slog.Logger) (*serverTLS, *api.To
 			return nil, nil, err
 		}
 	}
-	if cg := relaxGC(); cg > 0 {
+	cg := relaxGC()
+	if cg > 0 {
 		log.Info("memory cgroup limit found: the soft memory limit stays at or below 90% of it", "cgroup_limit_bytes", cg)
 	}
+	cfg.node.MemoryLimit = restoreMemLimit(cg)
 
 	var tokens *api.Tokens
 	if cfg.tokensFile != "" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
 )
 
 const snapshotUsage = "usage: leasehold snapshot save FILE | save --keep N DIR | restore --yes FILE | inspect FILE | downgrade FILE OUT [flags]"
@@ -162,6 +163,7 @@ func (a *app) snapshotRestore(ctx context.Context, args []string) error {
 	var cf clientFlags
 	cf.register(fs)
 	yes := fs.Bool("yes", false, "confirm that the whole cluster state is to be replaced")
+	floor := fs.Uint64("fence-floor", 0, "the restored fencing tokens start above this one too: the fence_high of the cluster the file was saved from (GET /v1/cluster/local), when it issued tokens after the save; 0: none")
 	file, err := a.parseOne(fs, args)
 	if err != nil {
 		return err
@@ -174,7 +176,7 @@ func (a *app) snapshotRestore(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	info, err := restoreSnapshotFile(ctx, c, file)
+	info, err := restoreSnapshotFile(ctx, c, file, wire.RestoreOptions{FenceFloor: *floor})
 	if err != nil {
 		return err
 	}
@@ -328,7 +330,7 @@ func downgradeSnapshotFile(in, out string) (info *node.SnapshotInfo, dropped int
 }
 
 // restoreSnapshotFile checks file (size and checksum) and uploads it.
-func restoreSnapshotFile(ctx context.Context, c *client.Client, file string) (*node.SnapshotInfo, error) {
+func restoreSnapshotFile(ctx context.Context, c *client.Client, file string, opts wire.RestoreOptions) (*node.SnapshotInfo, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, err
@@ -344,7 +346,7 @@ func restoreSnapshotFile(ctx context.Context, c *client.Client, file string) (*n
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	return c.RestoreSnapshot(ctx, bufio.NewReaderSize(f, 1<<20))
+	return c.RestoreSnapshotWith(ctx, bufio.NewReaderSize(f, 1<<20), opts)
 }
 
 func printSnapshotInfo(w io.Writer, info *node.SnapshotInfo) error {
