@@ -44,6 +44,7 @@ func runScenarios(t *testing.T, tier string, names []string, fo FactoryOptions, 
 	if d := os.Getenv("LEASEHOLD_CHAOS_OUT"); d != "" {
 		dir = d
 	}
+	seed = chaosSeed(t, seed)
 	for i, name := range names {
 		s, err := FindScenario(name)
 		if err != nil {
