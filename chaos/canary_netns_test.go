@@ -5,8 +5,10 @@ package chaos
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -25,7 +27,7 @@ func TestNetnsCanary(t *testing.T) {
 	}
 	needNetns(t)
 	for name, spec := range specs {
-		bin := canaryBinary(t, spec.race)
+		bin := buildBinary(t, "chaos,"+activeCanary, spec.race)
 		factory, err := NewFactory("netns", FactoryOptions{Binary: bin})
 		if err != nil {
 			t.Fatal(err)
@@ -34,12 +36,12 @@ func TestNetnsCanary(t *testing.T) {
 	}
 }
 
-// canaryBinary builds cmd/leasehold with the chaos tag and the active
-// canary's, with -race if race, into the test's temporary directory.
-func canaryBinary(t *testing.T, race bool) string {
+// buildBinary builds cmd/leasehold with tags, with -race if race, into the
+// test's temporary directory.
+func buildBinary(t *testing.T, tags string, race bool) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "leasehold-"+activeCanary)
-	args := []string{"build", "-tags", "chaos," + activeCanary, "-o", path}
+	path := filepath.Join(t.TempDir(), "leasehold")
+	args := []string{"build", "-tags", tags, "-o", path}
 	if race {
 		args = append(args, "-race")
 	}
@@ -50,4 +52,21 @@ func canaryBinary(t *testing.T, race bool) string {
 		t.Fatal(fmt.Errorf("go %v: %v\n%s", args, err, out.String()))
 	}
 	return path
+}
+
+// TestNetnsRaceScenarios runs the scenarios LEASEHOLD_CHAOS_RACE names
+// (comma-separated; `make chaos-ci` sets a few) against a server binary
+// built with -race and the chaos tag: logs-clean fails on any data race
+// the servers report.
+func TestNetnsRaceScenarios(t *testing.T) {
+	list := os.Getenv("LEASEHOLD_CHAOS_RACE")
+	if list == "" || os.Getenv("LEASEHOLD_CHAOS_NETNS") != "1" {
+		t.Skip("run by `make chaos-ci` with LEASEHOLD_CHAOS_NETNS=1 and LEASEHOLD_CHAOS_RACE=scenario,...")
+	}
+	if activeCanary != "" {
+		t.Skip("a canary is compiled in")
+	}
+	needNetns(t)
+	bin := buildBinary(t, "chaos", true)
+	runScenarios(t, "netns", strings.Split(list, ","), FactoryOptions{Binary: bin}, 9500)
 }

@@ -315,7 +315,7 @@ func check(ctx context.Context, c Cluster, env *Env, h *History, rc RunConfig, n
 	verdicts = append(verdicts, CheckFencing(ops))
 	verdicts = append(verdicts, CheckClock(ops, rc.Eps))
 	if rc.Scenario.Liveness {
-		verdicts = append(verdicts, CheckLiveness(ops, h.Events(), LivenessBound, end))
+		verdicts = append(verdicts, CheckLiveness(ops, h.Events(), rc.Scenario.stallBound(), end))
 	}
 	ctr := CheckCounter(ops)
 	verdicts = append(verdicts, ctr)

@@ -105,7 +105,11 @@ func (e *Env) waitRejoinedVoter(ctx context.Context, n int, others []int) error 
 
 // killRestart kills the nodes, waits d and restarts them.
 func (e *Env) killRestart(ctx context.Context, nodes []int, d time.Duration) error {
-	return e.Fault(ctx, "kill", fmt.Sprintf("nodes %v", nodes), d, func() error {
+	fault := e.Fault
+	if 2*len(nodes) >= e.C.Size() {
+		fault = e.FaultNoQuorum // no healthy majority left: liveness excuses the window
+	}
+	return fault(ctx, "kill", fmt.Sprintf("nodes %v", nodes), d, func() error {
 		for _, n := range nodes {
 			if err := e.C.Kill(n); err != nil {
 				return err
