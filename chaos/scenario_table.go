@@ -208,14 +208,23 @@ var builtin = []*Scenario{
 			return e.killRestart(ctx, e.Others(), 2*time.Second)
 		}},
 	{Name: "truncate-restart", Liveness: true, Class: "crash", Doc: "cut the leader off while clients still reach it (its log gains entries the others never commit), heal (it drops them for the new leader's), then SIGKILL and restart it: a server must read back a log whose end it cut",
-		Expect: map[string]int{"leader-changes": 1, "restarts": 1},
+		Expect: map[string]int{"leader-changes": 1, "restarts": 1, "uncommitted-entries": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			l, err := e.WaitLeader(ctx, 10*time.Second)
 			if err != nil {
 				return err
 			}
 			if err := e.Fault(ctx, "partition", fmt.Sprintf("leader %d alone", l), faultFor,
-				func() error { return e.C.Partition([][]int{{l}, e.Others(l)}) }, e.C.Heal); err != nil {
+				func() error { return e.C.Partition([][]int{{l}, e.Others(l)}) },
+				func() error {
+					// The truncation to prove: entries past the cut-off
+					// leader's commit index, of a term the others left
+					// behind, which the heal makes it drop.
+					if ls, err := e.Local(ctx, l, 0, time.Second); err == nil && ls.LastIndex > ls.CommitIndex {
+						e.Count("uncommitted-entries", int(ls.LastIndex-ls.CommitIndex))
+					}
+					return e.C.Heal()
+				}); err != nil {
 				return err
 			}
 			// Healed, the old leader takes the new leader's entries,
@@ -256,7 +265,9 @@ var builtin = []*Scenario{
 			}
 			return sleepCtx(ctx, 2*time.Second)
 		}},
-	{Name: "clock-jump-leader", Liveness: true, StallBound: wideStall, Class: "clock", Doc: "the leader's wall clock jumps +5 min, -10 min, then strobes",
+	{Name: "clock-jump-leader", Liveness: true, StallBound: wideStall, Class: "clock",
+		Doc:    "the leader's wall clock jumps +5 min, -10 min, then strobes: a grant it stamps shows the jump (acquired_at), while TTLs, expiry and the clock checkers follow the monotonic clock and ticks alone",
+		Expect: map[string]int{"clock-jumps": 2, "clock-jump-seen": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			l, err := e.WaitLeader(ctx, 10*time.Second)
 			if err != nil {
@@ -277,6 +288,9 @@ var builtin = []*Scenario{
 				e.Count("clock-jumps", 1)
 				if err := sleepCtx(ctx, 400*time.Millisecond); err != nil {
 					return err
+				}
+				if s == 5*time.Minute {
+					e.clockJumpSeen(ctx, l, s)
 				}
 			}
 			e.H.Note(Event{Type: "nemesis", Name: "clock", Phase: "stop", Detail: fmt.Sprintf("leader %d wall clock", l)})
