@@ -294,7 +294,12 @@ func check(ctx context.Context, c Cluster, env *Env, h *History, rc RunConfig, n
 	ops := h.Ops()
 	var verdicts []Verdict
 	if nerr != nil {
-		verdicts = append(verdicts, Verdict{Checker: "nemesis", Detail: "the nemesis failed: " + nerr.Error()})
+		name := "nemesis"
+		var g *guardError
+		if errors.As(nerr, &g) {
+			name = g.checker // the scenario's own check failed, not its faults
+		}
+		verdicts = append(verdicts, Verdict{Checker: name, Detail: "the nemesis failed: " + nerr.Error()})
 	}
 	verdicts = append(verdicts, checkRecovery(ctx, c, env, h))
 	verdicts = append(verdicts, CheckNoLostAcks(ctx, ops, lookupVia(c)))

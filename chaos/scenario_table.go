@@ -527,8 +527,9 @@ var builtin = []*Scenario{
 	{Name: "bitflip", Class: "disk", Nodes: 3, SnapshotThreshold: 256,
 		Doc: "a follower is killed, bits are flipped in the used part of its log segments and snapshot files, and it is restarted: " +
 			"it never serves a state that differs from the others' as ready (it refuses, or the state check takes it out), " +
-			"and unless it came back with the cluster's state it is wiped and rejoins; real processes only",
-		Expect: map[string]int{"bitflips": 1},
+			"and unless it came back with the cluster's state it is wiped and rejoins; a round whose flips changed nothing it reads is repeated (up to 4): " +
+			"one must have been refused (bitflip-refused); real processes only",
+		Expect: map[string]int{"bitflips": 1, "bitflip-refused": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			return e.bitflip(ctx)
 		}},
