@@ -69,6 +69,9 @@ var canaries = map[string]canarySpec{
 	// A data race in the acquire path of a -race server binary: its report
 	// lands in the node's log.
 	"canary_data_race": {checker: "logs-clean", tier: "netns", scenarios: []string{"none"}, race: true},
+	// The corruption guard off: a follower whose log rotted applies the
+	// damaged entries and serves the state they make as ready.
+	"canary_no_guard": {checker: "bitflip-guard", tier: "netns", scenarios: []string{"bitflip"}},
 }
 
 // canarySpecs are the specs of the canary compiled into this test binary,
@@ -100,7 +103,7 @@ func TestCanaryTable(t *testing.T) {
 		checkers = append(checkers, spec.checker)
 	}
 	for _, c := range []string{"linearizable", "holder-windows", "fencing", "fenced-counter", "no-lost-acks",
-		"convergence", "recovery", "clock", "liveness", "logs-clean"} {
+		"convergence", "recovery", "clock", "liveness", "logs-clean", "bitflip-guard"} {
 		if !slices.Contains(checkers, c) {
 			t.Errorf("no canary must fail %s", c)
 		}
