@@ -9,7 +9,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo un
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: run build test test-short bench bench-scale bench-scale-server hostile lint fuzz fuzz-ci image clean chaos chaos-ci canaries
+.PHONY: run build test test-short bench bench-scale bench-scale-server hostile hostile-ci lint fuzz fuzz-ci image clean chaos chaos-ci canaries
 
 # A single node on 127.0.0.1:7700 (HTTP), :7701 (Raft), :7702 (gossip),
 # data in ./leasehold-data. Ctrl-C stops it gracefully.
@@ -270,6 +270,16 @@ bench bench-scale-server: export BENCH_SCALE_SERVER_SH := $(value BENCH_SCALE_SE
 # LEASEHOLD_HOSTILE_WAITERS, _CHURN, _LISTERS, _SUBS (full scale by default).
 hostile:
 	LEASEHOLD_HOSTILE=1 $(GO) test -count=1 -run '^TestHostileLoad$$' -timeout 40m -v ./node/
+
+# The same at a scale a shared CI machine carries (2,000 waiters, 5,000
+# ended records, 10 listers, 50 subscribers), with bounds that only a
+# regression like the one the load bounds fixed (0.53 of real time, a
+# 789 ms p99) fails, not a busy machine: the full-scale targets (0.9, 20 ms)
+# are `make hostile`'s, and not met at full scale here (docs/operations.md).
+hostile-ci:
+	LEASEHOLD_HOSTILE=1 LEASEHOLD_HOSTILE_WAITERS=2000 LEASEHOLD_HOSTILE_CHURN=5000 LEASEHOLD_HOSTILE_LISTERS=10 \
+		LEASEHOLD_HOSTILE_SUBS=50 LEASEHOLD_HOSTILE_MIN_CLOCK=0.7 LEASEHOLD_HOSTILE_MAX_P99_MS=600 \
+		$(GO) test -count=1 -run '^TestHostileLoad$$' -timeout 20m -v ./node/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
