@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestNetnsCanary proves the suite catches a deliberate bug on real
@@ -68,5 +69,7 @@ func TestNetnsRaceScenarios(t *testing.T) {
 	}
 	needNetns(t)
 	bin := buildBinary(t, "chaos", true)
-	runScenarios(t, "netns", strings.Split(list, ","), FactoryOptions{Binary: bin}, 9500)
+	// A -race server is several times slower: a longer warm-up gives the
+	// workloads their operations before the first fault.
+	runScenariosWith(t, "netns", strings.Split(list, ","), FactoryOptions{Binary: bin}, 9500, RunConfig{Warmup: 10 * time.Second})
 }
