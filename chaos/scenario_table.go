@@ -83,9 +83,10 @@ var builtin = []*Scenario{
 			perm := e.Rng.Perm(e.C.Size())
 			bridge, rest := perm[0], perm[1:]
 			a, b := rest[:len(rest)/2], rest[len(rest)/2:]
-			// Only the bridge's side keeps a majority that sees each
-			// other, and the far side's elections can unseat its leader:
-			// the window is excused, the healing is not.
+			// Two majorities (the bridge with either half) share the
+			// bridge: the far half's elections, through it, can unseat
+			// the leader again and again. The window is excused, the
+			// healing is not.
 			return e.FaultNoQuorum(ctx, "partition", fmt.Sprintf("bridge %d between %v and %v", bridge, a, b), faultFor, func() error {
 				if err := e.C.Heal(); err != nil {
 					return err
