@@ -18,8 +18,8 @@ var activeCanary string
 // fail (others may fail too), on which tier, in which scenarios.
 type canarySpec struct {
 	// checker must fail in at least one run: the verdict name in
-	// summary.json ("nemesis" is a scenario's own guard, such as the
-	// bit-flip scenario's "never ready with a divergent state").
+	// summary.json (a scenario's own guard has one too: the bit-flip
+	// scenario's "never ready with a divergent state" is bitflip-guard).
 	checker string
 	// tier: "inproc" (the bug compiled into this test binary) or "netns"
 	// (the server binary built with the canary's tag, see
