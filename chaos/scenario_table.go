@@ -134,14 +134,28 @@ var builtin = []*Scenario{
 				return nil
 			}, e.C.Heal)
 		}},
-	{Name: "client-isolated", Liveness: true, StallBound: wideStall, Class: "partition", Doc: "clients cannot reach one node (the leader), which keeps its peers",
+	{Name: "client-isolated", Liveness: true, StallBound: wideStall, Class: "partition", Doc: "clients cannot reach one node (the leader), which keeps its peers: requests sent to it in the window must have failed",
+		Expect: map[string]int{"isolated-unanswered": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			l, err := e.WaitLeader(ctx, 10*time.Second)
 			if err != nil {
 				return err
 			}
+			var from int64
 			return e.Fault(ctx, "client-isolated", fmt.Sprintf("node %d", l), faultFor,
-				func() error { return e.C.IsolateClient(l) }, e.C.Heal)
+				func() error { from = e.H.Now(); return e.C.IsolateClient(l) },
+				func() error {
+					// The isolation to prove: what clients sent the node
+					// in the window went unanswered.
+					n := 0
+					for _, o := range e.H.Ops() {
+						if o.Node == l && o.Call >= from && o.Status != StatusOK {
+							n++
+						}
+					}
+					e.Count("isolated-unanswered", n)
+					return e.C.Heal()
+				})
 		}},
 	{Name: "loss", Liveness: true, StallBound: wideStall, Class: "loss", Doc: "every node drops 20% of its packets to peers",
 		Nemesis: func(ctx context.Context, e *Env) error {
