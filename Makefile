@@ -9,7 +9,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo un
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: run build test test-python test-short bench bench-scale bench-scale-server hostile lint fuzz fuzz-ci image clean chaos chaos-ci canaries
+.PHONY: run build test test-python test-short bench bench-scale bench-scale-server hostile hostile-ci lint fuzz fuzz-ci image clean chaos chaos-ci canaries
 
 # A single node on 127.0.0.1:7700 (HTTP), :7701 (Raft), :7702 (gossip),
 # data in ./leasehold-data. Ctrl-C stops it gracefully.
@@ -52,21 +52,33 @@ test-python:
 ifndef CHAOS_OUT
 CHAOS_OUT := chaos-out/$(shell date +%Y%m%d-%H%M%S)
 endif
-CANARIES  := canary_early_expiry canary_stale_read canary_fence_reset canary_renew_token canary_tick_at_once
+# Each canary must fail the one checker chaos/canary_test.go names for it
+# (in process, or on real processes: TestNetnsCanary, root).
+CANARIES  := canary_early_expiry canary_stale_read canary_fence_reset canary_renew_token canary_tick_at_once \
+	canary_fence_repeat canary_lose_tail canary_wall_apply canary_clock_stops canary_writes_stuck canary_data_race canary_no_guard
+# The real-process scenarios' seed: "time" places the faults differently on
+# every CI run (the base seed is printed; LEASEHOLD_CHAOS_SEED=N replays it);
+# the in-process tier of `make test` keeps the fixed seeds, the regression set.
+CHAOS_SEED ?= time
+# Scenarios `make chaos-ci` also runs against a server built with -race.
+CHAOS_RACE_SCENARIOS ?= none,partition-leader,kill-leader,transfer-storm,snapshot-catchup
 
 # CI runs it after `make test`: every scenario once against real server processes in network
 # namespaces (needs root, iproute2 and nftables; about ten minutes), then
 # proof that the suite catches each deliberate bug (canary build tags).
 chaos-ci:
-	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_OUT=$(abspath $(CHAOS_OUT))/ci $(GO) test -count=1 -timeout 40m \
+	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_SEED=$(CHAOS_SEED) LEASEHOLD_CHAOS_OUT=$(abspath $(CHAOS_OUT))/ci $(GO) test -count=1 -timeout 40m \
 		-run '^(TestNetnsScenarios|TestNetnsPowerCutCanary)$$' -v ./chaos/ | grep -v '^        chaos: '; \
 		rc=$${PIPESTATUS[0]}; f=$(abspath $(CHAOS_OUT))/ci/failures.txt; \
 		if [ -s $$f ]; then echo "== failed scenarios ($$f):"; cat $$f; fi; test $$rc -eq 0
+	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_RACE=$(CHAOS_RACE_SCENARIOS) LEASEHOLD_CHAOS_SEED=$(CHAOS_SEED) \
+		LEASEHOLD_CHAOS_OUT=$(abspath $(CHAOS_OUT))/race $(GO) test -count=1 -timeout 20m \
+		-run '^TestNetnsRaceScenarios$$' -v ./chaos/ | grep -v '^        chaos: '; test $${PIPESTATUS[0]} -eq 0
 	$(MAKE) canaries
 
 canaries:
 	@for c in $(CANARIES); do echo "== $$c: the suite must catch it"; \
-		$(GO) test -count=1 -tags $$c -run '^TestCanary$$' ./chaos/ || exit 1; done
+		$(GO) test -count=1 -timeout 20m -tags $$c -run '^(TestCanary|TestNetnsCanary)$$' ./chaos/ || exit 1; done
 
 # A longer randomized suite on real processes (root): eight runs of four
 # random faults each, then every scenario once. Replay a run with the seed
@@ -274,6 +286,16 @@ bench bench-scale-server: export BENCH_SCALE_SERVER_SH := $(value BENCH_SCALE_SE
 # LEASEHOLD_HOSTILE_WAITERS, _CHURN, _LISTERS, _SUBS (full scale by default).
 hostile:
 	LEASEHOLD_HOSTILE=1 $(GO) test -count=1 -run '^TestHostileLoad$$' -timeout 40m -v ./node/
+
+# The same at a scale a shared CI machine carries (2,000 waiters, 5,000
+# ended records, 10 listers, 50 subscribers), with bounds that only a
+# regression like the one the load bounds fixed (0.53 of real time, a
+# 789 ms p99) fails, not a busy machine: the full-scale targets (0.9, 20 ms)
+# are `make hostile`'s, and not met at full scale here (docs/operations.md).
+hostile-ci:
+	LEASEHOLD_HOSTILE=1 LEASEHOLD_HOSTILE_WAITERS=2000 LEASEHOLD_HOSTILE_CHURN=5000 LEASEHOLD_HOSTILE_LISTERS=10 \
+		LEASEHOLD_HOSTILE_SUBS=50 LEASEHOLD_HOSTILE_MIN_CLOCK=0.7 LEASEHOLD_HOSTILE_MAX_P99_MS=600 \
+		$(GO) test -count=1 -run '^TestHostileLoad$$' -timeout 20m -v ./node/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

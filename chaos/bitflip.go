@@ -36,18 +36,54 @@ func (e *Env) bitflip(ctx context.Context) error {
 		return err
 	}
 	f := e.Others(l)[e.Rng.IntN(e.C.Size()-1)]
+	// Flips can all be harmless (in freed pages of raft.db, or in entries
+	// a snapshot already covers, which a restart does not replay): such a
+	// round proves nothing, so another follows, up to bitflipRounds; the
+	// scenario needs one round whose damage the server refused.
+	for round := 1; ; round++ {
+		harmless, err := e.bitflipRound(ctx, l, f)
+		if err != nil || !harmless {
+			return err
+		}
+		if round == bitflipRounds {
+			return nil
+		}
+		e.Note("bitflip", fmt.Sprintf("node %d: round %d changed nothing it reads; flipping again", f, round), nil)
+	}
+}
+
+// bitflipRounds bounds the bitflip scenario's rounds.
+const bitflipRounds = 4
+
+// guardError is a scenario's own safety check failing (as opposed to the
+// nemesis failing to run): its verdict is named Checker, so a canary can
+// require it.
+type guardError struct {
+	checker string
+	err     error
+}
+
+func (g *guardError) Error() string { return g.err.Error() }
+func (g *guardError) Unwrap() error { return g.err }
+
+// bitflipRound kills follower f, flips bits in its files, restarts it and
+// watches it (leader l has the cluster's state); harmless reports that f
+// came back ready with the cluster's state (the flips changed nothing it
+// reads). Otherwise f refused or took itself out, and was wiped and
+// rejoined.
+func (e *Env) bitflipRound(ctx context.Context, l, f int) (harmless bool, err error) {
 	if err := e.C.Kill(f); err != nil {
-		return err
+		return false, err
 	}
 	e.damaged[f] = true
 	flips, files, err := e.flipBits(e.C.DataDir(f), 3)
 	if err != nil {
-		return err
+		return false, err
 	}
 	e.Count("bitflips", flips)
 	e.Note("bitflip", fmt.Sprintf("node %d killed; %d bits flipped in %s", f, flips, strings.Join(files, ", ")), nil)
-	_, err = e.restartDamaged(ctx, "bitflip", f, l)
-	return err
+	refused, err := e.restartDamaged(ctx, "bitflip", f, l)
+	return !refused && err == nil, err
 }
 
 // restartDamaged restarts node f, killed and its files damaged, and
@@ -77,7 +113,7 @@ func (e *Env) restartDamaged(ctx context.Context, name string, f, l int) (refuse
 			continue
 		}
 		if !same && e.ready(ctx, f) {
-			return false, fmt.Errorf("%s: node %d serves a state that differs from node %d's as ready", name, f, l)
+			return false, &guardError{"bitflip-guard", fmt.Errorf("%s: node %d serves a state that differs from node %d's as ready", name, f, l)}
 		}
 		if same {
 			verdict = "ready with the cluster's state"

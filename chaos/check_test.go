@@ -121,6 +121,17 @@ func TestCounter(t *testing.T) {
 	if v := CheckCounter(lost); v.Valid || v.Counts["lost-updates"] != 1 {
 		t.Fatalf("lost update not caught: %+v", v)
 	}
+	// Two leases with one token, both accepted (the resource admits an
+	// equal token): the chain is whole, the token was not unique.
+	shared := []Op{w(1, 4, 10, StatusOK), w(2, 4, 20, StatusOK)}
+	shared[0].LeaseID, shared[1].LeaseID = "A", "B"
+	if v := CheckCounter(shared); v.Valid || v.Counts["shared-tokens"] != 1 {
+		t.Fatalf("shared token not caught: %+v", v)
+	}
+	shared[1].LeaseID = "A" // one lease writing twice is fine
+	if v := CheckCounter(shared); !v.Valid {
+		t.Fatalf("one lease's two writes: %+v", v)
+	}
 }
 
 func TestFencedResource(t *testing.T) {

@@ -165,7 +165,9 @@ type LocalState struct {
 	NodeID             string `json:"node_id"`
 	State              string `json:"state"`
 	Term               uint64 `json:"term"`
+	CommitIndex        uint64 `json:"commit_index"`
 	AppliedIndex       uint64 `json:"applied_index"`
+	LastIndex          uint64 `json:"last_index"`
 	StateHash          string `json:"state_hash"`
 	SnapshotsInstalled int    `json:"snapshots_installed"`
 }

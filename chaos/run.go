@@ -294,7 +294,12 @@ func check(ctx context.Context, c Cluster, env *Env, h *History, rc RunConfig, n
 	ops := h.Ops()
 	var verdicts []Verdict
 	if nerr != nil {
-		verdicts = append(verdicts, Verdict{Checker: "nemesis", Detail: "the nemesis failed: " + nerr.Error()})
+		name := "nemesis"
+		var g *guardError
+		if errors.As(nerr, &g) {
+			name = g.checker // the scenario's own check failed, not its faults
+		}
+		verdicts = append(verdicts, Verdict{Checker: name, Detail: "the nemesis failed: " + nerr.Error()})
 	}
 	verdicts = append(verdicts, checkRecovery(ctx, c, env, h))
 	verdicts = append(verdicts, CheckNoLostAcks(ctx, ops, lookupVia(c)))
@@ -315,7 +320,7 @@ func check(ctx context.Context, c Cluster, env *Env, h *History, rc RunConfig, n
 	verdicts = append(verdicts, CheckFencing(ops))
 	verdicts = append(verdicts, CheckClock(ops, rc.Eps))
 	if rc.Scenario.Liveness {
-		verdicts = append(verdicts, CheckLiveness(ops, h.Events(), LivenessBound, end))
+		verdicts = append(verdicts, CheckLiveness(ops, h.Events(), rc.Scenario.stallBound(), end))
 	}
 	ctr := CheckCounter(ops)
 	verdicts = append(verdicts, ctr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 )
 
 // Scenario is one chaos experiment: a cluster size, a nemesis schedule run
@@ -41,8 +42,20 @@ type Scenario struct {
 	Eps float64
 	// Liveness adds the liveness checker (CheckLiveness): with a healthy
 	// majority, the cluster clock never stands still longer than
-	// LivenessBound.
+	// StallBound.
 	Liveness bool
+	// StallBound is the scenario's liveness bound (default LivenessBound):
+	// generous, so that a busy machine never fails a sound run, and still
+	// far below a clock that stopped.
+	StallBound time.Duration
+}
+
+// stallBound is the liveness bound of s's runs.
+func (s *Scenario) stallBound() time.Duration {
+	if s.StallBound > 0 {
+		return s.StallBound
+	}
+	return LivenessBound
 }
 
 func (s *Scenario) nodes() int {

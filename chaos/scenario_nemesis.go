@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // Nemesis steps the built-in scenarios share.
@@ -105,7 +107,11 @@ func (e *Env) waitRejoinedVoter(ctx context.Context, n int, others []int) error 
 
 // killRestart kills the nodes, waits d and restarts them.
 func (e *Env) killRestart(ctx context.Context, nodes []int, d time.Duration) error {
-	return e.Fault(ctx, "kill", fmt.Sprintf("nodes %v", nodes), d, func() error {
+	fault := e.Fault
+	if 2*len(nodes) >= e.C.Size() {
+		fault = e.FaultNoQuorum // no healthy majority left: liveness excuses the window
+	}
+	return fault(ctx, "kill", fmt.Sprintf("nodes %v", nodes), d, func() error {
 		for _, n := range nodes {
 			if err := e.C.Kill(n); err != nil {
 				return err
@@ -228,4 +234,25 @@ func (e *Env) rejoinWiped(ctx context.Context, n int, remove bool) error {
 	e.Count("restarts", 1)
 	e.Note("restart", fmt.Sprintf("node %d empty", n), nil)
 	return nil
+}
+
+// clockJumpSeen proves a wall-clock jump reached the server: a lease
+// granted through node l (the leader stamps acquired_at from its wall
+// clock) shows an acquired_at within a minute of the harness's time plus
+// d; it counts "clock-jump-seen". Without it, a jump that never landed
+// (a binary without the chaos clock, a fault file not read) would pass.
+func (e *Env) clockJumpSeen(ctx context.Context, l int, d time.Duration) {
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	lease, err := e.Admin(l).Acquire(actx, wire.AcquireRequest{Key: fmt.Sprintf("chaos-clock-jump/%d", e.H.Now()), Holder: "clock-jump", TTLMS: 1000})
+	if err != nil {
+		e.Note("clock", "probe grant through the jumped leader failed", err)
+		return
+	}
+	_, _ = e.Admin(l).Release(actx, wire.ReleaseRequest{LeaseID: lease.LeaseID, Token: lease.Token})
+	off := lease.AcquiredAt.Sub(time.Now())
+	if off > d-time.Minute && off < d+time.Minute {
+		e.Count("clock-jump-seen", 1)
+	}
+	e.Note("clock", fmt.Sprintf("a grant through node %d shows acquired_at %v off the harness's clock", l, off.Round(time.Second)), nil)
 }

@@ -36,6 +36,12 @@ func TestInprocScenarios(t *testing.T) {
 // fails a subtest whose run fails any checker. Output goes to
 // $LEASEHOLD_CHAOS_OUT if set (CI keeps it), else a temporary directory.
 func runScenarios(t *testing.T, tier string, names []string, fo FactoryOptions, seed uint64) {
+	runScenariosWith(t, tier, names, fo, seed, RunConfig{})
+}
+
+// runScenariosWith is runScenarios with per-run settings (rc's Warmup,
+// Recovery, Workload...).
+func runScenariosWith(t *testing.T, tier string, names []string, fo FactoryOptions, seed uint64, rc RunConfig) {
 	factory, err := NewFactory(tier, fo)
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +50,7 @@ func runScenarios(t *testing.T, tier string, names []string, fo FactoryOptions, 
 	if d := os.Getenv("LEASEHOLD_CHAOS_OUT"); d != "" {
 		dir = d
 	}
+	seed = chaosSeed(t, seed)
 	for i, name := range names {
 		s, err := FindScenario(name)
 		if err != nil {
@@ -54,7 +61,7 @@ func runScenarios(t *testing.T, tier string, names []string, fo FactoryOptions, 
 			defer cancel()
 			var out strings.Builder
 			res, err := RunSuite(ctx, SuiteConfig{Scenarios: []*Scenario{s}, Seed: seed + uint64(i), Dir: dir + "/" + tier,
-				Tier: tier, New: factory, Out: &out})
+				Tier: tier, New: factory, Out: &out, Run: rc})
 			if err != nil {
 				t.Fatal(err)
 			}

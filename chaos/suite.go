@@ -17,7 +17,7 @@ import (
 // scenarios that need no special cluster setup: the randomized combination
 // `make chaos` runs.
 var randomScenario = &Scenario{
-	Name: "random", Class: "random",
+	Name: "random", Class: "random", Liveness: true, StallBound: wideStall,
 	Doc: "four random faults in a row (partitions, loss, latency, crashes, pauses, clock faults, disk stalls, transfer storms), with calm in between",
 	Nemesis: func(ctx context.Context, e *Env) error {
 		var pool []*Scenario

@@ -199,6 +199,9 @@ type FSM struct {
 	periodMS int64
 	wallMS   int64
 	fence    uint64
+	// canaryReleased is canary_fence_repeat's: key -> the token of its
+	// last released lease (nil in every normal build).
+	canaryReleased map[string]uint64
 
 	leases   table[*Lease]
 	sessions map[string]*Session

@@ -251,6 +251,13 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session, group string) *Leas
 		AcquiredTick: f.tick, AcquiredWallMS: c.WallMS, cold: newLeaseCold(c.Metadata, c.LockDelayTicks),
 		idem: withGroup(newLeaseIdem(c.IdemHash, c.Fingerprint, c.SealedToken), group),
 	}
+	if canaryFenceRepeat && f.canaryReleased[c.Key] != 0 {
+		l.Fence = f.canaryReleased[c.Key]
+		delete(f.canaryReleased, c.Key)
+	}
+	if canaryWallApply {
+		l.AcquiredWallMS = canaryWallMS()
+	}
 	if sess != nil {
 		l.SessionID = sess.ID
 		l.Holder = sess.Holder
@@ -576,6 +583,12 @@ func (f *FSM) release(c *Release) Result {
 	}
 	if canaryFenceReset {
 		f.fence = l.Fence - 1
+	}
+	if canaryFenceRepeat {
+		if f.canaryReleased == nil {
+			f.canaryReleased = map[string]uint64{}
+		}
+		f.canaryReleased[l.Key] = l.Fence
 	}
 	return Result{Lease: f.end(l, endOpts{state: StateReleased, reason: reason, wallMS: c.WallMS})}
 }

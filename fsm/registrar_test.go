@@ -219,6 +219,9 @@ func TestRegistrarInvariants(t *testing.T) {
 			if strings.HasSuffix(name, "_test.go") {
 				continue
 			}
+			if strings.HasPrefix(name, "canary_") && strings.HasSuffix(name, "_on.go") {
+				continue // a deliberate bug behind its build tag, never in a normal build
+			}
 			f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
 			if err != nil {
 				t.Fatal(err)

@@ -21,9 +21,14 @@ import (
 // records, concurrent full listings with a prefix that matches nothing, and
 // event-stream subscribers. Meanwhile it measures how much of real time the
 // cluster clock keeps and the latency of a probe writer. It reports figures
-// and fails if the clock keeps less than 0.9 of real time or the probe's
-// p99 is 20 ms or more. It is a load test, not a unit test: its verdict
-// depends on the machine, so it never runs with the ordinary tests.
+// and fails if the clock keeps less than LEASEHOLD_HOSTILE_MIN_CLOCK (0.9)
+// of real time or the probe's p99 is LEASEHOLD_HOSTILE_MAX_P99_MS (20) or
+// more. It is a load test, not a unit test: its figures depend on the
+// machine, so it never runs with the ordinary tests. `make hostile-ci` (CI)
+// runs it at a scale a shared machine carries with bounds only a
+// regression of the kind the bounds fixed (0.53 of real time, 789 ms) can
+// fail; the full-scale targets are not met on such a machine
+// (docs/operations.md#hostile-load).
 //
 // Scale (environment): LEASEHOLD_HOSTILE_WAITERS (10000),
 // LEASEHOLD_HOSTILE_CHURN (1000000 ended records), LEASEHOLD_HOSTILE_LISTERS
@@ -42,6 +47,11 @@ func TestHostileLoad(t *testing.T) {
 	churn := env("LEASEHOLD_HOSTILE_CHURN", 1_000_000)
 	listers := env("LEASEHOLD_HOSTILE_LISTERS", 100)
 	subs := env("LEASEHOLD_HOSTILE_SUBS", 1000)
+	minClock := 0.9
+	if v, err := strconv.ParseFloat(os.Getenv("LEASEHOLD_HOSTILE_MIN_CLOCK"), 64); err == nil && v > 0 {
+		minClock = v
+	}
+	maxP99 := time.Duration(env("LEASEHOLD_HOSTILE_MAX_P99_MS", 20)) * time.Millisecond
 	t.Logf("scale: %d waiters on one key, %d ended records of churn, %d listers, %d subscribers", waiters, churn, listers, subs)
 
 	cfg := testConfig(t, "")
@@ -190,11 +200,11 @@ func TestHostileLoad(t *testing.T) {
 	t.Logf("probe writer: %d renewals, %d errors, p50 %v, p99 %v, max %v", len(probeLat), probeErrs.Load(), p(0.5), p(0.99), p(1))
 	t.Logf("waiters: %d timed out, %d refused; churn: %d released; listings: %d full (%d pages); lease records kept: %d; heap in use %d MiB",
 		waitTimedOut.Load(), waitRefused.Load(), churned.Load(), listings.Load(), pages.Load(), len(retained), ms.HeapInuse>>20)
-	if ratio < 0.9 {
-		t.Errorf("the cluster clock kept %.3f of real time, want >= 0.9", ratio)
+	if ratio < minClock {
+		t.Errorf("the cluster clock kept %.3f of real time, want >= %v", ratio, minClock)
 	}
-	if p(0.99) >= 20*time.Millisecond {
-		t.Errorf("probe writer p99 %v, want < 20ms", p(0.99))
+	if p(0.99) >= maxP99 {
+		t.Errorf("probe writer p99 %v, want < %v", p(0.99), maxP99)
 	}
 }
 

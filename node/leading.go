@@ -23,6 +23,8 @@ type leaderTerm struct {
 type leadership struct {
 	ctx  context.Context // the term's, cancelled when leadership is lost
 	term uint64          // the Raft term the barrier committed in
+	// canaryStuck: canary_writes_stuck's leader refuses acquires.
+	canaryStuck bool
 }
 
 // isReady reports whether this server leads in the very term in
@@ -102,7 +104,13 @@ func (lt *leaderTerm) run(ctx context.Context) {
 			return
 		}
 	}
-	lt.ready.Store(&leadership{ctx: ctx, term: term})
+	stuck := false
+	if canaryWritesStuck {
+		n.rep.mu.RLock()
+		stuck = n.rep.f.Tick() != 0
+		n.rep.mu.RUnlock()
+	}
+	lt.ready.Store(&leadership{ctx: ctx, term: term, canaryStuck: stuck})
 	go n.rc.reconcileLoop(ctx)
 	go n.sc.stateCheckLoop(ctx)
 	n.tk.tickLoop(ctx, progress)

@@ -23,6 +23,10 @@ type LocalState struct {
 	Leader       string `json:"leader"`
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
+	// LastIndex is the last index in this node's log (or its latest
+	// snapshot's): past CommitIndex, entries not known committed, which a
+	// deposed leader's log may have to give up.
+	LastIndex uint64 `json:"last_index"`
 	// Tick is the last tick applied here.
 	Tick uint64 `json:"tick"`
 	// FenceHigh is the highest fencing token the cluster has issued, as
@@ -108,7 +112,7 @@ func (n *Node) LocalState(ctx context.Context, hashAt uint64) (*LocalState, erro
 	n.rep.mu.RUnlock()
 	st := &LocalState{FenceHigh: fence,
 		NodeID: n.cfg.NodeID, State: r.State().String(), Term: r.Term(), Leader: string(leader),
-		CommitIndex: r.CommitIndex(), AppliedIndex: n.rep.applied.Load(), Tick: tick,
+		CommitIndex: r.CommitIndex(), AppliedIndex: n.rep.applied.Load(), LastIndex: r.LastIndex(), Tick: tick,
 		SnapshotsInstalled: n.rep.installed.Load(), SnapshotsRestored: n.rep.restores.Load(),
 	}
 	if h != nil {

@@ -139,6 +139,9 @@ func checkedStores(n *Node, inner storeWrapper) storeWrapper {
 	watched := n.logs.wrap(inner)
 	return func(logs raft.LogStore, stable raft.StableStore) (raft.LogStore, raft.StableStore) {
 		logs, stable = watched(logs, stable)
+		if canaryLoseTail {
+			canaryDropTail(logs)
+		}
 		return checkedLogs{LogStore: logs, n: n}, stable
 	}
 }

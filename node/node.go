@@ -345,7 +345,7 @@ func (n *Node) snapshotOnClose() {
 		closeSnapshotHook(n)
 	}
 	last, err := strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64)
-	if err != nil || r.AppliedIndex() < last+closeSnapshotMin {
+	if err != nil || r.AppliedIndex() < last+closeSnapshotMin || canaryLoseTail {
 		return
 	}
 	done := make(chan error, 1)

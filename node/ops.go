@@ -102,6 +102,14 @@ func (n *Node) Acquire(ctx context.Context, r wire.AcquireRequest) (*wire.Lease,
 	if err := n.disk.growthRefused(); err != nil {
 		return nil, false, err
 	}
+	if canaryDataRace {
+		canaryAcquires++
+	}
+	if canaryWritesStuck {
+		if p := n.lt.readyTerm(); p != nil && p.canaryStuck {
+			return nil, false, &wire.Error{Code: wire.CodeUnavailable, Message: "canary_writes_stuck: this leader grants nothing"}
+		}
+	}
 	if r.Grant {
 		if err := n.gk.usable(); err != nil {
 			return nil, false, err

@@ -42,7 +42,12 @@ func (tk *ticker) tickLoop(ctx context.Context, progress *cluster.Progress) {
 		// could crowd, so the clock starts at once.
 		first = 0
 	}
+	stops := canaryClockStops && tk.n.rep.f.Tick() != 0
 	tk.n.rep.mu.RUnlock()
+	if stops {
+		<-ctx.Done()
+		return
+	}
 	timer := newClockTimer(first)
 	defer timer.Stop()
 	ticked := false

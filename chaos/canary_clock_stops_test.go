@@ -1,0 +1,5 @@
+//go:build canary_clock_stops
+
+package chaos
+
+func init() { activeCanary = "canary_clock_stops" }
