@@ -140,7 +140,7 @@ type nftAddrs struct {
 	// gossipPort and httpPort are the peers' other ports (protocol
 	// partitions).
 	gossipPort, httpPort int
-	proxyFor func(a, b int) int // proxy port for a's Raft connections to b
+	proxyFor             func(a, b int) int // proxy port for a's Raft connections to b
 }
 
 // render is the nftables script that replaces node i's table atomically.
