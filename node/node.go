@@ -121,7 +121,7 @@ func newNode(cfg Config) (*Node, error) {
 	n.rep.corrupt = cfg.corruptEntry
 	n.rep.skew = cfg.skewApply
 	n.metrics = newNodeMetrics(n, cfg.Registry)
-	n.sc = stateCheck{n: n, metrics: newStateCheckMetrics(n.metrics.reg)}
+	n.sc = stateCheck{n: n, metrics: newStateCheckMetrics(n.metrics.reg), out: newOutSignal()}
 	n.rot = newRotWatch(n.metrics.reg)
 	n.rep.metrics = n.metrics
 	n.rep.defaultPeriod = cfg.TickPeriod.Milliseconds()

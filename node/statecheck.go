@@ -78,6 +78,13 @@ type stateCheck struct {
 	lastCheck    atomic.Int64 // when the last state check ran (since processStart)
 	startChecked atomic.Bool
 	metrics      *stateCheckMetrics
+	// out is fired when the server finds itself diverged: running
+	// subscriptions end (Gate).
+	out *outSignal
+	// steppingDown: a stepDownWhileLeading runs; stepDowns counts its
+	// attempts (tests).
+	steppingDown atomic.Bool
+	stepDowns    atomic.Int64
 }
 
 // stateHashAnswer is a server's answer to a state hash request.
@@ -139,10 +146,10 @@ func (sc *stateCheck) internalHandler() http.Handler {
 // holds an entry it cannot apply.
 func (n *Node) outOfService() error {
 	if msg := n.rep.broken.Load(); msg != nil {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: *msg}
+		return errOutOfService(ServiceDamaged, *msg)
 	}
 	if msg := n.sc.diverged.Load(); msg != nil {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: *msg}
+		return errOutOfService(ServiceDiverged, *msg)
 	}
 	return nil
 }
@@ -156,8 +163,36 @@ func (sc *stateCheck) markDiverged(d divergedNotice) {
 		sc.n.log.Error("state check: " + msg)
 	}
 	sc.metrics.diverged.Set(1)
+	sc.out.fire()
 	if sc.n.cl.IsLeader() {
-		go sc.n.cl.StepDown(context.Background()) // lead() refuses it from now on
+		go sc.n.stepDownWhileLeading(context.Background()) // lt.run refuses it from now on
+	}
+}
+
+// stepDownWhileLeading hands leadership on, again and again, until this
+// server no longer leads (or ctx ends, or the node closes): a server out
+// of service must not lead, and one transfer can fail (no voter reachable,
+// none caught up). Meanwhile Gate refuses every write and read. One runs
+// at a time.
+func (n *Node) stepDownWhileLeading(ctx context.Context) {
+	if !n.sc.steppingDown.CompareAndSwap(false, true) {
+		return
+	}
+	defer n.sc.steppingDown.Store(false)
+	for try := 0; n.cl.IsLeader() && ctx.Err() == nil; try++ {
+		select {
+		case <-n.closing:
+			return
+		default:
+		}
+		if try%10 == 0 {
+			n.log.Error("out of service and still the leader: handing leadership on", "attempt", try+1)
+		}
+		n.sc.stepDowns.Add(1)
+		n.cl.StepDown(ctx)
+		if sleepCtx(ctx, backoff(try)) != nil {
+			return
+		}
 	}
 }
 
@@ -290,10 +325,7 @@ func (sc *stateCheck) checkStates(ctx context.Context) *stateCheckResult {
 		d := divergedNotice{Index: res.index, Sum: sum, Majority: res.majority, By: sc.n.cfg.NodeID}
 		switch {
 		case id == sc.n.cfg.NodeID:
-			sc.markDiverged(d)
-			if sc.n.cl.IsLeader() {
-				sc.n.cl.StepDown(ctx)
-			}
+			sc.markDiverged(d) // and hands leadership on until it no longer leads
 		case sc.n.cfg.divergedHook != nil:
 			sc.n.cfg.divergedHook(id, d)
 		default:
