@@ -111,7 +111,7 @@ func newNode(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, log: logger, hub: newHub(cfg.EventHistory), stats: newCounters(),
 		waits: waitList{m: make(map[string][]chan fsm.Notice)}, ready: make(chan struct{}), closing: make(chan struct{}),
-		logs: newLogWatch(),
+		logs: newLogWatch(cfg.logWriteHang),
 	}
 	n.gc = groupCommit{n: n, propCh: make(chan *proposal, 4096), inflight: make(chan struct{}, entriesInFlight)}
 	n.lt.n = n
