@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,4 +45,35 @@ func TestHealthzHungLogWrite(t *testing.T) {
 	sl.release()
 	waitFor(t, 20*time.Second, func() bool { return n.HealthErr() == nil })
 	<-done
+}
+
+// TestReadyAfterBarrierWithSlowTicks: a barrier (a leadership term's, a
+// snapshot's) commits an entry the state machine never sees; until the
+// next tick the applied index trails the commit index. With a tick period
+// longer than readiness waits for the applied index, /readyz failed after
+// every barrier; it must not.
+func TestReadyAfterBarrierWithSlowTicks(t *testing.T) {
+	var hold atomic.Bool
+	cfg := testConfig(t, "")
+	cfg.TickPeriod = time.Second
+	cfg.holdClock = func(*Node) bool { return hold.Load() }
+	n := openNode(t, cfg)
+	waitFor(t, 20*time.Second, func() bool { return n.rep.tick.Load() > 0 })
+	hold.Store(true)
+	// The last tick proposed before the hold has applied.
+	waitFor(t, 20*time.Second, func() bool { return n.AppliedIndex() >= n.cl.CommitIndex() })
+	for i := range 3 {
+		if err := n.cl.Barrier(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if c, a := n.cl.CommitIndex(), n.AppliedIndex(); c <= a {
+			t.Fatalf("barrier %d: commit index %d, applied %d: the premise (a barrier leaves a gap) does not hold", i, c, a)
+		}
+		if err := n.ReadyErr(); err != nil {
+			t.Fatalf("not ready after barrier %d: %v", i, err)
+		}
+		if st, why := n.Service(); st != ServiceServing {
+			t.Fatalf("service state after barrier %d: %s (%s)", i, st, why)
+		}
+	}
 }

@@ -49,9 +49,11 @@ type logWatch struct {
 	// error to record: the writes in flight are timed, and one older
 	// than hangAfter makes HealthErr fail (hungErr).
 	hangAfter time.Duration
-	wmu       sync.Mutex
-	wseq      uint64
-	writing   map[uint64]time.Time // write -> when it began
+	// store is the log store watched, for reads (raftOnly).
+	store   atomic.Pointer[watchedLogs]
+	wmu     sync.Mutex
+	wseq    uint64
+	writing map[uint64]time.Time // write -> when it began
 }
 
 // DefaultLogWriteHang is how long one write to Raft's log store may take
@@ -143,7 +145,9 @@ func (w *logWatch) wrap(inner storeWrapper) storeWrapper {
 		if inner != nil {
 			logs, stable = inner(logs, stable)
 		}
-		return watchedLogs{LogStore: logs, w: w}, stable
+		wl := watchedLogs{LogStore: logs, w: w}
+		w.store.Store(&wl)
+		return wl, stable
 	}
 }
 

@@ -77,7 +77,7 @@ func (n *Node) Service() (ServiceState, string) {
 	if addr, _ := n.cl.Leader(); addr == "" {
 		return ServiceCatchingUp, "no leader is known"
 	}
-	if n.rep.applied.Load() < n.cl.CommitIndex() {
+	if applied, commit := n.rep.applied.Load(), n.cl.CommitIndex(); applied < commit && !n.raftOnly(applied, commit) {
 		return ServiceCatchingUp, "applying the log: not caught up with the leader yet"
 	}
 	return ServiceServing, ""
