@@ -77,3 +77,58 @@ func TestReadyAfterBarrierWithSlowTicks(t *testing.T) {
 		}
 	}
 }
+
+// TestStateCheckSplitRaisesAlarm: two servers whose states differ while
+// the third is down: no majority shares a hash, nobody can be told it is
+// the odd one, and the check says so: the split outcome is counted (an
+// alert's metric), not filed as merely incomplete.
+func TestStateCheckSplitRaisesAlarm(t *testing.T) {
+	var skewOn atomic.Bool
+	c := checkCluster(t, &skewOn)
+	ctx := context.Background()
+	l := c.leader()
+	if l.cfg.NodeID == "n3" {
+		l.TransferLeadership(ctx, "")
+		l = c.leader("n3")
+	}
+	for _, id := range []string{"n1", "n2"} {
+		if id != l.cfg.NodeID {
+			c.stop(id)
+		}
+	}
+	skewOn.Store(true)
+	if _, _, err := l.Acquire(ctx, wire.AcquireRequest{Key: "diverge-me", Holder: "w", TTLMS: 600000}); err != nil {
+		t.Fatal(err)
+	}
+	var res *stateCheckResult
+	waitFor(t, 60*time.Second, func() bool {
+		res = l.sc.checkStates(ctx)
+		return res != nil && len(res.sums) == 2 && len(uniqueSums(res.sums)) == 2
+	})
+	if res.majority != "" || len(res.odd) != 0 {
+		t.Fatalf("a split check found a majority or an odd one: %+v", res)
+	}
+	if got := metricValue(t, l.sc.metrics.checks.WithLabelValues("split")); got < 1 {
+		t.Fatalf("split checks counted: %v", got)
+	}
+	if l.sc.diverged.Load() != nil || c.node("n3").sc.diverged.Load() != nil {
+		t.Fatal("a split check took a server out of service")
+	}
+}
+
+// TestStateCheckCompletesWithSlowTicks: with a tick period of 2.5 s an
+// idle cluster's log grows by one entry per period, and the check's index
+// (8 entries ahead) comes 20 s later: the check must wait for it, not
+// give up after a fixed 15 s.
+func TestStateCheckCompletesWithSlowTicks(t *testing.T) {
+	var skewOn atomic.Bool
+	c := checkCluster(t, &skewOn, func(cfg *Config) { cfg.TickPeriod = 2500 * time.Millisecond })
+	l := c.leader()
+	for _, id := range []string{"n1", "n2", "n3"} {
+		waitFor(t, 60*time.Second, func() bool { n := c.node(id); return n.AppliedIndex() >= l.AppliedIndex() })
+	}
+	res := l.sc.checkStates(context.Background())
+	if res == nil || res.majority == "" || len(res.sums) != 3 || len(uniqueSums(res.sums)) != 1 {
+		t.Fatalf("state check at a 2.5 s tick period: %+v", res)
+	}
+}

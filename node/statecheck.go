@@ -55,13 +55,16 @@ type stateCheckMetrics struct {
 func newStateCheckMetrics(reg prometheus.Registerer) *stateCheckMetrics {
 	m := &stateCheckMetrics{
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "leasehold_state_checks_total",
-			Help: "Cross-server state checks this server ran as leader, by outcome (agree, mismatch, incomplete)."}, []string{"outcome"}),
+			Help: "Cross-server state checks this server ran as leader, by outcome (agree, mismatch, incomplete, split: hashes differ and no strict majority of the configuration shares one, so no server can be told it is the odd one)."}, []string{"outcome"}),
 		mismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "leasehold_state_check_mismatches_total",
 			Help: "Servers found with a state that differs from the majority's, by the checks this server ran as leader."}),
 		diverged: prometheus.NewGauge(prometheus.GaugeOpts{Name: "leasehold_state_diverged",
 			Help: "1 when a state check found this server's state different from the cluster's: it is out of service (wipe its data directory and let it rejoin)."}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "leasehold_state_check_duration_seconds",
 			Help: "How long a cross-server state check took, on the leader.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
+	}
+	for _, outcome := range []string{"agree", "mismatch", "incomplete", "split"} {
+		m.checks.WithLabelValues(outcome) // exposed at 0: an alert's series exists before the first check
 	}
 	if reg != nil {
 		reg.MustRegister(m.checks, m.mismatches, m.diverged, m.duration)
@@ -114,7 +117,7 @@ func (sc *stateCheck) internalHandler() http.Handler {
 			http.Error(w, "at: a log index is required", http.StatusBadRequest)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), sc.n.cfg.hashWait(at-min(at, sc.n.rep.applied.Load())))
 		defer cancel()
 		ans := stateHashAnswer{NodeID: sc.n.cfg.NodeID, Index: at}
 		h, err := sc.n.rep.hashAt(ctx, at)
@@ -301,11 +304,17 @@ func (sc *stateCheck) checkStates(ctx context.Context) *stateCheckResult {
 	res := sc.collectHashes(ctx, servers)
 	sc.metrics.duration.Observe(time.Since(start).Seconds())
 	switch distinct := len(uniqueSums(res.sums)); {
+	case res.majority == "" && distinct > 1:
+		// Two survivors disagree while the third is down, say: which one
+		// is right cannot be told, and nobody is taken out of service.
+		// An operator must look (LeaseholdStateCheckSplit).
+		sc.metrics.checks.WithLabelValues("split").Inc()
+		sc.n.log.Error("state check: the servers' states differ and no majority of the configuration shares one; "+
+			"nobody can be told it is the odd one: compare the servers (GET /v1/cluster/local?hash_at=N) and replace the wrong one",
+			"index", res.index, "hashes", res.sums, "servers", len(servers))
+		return res
 	case res.majority == "":
 		sc.metrics.checks.WithLabelValues("incomplete").Inc()
-		if distinct > 1 {
-			sc.n.log.Error("state check: no majority of the servers shares one state", "index", res.index, "hashes", res.sums)
-		}
 		return res
 	case distinct == 1:
 		sc.metrics.checks.WithLabelValues("agree").Inc()
@@ -348,7 +357,7 @@ func (sc *stateCheck) collectHashes(ctx context.Context, servers []raft.Server) 
 		var wg sync.WaitGroup
 		for _, s := range servers {
 			wg.Go(func() {
-				hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+				hctx, cancel := context.WithTimeout(ctx, 5*time.Second+sc.n.cfg.hashWait(lead))
 				defer cancel()
 				sum, err := sc.hashOn(hctx, string(s.ID), string(s.Address), res.index)
 				mu.Lock()
@@ -411,7 +420,8 @@ func (sc *stateCheck) startupCheck() {
 	if !sc.canCheck() {
 		return
 	}
-	deadline := time.Now().Add(startupCheckFor)
+	checkFor := max(startupCheckFor, 2*sc.n.cfg.hashWait(8))
+	deadline := time.Now().Add(checkFor)
 	for time.Now().Before(deadline) {
 		select {
 		case <-sc.n.closing:
@@ -430,7 +440,7 @@ func (sc *stateCheck) startupCheck() {
 		if len(servers) < 2 {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+sc.n.cfg.hashWait(8))
 		res := sc.collectHashes(ctx, servers)
 		cancel()
 		mine, ok := res.sums[sc.n.cfg.NodeID]
@@ -457,8 +467,20 @@ func (sc *stateCheck) startupCheck() {
 			return
 		}
 	}
-	sc.n.log.Warn("state check at start: no majority answered in time; skipped", "for", startupCheckFor)
+	sc.n.log.Warn("state check at start: no majority answered in time; skipped", "for", checkFor)
 }
 
-// startupCheckFor bounds the check at start.
+// startupCheckFor bounds the check at start (longer with slow ticks:
+// hashWait).
 const startupCheckFor = 30 * time.Second
+
+// hashWait bounds the wait for a state hash at an index ahead entries
+// past the applied index. An idle cluster's log grows by about one entry
+// (a tick) per tick period, so the bound grows with the period: a fixed
+// 10-15 s never saw the check's 8 entries go by at a 2 s period, and the
+// check never completed. At most hashWaitAhead entries count.
+func (c *Config) hashWait(ahead uint64) time.Duration {
+	return 10*time.Second + time.Duration(min(ahead, hashWaitAhead))*2*c.TickPeriod
+}
+
+const hashWaitAhead = 16
