@@ -48,6 +48,11 @@ const (
 	// unscoped: a token restricted to some keys or holders is refused
 	// (403), whatever its scope (the control lease's socket).
 	unscoped
+	// anyState: served whatever the server's service state (health,
+	// readiness, metrics, local state, the membership repairs, the
+	// console's files). Every other route is refused with 503
+	// OUT_OF_SERVICE while the node's Gate says so (serviceGated).
+	anyState
 )
 
 // handlerFunc handles one route. A returned error is answered by
@@ -168,22 +173,22 @@ func (s *server) routes() []route {
 		// Cluster status: leader, indexes, tick, members.
 		{"GET", "/v1/cluster", need(ScopeRead), s.clusterStatus, forwardRead, 0},
 		// This node's own view and state hash (never forwarded).
-		{"GET", "/v1/cluster/local", need(ScopeAdmin), s.localState, serveHere, 0},
+		{"GET", "/v1/cluster/local", need(ScopeAdmin), s.localState, serveHere, anyState},
 		// Remove a server from the cluster.
-		{"DELETE", "/v1/cluster/members/:id", need(ScopeAdmin), s.removeMember, forwardMembership, 0},
+		{"DELETE", "/v1/cluster/members/:id", need(ScopeAdmin), s.removeMember, forwardMembership, anyState},
 		// Hand leadership to a given voter (or any).
-		{"POST", "/v1/cluster/transfer-leadership", need(ScopeAdmin), s.transferLeadership, forwardMembership, 0},
+		{"POST", "/v1/cluster/transfer-leadership", need(ScopeAdmin), s.transferLeadership, forwardMembership, anyState},
 		// Stream a snapshot file of the whole state (backup).
 		{"GET", "/v1/cluster/snapshot", need(ScopeAdmin), s.saveSnapshot, forwardLongRead, longAnswer},
 		// Replace the whole state with a snapshot file (restore).
 		{"PUT", "/v1/cluster/snapshot", need(ScopeAdmin), s.restoreSnapshot, forwardLongWrite, longAnswer | progressBody},
 
 		// Liveness: 200 while the process serves HTTP.
-		{"GET", "/healthz", need(ScopeNone), s.healthz, serveHere, 0},
+		{"GET", "/healthz", need(ScopeNone), s.healthz, serveHere, anyState},
 		// Readiness: 200 when a leader is known and this node caught up.
-		{"GET", "/readyz", need(ScopeNone), s.readyz, serveHere, 0},
+		{"GET", "/readyz", need(ScopeNone), s.readyz, serveHere, anyState},
 		// Prometheus text exposition.
-		{"GET", "/metrics", need(ScopeNone), s.metricsText, serveHere, 0},
+		{"GET", "/metrics", need(ScopeNone), s.metricsText, serveHere, anyState},
 	}
 }
 
@@ -208,13 +213,13 @@ func (s *server) controlRoutes() []route {
 func (s *server) consoleRoutes() []route {
 	return []route{
 		// The console's entry point.
-		{"GET", "/", need(ScopeNone), consoleRedirect, serveHere, 0},
-		{"GET", "/ui", need(ScopeNone), consoleRedirect, serveHere, 0},
+		{"GET", "/", need(ScopeNone), consoleRedirect, serveHere, anyState},
+		{"GET", "/ui", need(ScopeNone), consoleRedirect, serveHere, anyState},
 		// The console's files (index.html, app.js, style.css).
-		{"GET", uiPrefix + "*file", need(ScopeNone), consoleFile, serveHere, 0},
+		{"GET", uiPrefix + "*file", need(ScopeNone), consoleFile, serveHere, anyState},
 		// Who the presented bearer token is, for the console to offer the
 		// actions its scope allows. Without auth: scope admin.
-		{"GET", "/v1/whoami", need(ScopeRead), s.whoami, serveHere, 0},
+		{"GET", "/v1/whoami", need(ScopeRead), s.whoami, serveHere, anyState},
 	}
 }
 

@@ -153,6 +153,10 @@ func (s *server) wrap(rt route, labels *routeLabels) httprouter.Handle {
 			s.writeError(w, r, err)
 			return
 		}
+		if err := s.serviceGated(rt); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 		if s.maybeForward(w, r, rt) {
 			return
 		}
@@ -269,5 +273,23 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		e = ne
 	}
 	writeErrorBody(w, http.StatusServiceUnavailable, e)
+	return nil
+}
+
+// serviceGate is a node with a service gate (*node.Node's Gate): nil while
+// it may serve, else 503 OUT_OF_SERVICE with its state and why.
+type serviceGate interface{ Gate() error }
+
+// serviceGated is the gate's refusal of a request of rt, nil when it may
+// be served: a node out of service (diverged, damaged, removed, frozen)
+// answers nothing from its state and forwards nothing, but for the routes
+// an operator needs to see and repair it (anyState).
+func (s *server) serviceGated(rt route) error {
+	if rt.flags&anyState != 0 {
+		return nil
+	}
+	if g, ok := s.n.(serviceGate); ok {
+		return g.Gate()
+	}
 	return nil
 }

@@ -233,6 +233,9 @@ var builtin = []*Scenario{
 			}
 			return nil
 		}},
+	{Name: "diverged-follower", Class: "diverge", Nodes: 3, Doc: "tell a follower its state differs (the state check's notice, over the Raft port); it must answer no read or event stream from its state until it restarts",
+		Expect:  map[string]int{"diverged-refusals": 3, "restarts": 1},
+		Nemesis: divergeFollower},
 	{Name: "kill-one", Liveness: true, StallBound: wideStall, Class: "crash", Doc: "SIGKILL one random follower, restart it",
 		Expect: map[string]int{"restarts": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {

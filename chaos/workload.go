@@ -191,7 +191,7 @@ func (w *leaseWorker) do(ctx context.Context, op Op, f func(ctx context.Context,
 		w.newProcess()
 		w.node = w.rng.IntN(len(w.cl))
 	case StatusFail:
-		if op.Code == "" || op.Code == string(wire.CodeNoLeader) || op.Code == string(wire.CodeUnavailable) {
+		if op.Code == "" || op.Code == string(wire.CodeNoLeader) || op.Code == string(wire.CodeUnavailable) || op.Code == string(wire.CodeOutOfService) {
 			w.node = w.rng.IntN(len(w.cl))
 		}
 	}

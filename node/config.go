@@ -273,6 +273,8 @@ type Config struct {
 	// applies it (a deliberately diverged replica).
 	peerHashHook func(ctx context.Context, id string, at uint64) (string, error)
 	divergedHook func(id string, d divergedNotice)
+	// logWriteHang, if > 0, replaces DefaultLogWriteHang (tests).
+	logWriteHang time.Duration
 	skewApply    func(c fsm.Command) fsm.Command
 	// holdClock, when it returns true, keeps the leader from proposing
 	// ticks and Expire entries (tests that need a lease left due).

@@ -202,6 +202,9 @@ func (s *Subscription) Close() {
 // RESOURCE_EXHAUSTED (field "event_streams") when Config.MaxEventStreams
 // subscriptions are open on this node.
 func (n *Node) Subscribe(ctx context.Context, f wire.EventFilter) (*Subscription, error) {
+	if err := n.Gate(); err != nil {
+		return nil, err
+	}
 	h := n.hub
 	var pos uint64
 	var after eventID // events up to this id are never delivered
@@ -244,7 +247,7 @@ func (n *Node) Subscribe(ctx context.Context, f wire.EventFilter) (*Subscription
 		defer h.streams.Add(-1)
 		defer close(s.done)
 		defer close(s.ch)
-		s.run(ctx, h, pos, after, f)
+		s.run(ctx, n, pos, after, f)
 	}()
 	return s, nil
 }
@@ -253,10 +256,17 @@ func (s *Subscription) fail(err error) { s.err.Store(&err) }
 
 // run delivers events from ring position pos. Events not after the resume
 // point are skipped: a node still replaying its log at startup may not have
-// reached that point when the subscription began.
-func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, after eventID, f wire.EventFilter) {
+// reached that point when the subscription began. It ends with the gate's
+// error when the node goes out of service (Gate): what it would deliver
+// from then on comes from a state that is not the cluster's.
+func (s *Subscription) run(ctx context.Context, node *Node, pos uint64, after eventID, f wire.EventFilter) {
+	h := node.hub
 	batch := make([]hubEvent, 0, 256)
 	for {
+		if err := node.Gate(); err != nil {
+			s.fail(err)
+			return
+		}
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
@@ -301,6 +311,7 @@ func (s *Subscription) run(ctx context.Context, h *hub, pos uint64, after eventI
 		if len(batch) == 0 {
 			select {
 			case <-notify:
+			case <-node.sc.out.ch:
 			case <-ctx.Done():
 				return
 			}

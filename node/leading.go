@@ -61,7 +61,7 @@ func (lt *leaderTerm) run(ctx context.Context) {
 		// is damaged) must not lead: what it would grant and read comes
 		// from that state.
 		n.log.Error("refusing to lead: " + err.Error())
-		n.cl.StepDown(ctx)
+		n.stepDownWhileLeading(ctx)
 		return
 	}
 	defer n.gc.crcOK.Store(false) // learnt again by the next term

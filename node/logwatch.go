@@ -44,9 +44,62 @@ type logWatch struct {
 	failOnce sync.Once
 	failed   chan struct{} // closed when the node fails
 	failErr  atomic.Pointer[error]
+
+	// A write that hangs rather than fails (a stalled disk) returns no
+	// error to record: the writes in flight are timed, and one older
+	// than hangAfter makes HealthErr fail (hungErr).
+	hangAfter time.Duration
+	// store is the log store watched, for reads (raftOnly).
+	store   atomic.Pointer[watchedLogs]
+	wmu     sync.Mutex
+	wseq    uint64
+	writing map[uint64]time.Time // write -> when it began
 }
 
-func newLogWatch() *logWatch { return &logWatch{failed: make(chan struct{})} }
+// DefaultLogWriteHang is how long one write to Raft's log store may take
+// before /healthz says the log cannot be written: far above a slow fsync's
+// seconds.
+const DefaultLogWriteHang = 20 * time.Second
+
+func newLogWatch(hangAfter time.Duration) *logWatch {
+	if hangAfter <= 0 {
+		hangAfter = DefaultLogWriteHang
+	}
+	return &logWatch{failed: make(chan struct{}), hangAfter: hangAfter, writing: map[uint64]time.Time{}}
+}
+
+// begin notes a write in flight; the function it returns ends it.
+func (w *logWatch) begin() func() {
+	w.wmu.Lock()
+	w.wseq++
+	id := w.wseq
+	w.writing[id] = time.Now()
+	w.wmu.Unlock()
+	return func() {
+		w.wmu.Lock()
+		delete(w.writing, id)
+		w.wmu.Unlock()
+	}
+}
+
+// hungErr describes a write in flight for longer than hangAfter, else nil.
+func (w *logWatch) hungErr() error {
+	w.wmu.Lock()
+	var oldest time.Time
+	for _, t := range w.writing {
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	w.wmu.Unlock()
+	if oldest.IsZero() {
+		return nil
+	}
+	if d := time.Since(oldest); d >= w.hangAfter {
+		return fmt.Errorf("a write to the Raft log has not returned for %v (a stalled disk?)", d.Round(time.Second))
+	}
+	return nil
+}
 
 // watchedLogs reports every write's outcome to w; reads pass through.
 type watchedLogs struct {
@@ -54,9 +107,15 @@ type watchedLogs struct {
 	w *logWatch
 }
 
-func (s watchedLogs) StoreLog(l *raft.Log) error { return s.w.record(s.LogStore.StoreLog(l)) }
+func (s watchedLogs) StoreLog(l *raft.Log) error {
+	defer s.w.begin()()
+	return s.w.record(s.LogStore.StoreLog(l))
+}
 
-func (s watchedLogs) StoreLogs(ls []*raft.Log) error { return s.w.record(s.LogStore.StoreLogs(ls)) }
+func (s watchedLogs) StoreLogs(ls []*raft.Log) error {
+	defer s.w.begin()()
+	return s.w.record(s.LogStore.StoreLogs(ls))
+}
 
 func (w *logWatch) record(err error) error {
 	now := time.Now().UnixNano()
@@ -86,7 +145,9 @@ func (w *logWatch) wrap(inner storeWrapper) storeWrapper {
 		if inner != nil {
 			logs, stable = inner(logs, stable)
 		}
-		return watchedLogs{LogStore: logs, w: w}, stable
+		wl := watchedLogs{LogStore: logs, w: w}
+		w.store.Store(&wl)
+		return wl, stable
 	}
 }
 
@@ -158,8 +219,8 @@ func (c *Config) logFailureTimeout() time.Duration {
 }
 
 // HealthErr is nil while the node can serve at all; otherwise it says why
-// not: Raft's log store fails its writes (a full or broken disk), or the
-// node has failed (Failed). /healthz answers 503 with it: a process that
+// not: Raft's log store fails its writes (a full or broken disk) or one
+// of them hangs (for DefaultLogWriteHang), or the node has failed (Failed). /healthz answers 503 with it: a process that
 // cannot write its log is not alive in any useful sense, and a restart is
 // what recovers it.
 func (n *Node) HealthErr() error {
@@ -169,7 +230,10 @@ func (n *Node) HealthErr() error {
 	if p := n.logs.failErr.Load(); p != nil {
 		return *p
 	}
-	return n.logs.failingErr()
+	if err := n.logs.failingErr(); err != nil {
+		return err
+	}
+	return n.logs.hungErr()
 }
 
 // Failed is closed when the node has failed for good: Raft's log store

@@ -13,7 +13,7 @@ import (
 )
 
 func watchNode(timeout time.Duration) *Node {
-	return &Node{cfg: Config{LogFailureTimeout: timeout}, log: slog.New(slog.DiscardHandler), logs: newLogWatch()}
+	return &Node{cfg: Config{LogFailureTimeout: timeout}, log: slog.New(slog.DiscardHandler), logs: newLogWatch(0)}
 }
 
 func failed(n *Node) bool {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
@@ -112,7 +113,7 @@ func newNode(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, log: logger, hub: newHub(cfg.EventHistory), stats: newCounters(),
 		waits: waitList{m: make(map[string][]chan fsm.Notice)}, ready: make(chan struct{}), closing: make(chan struct{}),
-		logs: newLogWatch(),
+		logs: newLogWatch(cfg.logWriteHang),
 	}
 	n.gc = groupCommit{n: n, propCh: make(chan *proposal, 4096), inflight: make(chan struct{}, entriesInFlight)}
 	n.lt.n = n
@@ -123,7 +124,7 @@ func newNode(cfg Config) (*Node, error) {
 	n.rep.skew = cfg.skewApply
 	n.rep.skipRestore = cfg.SkipRestore
 	n.metrics = newNodeMetrics(n, cfg.Registry)
-	n.sc = stateCheck{n: n, metrics: newStateCheckMetrics(n.metrics.reg)}
+	n.sc = stateCheck{n: n, metrics: newStateCheckMetrics(n.metrics.reg), out: newOutSignal()}
 	n.rot = newRotWatch(n.metrics.reg)
 	n.rep.metrics = n.metrics
 	n.rep.defaultPeriod = cfg.TickPeriod.Milliseconds()
@@ -235,7 +236,7 @@ func (n *Node) ReadyErr() error {
 	if reason := n.applyStall(); reason != "" {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: reason}
 	}
-	if commit := n.cl.CommitIndex(); !n.rep.appliedBy(commit, readyCatchUp, n.closing) {
+	if commit := n.cl.CommitIndex(); !n.caughtUp(commit, readyCatchUp) {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "applying the log: not caught up with the leader yet"}
 	}
 	if n.rep.tick.Load() == 0 {
@@ -245,6 +246,61 @@ func (n *Node) ReadyErr() error {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "comparing this server's state with the leader's (state check at start)"}
 	}
 	return nil
+}
+
+// caughtUp waits up to within for this server to have applied every
+// entry up to commit that its state machine sees (raftOnly), and reports
+// whether it did.
+func (n *Node) caughtUp(commit uint64, within time.Duration) bool {
+	var timer *time.Timer
+	for {
+		ch, applied := n.rep.waitApplied()
+		if applied >= commit || n.raftOnly(applied, commit) {
+			return true
+		}
+		if timer == nil {
+			timer = time.NewTimer(within)
+			defer timer.Stop()
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return false
+		case <-n.closing:
+			return false
+		}
+	}
+}
+
+// raftOnlyScan bounds the entries raftOnly reads.
+const raftOnlyScan = 16
+
+// raftOnly reports whether every log entry after index from up to index
+// to is one Raft keeps to itself (its no-op, a barrier, a configuration
+// change): the state machine never sees those, so a server that applied
+// up to from has applied all it will of them until the next command. A
+// leadership barrier or a snapshot's barrier otherwise left the applied
+// index behind the commit index until the next tick, and /readyz failed
+// meanwhile whenever the tick period was longer than it waits
+// (readyCatchUp). At most raftOnlyScan entries are read.
+func (n *Node) raftOnly(from, to uint64) bool {
+	if to <= from {
+		return true
+	}
+	if to-from > raftOnlyScan || n.logs == nil {
+		return false
+	}
+	s := n.logs.store.Load()
+	if s == nil {
+		return false
+	}
+	var l raft.Log
+	for i := from + 1; i <= to; i++ {
+		if err := s.GetLog(i, &l); err != nil || l.Type == raft.LogCommand {
+			return false
+		}
+	}
+	return true
 }
 
 // Cluster is this server's consensus (Raft state, configuration) for

@@ -86,13 +86,14 @@ func (ps *peerServer) start() {
 	// bounded by its own timeout): a peer that trickles bytes or never
 	// reads its answer loses its connection instead of holding a goroutine.
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: peerWriteTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
+		WriteTimeout: max(peerWriteTimeout, ps.n.cfg.hashWait(hashWaitAhead)+5*time.Second), IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
 	go p.srv.Serve(ln)
 }
 
 // peerWriteTimeout bounds a node-to-node request from the end of its
 // headers to the end of its answer; it outlasts the leader's own bound on
-// a control operation (10 s).
+// a control operation (10 s), and a state hash's wait (hashWait: longer
+// with slow ticks).
 const peerWriteTimeout = 20 * time.Second
 
 // close stops serving node-to-node requests.

@@ -55,13 +55,15 @@ type propResult struct {
 // propose commits cmd through Raft and returns its result once it has been
 // applied on this node. Errors are *Error: NO_LEADER or UNAVAILABLE when
 // the command was certainly not applied (raftError), INDETERMINATE when it
-// may have been; UNAVAILABLE
-// (not applied) on a server the cluster removed or whose id belongs to
-// another cluster (refusedErr): it writes nothing, not even as the leader
-// of a cluster of its own.
+// may have been; OUT_OF_SERVICE (not applied) on a server out of service
+// (Gate: the cluster removed it or its id belongs to another cluster, its
+// state diverged, its log is damaged): it writes nothing, not even as the
+// leader of a cluster of its own.
 func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64, error) {
-	if err := n.mem.refusedErr(); err != nil {
-		return fsm.Result{}, 0, &wire.Error{Code: wire.CodeUnavailable, Message: err.Error()}
+	if err := n.Gate(); err != nil {
+		// Out of service (service.go): removed, or a leader whose state
+		// or log is not the cluster's commits nothing from it.
+		return fsm.Result{}, 0, err
 	}
 	p := &proposal{ctx: ctx, cmd: cmd, start: time.Now(), done: make(chan propResult, 1)}
 	select {

@@ -10,14 +10,15 @@ import (
 // readBarrier makes a linearizable read possible: this node confirms it is
 // still the leader (a quorum answered after the read began) and waits until
 // it has applied everything committed before that moment. A stale read
-// skips it and answers from whatever this node has applied. A server the
-// cluster refused (refusedErr) serves no linearizable read.
+// skips it and answers from whatever this node has applied. A server out
+// of service (Gate: removed, diverged, damaged, frozen) serves no read at
+// all, stale or not: its state is not the cluster's.
 func (n *Node) readBarrier(ctx context.Context, stale bool) error {
+	if err := n.Gate(); err != nil {
+		return err
+	}
 	if stale || canaryStaleRead {
 		return nil
-	}
-	if err := n.mem.refusedErr(); err != nil {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error()}
 	}
 	// Ready in the term this server leads in now (isLeaderReady), both
 	// before the commit index is read and after a quorum confirmed the

@@ -77,6 +77,9 @@ func (n *Node) applyStall() string {
 	_, leader := r.Leader()
 	v := stallView{stalled: stalled, applied: n.rep.applied.Load(), commit: r.CommitIndex(),
 		lastIndex: r.LastIndex(), leader: string(leader), contact: -1}
+	if n.raftOnly(v.applied, v.commit) {
+		v.commit = v.applied // only entries the state machine never sees (a barrier) are ahead
+	}
 	if lc := r.LastContact(); !lc.IsZero() {
 		v.contact = time.Since(lc)
 	}

@@ -55,13 +55,16 @@ type stateCheckMetrics struct {
 func newStateCheckMetrics(reg prometheus.Registerer) *stateCheckMetrics {
 	m := &stateCheckMetrics{
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "leasehold_state_checks_total",
-			Help: "Cross-server state checks this server ran as leader, by outcome (agree, mismatch, incomplete)."}, []string{"outcome"}),
+			Help: "Cross-server state checks this server ran as leader, by outcome (agree, mismatch, incomplete, split: hashes differ and no strict majority of the configuration shares one, so no server can be told it is the odd one)."}, []string{"outcome"}),
 		mismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "leasehold_state_check_mismatches_total",
 			Help: "Servers found with a state that differs from the majority's, by the checks this server ran as leader."}),
 		diverged: prometheus.NewGauge(prometheus.GaugeOpts{Name: "leasehold_state_diverged",
 			Help: "1 when a state check found this server's state different from the cluster's: it is out of service (wipe its data directory and let it rejoin)."}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "leasehold_state_check_duration_seconds",
 			Help: "How long a cross-server state check took, on the leader.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
+	}
+	for _, outcome := range []string{"agree", "mismatch", "incomplete", "split"} {
+		m.checks.WithLabelValues(outcome) // exposed at 0: an alert's series exists before the first check
 	}
 	if reg != nil {
 		reg.MustRegister(m.checks, m.mismatches, m.diverged, m.duration)
@@ -78,6 +81,13 @@ type stateCheck struct {
 	lastCheck    atomic.Int64 // when the last state check ran (since processStart)
 	startChecked atomic.Bool
 	metrics      *stateCheckMetrics
+	// out is fired when the server finds itself diverged: running
+	// subscriptions end (Gate).
+	out *outSignal
+	// steppingDown: a stepDownWhileLeading runs; stepDowns counts its
+	// attempts (tests).
+	steppingDown atomic.Bool
+	stepDowns    atomic.Int64
 }
 
 // stateHashAnswer is a server's answer to a state hash request.
@@ -107,7 +117,7 @@ func (sc *stateCheck) internalHandler() http.Handler {
 			http.Error(w, "at: a log index is required", http.StatusBadRequest)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), sc.n.cfg.hashWait(at-min(at, sc.n.rep.applied.Load())))
 		defer cancel()
 		ans := stateHashAnswer{NodeID: sc.n.cfg.NodeID, Index: at}
 		h, err := sc.n.rep.hashAt(ctx, at)
@@ -139,10 +149,10 @@ func (sc *stateCheck) internalHandler() http.Handler {
 // holds an entry it cannot apply.
 func (n *Node) outOfService() error {
 	if msg := n.rep.broken.Load(); msg != nil {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: *msg}
+		return errOutOfService(ServiceDamaged, *msg)
 	}
 	if msg := n.sc.diverged.Load(); msg != nil {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: *msg}
+		return errOutOfService(ServiceDiverged, *msg)
 	}
 	return nil
 }
@@ -159,8 +169,36 @@ func (sc *stateCheck) markDiverged(d divergedNotice) {
 		sc.n.log.Error("state check: " + msg)
 	}
 	sc.metrics.diverged.Set(1)
+	sc.out.fire()
 	if sc.n.cl.IsLeader() {
-		go sc.n.cl.StepDown(context.Background()) // lead() refuses it from now on
+		go sc.n.stepDownWhileLeading(context.Background()) // lt.run refuses it from now on
+	}
+}
+
+// stepDownWhileLeading hands leadership on, again and again, until this
+// server no longer leads (or ctx ends, or the node closes): a server out
+// of service must not lead, and one transfer can fail (no voter reachable,
+// none caught up). Meanwhile Gate refuses every write and read. One runs
+// at a time.
+func (n *Node) stepDownWhileLeading(ctx context.Context) {
+	if !n.sc.steppingDown.CompareAndSwap(false, true) {
+		return
+	}
+	defer n.sc.steppingDown.Store(false)
+	for try := 0; n.cl.IsLeader() && ctx.Err() == nil; try++ {
+		select {
+		case <-n.closing:
+			return
+		default:
+		}
+		if try%10 == 0 {
+			n.log.Error("out of service and still the leader: handing leadership on", "attempt", try+1)
+		}
+		n.sc.stepDowns.Add(1)
+		n.cl.StepDown(ctx)
+		if sleepCtx(ctx, backoff(try)) != nil {
+			return
+		}
 	}
 }
 
@@ -269,11 +307,17 @@ func (sc *stateCheck) checkStates(ctx context.Context) *stateCheckResult {
 	res := sc.collectHashes(ctx, servers)
 	sc.metrics.duration.Observe(time.Since(start).Seconds())
 	switch distinct := len(uniqueSums(res.sums)); {
+	case res.majority == "" && distinct > 1:
+		// Two survivors disagree while the third is down, say: which one
+		// is right cannot be told, and nobody is taken out of service.
+		// An operator must look (LeaseholdStateCheckSplit).
+		sc.metrics.checks.WithLabelValues("split").Inc()
+		sc.n.log.Error("state check: the servers' states differ and no majority of the configuration shares one; "+
+			"nobody can be told it is the odd one: compare the servers (GET /v1/cluster/local?hash_at=N) and replace the wrong one",
+			"index", res.index, "hashes", res.sums, "servers", len(servers))
+		return res
 	case res.majority == "":
 		sc.metrics.checks.WithLabelValues("incomplete").Inc()
-		if distinct > 1 {
-			sc.n.log.Error("state check: no majority of the servers shares one state", "index", res.index, "hashes", res.sums)
-		}
 		return res
 	case distinct == 1:
 		sc.metrics.checks.WithLabelValues("agree").Inc()
@@ -293,10 +337,7 @@ func (sc *stateCheck) checkStates(ctx context.Context) *stateCheckResult {
 		d := divergedNotice{Index: res.index, Sum: sum, Majority: res.majority, By: sc.n.cfg.NodeID}
 		switch {
 		case id == sc.n.cfg.NodeID:
-			sc.markDiverged(d)
-			if sc.n.cl.IsLeader() {
-				sc.n.cl.StepDown(ctx)
-			}
+			sc.markDiverged(d) // and hands leadership on until it no longer leads
 		case sc.n.cfg.divergedHook != nil:
 			sc.n.cfg.divergedHook(id, d)
 		default:
@@ -319,7 +360,7 @@ func (sc *stateCheck) collectHashes(ctx context.Context, servers []raft.Server) 
 		var wg sync.WaitGroup
 		for _, s := range servers {
 			wg.Go(func() {
-				hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+				hctx, cancel := context.WithTimeout(ctx, 5*time.Second+sc.n.cfg.hashWait(lead))
 				defer cancel()
 				sum, err := sc.hashOn(hctx, string(s.ID), string(s.Address), res.index)
 				mu.Lock()
@@ -382,7 +423,8 @@ func (sc *stateCheck) startupCheck() {
 	if !sc.canCheck() {
 		return
 	}
-	deadline := time.Now().Add(startupCheckFor)
+	checkFor := max(startupCheckFor, 2*sc.n.cfg.hashWait(8))
+	deadline := time.Now().Add(checkFor)
 	for time.Now().Before(deadline) {
 		select {
 		case <-sc.n.closing:
@@ -401,7 +443,7 @@ func (sc *stateCheck) startupCheck() {
 		if len(servers) < 2 {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+sc.n.cfg.hashWait(8))
 		res := sc.collectHashes(ctx, servers)
 		cancel()
 		mine, ok := res.sums[sc.n.cfg.NodeID]
@@ -428,8 +470,20 @@ func (sc *stateCheck) startupCheck() {
 			return
 		}
 	}
-	sc.n.log.Warn("state check at start: no majority answered in time; skipped", "for", startupCheckFor)
+	sc.n.log.Warn("state check at start: no majority answered in time; skipped", "for", checkFor)
 }
 
-// startupCheckFor bounds the check at start.
+// startupCheckFor bounds the check at start (longer with slow ticks:
+// hashWait).
 const startupCheckFor = 30 * time.Second
+
+// hashWait bounds the wait for a state hash at an index ahead entries
+// past the applied index. An idle cluster's log grows by about one entry
+// (a tick) per tick period, so the bound grows with the period: a fixed
+// 10-15 s never saw the check's 8 entries go by at a 2 s period, and the
+// check never completed. At most hashWaitAhead entries count.
+func (c *Config) hashWait(ahead uint64) time.Duration {
+	return 10*time.Second + time.Duration(min(ahead, hashWaitAhead))*2*c.TickPeriod
+}
+
+const hashWaitAhead = 16

@@ -19,9 +19,12 @@ import (
 // reach each other through the test's hooks (in-memory servers have no
 // node-to-node streams), with skew on n3: it drops the acquire of the key
 // "diverge-me" when skewOn is set (a deliberately diverged replica).
-func checkCluster(t *testing.T, skewOn *atomic.Bool) *testCluster {
+func checkCluster(t *testing.T, skewOn *atomic.Bool, adjust ...func(*Config)) *testCluster {
 	c := newTestCluster(t)
 	hooks := func(cfg *Config) {
+		for _, a := range adjust {
+			a(cfg)
+		}
 		cfg.StateCheckInterval = time.Hour // checks run when the test says
 		cfg.peerHashHook = func(ctx context.Context, id string, at uint64) (string, error) {
 			n := c.node(id)

@@ -41,6 +41,11 @@ const (
 	// CodeIndexPassed: a node's state hash was asked for at an index it
 	// has applied past (GET /v1/cluster/local?hash_at=N).
 	CodeIndexPassed Code = "INDEX_PASSED"
+	// CodeOutOfService: this server took itself out of service (its state
+	// differs from the cluster's, its log is damaged, the cluster removed
+	// it, it is a frozen follower); Error.ServiceState names the state. The
+	// request was not applied: send it to another server.
+	CodeOutOfService Code = "OUT_OF_SERVICE"
 	// CodeLeaseInvalid is the control lease's code (seed 000) for a wrong
 	// control lease token or id.
 	CodeLeaseInvalid Code = "LEASE_INVALID"
@@ -72,6 +77,9 @@ type Error struct {
 	AppliedIndex uint64 `json:"applied_index,omitempty"`
 	// Limit is the value of the limit a RESOURCE_EXHAUSTED names in Field.
 	Limit uint64 `json:"limit,omitempty"`
+	// ServiceState is the answering server's service state on
+	// OUT_OF_SERVICE (diverged, damaged, removed, frozen).
+	ServiceState string `json:"service_state,omitempty"`
 }
 
 func (e *Error) Error() string {

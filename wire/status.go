@@ -32,6 +32,7 @@ var statuses = map[Code]int{
 	CodeInternal:            500,
 	CodeNoLeader:            503,
 	CodeUnavailable:         503,
+	CodeOutOfService:        503,
 	CodeIndeterminate:       504,
 }
 

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/leasehold/leasehold/wire"
 )
 
 // DefaultTimeout bounds one attempt of a request when Options.Timeout is 0.
@@ -204,6 +206,12 @@ func (c *Client) mayRetry(cl call, err error) bool {
 	}
 	var ae *APIError
 	if errors.As(err, &ae) {
+		if ae.Err.Code == wire.CodeOutOfService {
+			// The server took itself out of service (its state is not
+			// the cluster's, say): it applied nothing, whatever the
+			// call, and another server may serve it.
+			return true
+		}
 		return cl.retry == retrySafe && ae.StatusCode == http.StatusServiceUnavailable
 	}
 	if notSent(err) {

@@ -170,6 +170,12 @@ func TestFailover(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		writeJSON(w, 200, wire.Lease{LeaseID: "ls_1", State: "active"})
 	}
+	// outOfService: a server that took itself out of service (its state
+	// diverged) applied nothing, whatever the request.
+	outOfService := func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		writeErr(w, 503, wire.CodeOutOfService, "this server is out of service (diverged)")
+	}
 	// hangUp reads the request, then drops the connection without answering:
 	// the request may have been applied.
 	hangUp := func(w http.ResponseWriter, r *http.Request) {
@@ -206,6 +212,9 @@ func TestFailover(t *testing.T) {
 		{"plain write stays after hang-up", hangUp, acquire(""), true, 1, 0},
 		{"renew stays after hang-up", hangUp, renew, true, 1, 0},
 		{"renew moves on after refused", nil, renew, false, 0, 1},
+		{"read moves on after out of service", outOfService, get, false, 1, 1},
+		{"plain write moves on after out of service", outOfService, acquire(""), false, 1, 1},
+		{"renew moves on after out of service", outOfService, renew, false, 1, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
