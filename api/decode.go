@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +52,37 @@ func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any, optio
 }
 
 var errTrailingData = errors.New("data after the request object")
+
+// refuseBody refuses a request body on a route that takes none (rt has no
+// body flag): anything but white space is 400 INVALID_ARGUMENT, naming the
+// first field of a JSON object. It reads at most s.maxBody bytes.
+func (s *server) refuseBody(r *http.Request, rt route) error {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, s.maxBody+1))
+	if err != nil {
+		return decodeError(err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	if int64(len(b)) > s.maxBody {
+		return payloadTooLarge(s.maxBody)
+	}
+	e := &wire.Error{Code: wire.CodeInvalidArgument,
+		Message: fmt.Sprintf("%s %s takes no request body", rt.method, rt.path)}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err == nil && tok == json.Delim('{') {
+		if name, err := dec.Token(); err == nil {
+			if name, ok := name.(string); ok {
+				e.Field = name
+				e.Message = fmt.Sprintf("unknown field %q: %s", name, e.Message)
+			}
+		}
+	}
+	return e
+}
 
 // decodeError describes a json.Decoder failure as a contract error, naming
 // the offending field where the decoder knows it.

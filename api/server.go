@@ -91,9 +91,22 @@ func (s *server) newRouter(rs []route) *httprouter.Router {
 	return r
 }
 
+// serveHook, when set (only by the package's tests: openapi_test.go), is
+// handed every request with the server's own serving, to record the
+// exchange and check it against the OpenAPI document. Nil in production.
+var serveHook func(w http.ResponseWriter, r *http.Request, serve http.HandlerFunc)
+
 // ServeHTTP dispatches to the routes. Every answer, the router's own 404 and
 // 405 included, carries X-Leasehold-Index and is counted in the metrics.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if serveHook != nil {
+		serveHook(w, r, s.serveHTTP)
+		return
+	}
+	s.serveHTTP(w, r)
+}
+
+func (s *server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &responseWriter{ResponseWriter: w, n: s.n, route: unmatched}
 	s.writeDeadline(w, 0) // every request, so none inherits its connection's last deadline
@@ -150,6 +163,12 @@ func (s *server) wrap(rt route, labels *routeLabels) httprouter.Handle {
 		if err := s.guardBody(w, r, rt.flags&progressBody != 0); err != nil {
 			s.writeError(w, r, err)
 			return
+		}
+		if rt.flags&body == 0 {
+			if err := s.refuseBody(r, rt); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
 		}
 		if s.maybeForward(w, r, rt) {
 			return

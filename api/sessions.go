@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 
@@ -98,6 +99,12 @@ func (s *server) sessionHeartbeat(w http.ResponseWriter, r *http.Request, ps htt
 	token := r.Header.Get(headerSessionToken)
 	if token == "" {
 		return missingHeader(headerSessionToken, "")
+	}
+	// The optional body is decoded strictly, like every other: an unknown
+	// field is a 400 naming it.
+	var b struct{}
+	if err := s.decodeBody(w, r, &b, true); err != nil && !errors.Is(err, errNoBody) {
+		return err
 	}
 	id := ps.ByName("id")
 	a := accessOf(r)
