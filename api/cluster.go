@@ -13,7 +13,12 @@ import (
 
 // clusterStatus handles GET /v1/cluster: this node's view of the cluster.
 func (s *server) clusterStatus(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
-	st, err := s.n.ClusterStatus(r.Context(), isTrue(r.URL.Query().Get("stale")))
+	q := newQuery(r)
+	stale := q.stale()
+	if err := q.check(); err != nil {
+		return err
+	}
+	st, err := s.n.ClusterStatus(r.Context(), stale)
 	if err != nil {
 		return err
 	}

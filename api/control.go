@@ -178,7 +178,13 @@ func (c *Control) Status() http.Handler {
 		}
 		var st *node.ControlState
 		var err error
-		if isTrue(r.URL.Query().Get("stale")) {
+		q := newQuery(r)
+		stale := q.stale()
+		if err := q.check(); err != nil {
+			writeControlError(w, err, c.n.ControlClock())
+			return
+		}
+		if stale {
 			st, err = c.n.ControlStatus(r.Context(), true)
 		} else {
 			st, err = c.do(r.Context(), r, &controlOp{Op: "status"})
