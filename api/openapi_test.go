@@ -669,3 +669,42 @@ func wireCodes() []string {
 	}
 	return out
 }
+
+// TestOpenAPIInDocs: docs/api.md, the prose reference, names every
+// operation of the document (as `METHOD /path/:param`) and every error code
+// it lists, and links the document.
+func TestOpenAPIInDocs(t *testing.T) {
+	doc, _ := mustSpec(t)
+	b, err := os.ReadFile("../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	if !strings.Contains(md, "(../api/openapi.yaml)") || !strings.Contains(md, "GET /v1/openapi.json") {
+		t.Error("docs/api.md does not link api/openapi.yaml")
+	}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			p := strings.NewReplacer("{", ":", "}", "").Replace(path)
+			found := false
+			for _, end := range []string{"`", "?", " ", "["} {
+				found = found || strings.Contains(md, "`"+method+" "+p+end)
+			}
+			if !found {
+				t.Errorf("docs/api.md does not name `%s %s`", method, p)
+			}
+		}
+	}
+	codes := doc.Components.Schemas["Code"].Value.Enum
+	if len(codes) != len(wire.Codes()) {
+		t.Errorf("the document lists %d codes, wire %d", len(codes), len(wire.Codes()))
+	}
+	for _, c := range codes {
+		if !strings.Contains(md, "`"+fmt.Sprint(c)+"`") {
+			t.Errorf("docs/api.md does not name the code %s", c)
+		}
+		if !wireKnown(fmt.Sprint(c)) {
+			t.Errorf("the document's code %s is no contract code", c)
+		}
+	}
+}
