@@ -320,6 +320,7 @@ var recorder struct {
 	mu       sync.Mutex
 	queue    chan *exchange
 	wg       sync.WaitGroup
+	closed   bool // the tests are over: no more exchanges are taken
 	checked  int
 	skipped  int
 	byRoute  map[string]int
@@ -357,7 +358,13 @@ func recordExchange(w http.ResponseWriter, r *http.Request, serve http.HandlerFu
 	ex.respBody, ex.respCut = cw.body.bytes()
 	// Checked by checkExchanges, off the server's goroutine: a schema
 	// check takes a while, and the answer ends when the handler returns.
+	recorder.mu.Lock()
+	if recorder.closed {
+		recorder.mu.Unlock()
+		return // a stream that outlived the tests
+	}
 	recorder.wg.Add(1)
+	recorder.mu.Unlock()
 	recorder.queue <- ex
 }
 
@@ -652,6 +659,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if serveHook != nil {
+		recorder.mu.Lock()
+		recorder.closed = true
+		recorder.mu.Unlock()
 		recorder.wg.Wait()
 	}
 	if serveHook != nil && !reportExchanges() && code == 0 {
