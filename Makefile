@@ -303,9 +303,14 @@ lint:
 
 # Every fuzz target (found in the _test.go files) for FUZZTIME each; a
 # failing input lands in that package's testdata/fuzz/ and stays a test case.
+# Then the OpenAPI fuzz's long run (api/openapi_fuzz_test.go): OPENAPI_FUZZ_N
+# requests generated from api/openapi.yaml (make test sends 1000); it prints
+# its seed: replay with LEASEHOLD_OPENAPI_FUZZ_SEED=seed.
 FUZZTIME ?= 10s
+OPENAPI_FUZZ_N ?= 20000
 fuzz:
 	GO=$(GO) ./.ci/fuzz $(FUZZTIME)
+	LEASEHOLD_OPENAPI_FUZZ_N=$(OPENAPI_FUZZ_N) $(GO) test -count=1 -timeout 60m -run '^TestOpenAPIFuzz$$' -v ./api/
 
 # The same, briefly, as CI runs it after `make test` (about two minutes).
 fuzz-ci:

@@ -13,7 +13,12 @@ import (
 
 // clusterStatus handles GET /v1/cluster: this node's view of the cluster.
 func (s *server) clusterStatus(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
-	st, err := s.n.ClusterStatus(r.Context(), isTrue(r.URL.Query().Get("stale")))
+	q := newQuery(r)
+	stale := q.stale()
+	if err := q.check(); err != nil {
+		return err
+	}
+	st, err := s.n.ClusterStatus(r.Context(), stale)
 	if err != nil {
 		return err
 	}
@@ -82,9 +87,12 @@ func (s *server) localState(w http.ResponseWriter, r *http.Request, _ httprouter
 	timeout := defaultLocalTimeout
 	if v := q.Get("timeout_ms"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms < 1 || ms > maxLocalTimeout.Milliseconds() {
+		if err != nil {
 			return &wire.Error{Code: wire.CodeInvalidArgument, Field: "timeout_ms",
-				Message: "timeout_ms must be 1-" + strconv.FormatInt(maxLocalTimeout.Milliseconds(), 10)}
+				Message: "timeout_ms must be an integer of milliseconds"}
+		}
+		if ms < 1 || ms > maxLocalTimeout.Milliseconds() {
+			return wire.OutOfRange("timeout_ms", 1, maxLocalTimeout.Milliseconds(), ms, "")
 		}
 		timeout = time.Duration(ms) * time.Millisecond
 	}

@@ -178,7 +178,13 @@ func (c *Control) Status() http.Handler {
 		}
 		var st *node.ControlState
 		var err error
-		if isTrue(r.URL.Query().Get("stale")) {
+		q := newQuery(r)
+		stale := q.stale()
+		if err := q.check(); err != nil {
+			writeControlError(w, err, c.n.ControlClock())
+			return
+		}
+		if stale {
 			st, err = c.n.ControlStatus(r.Context(), true)
 		} else {
 			st, err = c.do(r.Context(), r, &controlOp{Op: "status"})
@@ -298,8 +304,7 @@ func (c *Control) local(ctx context.Context, op *controlOp) (*node.ControlState,
 			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "acquire", Message: "acquire is required"}
 		}
 		if t := op.Acquire.TTLMS; t != 0 && (t < node.MinControlTTL.Milliseconds() || t > c.maxTTL.Milliseconds()) {
-			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "ttlMs",
-				Message: fmt.Sprintf("ttlMs must be %d-%d, got %d", node.MinControlTTL.Milliseconds(), c.maxTTL.Milliseconds(), t)}
+			return nil, wire.OutOfRange("ttlMs", node.MinControlTTL.Milliseconds(), c.maxTTL.Milliseconds(), t, "")
 		}
 		if op.Acquire.HeartbeatIntervalMS < 0 {
 			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "heartbeatIntervalMs",

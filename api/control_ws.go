@@ -500,8 +500,7 @@ func decodeControlMessage(b []byte, maxTTLMS int64) (*controlMessage, *wire.Erro
 			}
 		}
 		if m.TTLMS != 0 && (m.TTLMS < 1000 || m.TTLMS > maxTTLMS) {
-			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "ttlMs",
-				Message: fmt.Sprintf("ttlMs must be 1000-%d, got %d", maxTTLMS, m.TTLMS)}
+			return nil, wire.OutOfRange("ttlMs", 1000, maxTTLMS, m.TTLMS, "")
 		}
 		if m.HeartbeatIntervalMS < 0 {
 			return nil, &wire.Error{Code: wire.CodeInvalidArgument, Field: "heartbeatIntervalMs",

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/wire"
 )
@@ -25,9 +27,21 @@ var errNoBody = errors.New("no body")
 // is errNoBody when optional and INVALID_ARGUMENT otherwise. Every failure is
 // a *wire.Error (400, or 413 for a body over the limit whatever its content).
 func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
+	// Read whole (it is at most s.maxBody bytes): encoding/json would
+	// silently turn invalid UTF-8 in a string into U+FFFD.
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		if r.ContentLength > s.maxBody {
+			return payloadTooLarge(s.maxBody)
+		}
+		return decodeError(err)
+	}
+	if !utf8.Valid(b) {
+		return invalidUTF8(b)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	err = dec.Decode(v)
 	if errors.Is(err, io.EOF) {
 		if optional {
 			return errNoBody
@@ -51,6 +65,51 @@ func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any, optio
 }
 
 var errTrailingData = errors.New("data after the request object")
+
+// invalidUTF8 is the 400 for a body that is not UTF-8.
+func invalidUTF8(b []byte) *wire.Error {
+	at := 0
+	for at < len(b) {
+		r, n := utf8.DecodeRune(b[at:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		at += n
+	}
+	return &wire.Error{Code: wire.CodeInvalidArgument,
+		Message: fmt.Sprintf("the request body is not valid UTF-8 (at byte %d)", at)}
+}
+
+// refuseBody refuses a request body on a route that takes none (rt has no
+// body flag): anything but white space is 400 INVALID_ARGUMENT, naming the
+// first field of a JSON object. It reads at most s.maxBody bytes.
+func (s *server) refuseBody(r *http.Request, rt route) error {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, s.maxBody+1))
+	if err != nil {
+		return decodeError(err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	if int64(len(b)) > s.maxBody {
+		return payloadTooLarge(s.maxBody)
+	}
+	e := &wire.Error{Code: wire.CodeInvalidArgument,
+		Message: fmt.Sprintf("%s %s takes no request body", rt.method, rt.path)}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err == nil && tok == json.Delim('{') {
+		if name, err := dec.Token(); err == nil {
+			if name, ok := name.(string); ok {
+				e.Field = name
+				e.Message = fmt.Sprintf("unknown field %q: %s", name, e.Message)
+			}
+		}
+	}
+	return e
+}
 
 // decodeError describes a json.Decoder failure as a contract error, naming
 // the offending field where the decoder knows it.

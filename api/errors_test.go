@@ -61,6 +61,7 @@ func TestStatusFor(t *testing.T) {
 // route, and through the control lease's error path, gets the status of
 // wire's one table and keeps its code (INTERNAL's message is replaced).
 func TestErrorStatusIsWireTable(t *testing.T) {
+	uncheckedExchanges(t) // every code on one route
 	for _, code := range wire.Codes() {
 		t.Run(string(code), func(t *testing.T) {
 			want := wire.HTTPStatus(code)
@@ -85,6 +86,7 @@ func TestErrorStatusIsWireTable(t *testing.T) {
 // TestErrorAnswers sends node errors through a route and checks status,
 // body and headers as a client sees them.
 func TestErrorAnswers(t *testing.T) {
+	uncheckedExchanges(t) // the node's codes on one route
 	held := &wire.Error{Code: wire.CodeLeaseHeld, Message: "key k is held", Key: "k",
 		Holders: []wire.HolderInfo{{Holder: "w1", LeaseID: "ls_9", RemainingMS: 1500}}}
 	tests := []struct {
@@ -187,6 +189,7 @@ func (panicNode) GetLease(context.Context, string, bool) (*wire.Lease, error) {
 }
 
 func TestPanicIs500(t *testing.T) {
+	uncheckedExchanges(t) // an INTERNAL answer, on purpose
 	var logs bytes.Buffer
 	h := New(panicNode{newFake()}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	rec := do(t, h, "GET", "/v1/leases/ls_1", "")

@@ -203,7 +203,7 @@ func (f *fakeNode) Validate(_ context.Context, req wire.ValidateRequest) (*wire.
 	if err := f.record("Validate", req); err != nil {
 		return nil, err
 	}
-	return &wire.ValidateResult{Valid: true, Reason: "current", Current: testLease("ls_1")}, nil
+	return &wire.ValidateResult{Valid: true, Reason: "active", Current: testLease("ls_1")}, nil
 }
 
 func (f *fakeNode) Subscribe(_ context.Context, filter wire.EventFilter) (Subscription, error) {

@@ -278,6 +278,7 @@ func (e *forwardFuzzEnv) run(t *testing.T, which, mode byte, answer []byte) {
 // success the leader did not send), with valid status codes, and what it
 // says itself is a contract error: NO_LEADER, or INDETERMINATE for a write.
 func FuzzForwardLeaderAnswer(f *testing.F) {
+	uncheckedExchanges(f) // the fake leader's answers pass through
 	ok := "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{\"lease_id\":\"x\"}\n"
 	for _, s := range []struct {
 		which, mode byte
@@ -346,6 +347,7 @@ func (c *controlFollower) NodeID() string { return "follower" }
 // own error or NO_LEADER / INDETERMINATE, never a code the contract does
 // not know for an answer it could not read.
 func FuzzControlForwardAnswer(f *testing.F) {
+	uncheckedExchanges(f) // the fake leader's answers pass through
 	ok := `{"active":true,"leaseId":"cl_1","leaseToken":"tok","scope":"global"}`
 	for _, s := range []struct {
 		which, mode byte

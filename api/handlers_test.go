@@ -144,7 +144,7 @@ func TestRoutes(t *testing.T) {
 			body:  `{"key":"k","fencing_token":18446744073709551615}`,
 			check: argsAre("Validate", wire.ValidateRequest{Key: "k", FencingToken: 1<<64 - 1}),
 			bodyCheck: func(t *testing.T, b map[string]any) {
-				if b["valid"] != true || b["reason"] != "current" || b["current"] == nil {
+				if b["valid"] != true || b["reason"] != "active" || b["current"] == nil {
 					t.Errorf("answer = %v", b)
 				}
 			}},

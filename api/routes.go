@@ -53,6 +53,10 @@ const (
 	// console's files). Every other route is refused with 503
 	// OUT_OF_SERVICE while the node's Gate says so (serviceGated).
 	anyState
+	// body: the route takes a request body. A request with a body on a
+	// route without this flag is refused (400, refuseBody), as the
+	// OpenAPI document says (no requestBody).
+	body
 )
 
 // handlerFunc handles one route. A returned error is answered by
@@ -123,50 +127,52 @@ func (s *server) routes() []route {
 	return []route{
 		// Acquire a lease: 201 with the lease and its token, 200 on an
 		// idempotent replay.
-		{"POST", "/v1/leases", need(ScopeWrite), s.acquire, forwardAcquire, longAnswer},
+		{"POST", "/v1/leases", need(ScopeWrite), s.acquire, forwardAcquire, longAnswer | body},
 		// List leases by key, prefix, holder, session_id, state; paged.
 		{"GET", "/v1/leases", need(ScopeRead), s.listLeases, forwardRead, 0},
 		// Read one lease, in any state still retained.
 		{"GET", "/v1/leases/:id", need(ScopeRead), s.getLease, forwardRead, 0},
 		// Renew a standalone lease (X-Lease-Token, optional ttl_ms).
-		{"POST", "/v1/leases/:id/renew", need(ScopeWrite), s.renew, forwardWrite, 0},
+		{"POST", "/v1/leases/:id/renew", need(ScopeWrite), s.renew, forwardWrite, body},
 		// Release a lease (X-Lease-Token, or X-Session-Token if bound).
-		{"DELETE", "/v1/leases/:id", need(ScopeWrite), s.release, forwardWrite, 0},
+		{"DELETE", "/v1/leases/:id", need(ScopeWrite), s.release, forwardWrite, body},
 		// Force-release a lease as an operator.
-		{"POST", "/v1/leases/:id/revoke", need(ScopeAdmin), s.revoke, forwardWrite, 0},
+		{"POST", "/v1/leases/:id/revoke", need(ScopeAdmin), s.revoke, forwardWrite, body},
 		// Renew many standalone leases at once; per-item results.
-		{"POST", "/v1/heartbeat", need(ScopeWrite), s.heartbeat, forwardWrite, 0},
+		{"POST", "/v1/heartbeat", need(ScopeWrite), s.heartbeat, forwardWrite, body},
 		// A stream of single-lease renewals, answered as each commits.
-		{"POST", "/v1/keepalive", need(ScopeWrite), s.keepAliveRenewals, forwardLongWrite, duplex | longAnswer | progressBody},
+		{"POST", "/v1/keepalive", need(ScopeWrite), s.keepAliveRenewals, forwardLongWrite, duplex | longAnswer | progressBody | body},
 
 		// Acquire a lease group: several keys at once, all or nothing;
 		// 201 with the group and its token, 200 on an idempotent replay.
-		{"POST", "/v1/groups", need(ScopeWrite), s.acquireGroup, forwardAcquire, longAnswer},
+		{"POST", "/v1/groups", need(ScopeWrite), s.acquireGroup, forwardAcquire, longAnswer | body},
 		// Read one lease group, in any state still retained.
 		{"GET", "/v1/groups/:id", need(ScopeRead), s.getGroup, forwardRead, 0},
 		// Renew every lease of a standalone group (X-Lease-Token).
-		{"POST", "/v1/groups/:id/renew", need(ScopeWrite), s.renewGroup, forwardWrite, 0},
+		{"POST", "/v1/groups/:id/renew", need(ScopeWrite), s.renewGroup, forwardWrite, body},
 		// Release every lease of a group (X-Lease-Token, or X-Session-Token).
-		{"DELETE", "/v1/groups/:id", need(ScopeWrite), s.releaseGroup, forwardWrite, 0},
+		{"DELETE", "/v1/groups/:id", need(ScopeWrite), s.releaseGroup, forwardWrite, body},
 
 		// Create a session: 201 with its token.
-		{"POST", "/v1/sessions", need(ScopeWrite), s.createSession, forwardWrite, 0},
+		{"POST", "/v1/sessions", need(ScopeWrite), s.createSession, forwardWrite, body},
 		// List sessions, optionally of one holder; paged.
 		{"GET", "/v1/sessions", need(ScopeRead), s.listSessions, forwardRead, 0},
 		// Read one session.
 		{"GET", "/v1/sessions/:id", need(ScopeRead), s.getSession, forwardRead, 0},
 		// Renew a session and so every lease bound to it (X-Session-Token).
-		{"POST", "/v1/sessions/:id/heartbeat", need(ScopeWrite), s.sessionHeartbeat, forwardWrite, 0},
+		{"POST", "/v1/sessions/:id/heartbeat", need(ScopeWrite), s.sessionHeartbeat, forwardWrite, body},
 		// End a session and its leases; without X-Session-Token, admin only.
 		{"DELETE", "/v1/sessions/:id", endSessionScope, s.endSession, forwardWrite, 0},
 
 		// End every lease and session of a holder (crash recovery): admin,
 		// or a write token restricted to holders that include it.
-		{"POST", "/v1/holders/:holder/release", s.holderReleaseScope, s.releaseHolder, forwardWrite, 0},
+		{"POST", "/v1/holders/:holder/release", s.holderReleaseScope, s.releaseHolder, forwardWrite, body},
+		// This API's OpenAPI 3.1 document (openapi.yaml), as JSON; open.
+		{"GET", "/v1/openapi.json", need(ScopeNone), s.openAPI, serveHere, 0},
 		// The key set that verifies grants (JWKS); open, like /healthz.
 		{"GET", "/v1/keys", need(ScopeNone), s.keys, forwardRead, 0},
 		// Is a fencing token or lease token currently valid? Linearizable.
-		{"POST", "/v1/validate", need(ScopeRead), s.validate, forwardValidate, 0},
+		{"POST", "/v1/validate", need(ScopeRead), s.validate, forwardValidate, body},
 		// Server-Sent Events of lease and session changes.
 		{"GET", "/v1/events", need(ScopeRead), s.events, serveHere, longAnswer},
 
@@ -177,11 +183,11 @@ func (s *server) routes() []route {
 		// Remove a server from the cluster.
 		{"DELETE", "/v1/cluster/members/:id", need(ScopeAdmin), s.removeMember, forwardMembership, anyState},
 		// Hand leadership to a given voter (or any).
-		{"POST", "/v1/cluster/transfer-leadership", need(ScopeAdmin), s.transferLeadership, forwardMembership, anyState},
+		{"POST", "/v1/cluster/transfer-leadership", need(ScopeAdmin), s.transferLeadership, forwardMembership, anyState | body},
 		// Stream a snapshot file of the whole state (backup).
 		{"GET", "/v1/cluster/snapshot", need(ScopeAdmin), s.saveSnapshot, forwardLongRead, longAnswer},
 		// Replace the whole state with a snapshot file (restore).
-		{"PUT", "/v1/cluster/snapshot", need(ScopeAdmin), s.restoreSnapshot, forwardLongWrite, longAnswer | progressBody},
+		{"PUT", "/v1/cluster/snapshot", need(ScopeAdmin), s.restoreSnapshot, forwardLongWrite, longAnswer | progressBody | body},
 
 		// Liveness: 200 while the process serves HTTP.
 		{"GET", "/healthz", need(ScopeNone), s.healthz, serveHere, anyState},

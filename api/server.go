@@ -91,10 +91,23 @@ func (s *server) newRouter(rs []route) *httprouter.Router {
 	return r
 }
 
+// serveHook, when set (only by the package's tests: openapi_test.go), is
+// handed every request with the server's own serving, to record the
+// exchange and check it against the OpenAPI document. Nil in production.
+var serveHook func(w http.ResponseWriter, r *http.Request, serve http.HandlerFunc)
+
 // ServeHTTP dispatches to the routes. Every answer, the router's own 404 and
 // 405 included, carries X-Leasehold-Index and X-Request-Id and is counted
 // in the metrics.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if serveHook != nil {
+		serveHook(w, r, s.serveHTTP)
+		return
+	}
+	s.serveHTTP(w, r)
+}
+
+func (s *server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	r = tagRequest(w, r)
 	rw := &responseWriter{ResponseWriter: w, n: s.n, route: unmatched}
@@ -156,6 +169,12 @@ func (s *server) wrap(rt route, labels *routeLabels) httprouter.Handle {
 		if err := s.serviceGated(rt); err != nil {
 			s.writeError(w, r, err)
 			return
+		}
+		if rt.flags&body == 0 {
+			if err := s.refuseBody(r, rt); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
 		}
 		if s.maybeForward(w, r, rt) {
 			return

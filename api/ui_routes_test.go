@@ -68,6 +68,7 @@ func TestWhoami(t *testing.T) {
 
 // TestUINeverForwarded: a follower serves the console and whoami itself.
 func TestUINeverForwarded(t *testing.T) {
+	uncheckedExchanges(t) // a fake leader's teapot passes through
 	var mu sync.Mutex
 	var reached []string
 	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

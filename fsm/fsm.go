@@ -447,7 +447,7 @@ func ValidHolder(h string) *wire.Error { return validName("holder", h, MaxHolder
 
 func validName(field, s string, maxBytes int) *wire.Error {
 	if len(s) == 0 || len(s) > maxBytes {
-		return InvalidField(field, "%s must be 1-%d bytes, got %d", field, maxBytes, len(s))
+		return wire.OutOfRange(field, 1, int64(maxBytes), int64(len(s)), "bytes")
 	}
 	if !validUTF8(s) {
 		return InvalidField(field, "%s is not valid UTF-8", field)

@@ -20,7 +20,7 @@ func validateAcquire(c *Acquire) *wire.Error {
 		}
 	}
 	if c.Limit < 1 || c.Limit > MaxLimit {
-		return InvalidField("limit", "limit must be 1-%d, got %d", MaxLimit, c.Limit)
+		return wire.OutOfRange("limit", 1, MaxLimit, int64(c.Limit), "")
 	}
 	if c.SessionID == "" && c.TTLTicks == 0 {
 		return InvalidField("ttl_ms", "a standalone lease needs a ttl")

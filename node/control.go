@@ -83,7 +83,7 @@ func (ctl *controlLease) validateControlAcquire(r *ControlAcquireRequest) *wire.
 	// The WebSocket's bounds again, where the lease is granted: a request
 	// that reached the leader by another way cannot exceed them.
 	if most := ctl.controlMaxTTL().Milliseconds(); r.TTLMS < MinControlTTL.Milliseconds() || r.TTLMS > most {
-		return fsm.InvalidField("ttlMs", "ttlMs must be %d-%d, got %d", MinControlTTL.Milliseconds(), most, r.TTLMS)
+		return wire.OutOfRange("ttlMs", MinControlTTL.Milliseconds(), most, r.TTLMS, "")
 	}
 	if err := ctl.n.cfg.checkTTL("ttlMs", r.TTLMS); err != nil {
 		return err

@@ -25,7 +25,7 @@ func ticks(ms int64, period time.Duration) uint64 {
 
 func (c *Config) checkTTL(field string, ms int64) *wire.Error {
 	if ms < c.MinTTL.Milliseconds() || ms > c.MaxTTL.Milliseconds() {
-		return fsm.InvalidField(field, "%s must be %d-%d, got %d", field, c.MinTTL.Milliseconds(), c.MaxTTL.Milliseconds(), ms)
+		return wire.OutOfRange(field, c.MinTTL.Milliseconds(), c.MaxTTL.Milliseconds(), ms, "")
 	}
 	return nil
 }
@@ -53,7 +53,7 @@ func (c *Config) validateAcquire(r *wire.AcquireRequest) *wire.Error {
 		}
 	}
 	if r.Limit > fsm.MaxLimit {
-		return fsm.InvalidField("limit", "limit must be 1-%d, got %d", fsm.MaxLimit, r.Limit)
+		return wire.OutOfRange("limit", 1, fsm.MaxLimit, int64(r.Limit), "")
 	}
 	if r.SessionID == "" {
 		if err := c.checkTTL("ttl_ms", r.TTLMS); err != nil {
@@ -74,10 +74,10 @@ func (c *Config) validateAcquire(r *wire.AcquireRequest) *wire.Error {
 		return err
 	}
 	if r.WaitMS < 0 || r.WaitMS > c.MaxWait.Milliseconds() {
-		return fsm.InvalidField("wait_ms", "wait_ms must be 0-%d, got %d", c.MaxWait.Milliseconds(), r.WaitMS)
+		return wire.OutOfRange("wait_ms", 0, c.MaxWait.Milliseconds(), r.WaitMS, "")
 	}
 	if r.LockDelayMS < 0 || r.LockDelayMS > c.MaxLockDelay.Milliseconds() {
-		return fsm.InvalidField("lock_delay_ms", "lock_delay_ms must be 0-%d, got %d", c.MaxLockDelay.Milliseconds(), r.LockDelayMS)
+		return wire.OutOfRange("lock_delay_ms", 0, c.MaxLockDelay.Milliseconds(), r.LockDelayMS, "")
 	}
 	if len(r.IdempotencyKey) > MaxIdempotencyKeyBytes {
 		return fsm.InvalidField("idempotency_key", "idempotency_key must be at most %d bytes", MaxIdempotencyKeyBytes)

@@ -83,7 +83,7 @@ func (n *Node) ListLeases(ctx context.Context, r wire.ListRequest, stale bool) (
 		return nil, fsm.InvalidField("state", "state must be active, released, expired or revoked")
 	}
 	if r.Limit < 0 || r.Limit > 1000 {
-		return nil, fsm.InvalidField("limit", "limit must be 1-1000")
+		return nil, wire.OutOfRange("limit", 1, 1000, int64(r.Limit), "")
 	}
 	if r.Limit == 0 {
 		r.Limit = 100
@@ -146,7 +146,7 @@ func (n *Node) GetSession(ctx context.Context, id string, stale bool) (*wire.Ses
 // ListSessions returns one page of sessions ordered by id.
 func (n *Node) ListSessions(ctx context.Context, holder, after string, limit int, stale bool) (*wire.SessionList, error) {
 	if limit < 0 || limit > 1000 {
-		return nil, fsm.InvalidField("limit", "limit must be 1-1000")
+		return nil, wire.OutOfRange("limit", 1, 1000, int64(limit), "")
 	}
 	if limit == 0 {
 		limit = 100

@@ -80,6 +80,31 @@ type Error struct {
 	// ServiceState is the answering server's service state on
 	// OUT_OF_SERVICE (diverged, damaged, removed, frozen).
 	ServiceState string `json:"service_state,omitempty"`
+	// Min and Max are the bounds of an INVALID_ARGUMENT for a value of
+	// Field out of range (for a string, its length in bytes): set
+	// together, by OutOfRange, so that a client need not parse Message.
+	Min *int64 `json:"min,omitempty"`
+	Max *int64 `json:"max,omitempty"`
+}
+
+// OutOfRange is the INVALID_ARGUMENT for a value of field outside
+// [min, max]: "field must be min-max, got got", with the bounds as Min and
+// Max. unit, if not empty, follows the bounds in the message ("bytes").
+func OutOfRange(field string, min, max, got int64, unit string) *Error {
+	msg := fmt.Sprintf("%s must be %d-%d, got %d", field, min, max, got)
+	if unit != "" {
+		msg = fmt.Sprintf("%s must be %d-%d %s, got %d", field, min, max, unit, got)
+	}
+	return &Error{Code: CodeInvalidArgument, Field: field, Message: msg, Min: &min, Max: &max}
+}
+
+// Bounds returns the bounds of an INVALID_ARGUMENT for a value out of
+// range, and whether it carries them.
+func (e *Error) Bounds() (min, max int64, ok bool) {
+	if e == nil || e.Min == nil || e.Max == nil {
+		return 0, 0, false
+	}
+	return *e.Min, *e.Max, true
 }
 
 func (e *Error) Error() string {

@@ -479,3 +479,25 @@ func TestNewRejectsBadAddresses(t *testing.T) {
 		t.Errorf("addrs = %q", got)
 	}
 }
+
+// TestBounds: an out-of-range INVALID_ARGUMENT carries its bounds, and the
+// client gives them as numbers; any other error has none.
+func TestBounds(t *testing.T) {
+	s, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 400, map[string]any{"error": map[string]any{"code": "INVALID_ARGUMENT",
+			"message": "ttl_ms must be 1000-86400000, got 5", "field": "ttl_ms", "min": 1000, "max": 86400000}})
+	})
+	c := newClient(t, s.URL)
+	_, err := c.Acquire(context.Background(), wire.AcquireRequest{Key: "k", Holder: "h", TTLMS: 5})
+	field, lo, hi, ok := Bounds(err)
+	if !ok || field != "ttl_ms" || lo != 1000 || hi != 86400000 {
+		t.Fatalf("Bounds(%v) = %q %d %d %v", err, field, lo, hi, ok)
+	}
+	s2, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, 400, wire.CodeInvalidArgument, "bad key")
+	})
+	_, err = newClient(t, s2.URL).Acquire(context.Background(), wire.AcquireRequest{Key: "k", Holder: "h", TTLMS: 5000})
+	if _, _, _, ok := Bounds(err); ok || err == nil {
+		t.Fatalf("Bounds of %v: ok", err)
+	}
+}

@@ -47,6 +47,19 @@ func StatusCode(err error) int {
 // ErrorCode returns the contract code of err, or "" if err carries none.
 func ErrorCode(err error) wire.Code { return wire.ErrorCode(err) }
 
+// Bounds returns, for an INVALID_ARGUMENT about a value out of range, the
+// field and the range it must be in (for a string, its length in bytes),
+// from the error's "field", "min" and "max": no need to parse the message.
+// ok is false for any other error.
+func Bounds(err error) (field string, min, max int64, ok bool) {
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeInvalidArgument {
+		return "", 0, 0, false
+	}
+	min, max, ok = we.Bounds()
+	return we.Field, min, max, ok
+}
+
 func decodeError(addr string, resp *http.Response) error {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	ae := &APIError{StatusCode: resp.StatusCode, Addr: addr}

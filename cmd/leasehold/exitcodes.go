@@ -9,8 +9,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -266,13 +264,11 @@ var durationFields = map[string]string{
 	"lock_delay_ms": "lock-delay",
 }
 
-// rangeMessage matches the server's bounds message: "ttl_ms must be
-// 1000-86400000, got 90000000".
-var rangeMessage = regexp.MustCompile(`^\S+ must be (\d+)-(\d+), got (-?\d+)$`)
-
-// inUserUnits rewrites an INVALID_ARGUMENT about a millisecond field that a
-// duration flag set into the flag's terms: "ttl 25h exceeds the maximum
-// 24h". args is the command line the flag's text is looked up in. Other
+// inUserUnits rewrites an INVALID_ARGUMENT about a millisecond field out of
+// range that a duration flag set into the flag's terms: "ttl 25h exceeds
+// the maximum 24h", from the error's bounds (its min and max, never its
+// message). args is the command line the flag's text is looked up in;
+// without it the message gives the range ("ttl must be 1s-24h"). Other
 // errors return unchanged.
 func inUserUnits(err error, args []string) error {
 	var ne *wire.Error
@@ -283,25 +279,21 @@ func inUserUnits(err error, args []string) error {
 	if !ok {
 		return err
 	}
-	m := rangeMessage.FindStringSubmatch(ne.Message)
-	if m == nil {
+	lo, hi, ok := ne.Bounds()
+	if !ok {
 		return err
 	}
-	lo, _ := strconv.ParseInt(m[1], 10, 64)
-	hi, _ := strconv.ParseInt(m[2], 10, 64)
-	got, _ := strconv.ParseInt(m[3], 10, 64)
-	typed := flagText(args, flagName)
-	if typed == "" {
-		typed = shortDuration(time.Duration(got) * time.Millisecond)
-	}
+	ms := func(n int64) string { return shortDuration(time.Duration(n) * time.Millisecond) }
 	out := *ne
+	typed := flagText(args, flagName)
+	got, perr := time.ParseDuration(typed)
 	switch {
-	case got > hi:
-		out.Message = fmt.Sprintf("%s %s exceeds the maximum %s", flagName, typed, shortDuration(time.Duration(hi)*time.Millisecond))
-	case got < lo:
-		out.Message = fmt.Sprintf("%s %s is below the minimum %s", flagName, typed, shortDuration(time.Duration(lo)*time.Millisecond))
+	case typed != "" && perr == nil && got.Milliseconds() > hi:
+		out.Message = fmt.Sprintf("%s %s exceeds the maximum %s", flagName, typed, ms(hi))
+	case typed != "" && perr == nil && got.Milliseconds() < lo:
+		out.Message = fmt.Sprintf("%s %s is below the minimum %s", flagName, typed, ms(lo))
 	default:
-		return err
+		out.Message = fmt.Sprintf("%s must be %s-%s", flagName, ms(lo), ms(hi))
 	}
 	return &out
 }

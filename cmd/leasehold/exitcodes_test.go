@@ -142,18 +142,28 @@ func TestExitStatusPerCode(t *testing.T) {
 }
 
 func TestInUserUnits(t *testing.T) {
-	ttl := &wire.Error{Code: wire.CodeInvalidArgument, Field: "ttl_ms", Message: "ttl_ms must be 1000-86400000, got 90000000"}
+	// The bounds come from the error's min and max, not its message.
+	ttl := wire.OutOfRange("ttl_ms", 1000, 86400000, 90000000, "")
+	ttl.Message = "whatever the server says"
 	got := inUserUnits(ttl, []string{"acquire", "k", "--ttl", "25h"}).(*wire.Error)
 	if got.Message != "ttl 25h exceeds the maximum 24h" || got.Field != "ttl_ms" {
 		t.Errorf("got %+v", got)
 	}
-	// Not on the command line (a default, say): the value in short form.
-	if got := inUserUnits(ttl, nil).(*wire.Error); got.Message != "ttl 25h exceeds the maximum 24h" {
+	if got := inUserUnits(ttl, []string{"acquire", "k", "--ttl=500ms"}).(*wire.Error); got.Message != "ttl 500ms is below the minimum 1s" {
 		t.Errorf("got %q", got.Message)
 	}
-	ld := &wire.Error{Code: wire.CodeInvalidArgument, Field: "lock_delay_ms", Message: "lock_delay_ms must be 0-60000, got 90000"}
+	// Not on the command line (a default, say): the range.
+	if got := inUserUnits(ttl, nil).(*wire.Error); got.Message != "ttl must be 1s-24h" {
+		t.Errorf("got %q", got.Message)
+	}
+	ld := wire.OutOfRange("lock_delay_ms", 0, 60000, 90000, "")
 	if got := inUserUnits(ld, []string{"--lock-delay=1m30s"}).(*wire.Error); got.Message != "lock-delay 1m30s exceeds the maximum 1m" {
 		t.Errorf("got %q", got.Message)
+	}
+	// An INVALID_ARGUMENT without bounds passes unchanged.
+	noBounds := &wire.Error{Code: wire.CodeInvalidArgument, Field: "ttl_ms", Message: "ttl_ms must be 1000-86400000, got 90000000"}
+	if inUserUnits(noBounds, nil) != error(noBounds) {
+		t.Error("an error without bounds must pass unchanged")
 	}
 	other := &wire.Error{Code: wire.CodeInvalidArgument, Field: "key", Message: "bad"}
 	if inUserUnits(other, nil) != error(other) {
