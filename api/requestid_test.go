@@ -48,6 +48,7 @@ func (s *logBuffer) records(t *testing.T) []map[string]any {
 // is replaced by a fresh id, and every answer has exactly one; the log
 // lines of a request carry it.
 func TestRequestID(t *testing.T) {
+	uncheckedExchanges(t) // the fake answers 500 on purpose, to log an error line
 	var logs logBuffer
 	f := newFake()
 	h := New(f, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
@@ -101,6 +102,7 @@ func TestRequestID(t *testing.T) {
 // TestRequestIDForwarded: a follower passes the request id to the leader,
 // whose log lines and answer carry the same id; the client gets it once.
 func TestRequestIDForwarded(t *testing.T) {
+	uncheckedExchanges(t) // the fake leader answers 500 on purpose
 	var leaderLogs logBuffer
 	leaderNode := newFake()
 	leaderNode.err = errors.New("leader trouble")

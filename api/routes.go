@@ -168,7 +168,7 @@ func (s *server) routes() []route {
 		// or a write token restricted to holders that include it.
 		{"POST", "/v1/holders/:holder/release", s.holderReleaseScope, s.releaseHolder, forwardWrite, body},
 		// This API's OpenAPI 3.1 document (openapi.yaml), as JSON; open.
-		{"GET", "/v1/openapi.json", need(ScopeNone), s.openAPI, serveHere, 0},
+		{"GET", "/v1/openapi.json", need(ScopeNone), s.openAPI, serveHere, anyState},
 		// The key set that verifies grants (JWKS); open, like /healthz.
 		{"GET", "/v1/keys", need(ScopeNone), s.keys, forwardRead, 0},
 		// Is a fencing token or lease token currently valid? Linearizable.

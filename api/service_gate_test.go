@@ -50,7 +50,7 @@ func TestServiceGateOnEveryRoute(t *testing.T) {
 	open := map[string]bool{
 		"GET /healthz": true, "GET /readyz": true, "GET /metrics": true, "GET /v1/cluster/local": true,
 		"DELETE /v1/cluster/members/:id": true, "POST /v1/cluster/transfer-leadership": true,
-		"GET /": true, "GET /ui": true, "GET " + uiPrefix + "*file": true, "GET /v1/whoami": true,
+		"GET /": true, "GET /ui": true, "GET " + uiPrefix + "*file": true, "GET /v1/whoami": true, "GET /v1/openapi.json": true,
 	}
 	for _, gate := range []error{refusal, nil} {
 		f := newFake()
