@@ -23,6 +23,9 @@ const (
 	// FeatureRestoreLog: restores go through the log (RestoreChunk,
 	// RestoreCommit).
 	FeatureRestoreLog
+	// FeatureRestoreBounds: a restore commit carries the count limits and
+	// a fence floor (TypeRestoreCommitBounded).
+	FeatureRestoreBounds
 )
 
 // Has reports whether every bit of want is set in fs.

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
 )
@@ -322,8 +321,7 @@ func (bk *backups) restoreSupported() error {
 	if err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "restore: read the configuration: " + err.Error()}
 	}
-	if !bk.n.featureOK(fsm.FeatureRestoreLog, ids) || bk.n.cfg.olderPeer ||
-		!everyPeer(bk.n.cfg.NodeID, ids, bk.n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.RestoreBounds }) {
+	if !bk.n.featureOK(fsm.FeatureRestoreLog, ids) || !bk.n.featureOK(fsm.FeatureRestoreBounds, ids) {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "a server of the configuration runs a version that cannot apply a restore " +
 			"(or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
 	}

@@ -26,6 +26,7 @@ var featureFlags = []struct {
 	{fsm.FeatureEntryCRC, func(p cluster.Peer) bool { return p.EntryCRC }},
 	{fsm.FeatureChunkedExpiry, func(p cluster.Peer) bool { return p.ChunkedExpiry }},
 	{fsm.FeatureRestoreLog, func(p cluster.Peer) bool { return p.RestoreLog }},
+	{fsm.FeatureRestoreBounds, func(p cluster.Peer) bool { return p.RestoreBounds }},
 }
 
 // recorded reports whether the state this server applied records feature
