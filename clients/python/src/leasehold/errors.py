@@ -174,6 +174,15 @@ class Unavailable(Retryable):
     code = "UNAVAILABLE"
 
 
+class OutOfService(Retryable):
+    """This server took itself out of service (its state diverged, its log
+    is damaged, it was removed or it is frozen: ``service_state`` in the
+    answer says which). Nothing was applied; the client tries another
+    address."""
+
+    code = "OUT_OF_SERVICE"
+
+
 class Indeterminate(APIError):
     """504 INDETERMINATE, or a write whose connection broke after it was
     sent: it may or may not have been applied."""
