@@ -130,8 +130,14 @@ func (e *Env) restoreAttempt(ctx context.Context, l int, file []byte, restored m
 // padPrefix starts the keys of the leases padSnapshot adds.
 const padPrefix = "pad/"
 
+// padPerHolder is how many of the padding leases one holder has: well
+// under the servers' --max-leases-per-holder (100,000 by default), which a
+// restore respects too.
+const padPerHolder = 50_000
+
 // padSnapshot returns file with n more active leases (keys padPrefix+i,
-// an hour's TTL, granted in the file's last tick), so that restoring it
+// padPerHolder each of holders padding-0, padding-1 and so on, an hour's
+// TTL, granted in the file's last tick), so that restoring it
 // takes many chunks and a state of that size: the restore-lost-leader and
 // restore-large scenarios. The workload never touches those keys.
 func padSnapshot(file []byte, n int) ([]byte, error) {
@@ -148,7 +154,7 @@ func padSnapshot(file []byte, n int) ([]byte, error) {
 		b := &fsm.Batch{}
 		for ; i < n && len(b.Commands) < fsm.MaxBatch; i++ {
 			id := fmt.Sprintf("ls_pad%07d", i)
-			b.Commands = append(b.Commands, &fsm.Acquire{LeaseID: id, Key: fmt.Sprintf("%s%07d", padPrefix, i), Holder: "padding",
+			b.Commands = append(b.Commands, &fsm.Acquire{LeaseID: id, Key: fmt.Sprintf("%s%07d", padPrefix, i), Holder: fmt.Sprintf("padding-%d", i/padPerHolder),
 				Limit: 1, TTLMS: 3_600_000, TTLTicks: uint64(3_600_000 / max(f.PeriodMS(), 1)), TokenHash: fsm.HashOf(id), WallMS: 1})
 		}
 		index++
