@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/leasehold/leasehold/cluster"
@@ -144,39 +142,8 @@ func (a *app) dataExportSnapshot(args []string) error {
 	return printSnapshotInfo(a.stdout, info)
 }
 
-// exportSnapshotFile writes the snapshot of data dir dir into file (through
-// file.tmp, synced, then renamed).
-func exportSnapshotFile(dir, file string, logger *slog.Logger) (info *node.SnapshotInfo, err error) {
-	tmp := file + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if info, err = node.ExportDataDir(dir, bw, logger); err != nil {
-		return nil, err
-	}
-	if err = bw.Flush(); err != nil {
-		return nil, err
-	}
-	if err = f.Sync(); err != nil {
-		return nil, err
-	}
-	if err = f.Close(); err != nil {
-		return nil, err
-	}
-	if err = os.Rename(tmp, file); err != nil {
-		return nil, err
-	}
-	if d, derr := os.Open(filepath.Dir(file)); derr == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return info, nil
+// exportSnapshotFile writes the snapshot of data dir dir into file
+// (writeSnapshotFile: through file.tmp, synced, then renamed).
+func exportSnapshotFile(dir, file string, logger *slog.Logger) (*node.SnapshotInfo, error) {
+	return writeSnapshotFile(file, func(w io.Writer) (*node.SnapshotInfo, error) { return node.ExportDataDir(dir, w, logger) }, false)
 }
