@@ -110,9 +110,9 @@ func (w *configWatch) all() []configSample {
 }
 
 var (
-	electionWonRe = regexp.MustCompile(`msg="election won".* term=(\d+)`)
+	electionWonRe  = regexp.MustCompile(`msg="election won".* term=(\d+)`)
 	updatingConfRe = regexp.MustCompile(`msg="updating configuration"`)
-	confServerRe  = regexp.MustCompile(`\{Suffrage:(\w+) ID:([^ ]+) Address:`)
+	confServerRe   = regexp.MustCompile(`\{Suffrage:(\w+) ID:([^ ]+) Address:`)
 )
 
 // voterDiff is the number of voters in one set and not the other.
