@@ -205,8 +205,12 @@ func (e *Env) interruptInstall(ctx context.Context, th throttler, kill string) e
 	if kill == "leader" {
 		victim = l
 	}
-	partial := false
-	err = e.Fault(ctx, "kill", fmt.Sprintf("%s %d while follower %d receives snapshot %d", kill, victim, f, snap.Index), 3*time.Second,
+	partial, failed := false, false
+	// The failed transfer must show while the throttle is still in force:
+	// lifting it closes the proxied connections, which would cut a
+	// transfer that the kill left alone. Without a kill the rest arrives
+	// within about 6 s and nothing fails.
+	err = e.Fault(ctx, "kill", fmt.Sprintf("%s %d while follower %d receives snapshot %d", kill, victim, f, snap.Index), 0,
 		func() error {
 			if err := e.C.Kill(victim); err != nil {
 				return err
@@ -216,7 +220,20 @@ func (e *Env) interruptInstall(ctx context.Context, th throttler, kill string) e
 			e.Note("install-at-kill", fmt.Sprintf("follower %d had %d of %d bytes of snapshot %d (%s)", f, now, snap.Size, snap.Index, name), nil)
 			return nil
 		}, func() error {
+			for end := time.Now().Add(8 * time.Second); !failed && time.Now().Before(end); {
+				if kill == "follower" {
+					failed = e.loggedSince(l, lOff, `msg="failed to install snapshot"`, "peer="+e.C.NodeID(f))
+				} else {
+					failed = e.loggedSince(f, fOff, "failed to receive whole snapshot") || e.loggedSince(f, fOff, "failed to copy snapshot")
+				}
+				if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+					return err
+				}
+			}
 			if err := th.Throttle(l, f, 0); err != nil {
+				return err
+			}
+			if err := sleepCtx(ctx, time.Second); err != nil {
 				return err
 			}
 			if err := e.C.Restart(victim); err != nil {
@@ -228,13 +245,7 @@ func (e *Env) interruptInstall(ctx context.Context, th throttler, kill string) e
 	if err != nil {
 		return err
 	}
-	failed := false
-	if kill == "follower" {
-		failed = e.loggedSince(l, lOff, `msg="failed to install snapshot"`, "peer="+e.C.NodeID(f))
-	} else {
-		failed = e.loggedSince(f, fOff, "failed to receive whole snapshot") || e.loggedSince(f, fOff, "failed to copy snapshot")
-	}
-	e.Note("install-interrupted", fmt.Sprintf("%s killed: partial at the kill %v, the failed transfer logged %v", kill, partial, failed), nil)
+	e.Note("install-interrupted", fmt.Sprintf("%s killed: partial at the kill %v, the failed transfer logged (throttle still on) %v", kill, partial, failed), nil)
 	if partial && failed {
 		e.Count("installs-interrupted-"+kill+"-kill", 1)
 	}
