@@ -41,6 +41,23 @@ type Expire struct {
 // Type implements Command.
 func (*Expire) Type() Type { return TypeExpire }
 
+// expiry owns time's consequences: the per-tick timer buckets, the
+// backlog of due timers a limited tick left, and the queue of ended
+// records to prune. It ends leases and sessions through their parts.
+type expiry struct {
+	*core
+	lb   *leaseBook
+	sess *sessionBook
+	grp  *groupBook
+
+	buckets map[uint64][]timer
+	// backlog holds the timers due at or before the current tick that a
+	// limited tick or Expire has not processed yet, in processing order.
+	// Empty between entries unless ticks are limited.
+	backlog []timer
+	prune   []pruneItem
+}
+
 func (c *Expire) encode(e *enc) {
 	e.uvarint(c.Tick)
 	e.varint(c.WallMS)

@@ -193,53 +193,35 @@ type pruneItem struct {
 }
 
 // FSM is the lease state machine. The zero value is not usable; call New.
+//
+// It dispatches each command to the part that owns the job (DESIGN.md,
+// "Parts"): leaseBook (leases, keys, their waiters and holders),
+// sessionBook, groupBook (lease groups), expiry (timers, the backlog,
+// pruning), registry (members, cluster id, seal check, features) and
+// staging (a restore being received). Each part keeps its own state; the
+// log position and the entry's events and notices are the core, which
+// every part shares. The parts are embedded, so their query methods are
+// the FSM's.
 type FSM struct {
+	core
+	leaseBook
+	sessionBook
+	groupBook
+	expiry
+	registry
+	staging
+}
+
+// core is where the state machine is in the log and in time, the fencing
+// counter, and what the entry being applied produced (events, notices).
+// Every part reads it through a pointer; only Apply, applyTick and the
+// fence change its position.
+type core struct {
 	index    uint64
 	tick     uint64
 	periodMS int64
 	wallMS   int64
 	fence    uint64
-	// canaryReleased is canary_fence_repeat's: key -> the token of its
-	// last released lease (nil in every normal build).
-	canaryReleased map[string]uint64
-
-	leases   table[*Lease]
-	sessions map[string]*Session
-	keys     table[*keyState]
-	idem     map[Hash]string   // idempotency hash -> lease id (granted or queued)
-	waiting  map[string]string // queued lease id -> its key
-	// holderWaits is each holder's queued acquires: lease id -> key.
-	holderWaits map[string]map[string]string
-	order       idIndex  // lease ids, for ordered listing
-	keyIdx      keyIndex // keys of lease records (any state), counted, so that a prefix listing seeks
-	sessIDs     idIndex  // session ids, for ordered listing
-	holders     map[string]*holderIndex
-	buckets     map[uint64][]timer
-	// backlog holds the timers due at or before the current tick that a
-	// limited tick or Expire has not processed yet, in processing order
-	// (expire.go). Empty between entries unless ticks are limited.
-	backlog []timer
-	members map[string]MemberRecord // the member registry (member.go)
-	// groups are the lease groups with retained members: id -> member
-	// lease ids in key order; groupWaits the queued ones: id -> their
-	// waiters, one per key in key order (group.go). Both derived.
-	groups     map[string][]string
-	groupWaits map[string][]waiter
-	// repump are keys whose queue a group grant or withdrawal changed,
-	// to pump once the change is complete (group.go).
-	repump    []string
-	repumping bool
-	// clusterID is the cluster's identity (clusterid.go); "" until set.
-	clusterID string
-	// sealCheck is the sealing key's check value (sealcheck.go); "" until set.
-	sealCheck string
-	// features are the cluster's recorded features (features.go).
-	features Features
-	prune    []pruneItem
-	// stage is the restore being received (restore.go); nil when none.
-	stage    *restoreStage
-	active   int
-	sessOpen int
 
 	seq     uint32
 	events  []Event
@@ -248,19 +230,40 @@ type FSM struct {
 
 // New returns an empty state machine.
 func New() *FSM {
-	return &FSM{
-		leases:      newTable[*Lease](),
-		sessions:    make(map[string]*Session),
-		keys:        newTable[*keyState](),
-		idem:        make(map[Hash]string),
-		waiting:     make(map[string]string),
-		holderWaits: make(map[string]map[string]string),
-		holders:     make(map[string]*holderIndex),
-		buckets:     make(map[uint64][]timer),
-		members:     make(map[string]MemberRecord),
-		groups:      make(map[string][]string),
-		groupWaits:  make(map[string][]waiter),
+	f := &FSM{
+		leaseBook: leaseBook{
+			leases:      newTable[*Lease](),
+			keys:        newTable[*keyState](),
+			idem:        make(map[Hash]string),
+			waiting:     make(map[string]string),
+			holderWaits: make(map[string]map[string]string),
+			holders:     make(map[string]*holderIndex),
+		},
+		sessionBook: sessionBook{sessions: make(map[string]*Session)},
+		groupBook:   groupBook{groups: make(map[string][]string), groupWaits: make(map[string][]waiter)},
+		expiry:      expiry{buckets: make(map[uint64][]timer)},
+		registry:    registry{members: make(map[string]MemberRecord)},
 	}
+	f.link()
+	return f
+}
+
+// link points the parts at each other and at the core. New calls it, and
+// so does every assignment of a whole FSM (replace).
+func (f *FSM) link() {
+	c := &f.core
+	f.leaseBook.core, f.leaseBook.sess, f.leaseBook.exp, f.leaseBook.grp = c, &f.sessionBook, &f.expiry, &f.groupBook
+	f.sessionBook.core, f.sessionBook.lb, f.sessionBook.exp = c, &f.leaseBook, &f.expiry
+	f.groupBook.core, f.groupBook.lb, f.groupBook.sess = c, &f.leaseBook, &f.sessionBook
+	f.expiry.core, f.expiry.lb, f.expiry.sess, f.expiry.grp = c, &f.leaseBook, &f.sessionBook, &f.groupBook
+	f.registry.core = c
+	f.staging.core = c
+}
+
+// replace makes f the state n holds (n is not used afterwards).
+func (f *FSM) replace(n *FSM) {
+	*f = *n
+	f.link()
 }
 
 // Apply applies the command of the log entry at index and returns one result

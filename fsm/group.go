@@ -111,6 +111,27 @@ func (*AcquireGroup) Type() Type { return TypeAcquireGroup }
 func (*RenewGroup) Type() Type   { return TypeRenewGroup }
 func (*ReleaseGroup) Type() Type { return TypeReleaseGroup }
 
+// groupBook owns the lease groups: which leases are the members of each
+// granted group and which waiters each queued group has (both derived
+// from the lease and key records), and the keys a group's grant or
+// withdrawal left to pump again. Members are ordinary leases of the
+// leaseBook (lb): a group is granted, renewed and ended through its
+// single-lease code paths.
+type groupBook struct {
+	*core
+	lb   *leaseBook
+	sess *sessionBook
+
+	// groups: id -> member lease ids in key order; groupWaits: id -> its
+	// waiters, one per key in key order.
+	groups     map[string][]string
+	groupWaits map[string][]waiter
+	// repump are keys whose queue a group grant or withdrawal changed,
+	// to pump once the change is complete.
+	repump    []string
+	repumping bool
+}
+
 // GroupID is the id of the lease group l is a member of; "" for none.
 func (l *Lease) GroupID() string {
 	if l.idem == nil {

@@ -7,6 +7,34 @@ import (
 	"github.com/leasehold/leasehold/wire"
 )
 
+// leaseBook owns the leases and the keys: the lease records, each key's
+// state (active ids, lock-delay, queued acquires, stolen slots), the
+// idempotency map, the holder and listing indexes. It acquires, renews,
+// releases, revokes and ends leases, grants queued acquires (pump), and
+// asks the other parts for sessions (sess), timers (exp) and lease groups
+// (grp).
+type leaseBook struct {
+	*core
+	sess *sessionBook
+	exp  *expiry
+	grp  *groupBook
+
+	leases table[*Lease]
+	keys   table[*keyState]
+	idem   map[Hash]string // idempotency hash -> lease id (granted or queued)
+	// waiting is each queued lease id's key; holderWaits each holder's
+	// queued acquires: lease id -> key.
+	waiting     map[string]string
+	holderWaits map[string]map[string]string
+	order       idIndex  // lease ids, for ordered listing
+	keyIdx      keyIndex // keys of lease records (any state), counted, so that a prefix listing seeks
+	holders     map[string]*holderIndex
+	active      int // active leases
+	// canaryReleased is canary_fence_repeat's: key -> the token of its
+	// last released lease (nil in every normal build).
+	canaryReleased map[string]uint64
+}
+
 func validateAcquire(c *Acquire) *wire.Error {
 	if err := validID("lease_id", c.LeaseID); err != nil {
 		return err

@@ -187,6 +187,13 @@ type restoreStage struct {
 	last   uint64 // the tick of the last chunk
 }
 
+// staging owns the restore being received (nil when none): RestoreChunk
+// entries add to it, a tick drops it when stale, RestoreCommit takes it.
+type staging struct {
+	*core
+	stage *restoreStage
+}
+
 // Staged describes the restore staged, if any: its id, its chunks and
 // bytes so far.
 func (f *FSM) Staged() (id string, chunks int, size uint64) {
@@ -296,7 +303,7 @@ func (f *FSM) restoreCommit(c *RestoreCommit) Result {
 		}
 	}
 	seq := f.seq
-	*f = *nf
+	f.replace(nf)
 	f.seq = seq
 	f.notices = notices
 	return Result{Restore: &st}

@@ -7,6 +7,19 @@ import (
 	"github.com/leasehold/leasehold/wire"
 )
 
+// sessionBook owns the sessions: their records, the listing index and the
+// count of active ones. Ending a session ends its leases through the
+// leaseBook (lb), which also keeps each holder's sessions.
+type sessionBook struct {
+	*core
+	lb  *leaseBook
+	exp *expiry
+
+	sessions map[string]*Session
+	sessIDs  idIndex // session ids, for ordered listing
+	sessOpen int     // active sessions
+}
+
 func (f *FSM) sessionCreate(c *SessionCreate) Result {
 	if err := validID("session_id", c.SessionID); err != nil {
 		return Result{Err: err}
