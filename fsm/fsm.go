@@ -254,7 +254,7 @@ func (f *FSM) link() {
 	c := &f.core
 	f.leaseBook.core, f.leaseBook.sess, f.leaseBook.exp, f.leaseBook.grp = c, &f.sessionBook, &f.expiry, &f.groupBook
 	f.sessionBook.core, f.sessionBook.lb, f.sessionBook.exp = c, &f.leaseBook, &f.expiry
-	f.groupBook.core, f.groupBook.lb, f.groupBook.sess = c, &f.leaseBook, &f.sessionBook
+	f.groupBook.core, f.groupBook.lb, f.groupBook.sess, f.groupBook.exp = c, &f.leaseBook, &f.sessionBook, &f.expiry
 	f.expiry.core, f.expiry.lb, f.expiry.sess, f.expiry.grp = c, &f.leaseBook, &f.sessionBook, &f.groupBook
 	f.registry.core = c
 	f.staging.core = c
@@ -286,9 +286,9 @@ func (f *FSM) Apply(index uint64, c Command) []Result {
 }
 
 // TakeEvents returns the events produced since the last call and forgets them.
-func (f *FSM) TakeEvents() []Event {
-	ev := f.events
-	f.events = nil
+func (c *core) TakeEvents() []Event {
+	ev := c.events
+	c.events = nil
 	if len(ev) == 0 {
 		return nil // even if a tick made room for events it did not emit
 	}
@@ -298,18 +298,18 @@ func (f *FSM) TakeEvents() []Event {
 // DrainEvents calls fn for each event produced since the last drain, in
 // order, and forgets them, keeping the buffer for the next Apply. fn must not
 // retain the pointer it is given.
-func (f *FSM) DrainEvents(fn func(*Event)) {
-	for i := range f.events {
-		fn(&f.events[i])
-		f.events[i] = Event{}
+func (c *core) DrainEvents(fn func(*Event)) {
+	for i := range c.events {
+		fn(&c.events[i])
+		c.events[i] = Event{}
 	}
-	f.events = f.events[:0]
+	c.events = c.events[:0]
 }
 
 // TakeNotices returns the wait notices produced since the last call.
-func (f *FSM) TakeNotices() []Notice {
-	n := f.notices
-	f.notices = nil
+func (c *core) TakeNotices() []Notice {
+	n := c.notices
+	c.notices = nil
 	return n
 }
 
@@ -367,62 +367,62 @@ func (f *FSM) apply1(c Command) Result {
 	}
 }
 
-func (f *FSM) emit(e Event) {
-	e.Index = f.index
-	e.Seq = f.seq
-	e.Tick = f.tick
-	f.seq++
-	f.events = append(f.events, e)
+func (c *core) emit(e Event) {
+	e.Index = c.index
+	e.Seq = c.seq
+	e.Tick = c.tick
+	c.seq++
+	c.events = append(c.events, e)
 }
 
 // schedule sets a timer for tick at. One already due (only a restore sets
 // those: the records a limited tick left) goes to the backlog, which the
 // caller then puts in order.
-func (f *FSM) schedule(at uint64, kind uint8, id string) {
-	if at <= f.tick {
-		f.backlog = append(f.backlog, timer{kind: kind, id: id})
+func (e *expiry) schedule(at uint64, kind uint8, id string) {
+	if at <= e.tick {
+		e.backlog = append(e.backlog, timer{kind: kind, id: id})
 		return
 	}
-	f.buckets[at] = append(f.buckets[at], timer{kind: kind, id: id})
+	e.buckets[at] = append(e.buckets[at], timer{kind: kind, id: id})
 }
 
-func (f *FSM) nextFence() uint64 {
+func (c *core) nextFence() uint64 {
 	if canaryFenceReset {
-		f.fence++ // the canary's counter does not follow the log index
-		return f.fence
+		c.fence++ // the canary's counter does not follow the log index
+		return c.fence
 	}
-	f.fence = max(f.fence+1, f.index)
-	return f.fence
+	c.fence = max(c.fence+1, c.index)
+	return c.fence
 }
 
-func (f *FSM) holder(h string) *holderIndex {
-	hi := f.holders[h]
+func (lb *leaseBook) holder(h string) *holderIndex {
+	hi := lb.holders[h]
 	if hi == nil {
 		hi = &holderIndex{name: h}
-		f.holders[h] = hi
+		lb.holders[h] = hi
 	}
 	return hi
 }
 
-func (f *FSM) dropHolder(h string) {
-	if hi := f.holders[h]; hi != nil && hi.leases.n == 0 && hi.sessions.n == 0 {
-		delete(f.holders, h)
+func (lb *leaseBook) dropHolder(h string) {
+	if hi := lb.holders[h]; hi != nil && hi.leases.n == 0 && hi.sessions.n == 0 {
+		delete(lb.holders, h)
 	}
 }
 
 // remainingMS is the time left before nominal tick end, in milliseconds.
-func (f *FSM) remainingMS(end uint64) int64 {
-	if end <= f.tick {
+func (c *core) remainingMS(end uint64) int64 {
+	if end <= c.tick {
 		return 0
 	}
-	return int64(end-f.tick) * f.periodMS
+	return int64(end-c.tick) * c.periodMS
 }
 
 // leaseEnd is the nominal end tick of an active lease (its session's for a
 // bound lease).
-func (f *FSM) leaseEnd(l *Lease) uint64 {
+func (sb *sessionBook) leaseEnd(l *Lease) uint64 {
 	if l.SessionID != "" {
-		if s := f.sessions[l.SessionID]; s != nil {
+		if s := sb.sessions[l.SessionID]; s != nil {
 			return s.ExpiresTick
 		}
 	}
@@ -514,26 +514,26 @@ func quote(s string) string { return strconv.Quote(s) }
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // addKeyRef counts a new lease record on key.
-func (f *FSM) addKeyRef(key string) {
-	f.keyIdx.add(key)
+func (lb *leaseBook) addKeyRef(key string) {
+	lb.keyIdx.add(key)
 }
 
 // dropKeyRef forgets a lease record on key.
-func (f *FSM) dropKeyRef(key string) {
-	f.keyIdx.drop(key)
+func (lb *leaseBook) dropKeyRef(key string) {
+	lb.keyIdx.drop(key)
 }
 
 // anyKey reports whether some lease record has key (when not empty) and a
 // key starting with prefix.
-func (f *FSM) anyKey(key, prefix string) bool {
+func (lb *leaseBook) anyKey(key, prefix string) bool {
 	if key != "" {
-		return f.keyIdx.count(key) > 0 && strings.HasPrefix(key, prefix)
+		return lb.keyIdx.count(key) > 0 && strings.HasPrefix(key, prefix)
 	}
-	if prefix == "" || f.keyIdx.count(prefix) > 0 {
+	if prefix == "" || lb.keyIdx.count(prefix) > 0 {
 		return true
 	}
 	found := false
-	f.keyIdx.ascend(prefix, func(k string) bool {
+	lb.keyIdx.ascend(prefix, func(k string) bool {
 		found = strings.HasPrefix(k, prefix)
 		return false
 	})
