@@ -87,6 +87,10 @@ type Config struct {
 	// exchange Raft traffic. It wraps the TLS or TCP layer, inside
 	// WrapStream. Not used with InMemory.
 	Identity *Identity
+	// Members, if set, owns this server's membership (members.go): gossip
+	// starts before Raft (after BeforeStart), and the identity exchange
+	// is Members' unless Identity is set.
+	Members *Members
 }
 
 // Cluster is one running Raft server.
@@ -207,6 +211,9 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Members != nil && cfg.Identity == nil {
+		cfg.Identity = cfg.Members.identity()
+	}
 	c := &Cluster{cfg: cfg, logger: cfg.Logger, notifyCh: make(chan bool, 16),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	rc := cfg.raftConfig(c.notifyCh)
@@ -398,6 +405,11 @@ func (c *Cluster) prepare(rc *raft.Config, st stores, addr raft.ServerAddress) e
 	}
 	if cfg.BeforeStart != nil {
 		if err := cfg.BeforeStart(existing, addr); err != nil {
+			return err
+		}
+	}
+	if cfg.Members != nil {
+		if err := cfg.Members.startGossip(existing, addr); err != nil {
 			return err
 		}
 	}

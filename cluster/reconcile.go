@@ -25,6 +25,7 @@ type MemberRecord struct {
 	ID          string
 	Incarnation string // the server's data directory
 	Removed     bool   // that data directory was removed from the cluster
+	Index       uint64 // the log index of the entry that wrote it (Members only)
 }
 
 // Registry is the member registry as the cluster uses it.
@@ -33,6 +34,8 @@ type Registry interface {
 	Member(id string) (MemberRecord, bool)
 	// Record commits rec (through the log) and returns once it applied.
 	Record(ctx context.Context, rec MemberRecord) error
+	// Members is every record (gossiped to the others).
+	Members() []MemberRecord
 }
 
 // Membership is what the leader reconciles the configuration with.

@@ -138,8 +138,8 @@ func (bk *backups) admitRestore(size int64, file fsm.SnapshotCounts, ok bool) er
 			limit = bk.memLimit()
 		} else {
 			p, found := cluster.Peer{}, false
-			if n.mem != nil && n.mem.gossip != nil {
-				p, found = n.mem.gossip.Peer(id)
+			if n.mem != nil && n.mem.Gossip() != nil {
+				p, found = n.mem.Gossip().Peer(id)
 			}
 			if !found || p.Stats == nil || time.Since(p.StatsAt) > peerDiskFresh {
 				return refuse("server %s has not reported its free disk space and memory through gossip within %s; retry shortly", id, peerDiskFresh)

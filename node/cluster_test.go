@@ -123,7 +123,7 @@ func threeNodes(t *testing.T) *testCluster {
 	<-n1.Ready()
 	for _, id := range []string{"n2", "n3"} {
 		cfg := clusterConfig(id)
-		cfg.Join = []string{n1.mem.gossip.Addr()}
+		cfg.Join = []string{n1.mem.Gossip().Addr()}
 		c.start(cfg)
 	}
 	c.voters(3)
@@ -152,7 +152,7 @@ func TestClusterJoinAndReplicate(t *testing.T) {
 		}
 		waitFor(t, 5*time.Second, func() bool {
 			rec, ok := l.rc.memberRecord(id)
-			return ok && rec.Incarnation == n.mem.incarnation && !rec.Removed
+			return ok && rec.Incarnation == n.mem.Incarnation() && !rec.Removed
 		})
 	}
 	// The leader reports every member healthy (autopilot, from gossip ping
@@ -351,11 +351,11 @@ func TestClusterWipedServerReplaced(t *testing.T) {
 	// starts; the leader, seeing the new data directory in gossip, removes
 	// the old member (an empty log must not vote) and adds the new one.
 	cfg := clusterConfig(victim)
-	cfg.Join = []string{l.mem.gossip.Addr()}
+	cfg.Join = []string{l.mem.Gossip().Addr()}
 	n := c.start(cfg)
 	waitFor(t, 45*time.Second, func() bool { // gossip, then a removal and an addition
 		rec, ok := l.rc.memberRecord(victim)
-		return ok && !rec.Removed && rec.Incarnation == n.mem.incarnation && rec.Incarnation != old.Incarnation
+		return ok && !rec.Removed && rec.Incarnation == n.mem.Incarnation() && rec.Incarnation != old.Incarnation
 	})
 	c.voters(3)
 }
@@ -444,7 +444,7 @@ func TestClusterSnapshotInstallToLaggingFollower(t *testing.T) {
 	<-n1.Ready()
 	for _, id := range []string{"n2", "n3"} {
 		cfg := small(id)
-		cfg.Join = []string{n1.mem.gossip.Addr()}
+		cfg.Join = []string{n1.mem.Gossip().Addr()}
 		c.start(cfg)
 	}
 	c.voters(3)

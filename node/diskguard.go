@@ -200,7 +200,7 @@ func (g *diskGuard) recheck() {
 func (g *diskGuard) updatePeersLow() {
 	empty := ""
 	r := g.n.clP.Load()
-	if r == nil || !r.IsLeader() || g.n.mem == nil || g.n.mem.gossip == nil {
+	if r == nil || !r.IsLeader() || g.n.mem == nil || g.n.mem.Gossip() == nil {
 		g.peersLow.Store(&empty)
 		return
 	}
@@ -213,7 +213,7 @@ func (g *diskGuard) updatePeersLow() {
 		if s.Suffrage != raft.Voter || string(s.ID) == g.n.cfg.NodeID {
 			continue
 		}
-		p, ok := g.n.mem.gossip.Peer(string(s.ID))
+		p, ok := g.n.mem.Gossip().Peer(string(s.ID))
 		if !ok || p.Stats == nil || !p.Stats.DiskLow || time.Since(p.StatsAt) > peerDiskFresh {
 			continue
 		}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
 )
@@ -105,26 +104,9 @@ func TestExpiryStormChunked(t *testing.T) {
 }
 
 // TestChunkedExpiryWaitsForEveryServer: ticks are limited (new entry
-// types) only once every other server of the configuration announces that
-// it reads them; a server gossip does not know, or one of an earlier
-// version, keeps ticks of the older type.
+// types) only once every other server of the configuration reads them
+// (which servers announce it: cluster's TestEveryPeer).
 func TestChunkedExpiryWaitsForEveryServer(t *testing.T) {
-	peers := map[string]cluster.Peer{"new": {Meta: cluster.Meta{ChunkedExpiry: true}}, "old": {}}
-	peer := func(id string) (cluster.Peer, bool) { p, ok := peers[id]; return p, ok }
-	chunked := func(p cluster.Peer) bool { return p.ChunkedExpiry }
-	for _, c := range []struct {
-		ids  []string
-		want bool
-	}{
-		{[]string{"me"}, true},
-		{[]string{"me", "new"}, true},
-		{[]string{"me", "new", "old"}, false},
-		{[]string{"me", "new", "unknown"}, false},
-	} {
-		if got := everyPeer("me", c.ids, peer, chunked); got != c.want {
-			t.Errorf("%v: %v, want %v", c.ids, got, c.want)
-		}
-	}
 	cfg := testConfig(t, "")
 	cfg.expireChunk = 20
 	cfg.olderPeer = true // nothing recorded in the state (features.go): chunkedOK alone decides

@@ -46,7 +46,7 @@ func (n *Node) featureOK(feature fsm.Features, ids []string) bool {
 	}
 	for _, f := range featureFlags {
 		if f.bit == feature {
-			return everyPeer(n.cfg.NodeID, ids, n.mem.gossip.Peer, f.has)
+			return n.mem.EveryServer(ids, f.has)
 		}
 	}
 	return false
@@ -56,13 +56,13 @@ func (n *Node) featureOK(feature fsm.Features, ids []string) bool {
 // configuration (ids) announces that the state does not record yet, once
 // every server reads the record itself.
 func (n *Node) recordFeatures(ctx context.Context, ids []string) {
-	if n.cfg.olderPeer || !everyPeer(n.cfg.NodeID, ids, n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.Features }) {
+	if n.cfg.olderPeer || !n.mem.EveryServer(ids, func(p cluster.Peer) bool { return p.Features }) {
 		return
 	}
 	have := fsm.Features(n.rep.features.Load())
 	var want fsm.Features
 	for _, f := range featureFlags {
-		if !have.Has(f.bit) && everyPeer(n.cfg.NodeID, ids, n.mem.gossip.Peer, f.has) {
+		if !have.Has(f.bit) && n.mem.EveryServer(ids, f.has) {
 			want |= f.bit
 		}
 	}

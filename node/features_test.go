@@ -57,13 +57,13 @@ func TestFeaturesSurviveADownServer(t *testing.T) {
 	var mu sync.Mutex
 	var stored []raft.Log
 	cfg4 := clusterConfig("n4")
-	cfg4.Join = []string{l.mem.gossip.Addr()}
+	cfg4.Join = []string{l.mem.Gossip().Addr()}
 	cfg4.WrapRaftStores = func(logs raft.LogStore, st raft.StableStore) (raft.LogStore, raft.StableStore) {
 		return storedEntries{LogStore: logs, mu: &mu, logs: &stored}, st
 	}
 	n4 := c.start(cfg4)
 	c.voters(4)
-	if _, known := n4.mem.gossip.Peer("n3"); known {
+	if _, known := n4.mem.Gossip().Peer("n3"); known {
 		t.Fatal("n4's gossip knows n3: the test needs a leader that never saw it")
 	}
 	ctx := context.Background()

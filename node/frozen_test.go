@@ -81,7 +81,7 @@ func TestReadyzFrozenFollower(t *testing.T) {
 	open("n1", "")
 	<-c.node("n1").Ready()
 	for _, id := range []string{"n2", "n3"} {
-		open(id, c.node("n1").mem.gossip.Addr())
+		open(id, c.node("n1").mem.Gossip().Addr())
 	}
 	c.voters(3)
 	// Released before the nodes close (cleanups run last first).

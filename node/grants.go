@@ -116,13 +116,13 @@ func (gk *grantKeys) attach(v *wire.Lease) {
 // every server announces one (so reads MemberKey entries).
 func (gk *grantKeys) recordKeys(ctx context.Context, ids []string) {
 	n := gk.n
-	if n.cfg.olderPeer || !everyPeer(n.cfg.NodeID, ids, n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.GrantKey != "" }) {
+	if n.cfg.olderPeer || !n.mem.EveryServer(ids, func(p cluster.Peer) bool { return p.GrantKey != "" }) {
 		return
 	}
 	for _, id := range ids {
-		key, inc := gk.pub, n.mem.incarnation
+		key, inc := gk.pub, n.mem.Incarnation()
 		if id != n.cfg.NodeID {
-			p, ok := n.mem.gossip.Peer(id)
+			p, ok := n.mem.Gossip().Peer(id)
 			if !ok || p.Status != "alive" {
 				continue
 			}

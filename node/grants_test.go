@@ -69,7 +69,7 @@ func TestGrants(t *testing.T) {
 	waitGrantKey(t, n)
 	ctx := context.Background()
 	ks := keySet(t, n, false)
-	cid := n.idn.clusterID()
+	cid := n.mem.ClusterID()
 	if ks.ClusterID == "" || ks.ClusterID != cid || len(ks.Keys) != 1 || ks.Keys[0].Kid != n.GrantKeyID() ||
 		ks.Keys[0].ServerID != "n1" || ks.Keys[0].RetiredAt != nil {
 		t.Fatalf("key set %+v (cluster %q, kid %s)", ks, cid, n.GrantKeyID())

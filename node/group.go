@@ -76,7 +76,7 @@ func (n *Node) AcquireGroup(ctx context.Context, r wire.GroupAcquireRequest) (*w
 	if err := n.cfg.validateGroup(&r); err != nil {
 		return nil, false, err
 	}
-	if err := n.mem.groupsSupported(); err != nil {
+	if err := n.groupsSupported(); err != nil {
 		return nil, false, err
 	}
 	if err := n.disk.growthRefused(); err != nil {
@@ -198,7 +198,7 @@ func (n *Node) RenewGroup(ctx context.Context, r wire.GroupRenewRequest) (*wire.
 		}
 		cmd.TTLMS, cmd.TTLTicks = r.TTLMS, ticks(r.TTLMS, n.tk.period())
 	}
-	if err := n.mem.groupsSupported(); err != nil {
+	if err := n.groupsSupported(); err != nil {
 		return nil, err
 	}
 	res, _, err := n.propose(ctx, cmd)
@@ -224,7 +224,7 @@ func (n *Node) ReleaseGroup(ctx context.Context, r wire.GroupReleaseRequest) (*w
 	if err := fsm.ValidReason(r.Reason); err != nil {
 		return nil, err
 	}
-	if err := n.mem.groupsSupported(); err != nil {
+	if err := n.groupsSupported(); err != nil {
 		return nil, err
 	}
 	res, _, err := n.propose(ctx, &fsm.ReleaseGroup{GroupID: r.GroupID, TokenHash: hashToken(r.Token),
@@ -259,12 +259,12 @@ func (n *Node) GetGroup(ctx context.Context, id string, stale bool) (*wire.Lease
 // groupsSupported refuses lease group entries while a server of the
 // configuration runs a version that does not read them (it would stop on
 // them): gossip says which do, as for renewMetaSupported.
-func (mb *membership) groupsSupported() error {
-	ids, err := mb.n.cl.ServerIDs()
+func (n *Node) groupsSupported() error {
+	ids, err := n.cl.ServerIDs()
 	if err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "read the configuration: " + err.Error()}
 	}
-	if mb.n.cfg.olderPeer || !everyPeer(mb.n.cfg.NodeID, ids, mb.gossip.Peer, func(p cluster.Peer) bool { return p.LeaseGroups }) {
+	if n.cfg.olderPeer || !n.mem.EveryServer(ids, func(p cluster.Peer) bool { return p.LeaseGroups }) {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "a server of the cluster runs an older version that cannot apply " +
 			"lease groups (or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
 	}

@@ -47,7 +47,7 @@ func faultyCluster(t *testing.T, adjust func(cfg *Config)) (*testCluster, map[st
 	<-n1.Ready()
 	for _, id := range []string{"n2", "n3"} {
 		cfg := cfgFor(id)
-		cfg.Join = []string{n1.mem.gossip.Addr()}
+		cfg.Join = []string{n1.mem.Gossip().Addr()}
 		c.start(cfg)
 	}
 	c.voters(3)

@@ -70,7 +70,7 @@ func (lt *leaderTerm) run(ctx context.Context) {
 	go n.cl.RunWatchdog(ctx, progress, cluster.Watchdog{Stall: n.cfg.leaderStall(),
 		// A refused server (removed, or of another cluster) commits
 		// nothing by design: handing its leadership on changes nothing.
-		Exempt: func() bool { return n.mem.refusedErr() != nil },
+		Exempt: func() bool { return n.refusedErr() != nil },
 		// A restore's chunks commit, or its commit is being applied (ticks
 		// wait behind it): the term is making progress.
 		Busy: n.bk.restoreBusy})
@@ -89,7 +89,7 @@ func (lt *leaderTerm) run(ctx context.Context) {
 		// applied index would trail the commit index, and linearizable reads
 		// would wait, until the first tick.
 		if !untilDone(ctx, n.log, "leadership: recording this server", func() error {
-			_, _, err := n.propose(ctx, &fsm.Member{ID: n.cfg.NodeID, Incarnation: n.mem.incarnation})
+			_, _, err := n.propose(ctx, &fsm.Member{ID: n.cfg.NodeID, Incarnation: n.mem.Incarnation()})
 			return err
 		}) {
 			return

@@ -63,7 +63,7 @@ func TestBitRotOnLeaderNotReplicated(t *testing.T) {
 	}
 	rotted.Store(n1.AppliedIndex())
 	cfg2 := clusterConfig("n2")
-	cfg2.Join = []string{n1.mem.gossip.Addr()}
+	cfg2.Join = []string{n1.mem.Gossip().Addr()}
 	n2 := c.start(cfg2)
 	waitFor(t, 45*time.Second, func() bool {
 		if msg := n2.rep.broken.Load(); msg != nil {

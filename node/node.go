@@ -44,16 +44,12 @@ type Node struct {
 	bk  backups      // snapshots and restores (backup.go)
 	ctl controlLease // the control lease's helpers (control.go)
 
-	mem        *membership
-	idn        *identity
-	seal       sealer
-	sg         sealGuard
-	gk         *grantKeys                      // this server's grant signing key (grants.go)
-	rot        *rotWatch                       // damaged log entries refused to followers (logcheck.go)
-	gated      atomic.Int64                    // unix ns of the last Raft connection admitRaft refused
-	conflictAt atomic.Int64                    // unix ns of the last Raft connection refused for another cluster
-	hadState   atomic.Bool                     // Raft state exists (gossiped)
-	clP        atomic.Pointer[cluster.Cluster] // set once Raft runs (gossip callbacks)
+	mem  *cluster.Members // gossip, joining, admission, the cluster identity (membership.go)
+	seal sealer
+	sg   sealGuard
+	gk   *grantKeys                      // this server's grant signing key (grants.go)
+	rot  *rotWatch                       // damaged log entries refused to followers (logcheck.go)
+	clP  atomic.Pointer[cluster.Cluster] // set once Raft runs (gossip callbacks)
 
 	stopClock func() // undoes startClock
 
@@ -82,10 +78,11 @@ func Open(cfg Config) (*Node, error) {
 	n.stopClock = startClock(n.log)
 	cl, err := cluster.Open(consensusConfig(n), n.rep)
 	if err != nil {
-		if n.mem.gossip != nil {
-			n.mem.gossip.Close()
-		}
+		n.mem.Close()
 		n.stopClock()
+		if errors.Is(err, cluster.ErrGossipClosed) {
+			err = errClosed
+		}
 		return nil, err
 	}
 	n.cl = cl
@@ -132,26 +129,14 @@ func newNode(cfg Config) (*Node, error) {
 		c := n.clP.Load()
 		return c != nil && c.IsLeader()
 	}
-	incDir := cfg.DataDir
-	if cfg.InMemory {
-		incDir = ""
-	}
-	inc, err := cluster.LoadIncarnation(incDir)
-	if err != nil {
+	var err error
+	if n.mem, err = newMembers(n); err != nil {
 		return nil, err
 	}
-	n.mem = &membership{n: n, incarnation: inc, changed: make(chan struct{}, 1)}
-	if n.idn, err = loadClusterID(cfg); err != nil {
-		return nil, err
-	}
-	n.idn.n = n
 	if n.seal, err = newSealer(cfg); err != nil {
 		return nil, err
 	}
 	if n.gk, err = loadGrantKey(cfg, n); err != nil {
-		return nil, err
-	}
-	if _, err := advertiseHost(cfg); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -171,10 +156,8 @@ func consensusConfig(n *Node) cluster.Config {
 		InMemory: cfg.InMemory, Bootstrap: cfg.BootstrapExpect <= 1 && len(cfg.Join) == 0,
 		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs,
 		HeartbeatTimeout: cfg.RaftTimeout, ElectionTimeout: cfg.RaftTimeout, LeaderLeaseTimeout: cfg.RaftTimeout / 2,
-		Logger: n.log, BeforeStart: n.mem.startGossip, TLS: cfg.RaftTLS, WrapStream: cfg.WrapRaftStream,
+		Logger: n.log, Members: n.mem, TLS: cfg.RaftTLS, WrapStream: cfg.WrapRaftStream,
 		WrapStores: checkedStores(n, chaosStores(cfg.WrapRaftStores)), LogEnd: func(last uint64) { n.rep.replayEnd.Store(last) }, SnapshotOpened: n.rep.snapshotOpened,
-		Identity: &cluster.Identity{ClusterID: n.idn.clusterID, Admit: n.idn.admitRaft,
-			OnConflict: func(string, string) { n.conflictAt.Store(time.Now().UnixNano()) }, Legacy: n.idn.legacyPeer},
 	}
 }
 
@@ -195,14 +178,14 @@ func (n *Node) start() {
 	}
 	n.cl.OnLeadership(n.lt.run)
 	n.disk.startDiskGuard()
-	n.wg.Add(4)
+	n.wg.Add(3)
 	go func() {
 		defer n.wg.Done()
 		n.metrics.countLeaderChanges(n.cl, n.closing)
 	}()
 	go n.gc.run()
 	go n.watchReady()
-	go n.mem.watchMembership()
+	n.mem.Start(n.cl)
 }
 
 // Ready is closed once a leader is known and this node has applied up to it.
@@ -222,7 +205,7 @@ func (n *Node) ReadyErr() error {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "node is shutting down"}
 	default:
 	}
-	if err := n.mem.refusedErr(); err != nil {
+	if err := n.refusedErr(); err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error()}
 	}
 	if err := n.HealthErr(); err != nil {
@@ -368,7 +351,7 @@ func (n *Node) Close() error {
 		}
 		n.peer.close()
 		n.closeErr = n.cl.Close()
-		n.mem.gossip.Close()
+		n.mem.Close()
 		n.hub.close()
 		n.wg.Wait()
 		n.stopClock()

@@ -227,7 +227,7 @@ func (n *Node) RenewWith(ctx context.Context, r wire.RenewRequest) (*wire.Lease,
 		if err := fsm.ValidMetadata(r.Metadata); err != nil {
 			return nil, err
 		}
-		if err := n.mem.renewMetaSupported(); err != nil {
+		if err := n.renewMetaSupported(); err != nil {
 			return nil, err
 		}
 		cmd.Metadata, cmd.SetMetadata = r.Metadata, true
@@ -254,12 +254,12 @@ func (n *Node) RenewWith(ctx context.Context, r wire.RenewRequest) (*wire.Lease,
 // renewMetaSupported refuses metadata in a renewal while a server of the
 // configuration runs a version that does not read such entries (it would
 // stop on them): gossip says which do.
-func (mb *membership) renewMetaSupported() error {
-	ids, err := mb.n.cl.ServerIDs()
+func (n *Node) renewMetaSupported() error {
+	ids, err := n.cl.ServerIDs()
 	if err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "read the configuration: " + err.Error()}
 	}
-	if mb.n.cfg.olderPeer || !everyPeer(mb.n.cfg.NodeID, ids, mb.gossip.Peer, func(p cluster.Peer) bool { return p.RenewMeta }) {
+	if n.cfg.olderPeer || !n.mem.EveryServer(ids, func(p cluster.Peer) bool { return p.RenewMeta }) {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "a server of the cluster runs an older version that cannot apply " +
 			"a renewal with metadata (or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
 	}
@@ -269,12 +269,12 @@ func (mb *membership) renewMetaSupported() error {
 // sessionMetaSupported refuses metadata in a session heartbeat while a
 // server of the configuration runs a version that does not read such
 // entries (it would stop on them), as renewMetaSupported does.
-func (mb *membership) sessionMetaSupported() error {
-	ids, err := mb.n.cl.ServerIDs()
+func (n *Node) sessionMetaSupported() error {
+	ids, err := n.cl.ServerIDs()
 	if err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "read the configuration: " + err.Error()}
 	}
-	if mb.n.cfg.olderPeer || !everyPeer(mb.n.cfg.NodeID, ids, mb.gossip.Peer, func(p cluster.Peer) bool { return p.SessionMeta }) {
+	if n.cfg.olderPeer || !n.mem.EveryServer(ids, func(p cluster.Peer) bool { return p.SessionMeta }) {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "a server of the cluster runs an older version that cannot apply " +
 			"a session heartbeat with metadata (or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
 	}
@@ -356,7 +356,7 @@ func (n *Node) Heartbeat(ctx context.Context, items []wire.HeartbeatItem) ([]wir
 		}
 	}
 	if meta {
-		if err := n.mem.renewMetaSupported(); err != nil {
+		if err := n.renewMetaSupported(); err != nil {
 			return nil, err
 		}
 	}
@@ -438,7 +438,7 @@ func (n *Node) SessionHeartbeatWith(ctx context.Context, req wire.SessionHeartbe
 		if err := fsm.ValidMetadata(req.Metadata); err != nil {
 			return nil, err
 		}
-		if err := n.mem.sessionMetaSupported(); err != nil {
+		if err := n.sessionMetaSupported(); err != nil {
 			return nil, err
 		}
 		cmd.Metadata, cmd.SetMetadata = req.Metadata, true

@@ -24,7 +24,7 @@ type reconciler struct{ n *Node }
 // membership is what the cluster reconciles the configuration with.
 func (rc *reconciler) membership() cluster.Membership {
 	n := rc.n
-	return cluster.Membership{Gossip: n.mem.gossip, Registry: registry{n}, ClusterID: n.idn.clusterID, Self: n.mem.gossipStats,
+	return cluster.Membership{Gossip: n.mem.Gossip(), Registry: registry{n}, ClusterID: n.mem.ClusterID, Self: n.mem.Stats,
 		DeadServerTimeout: n.cfg.DeadServerTimeout, MinQuorum: n.cfg.MinQuorum, StabilizationTime: n.cfg.StabilizationTime,
 		ApplyTimeout: n.cfg.ApplyTimeout}
 }
@@ -41,7 +41,7 @@ func (rc *reconciler) reconcileLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-rc.n.mem.changed:
+		case <-rc.n.mem.Changed():
 		}
 	}
 }
@@ -54,11 +54,11 @@ func (rc *reconciler) reconcile(ctx context.Context, m cluster.Membership) {
 	if err != nil {
 		return
 	}
-	rc.n.idn.recordClusterID(ctx, conf)
 	ids := make([]string, 0, len(conf.Servers))
 	for _, s := range conf.Servers {
 		ids = append(ids, string(s.ID))
 	}
+	rc.n.mem.RecordClusterID(ctx, ids)
 	rc.n.sg.recordSealCheck(ctx, ids)
 	rc.n.tk.updateChunkedExpiry(ids)
 	rc.n.gc.updateEntryCRC(ids)
@@ -75,6 +75,17 @@ type registry struct{ n *Node }
 func (r registry) Member(id string) (cluster.MemberRecord, bool) {
 	rec, ok := r.n.rc.memberRecord(id)
 	return cluster.MemberRecord{ID: rec.ID, Incarnation: rec.Incarnation, Removed: rec.Removed}, ok
+}
+
+func (r registry) Members() []cluster.MemberRecord {
+	r.n.rep.mu.RLock()
+	recs := r.n.rep.f.Members()
+	r.n.rep.mu.RUnlock()
+	out := make([]cluster.MemberRecord, len(recs))
+	for i, rec := range recs {
+		out[i] = cluster.MemberRecord{ID: rec.ID, Incarnation: rec.Incarnation, Removed: rec.Removed, Index: rec.Index}
+	}
+	return out
 }
 
 func (r registry) Record(ctx context.Context, rec cluster.MemberRecord) error {
@@ -116,7 +127,7 @@ func (rc *reconciler) members(conf raft.Configuration, leaderID raft.ServerID) [
 		ap = rc.n.cl.AutopilotState()
 	}
 	peers := map[string]cluster.Peer{}
-	for _, p := range rc.n.mem.gossip.Peers() {
+	for _, p := range rc.n.mem.Gossip().Peers() {
 		peers[p.ID] = p
 	}
 	var out []wire.Member

@@ -226,7 +226,7 @@ func TestRestoreAdmissionPeerMemory(t *testing.T) {
 	<-n1.Ready()
 	for _, id := range []string{"n2", "n3"} {
 		cfg := clusterConfig(id)
-		cfg.Join = []string{n1.mem.gossip.Addr()}
+		cfg.Join = []string{n1.mem.Gossip().Addr()}
 		if id == "n3" {
 			cfg.MemoryLimit = 1 << 20
 		}

@@ -198,7 +198,7 @@ func (sg *sealGuard) recordSealCheck(ctx context.Context, conf []string) {
 		if id == sg.n.cfg.NodeID {
 			continue
 		}
-		if p, ok := sg.n.mem.gossip.Peer(id); !ok || !p.SealCheck {
+		if p, ok := sg.n.mem.Gossip().Peer(id); !ok || !p.SealCheck {
 			return
 		}
 	}

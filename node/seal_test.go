@@ -260,7 +260,7 @@ func TestSealKeyRetryAcrossFailover(t *testing.T) {
 	for _, id := range []string{"n2", "n3"} {
 		cfg := clusterConfig(id)
 		cfg.SealKey = key
-		cfg.Join = []string{n1.mem.gossip.Addr()}
+		cfg.Join = []string{n1.mem.Gossip().Addr()}
 		c.start(cfg)
 	}
 	c.voters(3)
@@ -298,7 +298,7 @@ func TestSealKeyWrongKeyJoinerRefuses(t *testing.T) {
 		if id == "n3" {
 			cfg.SealKey = sealKeyOf(5)
 		}
-		cfg.Join = []string{n1.mem.gossip.Addr()}
+		cfg.Join = []string{n1.mem.Gossip().Addr()}
 		n := c.start(cfg)
 		if id == "n3" {
 			bad = n

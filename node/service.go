@@ -96,7 +96,7 @@ func (n *Node) Gate() error {
 // outState is the state that takes this server out of service and why,
 // or "" when none does; cheapest first.
 func (n *Node) outState() (ServiceState, string) {
-	if err := n.mem.refusedErr(); err != nil {
+	if err := n.refusedErr(); err != nil {
 		return ServiceRemoved, err.Error()
 	}
 	if msg := n.rep.broken.Load(); msg != nil {

@@ -83,8 +83,8 @@ func (n *Node) applyStall() string {
 	if lc := r.LastContact(); !lc.IsZero() {
 		v.contact = time.Since(lc)
 	}
-	if leader != "" && n.mem.gossip != nil {
-		if p, ok := n.mem.gossip.Peer(string(leader)); ok && p.Stats != nil && time.Since(p.StatsAt) < timeout {
+	if leader != "" && n.mem.Gossip() != nil {
+		if p, ok := n.mem.Gossip().Peer(string(leader)); ok && p.Stats != nil && time.Since(p.StatsAt) < timeout {
 			v.leaderIndex, v.leaderIndexOK = p.Stats.LastIndex, true
 		}
 	}

@@ -52,7 +52,7 @@ func checkCluster(t *testing.T, skewOn *atomic.Bool, adjust ...func(*Config)) *t
 	<-n1.Ready()
 	for _, id := range []string{"n2", "n3"} {
 		cfg := clusterConfig(id)
-		cfg.Join = []string{n1.mem.gossip.Addr()}
+		cfg.Join = []string{n1.mem.Gossip().Addr()}
 		hooks(&cfg)
 		c.start(cfg)
 	}

@@ -130,20 +130,6 @@ func (tk *ticker) updateChunkedExpiry(ids []string) {
 	tk.chunkedOK.Store(tk.n.featureOK(fsm.FeatureChunkedExpiry, ids))
 }
 
-// everyPeer reports whether every server of ids but self is known (peer)
-// and has the capability has.
-func everyPeer(self string, ids []string, peer func(string) (cluster.Peer, bool), has func(cluster.Peer) bool) bool {
-	for _, id := range ids {
-		if id == self {
-			continue
-		}
-		if p, found := peer(id); !found || !has(p) {
-			return false
-		}
-	}
-	return true
-}
-
 // expireDepth is how many Expire entries drainExpiry keeps in flight: the
 // next chunk commits while the one before applies, and a write proposed
 // meanwhile waits behind at most this many chunks.
