@@ -29,14 +29,14 @@ func TestAdvertisedNameStaysRaftAddress(t *testing.T) {
 		}
 	}
 	waitLeader(t, a)
-	if err := a.raft.AddVoter("b", b.Addr, 0, 5*time.Second).Error(); err != nil {
+	if err := a.raft.AddVoter("b", raft.ServerAddress(b.Addr), 0, 5*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	conf, err := a.Configuration()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[raft.ServerID]raft.ServerAddress{"a": a.Addr, "b": b.Addr}
+	want := map[string]string{"a": a.Addr, "b": b.Addr}
 	if len(conf.Servers) != 2 {
 		t.Fatalf("configuration %+v", conf.Servers)
 	}

@@ -34,7 +34,7 @@ const (
 // configuration (every one of them, sorted by id) and bootstraps it. With
 // BootstrapMismatch, peer names the server that disagrees.
 func (c *Cluster) TryBootstrapExpect(g *Gossip, expect int) (out BootstrapOutcome, peer Peer, err error) {
-	var servers []raft.Server
+	var servers []Server
 	for _, p := range g.Peers() {
 		if p.Status != "alive" {
 			continue
@@ -48,7 +48,7 @@ func (c *Cluster) TryBootstrapExpect(g *Gossip, expect int) (out BootstrapOutcom
 		if p.Raft == "" {
 			return BootstrapWaiting, p, nil
 		}
-		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Raft)})
+		servers = append(servers, Server{Voter: true, ID: p.ID, Address: p.Raft})
 	}
 	switch {
 	case len(servers) > expect:

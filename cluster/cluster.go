@@ -60,7 +60,7 @@ type Config struct {
 	// server bootstrapped), before Raft starts: hadState tells whether Raft
 	// state existed, addr is the address the others dial. An error stops
 	// Open.
-	BeforeStart func(hadState bool, addr raft.ServerAddress) error
+	BeforeStart func(hadState bool, addr string) error
 	// LogEnd, if set, is told the last index of the stored log before Raft
 	// starts: entries up to it that Raft applies are the startup's replay.
 	LogEnd func(last uint64)
@@ -100,7 +100,7 @@ type Cluster struct {
 	// belonged, to a cluster).
 	HadState bool
 	// Addr is this server's Raft address as the others dial it.
-	Addr raft.ServerAddress
+	Addr string
 
 	cfg       Config
 	trans     raft.Transport
@@ -276,7 +276,7 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 // set back at once. With other voters nothing changes: they may have a
 // leader this server has not heard from yet.
 func (c *Cluster) campaignIfAlone() {
-	conf, err := c.Configuration()
+	conf, err := c.raftConfiguration()
 	if err != nil || !onlyVoter(conf, raft.ServerID(c.cfg.NodeID)) {
 		return
 	}
@@ -395,7 +395,7 @@ func (c *Cluster) prepare(rc *raft.Config, st stores, addr raft.ServerAddress) e
 	if err != nil {
 		return fmt.Errorf("cluster: inspect state: %w", err)
 	}
-	c.HadState, c.Addr = existing, addr
+	c.HadState, c.Addr = existing, string(addr)
 	if !existing && cfg.Bootstrap {
 		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: addr}}}
 		if err := raft.BootstrapCluster(rc, st.logs, st.stable, st.snaps, c.trans, conf); err != nil {
@@ -404,12 +404,12 @@ func (c *Cluster) prepare(rc *raft.Config, st stores, addr raft.ServerAddress) e
 		c.logger.Info("bootstrapped a new cluster", "node_id", cfg.NodeID, "raft_addr", addr)
 	}
 	if cfg.BeforeStart != nil {
-		if err := cfg.BeforeStart(existing, addr); err != nil {
+		if err := cfg.BeforeStart(existing, string(addr)); err != nil {
 			return err
 		}
 	}
 	if cfg.Members != nil {
-		if err := cfg.Members.startGossip(existing, addr); err != nil {
+		if err := cfg.Members.startGossip(existing, string(addr)); err != nil {
 			return err
 		}
 	}
@@ -471,11 +471,15 @@ func (c *Cluster) DialPeer(ctx context.Context, addr string) (net.Conn, error) {
 	}
 }
 
-// BootstrapWith forms a new cluster of the given voters. It fails when
+// BootstrapWith forms a new cluster of the given servers. It fails when
 // this server has Raft state already; every server of a new cluster must
-// call it with the same configuration (see node's bootstrap-expect).
-func (c *Cluster) BootstrapWith(servers []raft.Server) error {
-	if err := c.bootstrap(servers); err != nil {
+// call it with the same configuration (see bootstrap-expect, Members).
+func (c *Cluster) BootstrapWith(servers []Server) error {
+	rs := make([]raft.Server, len(servers))
+	for i, s := range servers {
+		rs[i] = s.raft()
+	}
+	if err := c.bootstrap(rs); err != nil {
 		return err
 	}
 	c.logger.Info("bootstrapped a new cluster", "node_id", c.cfg.NodeID, "servers", len(servers))

@@ -23,7 +23,10 @@ func (c *Cluster) IsLeader() bool { return c.raft.State() == raft.Leader }
 
 // Leader is the current leader's Raft address and id, empty when none is
 // known.
-func (c *Cluster) Leader() (raft.ServerAddress, raft.ServerID) { return c.raft.LeaderWithID() }
+func (c *Cluster) Leader() (addr, id string) {
+	a, i := c.raft.LeaderWithID()
+	return string(a), string(i)
+}
 
 // Term is this server's current Raft term.
 func (c *Cluster) Term() uint64 { return c.raft.CurrentTerm() }
@@ -44,8 +47,45 @@ func (c *Cluster) LastContact() time.Time { return c.raft.LastContact() }
 // Stats is Raft's own diagnostics (see raft.Raft.Stats).
 func (c *Cluster) Stats() map[string]string { return c.raft.Stats() }
 
+// Server is one server of a configuration.
+type Server struct {
+	ID string
+	// Address is its Raft address, as the others dial it.
+	Address string
+	// Voter: it votes and counts toward a quorum; false: a non-voter (it
+	// replicates only, until autopilot promotes it).
+	Voter bool
+}
+
+// Configuration is the set of servers Raft replicates to.
+type Configuration struct{ Servers []Server }
+
+func fromRaft(conf raft.Configuration) Configuration {
+	out := Configuration{Servers: make([]Server, len(conf.Servers))}
+	for i, s := range conf.Servers {
+		out.Servers[i] = Server{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter}
+	}
+	return out
+}
+
+func (s Server) raft() raft.Server {
+	suffrage := raft.Nonvoter
+	if s.Voter {
+		suffrage = raft.Voter
+	}
+	return raft.Server{ID: raft.ServerID(s.ID), Address: raft.ServerAddress(s.Address), Suffrage: suffrage}
+}
+
 // Configuration is the latest Raft configuration (committed or not).
-func (c *Cluster) Configuration() (raft.Configuration, error) {
+func (c *Cluster) Configuration() (Configuration, error) {
+	conf, err := c.raftConfiguration()
+	if err != nil {
+		return Configuration{}, err
+	}
+	return fromRaft(conf), nil
+}
+
+func (c *Cluster) raftConfiguration() (raft.Configuration, error) {
 	fut := c.raft.GetConfiguration()
 	if err := fut.Error(); err != nil {
 		return raft.Configuration{}, err
@@ -70,37 +110,57 @@ func (c *Cluster) Snapshot() raft.SnapshotFuture { return c.raft.Snapshot() }
 
 // AddNonvoter adds a server that replicates without a vote (autopilot
 // promotes it once it is stable).
-func (c *Cluster) AddNonvoter(id raft.ServerID, addr raft.ServerAddress, timeout time.Duration) error {
-	return c.raft.AddNonvoter(id, addr, 0, timeout).Error()
+func (c *Cluster) AddNonvoter(id, addr string, timeout time.Duration) error {
+	return c.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error()
 }
 
 // RemoveServer removes a server from the configuration.
-func (c *Cluster) RemoveServer(id raft.ServerID, timeout time.Duration) error {
-	return c.raft.RemoveServer(id, 0, timeout).Error()
+func (c *Cluster) RemoveServer(id string, timeout time.Duration) error {
+	return c.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error()
 }
 
 // TransferLeadership hands leadership to the most up-to-date follower.
 func (c *Cluster) TransferLeadership() error { return c.raft.LeadershipTransfer().Error() }
 
 // TransferLeadershipTo hands leadership to one server.
-func (c *Cluster) TransferLeadershipTo(id raft.ServerID, addr raft.ServerAddress) error {
-	return c.raft.LeadershipTransferToServer(id, addr).Error()
+func (c *Cluster) TransferLeadershipTo(id, addr string) error {
+	return c.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
 }
 
-// NewAutopilot makes an autopilot that manages this server's Raft
+// newAutopilot makes an autopilot that manages this server's Raft
 // configuration through d (see node's reconcile). Its latest state also
 // ranks the servers StepDown hands leadership to.
-func (c *Cluster) NewAutopilot(d autopilot.ApplicationIntegration, opts ...autopilot.Option) *autopilot.Autopilot {
+func (c *Cluster) newAutopilot(d autopilot.ApplicationIntegration, opts ...autopilot.Option) *autopilot.Autopilot {
 	return autopilot.New(c.raft, recordingPilot{d, c}, opts...)
 }
 
-// AutopilotState is autopilot's latest view of the servers (on the leader;
-// nil before its first pass).
-func (c *Cluster) AutopilotState() *autopilot.State { return c.apState.Load() }
+// ServerHealth is autopilot's latest view of one server.
+type ServerHealth struct {
+	Healthy bool
+	// LastContact is how long ago the server last heard from the leader
+	// (negative: unknown); LastTerm and LastIndex its log's last entry.
+	LastContact         time.Duration
+	LastTerm, LastIndex uint64
+}
+
+// ServerHealth is autopilot's latest view of the servers, by id (on the
+// leader; nil before its first pass).
+func (c *Cluster) ServerHealth() map[string]ServerHealth {
+	st := c.apState.Load()
+	if st == nil {
+		return nil
+	}
+	out := make(map[string]ServerHealth, len(st.Servers))
+	for id, s := range st.Servers {
+		out[string(id)] = ServerHealth{Healthy: s.Health.Healthy, LastContact: s.Stats.LastContact,
+			LastTerm: s.Stats.LastTerm, LastIndex: s.Stats.LastIndex}
+	}
+	return out
+}
 
 // WatchLeader calls fn with the new leader's id each time this server
 // observes a leader change, until stop is called.
-func (c *Cluster) WatchLeader(fn func(id raft.ServerID)) (stop func()) {
+func (c *Cluster) WatchLeader(fn func(id string)) (stop func()) {
 	ch := make(chan raft.Observation, 16)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -116,7 +176,7 @@ func (c *Cluster) WatchLeader(fn func(id raft.ServerID)) (stop func()) {
 			case <-done:
 				return
 			case o := <-ch:
-				fn(o.Data.(raft.LeaderObservation).LeaderID)
+				fn(string(o.Data.(raft.LeaderObservation).LeaderID))
 			}
 		}
 	}()

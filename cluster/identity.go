@@ -37,7 +37,7 @@ type Identity struct {
 	// Legacy, if set, tells whether the peer at a Raft address runs a
 	// version without the exchange (from gossip); Dial then connects
 	// without it.
-	Legacy func(addr raft.ServerAddress) bool
+	Legacy func(addr string) bool
 }
 
 // identityMagic starts the dialer's hello. Raft's own first byte is an RPC
@@ -128,7 +128,7 @@ var ErrPeerLegacy = errors.New("cluster: the server runs a version without node-
 
 // dialPeer opens a node-to-node stream to the server at Raft address addr.
 func (s *identityLayer) dialPeer(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	if s.id.Legacy != nil && s.id.Legacy(addr) {
+	if s.id.Legacy != nil && s.id.Legacy(string(addr)) {
 		return nil, fmt.Errorf("%w: %s", ErrPeerLegacy, addr)
 	}
 	return s.dial(addr, timeout, peerMagic)
@@ -140,7 +140,7 @@ func (s *identityLayer) dial(addr raft.ServerAddress, timeout time.Duration, mag
 	if err != nil {
 		return nil, err
 	}
-	if magic == identityMagic && s.id.Legacy != nil && s.id.Legacy(addr) {
+	if magic == identityMagic && s.id.Legacy != nil && s.id.Legacy(string(addr)) {
 		return conn, nil
 	}
 	left := timeout - time.Since(start)

@@ -192,7 +192,7 @@ func TestIdentityStreamLayer(t *testing.T) {
 		t.Fatal(err)
 	}
 	dl := NewIdentityStreamLayer(tcp, Identity{ClusterID: func() string { return "cluster-x" },
-		Legacy: func(a raft.ServerAddress) bool { return string(a) == old.Addr().String() }}, nil)
+		Legacy: func(a string) bool { return a == old.Addr().String() }}, nil)
 	defer dl.Close()
 	conn, err := dl.Dial(raft.ServerAddress(old.Addr().String()), 2*time.Second)
 	if err != nil {
@@ -233,7 +233,7 @@ func TestRaftRefusesOtherCluster(t *testing.T) {
 	a, fa := open("a", true, "x")
 	waitLeader(t, a)
 	b, fb := open("b", false, "") // new: no id yet
-	if err := a.raft.AddVoter("b", b.Addr, 0, 10*time.Second).Error(); err != nil {
+	if err := a.raft.AddVoter("b", raft.ServerAddress(b.Addr), 0, 10*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.raft.Apply([]byte("one"), 5*time.Second).Error(); err != nil {
@@ -244,7 +244,7 @@ func TestRaftRefusesOtherCluster(t *testing.T) {
 	// d bootstrapped cluster y: added to x, it receives nothing.
 	d, fd := open("d", true, "y")
 	waitLeader(t, d)
-	if err := a.raft.AddNonvoter("d", d.Addr, 0, 10*time.Second).Error(); err != nil {
+	if err := a.raft.AddNonvoter("d", raft.ServerAddress(d.Addr), 0, 10*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.raft.Apply([]byte("two"), 5*time.Second).Error(); err != nil {
@@ -278,7 +278,7 @@ func TestRaftRefusesOtherCluster(t *testing.T) {
 	a.raft.RegisterObserver(obs)
 	t.Cleanup(func() { a.raft.DeregisterObserver(obs) })
 	e, _ := open("e", false, "y")
-	if err := e.BootstrapWith([]raft.Server{{ID: "e", Address: e.Addr}, {ID: "a", Address: a.Addr}, {ID: "b", Address: b.Addr}}); err != nil {
+	if err := e.BootstrapWith([]Server{{ID: "e", Address: e.Addr, Voter: true}, {ID: "a", Address: a.Addr, Voter: true}, {ID: "b", Address: b.Addr, Voter: true}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, "e campaigns", func() bool { return e.raft.State() == raft.Candidate })

@@ -129,7 +129,7 @@ func (c *Cluster) StepDown(ctx context.Context) {
 // electionTargets are the other voters, the most up-to-date healthy ones
 // first (as autopilot last saw them).
 func (c *Cluster) electionTargets() []raft.Server {
-	conf, err := c.Configuration()
+	conf, err := c.raftConfiguration()
 	if err != nil {
 		return nil
 	}
@@ -164,7 +164,7 @@ func (c *Cluster) electionTargets() []raft.Server {
 func (c *Cluster) timeoutNow(s raft.Server) error {
 	req := &raft.TimeoutNowRequest{
 		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(c.cfg.NodeID),
-			Addr: c.trans.EncodePeer(raft.ServerID(c.cfg.NodeID), c.Addr)},
+			Addr: c.trans.EncodePeer(raft.ServerID(c.cfg.NodeID), raft.ServerAddress(c.Addr))},
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.trans.TimeoutNow(s.ID, s.Address, req, &raft.TimeoutNowResponse{}) }()
@@ -206,7 +206,7 @@ func (c *Cluster) HandOff() {
 	}
 	others := false
 	for _, s := range conf.Servers {
-		others = others || s.Suffrage == raft.Voter && string(s.ID) != c.cfg.NodeID
+		others = others || s.Voter && s.ID != c.cfg.NodeID
 	}
 	if !others {
 		return

@@ -597,7 +597,7 @@ func followerCatchesUp(t *testing.T, kind string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := a.raft.AddVoter(raft.ServerID(id), c.Addr, 0, 10*time.Second).Error(); err != nil {
+		if err := a.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(c.Addr), 0, 10*time.Second).Error(); err != nil {
 			t.Fatal(err)
 		}
 		cfg.BindAddr = string(c.Addr)

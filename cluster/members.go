@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-	"github.com/hashicorp/raft"
 )
 
 // Members is the one owner of this server's place in the cluster: it
@@ -188,9 +187,9 @@ func (m *Members) identity() *Identity {
 // new server that joins an existing cluster first learns, through gossip,
 // whether the cluster already knows its id with other data (a wiped data
 // directory) or removed it; it then refuses to start instead of rejoining.
-func (m *Members) startGossip(hadState bool, addr raft.ServerAddress) error {
+func (m *Members) startGossip(hadState bool, addr string) error {
 	cfg := m.cfg
-	m.raftAddr = string(addr)
+	m.raftAddr = addr
 	if !hadState && cfg.BootstrapExpect <= 1 && len(cfg.Join) == 0 {
 		// Open bootstrapped a new cluster just now: a new identity,
 		// whatever an earlier cluster-id file said.
@@ -305,13 +304,13 @@ func (m *Members) admitRaft(peerCluster string) error {
 
 // legacyPeer: gossip shows the server at Raft address addr runs a version
 // whose Raft connections do not start with the cluster id exchange.
-func (m *Members) legacyPeer(addr raft.ServerAddress) bool {
+func (m *Members) legacyPeer(addr string) bool {
 	g := m.gossip
 	if g == nil {
 		return false
 	}
 	for _, p := range g.Peers() {
-		if p.Raft == string(addr) && p.Version != "" {
+		if p.Raft == addr && p.Version != "" {
 			return !p.RaftHello
 		}
 	}
@@ -438,11 +437,10 @@ func (m *Members) localState() []byte {
 	v := clusterView{ClusterID: m.ClusterID()}
 	if conf, err := c.Configuration(); err == nil {
 		for _, s := range conf.Servers {
-			v.Servers = append(v.Servers, string(s.ID))
+			v.Servers = append(v.Servers, s.ID)
 		}
 	}
-	_, id := c.Leader()
-	v.Leader = string(id)
+	_, v.Leader = c.Leader()
 	if m.cfg.Registry != nil {
 		for _, r := range m.cfg.Registry.Members() {
 			v.Members = append(v.Members, viewMember{ID: r.ID, Incarnation: r.Incarnation, Removed: r.Removed, Index: r.Index})

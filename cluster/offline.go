@@ -92,7 +92,7 @@ type Replayed struct {
 	Index, Term uint64
 	// Configuration is the latest Raft configuration the directory holds
 	// (the snapshot's, or a later one from its log), committed or not.
-	Configuration raft.Configuration
+	Configuration Configuration
 }
 
 // Replay restores the newest snapshot that opens into fsm (the one a
@@ -100,8 +100,9 @@ type Replayed struct {
 // of the log after it. The log's tail may not have been committed: a
 // server that starts on the directory could see it replaced by its leader.
 // fsm must be new; Replay changes nothing in the directory.
-func (d *OfflineDir) Replay(fsm raft.FSM) (Replayed, error) {
-	var out Replayed
+func (d *OfflineDir) Replay(fsm raft.FSM) (out Replayed, err error) {
+	var conf raft.Configuration
+	defer func() { out.Configuration = fromRaft(conf) }()
 	metas, err := d.snaps.List()
 	if err != nil {
 		return out, fmt.Errorf("cluster: list the snapshots: %w", err)
@@ -117,7 +118,7 @@ func (d *OfflineDir) Replay(fsm raft.FSM) (Replayed, error) {
 			d.logger.Warn("skipping a snapshot that does not restore", "id", m.ID, "err", err)
 			continue
 		}
-		out.SnapshotIndex, out.Index, out.Term, out.Configuration = meta.Index, meta.Index, meta.Term, meta.Configuration
+		out.SnapshotIndex, out.Index, out.Term, conf = meta.Index, meta.Index, meta.Term, meta.Configuration
 		break
 	}
 	if len(metas) > 0 && out.SnapshotIndex == 0 {
@@ -138,7 +139,7 @@ func (d *OfflineDir) Replay(fsm raft.FSM) (Replayed, error) {
 				return out, fmt.Errorf("cluster: log entry %d: %w", i, err)
 			}
 		case raft.LogConfiguration:
-			out.Configuration = raft.DecodeConfiguration(e.Data)
+			conf = raft.DecodeConfiguration(e.Data)
 		}
 		out.Index, out.Term = e.Index, e.Term
 	}
@@ -158,11 +159,11 @@ var ErrNotInConfiguration = errors.New("cluster: the server is not in the data d
 // state, then empties the log. Before it changes anything it copies
 // raft.db, and a raft-wal log, into dir/recover-backup-<UTC time>,
 // whose path it returns.
-func (d *OfflineDir) Recover(self raft.Server, fsm raft.FSM) (string, error) {
+func (d *OfflineDir) Recover(self Server, fsm raft.FSM) (string, error) {
 	if self.ID == "" || self.Address == "" {
 		return "", fmt.Errorf("cluster: recover: the server needs an id and an address")
 	}
-	self.Suffrage = raft.Voter
+	self.Voter = true
 	backup, err := backupRaftDB(d.dir, "recover", d.bolt)
 	if err != nil {
 		return "", err
@@ -172,10 +173,10 @@ func (d *OfflineDir) Recover(self raft.Server, fsm raft.FSM) (string, error) {
 			return backup, fmt.Errorf("cluster: back up wal/: %w", err)
 		}
 	}
-	rc := Config{NodeID: string(self.ID), Logger: d.logger}.withDefaults().raftConfig(nil)
-	_, trans := raft.NewInmemTransport(self.Address)
+	rc := Config{NodeID: self.ID, Logger: d.logger}.withDefaults().raftConfig(nil)
+	_, trans := raft.NewInmemTransport(raft.ServerAddress(self.Address))
 	defer trans.Close()
-	conf := raft.Configuration{Servers: []raft.Server{self}}
+	conf := raft.Configuration{Servers: []raft.Server{self.raft()}}
 	if err := raft.RecoverCluster(rc, fsm, d.logs, d.bolt, d.snaps, trans, conf); err != nil {
 		return backup, fmt.Errorf("cluster: recover: %w", err)
 	}

@@ -68,7 +68,7 @@ func TestOfflineReplayAndRecover(t *testing.T) {
 			if f.n.Load() != 5 || len(rep.Configuration.Servers) != 2 || rep.Index == 0 {
 				t.Fatalf("replay: %d commands, %+v", f.n.Load(), rep)
 			}
-			self := raft.Server{ID: "a", Address: "127.0.0.1:2"}
+			self := Server{ID: "a", Address: "127.0.0.1:2"}
 			backup, err := od.Recover(self, &countFSM{})
 			if err != nil {
 				t.Fatal(err)
@@ -91,7 +91,7 @@ func TestOfflineReplayAndRecover(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(conf.Servers) != 1 || conf.Servers[0].ID != "a" || conf.Servers[0].Address != self.Address || conf.Servers[0].Suffrage != raft.Voter {
+			if len(conf.Servers) != 1 || conf.Servers[0].ID != "a" || conf.Servers[0].Address != self.Address || !conf.Servers[0].Voter {
 				t.Fatalf("configuration after the recovery: %+v", conf.Servers)
 			}
 			// The state came back from the recovery's snapshot (countFSM's

@@ -67,7 +67,7 @@ type failures struct {
 // RunAutopilot runs autopilot for the leadership term of ctx, and returns
 // once it has stopped.
 func (c *Cluster) RunAutopilot(ctx context.Context, m Membership) {
-	ap := c.NewAutopilot(&pilot{c: c, m: m},
+	ap := c.newAutopilot(&pilot{c: c, m: m},
 		autopilot.WithLogger(HCLogger("autopilot", c.logger)),
 		autopilot.WithReconcileInterval(time.Second),
 		autopilot.WithUpdateInterval(500*time.Millisecond))
@@ -81,12 +81,12 @@ func (c *Cluster) RunAutopilot(ctx context.Context, m Membership) {
 // another data directory, update the Raft address of one that came back
 // with the same data directory at another address, and add alive servers
 // that are not in it.
-func (c *Cluster) Reconcile(ctx context.Context, conf raft.Configuration, m Membership) {
+func (c *Cluster) Reconcile(ctx context.Context, conf Configuration, m Membership) {
 	inConf := map[string]bool{}
-	addrOf := map[string]raft.ServerAddress{}
+	addrOf := map[string]string{}
 	for _, s := range conf.Servers {
-		inConf[string(s.ID)] = true
-		addrOf[string(s.ID)] = s.Address
+		inConf[s.ID] = true
+		addrOf[s.ID] = s.Address
 	}
 	ours := m.ClusterID()
 	for _, p := range m.Gossip.Peers() {
@@ -109,7 +109,7 @@ func (c *Cluster) Reconcile(ctx context.Context, conf raft.Configuration, m Memb
 			// The same server (its data directory, as recorded) at
 			// another address: a new IP after a restart.
 			if p.Status == "alive" && p.Raft != "" && known && !rec.Removed && rec.Incarnation == p.Incarnation &&
-				p.ID != c.cfg.NodeID && raft.ServerAddress(p.Raft) != addrOf[p.ID] &&
+				p.ID != c.cfg.NodeID && p.Raft != addrOf[p.ID] &&
 				(p.ClusterID == "" || ours == "" || p.ClusterID == ours) {
 				c.updateAddress(p, addrOf[p.ID], m)
 			}
@@ -125,7 +125,7 @@ func (c *Cluster) Reconcile(ctx context.Context, conf raft.Configuration, m Memb
 				continue
 			}
 			c.logger.Info("adding a new server as non-voter", "server", p.ID, "raft_addr", p.Raft)
-			if err := c.AddNonvoter(raft.ServerID(p.ID), raft.ServerAddress(p.Raft), m.ApplyTimeout); err != nil {
+			if err := c.AddNonvoter(p.ID, p.Raft, m.ApplyTimeout); err != nil {
 				c.logger.Warn("adding a server failed", "server", p.ID, "err", err)
 			}
 		default:
@@ -147,7 +147,7 @@ func (c *Cluster) replaceWiped(ctx context.Context, p Peer, rec MemberRecord, m 
 		c.logger.Warn("removing a wiped member: recording failed", "server", p.ID, "err", err)
 		return
 	}
-	if err := c.RemoveServer(raft.ServerID(p.ID), m.ApplyTimeout); err != nil {
+	if err := c.RemoveServer(p.ID, m.ApplyTimeout); err != nil {
 		c.logger.Warn("removing a wiped member failed", "server", p.ID, "err", err)
 		return
 	}
@@ -159,7 +159,7 @@ func (c *Cluster) replaceWiped(ctx context.Context, p Peer, rec MemberRecord, m 
 // old): the leader replicates to the new one once the change commits. Its
 // suffrage stays as it is (raft's AddNonvoter of a voter changes only its
 // address).
-func (c *Cluster) updateAddress(p Peer, old raft.ServerAddress, m Membership) {
+func (c *Cluster) updateAddress(p Peer, old string, m Membership) {
 	c.logger.Warn("a member came back at another Raft address; updating it", "server", p.ID, "raft_addr", p.Raft, "was", old)
 	if err := c.raft.AddNonvoter(raft.ServerID(p.ID), raft.ServerAddress(p.Raft), 0, m.ApplyTimeout).Error(); err != nil {
 		c.logger.Warn("updating a member's Raft address failed", "server", p.ID, "err", err)
@@ -190,7 +190,7 @@ func (c *Cluster) RemoveMember(ctx context.Context, id string, m Membership) err
 	if err := m.Registry.Record(ctx, MemberRecord{ID: id, Incarnation: inc, Removed: true}); err != nil {
 		return err
 	}
-	if err := c.RemoveServer(raft.ServerID(id), m.ApplyTimeout); err != nil {
+	if err := c.RemoveServer(id, m.ApplyTimeout); err != nil {
 		return &ConfigChangeError{Err: err}
 	}
 	c.logger.Info("removed a server from the cluster", "server", id)
@@ -237,7 +237,7 @@ func (p *pilot) AutopilotConfig() *autopilot.Config {
 	}
 }
 
-// NotifyState: the cluster keeps autopilot's state (AutopilotState,
+// NotifyState: the cluster keeps autopilot's state (ServerHealth,
 // through recordingPilot).
 func (p *pilot) NotifyState(*autopilot.State) {}
 
@@ -271,14 +271,14 @@ func (p *pilot) KnownServers() map[raft.ServerID]*autopilot.Server {
 	for _, peer := range p.m.Gossip.Peers() {
 		peers[peer.ID] = peer
 	}
-	conf, err := p.c.Configuration()
+	conf, err := p.c.raftConfiguration()
 	if err != nil {
 		return out
 	}
 	_, leader := p.c.Leader()
 	for _, s := range conf.Servers {
 		srv := &autopilot.Server{ID: s.ID, Name: string(s.ID), Address: s.Address, NodeStatus: autopilot.NodeFailed,
-			NodeType: autopilot.NodeVoter, IsLeader: s.ID == leader, RaftVersion: raft.ProtocolVersionMax}
+			NodeType: autopilot.NodeVoter, IsLeader: string(s.ID) == leader, RaftVersion: raft.ProtocolVersionMax}
 		if peer, ok := peers[string(s.ID)]; ok {
 			srv.Version = peer.Version
 			switch peer.Status {

@@ -60,7 +60,7 @@ func TestRaftMutualTLS(t *testing.T) {
 	b, fb := openTLS(t, "b", false, tlsFor(t, good, "b", good))
 	c, fc := openTLS(t, "c", false, tlsFor(t, good, "c", good))
 	for _, s := range []*Cluster{b, c} {
-		if err := a.raft.AddVoter(raft.ServerID(s.cfg.NodeID), s.Addr, 0, 10*time.Second).Error(); err != nil {
+		if err := a.raft.AddVoter(raft.ServerID(s.cfg.NodeID), raft.ServerAddress(s.Addr), 0, 10*time.Second).Error(); err != nil {
 			t.Fatalf("add %s: %v", s.cfg.NodeID, err)
 		}
 	}
@@ -80,7 +80,7 @@ func TestRaftMutualTLS(t *testing.T) {
 	// d has a certificate from another CA (and trusts that CA): the leader
 	// cannot replicate to it.
 	d, fd := openTLS(t, "d", false, tlsFor(t, evil, "d", evil))
-	if err := a.raft.AddNonvoter("d", d.Addr, 0, 10*time.Second).Error(); err != nil {
+	if err := a.raft.AddNonvoter("d", raft.ServerAddress(d.Addr), 0, 10*time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, "d refuses the leader", func() bool { return rejected(d) > 0 })
@@ -98,9 +98,9 @@ func TestRaftMutualTLS(t *testing.T) {
 	// e (wrong CA) believes it is a voter in a cluster with a, b and c and
 	// campaigns: its requests never pass the handshake.
 	e, _ := openTLS(t, "e", false, tlsFor(t, evil, "e", evil))
-	servers := []raft.Server{{ID: "e", Address: e.Addr}}
+	servers := []Server{{ID: "e", Address: e.Addr, Voter: true}}
 	for _, s := range []*Cluster{a, b, c} {
-		servers = append(servers, raft.Server{ID: raft.ServerID(s.cfg.NodeID), Address: s.Addr})
+		servers = append(servers, Server{ID: s.cfg.NodeID, Address: s.Addr, Voter: true})
 	}
 	if err := e.BootstrapWith(servers); err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestRaftTLSRefusesPlaintextAndStrangers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stranger.Close()
-	if _, err := stranger.Dial(a.Addr, 5*time.Second); err == nil {
+	if _, err := stranger.Dial(raft.ServerAddress(a.Addr), 5*time.Second); err == nil {
 		t.Fatal("a server of another CA completed a handshake")
 	}
 	// Same CA but trusting only the other CA: still refused (a's
@@ -170,7 +170,7 @@ func TestRaftTLSRefusesPlaintextAndStrangers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer confused.Close()
-	if _, err := confused.Dial(a.Addr, 5*time.Second); err == nil {
+	if _, err := confused.Dial(raft.ServerAddress(a.Addr), 5*time.Second); err == nil {
 		t.Fatal("a server that does not trust the cluster CA completed a handshake")
 	}
 	// And a proper peer gets through.
@@ -183,7 +183,7 @@ func TestRaftTLSRefusesPlaintextAndStrangers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer peer.Close()
-	pc, err := peer.Dial(a.Addr, 5*time.Second)
+	pc, err := peer.Dial(raft.ServerAddress(a.Addr), 5*time.Second)
 	if err != nil {
 		t.Fatalf("a peer of the cluster CA: %v", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 
-	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
 )
@@ -86,16 +85,16 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 		if cerr != nil {
 			return &wire.Error{Code: wire.CodeInternal, Message: cerr.Error()}
 		}
-		var addr raft.ServerAddress
+		var addr string
 		for _, s := range conf.Servers {
-			if string(s.ID) == id {
+			if s.ID == id {
 				addr = s.Address
 			}
 		}
 		if addr == "" {
 			return &wire.Error{Code: wire.CodeNotFound, Message: "no member " + strconv.Quote(id)}
 		}
-		err = r.TransferLeadershipTo(raft.ServerID(id), addr)
+		err = r.TransferLeadershipTo(id, addr)
 	}
 	if err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "leadership transfer failed: " + err.Error()}

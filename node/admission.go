@@ -5,7 +5,6 @@ import (
 	"runtime/metrics"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
@@ -118,10 +117,10 @@ func (bk *backups) admitRestore(size int64, file fsm.SnapshotCounts, ok bool) er
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "restore refused: " + msg + "; nothing changed (see docs/operations.md, Backup and restore: sizing)"}
 	}
 	for _, s := range conf.Servers {
-		if s.Suffrage != raft.Voter {
+		if !s.Voter {
 			continue
 		}
-		id := string(s.ID)
+		id := s.ID
 		var free, limit int64
 		if id == n.cfg.NodeID {
 			if n.disk.diskOn() {

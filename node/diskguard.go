@@ -8,7 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
 	"github.com/prometheus/client_golang/prometheus"
@@ -210,10 +209,10 @@ func (g *diskGuard) updatePeersLow() {
 	}
 	desc := ""
 	for _, s := range conf.Servers {
-		if s.Suffrage != raft.Voter || string(s.ID) == g.n.cfg.NodeID {
+		if !s.Voter || s.ID == g.n.cfg.NodeID {
 			continue
 		}
-		p, ok := g.n.mem.Gossip().Peer(string(s.ID))
+		p, ok := g.n.mem.Gossip().Peer(s.ID)
 		if !ok || p.Stats == nil || !p.Stats.DiskLow || time.Since(p.StatsAt) > peerDiskFresh {
 			continue
 		}

@@ -174,7 +174,7 @@ func TestLeaderRetriesSetupAfterCommitStall(t *testing.T) {
 	hooks[tid].armed.Store(true)
 	var err error
 	for try := 0; try < 20; try++ {
-		if err = l.cl.TransferLeadershipTo(raft.ServerID(tid), raft.ServerAddress(tid)); err == nil {
+		if err = l.cl.TransferLeadershipTo(tid, tid); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -11,7 +11,6 @@ import (
 
 	gometrics "github.com/hashicorp/go-metrics/compat"
 	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
-	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -192,13 +191,13 @@ func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
 // it is known before the count starts (a single server elects itself as
 // soon as Raft starts).
 func (m *nodeMetrics) countLeaderChanges(c *cluster.Cluster, closing <-chan struct{}) {
-	var last atomic.Value // raft.ServerID
+	var last atomic.Value // string
 	if _, id := c.Leader(); id != "" {
 		last.Store(id)
 		m.leaderChanges.Inc()
 	}
-	stop := c.WatchLeader(func(id raft.ServerID) {
-		if prev, _ := last.Load().(raft.ServerID); id != "" && id != prev {
+	stop := c.WatchLeader(func(id string) {
+		if prev, _ := last.Load().(string); id != "" && id != prev {
 			m.leaderChanges.Inc()
 			last.Store(id)
 		}

@@ -94,13 +94,13 @@ func RecoverDataDir(dir, nodeID, raftAddr string, logger *slog.Logger) (*Recover
 		return nil, err
 	}
 	if raftAddr != "" {
-		self.Address = raft.ServerAddress(raftAddr)
+		self.Address = raftAddr
 	}
-	info := &RecoverInfo{NodeID: string(self.ID), RaftAddr: string(self.Address), Index: rep.Index, Term: rep.Term,
+	info := &RecoverInfo{NodeID: self.ID, RaftAddr: self.Address, Index: rep.Index, Term: rep.Term,
 		State: stateSummary(o.f)}
 	for _, s := range rep.Configuration.Servers {
 		if s.ID != self.ID {
-			info.Dropped = append(info.Dropped, string(s.ID))
+			info.Dropped = append(info.Dropped, s.ID)
 		}
 	}
 	info.Backup, err = od.Recover(self, &offlineFSM{f: fsm.New()})
@@ -112,37 +112,37 @@ func RecoverDataDir(dir, nodeID, raftAddr string, logger *slog.Logger) (*Recover
 
 // survivor is the server of conf that dir belongs to: nodeID's, or the one
 // whose recorded data directory (incarnation) is dir's.
-func survivor(dir, nodeID string, conf raft.Configuration, f *fsm.FSM) (raft.Server, error) {
+func survivor(dir, nodeID string, conf cluster.Configuration, f *fsm.FSM) (cluster.Server, error) {
 	if nodeID != "" {
 		for _, s := range conf.Servers {
-			if string(s.ID) == nodeID {
+			if s.ID == nodeID {
 				return s, nil
 			}
 		}
-		return raft.Server{}, fmt.Errorf("%w: %s is not among %s", cluster.ErrNotInConfiguration, nodeID, serverIDs(conf))
+		return cluster.Server{}, fmt.Errorf("%w: %s is not among %s", cluster.ErrNotInConfiguration, nodeID, serverIDs(conf))
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "incarnation"))
 	if err != nil {
-		return raft.Server{}, fmt.Errorf("which server's data directory is this (read its incarnation: %v)? give its node id", err)
+		return cluster.Server{}, fmt.Errorf("which server's data directory is this (read its incarnation: %v)? give its node id", err)
 	}
 	inc := strings.TrimSpace(string(b))
-	var found []raft.Server
+	var found []cluster.Server
 	for _, s := range conf.Servers {
-		if rec, ok := f.Member(string(s.ID)); ok && !rec.Removed && rec.Incarnation == inc {
+		if rec, ok := f.Member(s.ID); ok && !rec.Removed && rec.Incarnation == inc {
 			found = append(found, s)
 		}
 	}
 	if len(found) != 1 {
-		return raft.Server{}, fmt.Errorf("%w: no one server of %s is recorded with this data directory (incarnation %s); give its node id",
+		return cluster.Server{}, fmt.Errorf("%w: no one server of %s is recorded with this data directory (incarnation %s); give its node id",
 			cluster.ErrNotInConfiguration, serverIDs(conf), inc)
 	}
 	return found[0], nil
 }
 
-func serverIDs(conf raft.Configuration) string {
+func serverIDs(conf cluster.Configuration) string {
 	ids := make([]string, 0, len(conf.Servers))
 	for _, s := range conf.Servers {
-		ids = append(ids, string(s.ID))
+		ids = append(ids, s.ID)
 	}
 	return "[" + strings.Join(ids, " ") + "]"
 }

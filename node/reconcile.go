@@ -6,8 +6,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/hashicorp/raft"
-	autopilot "github.com/hashicorp/raft-autopilot"
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
@@ -119,12 +117,12 @@ func (rc *reconciler) removeServer(ctx context.Context, id string) error {
 // members describes every server of the configuration, and the servers
 // gossip knows that are not in it, for cluster status. Health comes from
 // autopilot on the leader, from gossip elsewhere.
-func (rc *reconciler) members(conf raft.Configuration, leaderID raft.ServerID) []wire.Member {
+func (rc *reconciler) members(conf cluster.Configuration, leaderID string) []wire.Member {
 	now := time.Now()
 	isLeader := rc.n.cl.IsLeader()
-	var ap *autopilot.State
+	var ap map[string]cluster.ServerHealth
 	if isLeader {
-		ap = rc.n.cl.AutopilotState()
+		ap = rc.n.cl.ServerHealth()
 	}
 	peers := map[string]cluster.Peer{}
 	for _, p := range rc.n.mem.Gossip().Peers() {
@@ -133,11 +131,12 @@ func (rc *reconciler) members(conf raft.Configuration, leaderID raft.ServerID) [
 	var out []wire.Member
 	inConf := map[string]bool{}
 	for _, s := range conf.Servers {
-		id := string(s.ID)
+		id := s.ID
 		inConf[id] = true
-		m := wire.Member{ID: id, RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter,
+		m := wire.Member{ID: id, RaftAddr: s.Address, Voter: s.Voter,
 			Leader: s.ID == leaderID, Health: "unknown", Gossip: "unknown"}
 		p, known := peers[id]
+		st, inAP := ap[id]
 		if known {
 			m.HTTPAddr, m.Gossip, m.Version = p.HTTP, p.Status, p.Version
 		}
@@ -153,14 +152,13 @@ func (rc *reconciler) members(conf raft.Configuration, leaderID raft.ServerID) [
 			} else {
 				m.Health = "unknown"
 			}
-		case ap != nil && ap.Servers[s.ID] != nil:
-			st := ap.Servers[s.ID]
+		case inAP:
 			m.Health = "unhealthy"
-			if st.Health.Healthy {
+			if st.Healthy {
 				m.Health = "healthy"
 			}
-			if st.Stats.LastContact >= 0 && (st.Stats.LastTerm > 0 || st.Stats.LastIndex > 0) {
-				t := now.Add(-st.Stats.LastContact).UTC()
+			if st.LastContact >= 0 && (st.LastTerm > 0 || st.LastIndex > 0) {
+				t := now.Add(-st.LastContact).UTC()
 				m.LastContact = &t
 			}
 		case known && p.Stats != nil && p.Stats.LastContactMS >= 0 && now.Sub(p.StatsAt) < 5*time.Second:

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -350,7 +350,7 @@ func (sc *stateCheck) checkStates(ctx context.Context) *stateCheckResult {
 // collectHashes asks every server for its state hash at one coming index
 // (further ahead when one had passed it already) and finds the hash a
 // strict majority of them shares, if any.
-func (sc *stateCheck) collectHashes(ctx context.Context, servers []raft.Server) *stateCheckResult {
+func (sc *stateCheck) collectHashes(ctx context.Context, servers []cluster.Server) *stateCheckResult {
 	res := &stateCheckResult{}
 	for lead := uint64(8); lead <= 1024 && ctx.Err() == nil; lead *= 2 {
 		res.index = sc.n.cl.CommitIndex() + lead
@@ -362,12 +362,12 @@ func (sc *stateCheck) collectHashes(ctx context.Context, servers []raft.Server) 
 			wg.Go(func() {
 				hctx, cancel := context.WithTimeout(ctx, 5*time.Second+sc.n.cfg.hashWait(lead))
 				defer cancel()
-				sum, err := sc.hashOn(hctx, string(s.ID), string(s.Address), res.index)
+				sum, err := sc.hashOn(hctx, s.ID, s.Address, res.index)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
 				case err == nil:
-					res.sums[string(s.ID)] = sum
+					res.sums[s.ID] = sum
 				case wire.ErrorCode(err) == wire.CodeIndexPassed:
 					passed = true
 				}

@@ -270,8 +270,8 @@ func (c *Cluster[C, S]) WaitVoters(ctx context.Context, n int) error {
 		}
 		voters := map[string]bool{}
 		for _, s := range conf.Servers {
-			if s.Suffrage == raft.Voter {
-				voters[string(s.ID)] = true
+			if s.Voter {
+				voters[s.ID] = true
 			}
 		}
 		if len(voters) != n {
@@ -294,7 +294,7 @@ func (c *Cluster[C, S]) WaitVoters(ctx context.Context, n int) error {
 			}
 			v := 0
 			for _, m := range sc.Servers {
-				if m.Suffrage == raft.Voter {
+				if m.Voter {
 					v++
 				}
 			}
