@@ -14,8 +14,19 @@ import (
 // proposals, reads, snapshots and the configuration's changes. The
 // *raft.Raft itself stays inside the package.
 
+// State is a server's Raft state.
+type State string
+
+// The Raft states.
+const (
+	Follower  State = "Follower"
+	Candidate State = "Candidate"
+	Leader    State = "Leader"
+	Shutdown  State = "Shutdown"
+)
+
 // State is this server's Raft state.
-func (c *Cluster) State() raft.RaftState { return c.raft.State() }
+func (c *Cluster) State() State { return State(c.raft.State().String()) }
 
 // IsLeader reports whether this server is the leader (Raft's view; a
 // leader may still be catching up: see node's readiness).
@@ -93,9 +104,20 @@ func (c *Cluster) raftConfiguration() (raft.Configuration, error) {
 	return fut.Configuration(), nil
 }
 
+// ApplyFuture is a proposal in flight.
+type ApplyFuture interface {
+	// Error waits until the entry applied here, or failed (see
+	// ClassifyApply).
+	Error() error
+	// Response is the state machine's answer to the entry.
+	Response() any
+	// Index is the entry's log index.
+	Index() uint64
+}
+
 // Apply proposes one log entry; the future answers once it is applied
 // here (or failed).
-func (c *Cluster) Apply(data []byte, timeout time.Duration) raft.ApplyFuture {
+func (c *Cluster) Apply(data []byte, timeout time.Duration) ApplyFuture {
 	return c.raft.Apply(data, timeout)
 }
 

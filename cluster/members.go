@@ -417,7 +417,7 @@ func (m *Members) Stats() PeerStats {
 	if m.cfg.Resources != nil {
 		st = m.cfg.Resources()
 	}
-	st.State, st.LastIndex, st.LastContactMS = c.State().String(), c.LastIndex(), -1
+	st.State, st.LastIndex, st.LastContactMS = string(c.State()), c.LastIndex(), -1
 	st.Term, _ = strconv.ParseUint(c.Stats()["term"], 10, 64)
 	if c.IsLeader() {
 		st.LastContactMS = 0

@@ -31,7 +31,7 @@ func (n *Node) ClusterStatus(ctx context.Context, stale bool) (*wire.ClusterStat
 	n.rep.mu.RUnlock()
 	out := &wire.ClusterStatus{
 		NodeID: n.cfg.NodeID, Leader: string(leaderID), LeaderAddr: string(leaderAddr),
-		State: r.State().String(), Term: term, CommitIndex: r.CommitIndex(),
+		State: string(r.State()), Term: term, CommitIndex: r.CommitIndex(),
 		AppliedIndex: n.rep.applied.Load(), Tick: tick, TickPeriodMS: period,
 		ActiveLeases: leases, ActiveSession: sessions,
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
 )
@@ -395,7 +396,7 @@ const restoreWindow = 16
 // NO_LEADER): without its commit, the staged chunks change nothing.
 func (bk *backups) sendRestoreChunks(ctx context.Context, id string, src io.Reader) (uint64, error) {
 	type inflight struct {
-		fut raft.ApplyFuture
+		fut cluster.ApplyFuture
 		seq uint64
 	}
 	var pending []inflight

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/wire"
 )
 
@@ -86,11 +87,11 @@ func TestCloseHandsLeadershipOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
-	st, ran := during.Load().(raft.RaftState)
+	st, ran := during.Load().(cluster.State)
 	if !ran {
 		t.Fatal("the stopping server took no snapshot-on-close")
 	}
-	if st == raft.Leader {
+	if st == cluster.Leader {
 		t.Fatal("the stopping server was still the leader when it took its snapshot")
 	}
 	next := c.leader(l.cfg.NodeID)

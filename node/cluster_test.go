@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/internal/harness"
 	"github.com/leasehold/leasehold/wire"
 )
@@ -288,7 +288,7 @@ func TestClusterDeposedLeaderNeitherGrantsNorReads(t *testing.T) {
 	// keep coming, and a loaded follower may trail by one at every poll).
 	target := nl.AppliedIndex()
 	waitFor(t, 20*time.Second, func() bool {
-		return old.cl.State() == raft.Follower && old.AppliedIndex() >= target
+		return old.cl.State() == cluster.Follower && old.AppliedIndex() >= target
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/internal/diskfault"
 	"github.com/leasehold/leasehold/wire"
@@ -106,7 +107,7 @@ func TestLeaderWithStalledDiskStepsDown(t *testing.T) {
 	faults[lid].Set(false, 0)
 	old := c.node(lid)
 	waitFor(t, 20*time.Second, func() bool {
-		return old.cl.State() == raft.Follower && old.AppliedIndex() >= nl.AppliedIndex() && old.tickNow() > tick+2
+		return old.cl.State() == cluster.Follower && old.AppliedIndex() >= nl.AppliedIndex() && old.tickNow() > tick+2
 	})
 }
 
@@ -191,7 +192,7 @@ func TestLeaderRetriesSetupAfterCommitStall(t *testing.T) {
 	waitFor(t, 15*time.Second, func() bool {
 		return target.cl.IsLeader() && target.lt.isReady() && target.tickNow() > tick+5
 	})
-	if st := target.cl.State(); st != raft.Leader {
+	if st := target.cl.State(); st != cluster.Leader {
 		t.Fatalf("%s is %v", tid, st)
 	}
 }

@@ -111,7 +111,7 @@ func (n *Node) LocalState(ctx context.Context, hashAt uint64) (*LocalState, erro
 	tick, fence := n.rep.f.Tick(), n.rep.f.Fence()
 	n.rep.mu.RUnlock()
 	st := &LocalState{FenceHigh: fence,
-		NodeID: n.cfg.NodeID, State: r.State().String(), Term: r.Term(), Leader: string(leader),
+		NodeID: n.cfg.NodeID, State: string(r.State()), Term: r.Term(), Leader: string(leader),
 		CommitIndex: r.CommitIndex(), AppliedIndex: n.rep.applied.Load(), LastIndex: r.LastIndex(), Tick: tick,
 		SnapshotsInstalled: n.rep.installed.Load(), SnapshotsRestored: n.rep.restores.Load(),
 	}

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
@@ -297,7 +296,7 @@ func (gc *groupCommit) dropAbandoned(batch []*proposal) []*proposal {
 	return kept
 }
 
-func (gc *groupCommit) await(fut raft.ApplyFuture, batch []*proposal) {
+func (gc *groupCommit) await(fut cluster.ApplyFuture, batch []*proposal) {
 	err := fut.Error()
 	<-gc.inflight
 	if err != nil {

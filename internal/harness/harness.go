@@ -230,7 +230,7 @@ func (c *Cluster[C, S]) leader(exclude []string) (S, error) {
 	k := 0
 	ss := c.running(exclude)
 	for _, s := range ss {
-		if s.Cluster().State() == raft.Leader && s.ReadyErr() == nil {
+		if s.Cluster().State() == cluster.Leader && s.ReadyErr() == nil {
 			l, k = s, k+1
 		}
 	}
