@@ -56,7 +56,7 @@ func TestReadyAfterBarrierWithSlowTicks(t *testing.T) {
 	var hold atomic.Bool
 	cfg := testConfig(t, "")
 	cfg.TickPeriod = time.Second
-	cfg.holdClock = func(*Node) bool { return hold.Load() }
+	cfg.holdClock = func(*replica) bool { return hold.Load() }
 	n := openNode(t, cfg)
 	waitFor(t, 20*time.Second, func() bool { return n.rep.tick.Load() > 0 })
 	hold.Store(true)

@@ -56,12 +56,12 @@ func (lt *leaderTerm) readyTerm() *leadership {
 // it every commit, while heartbeats still keep the followers loyal).
 func (lt *leaderTerm) run(ctx context.Context) {
 	n := lt.n
-	if err := n.outOfService(); err != nil {
+	if err := n.sc.outOfService(); err != nil {
 		// A server whose state differs from the cluster's (or whose log
 		// is damaged) must not lead: what it would grant and read comes
 		// from that state.
 		n.log.Error("refusing to lead: " + err.Error())
-		n.stepDownWhileLeading(ctx)
+		n.sc.stepDownWhileLeading(ctx)
 		return
 	}
 	defer n.gc.crcOK.Store(false) // learnt again by the next term

@@ -88,8 +88,7 @@ func Open(cfg Config) (*Node, error) {
 		n.stopClock()
 		return nil, err
 	}
-	n.cl = cl
-	n.clP.Store(cl)
+	n.attachCluster(cl)
 	n.rep.started.Store(true) // restores from here on are installs or operator restores
 	n.start()
 	// A restart restored the latest snapshot already: a server whose
@@ -118,13 +117,13 @@ func newNode(cfg Config) (*Node, error) {
 	n.gc = groupCommit{n: n, propCh: make(chan *proposal, 4096), inflight: make(chan struct{}, entriesInFlight)}
 	n.lt.n = n
 	n.queued = queuedAcquires{n: n}
-	n.bk.n, n.disk.n, n.ctl.n, n.tk.n, n.rc.n, n.peer.n, n.sg.n = n, n, n, n, n, n, n
+	n.ctl.n, n.rc.n, n.peer.n, n.sg.n = n, n, n, n
 	n.rep = newReplica(n.hub, n.stats, n.waits.deliver)
 	n.rep.corrupt = cfg.corruptEntry
 	n.rep.skew = cfg.skewApply
 	n.rep.skipRestore = cfg.SkipRestore
 	n.metrics = newNodeMetrics(n, cfg.Registry)
-	n.sc = stateCheck{n: n, metrics: newStateCheckMetrics(n.metrics.reg), out: newOutSignal()}
+	n.sc = stateCheck{cfg: &n.cfg, log: n.log, rep: n.rep, closing: n.closing, metrics: newStateCheckMetrics(n.metrics.reg), out: newOutSignal()}
 	n.rot = newRotWatch(n.metrics.reg)
 	n.rep.metrics = n.metrics
 	n.rep.defaultPeriod = cfg.TickPeriod.Milliseconds()
@@ -150,7 +149,25 @@ func newNode(cfg Config) (*Node, error) {
 	if _, err := advertiseHost(cfg); err != nil {
 		return nil, err
 	}
+	n.wireHelpers()
 	return n, nil
+}
+
+// wireHelpers gives each helper the parts of the node it uses; those
+// that use the consensus get it from attachCluster once Raft runs.
+func (n *Node) wireHelpers() {
+	n.bk = backups{cfg: &n.cfg, log: n.log, rep: n.rep, closing: n.closing, disk: &n.disk, mem: n.mem, gc: &n.gc, tk: &n.tk,
+		noLeader: n.noLeader, featureOK: n.featureOK}
+	n.tk = ticker{cfg: &n.cfg, log: n.log, rep: n.rep, metrics: n.metrics, propose: n.propose, recorded: n.recorded, featureOK: n.featureOK}
+	n.disk = diskGuard{cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, metrics: n.metrics, logs: n.logs, clP: &n.clP, wg: &n.wg, closing: n.closing}
+}
+
+// attachCluster hands the running consensus to the helpers that use it.
+func (n *Node) attachCluster(cl *cluster.Cluster) {
+	n.cl = cl
+	n.clP.Store(cl)
+	n.bk.cl = cl
+	n.sc.cl = cl
 }
 
 // consensusConfig is the configuration of n's consensus.
@@ -181,6 +198,7 @@ func (n *Node) start() {
 	if ln := n.cl.PeerListener(); ln != nil {
 		n.peerHTTP = &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: n.DialPeer, MaxIdleConnsPerHost: 4,
 			IdleConnTimeout: 90 * time.Second}}
+		n.sc.peerHTTP = n.peerHTTP
 		n.peer.own = n.sc.internalHandler()
 		n.peer.start()
 		go n.sc.startupCheck()
@@ -224,7 +242,7 @@ func (n *Node) ReadyErr() error {
 	if err := n.HealthErr(); err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error()}
 	}
-	if err := n.outOfService(); err != nil {
+	if err := n.sc.outOfService(); err != nil {
 		return err
 	}
 	if addr, _ := n.cl.Leader(); addr == "" {
