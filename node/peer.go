@@ -27,9 +27,9 @@ type peerServer struct {
 	cl       *cluster.Cluster // set once Raft runs
 	peerHTTP *http.Client     // set once Raft runs (nil: an in-memory node)
 	closing  <-chan struct{}
-	mu  sync.Mutex
-	h   http.Handler
-	srv *http.Server
+	mu       sync.Mutex
+	h        http.Handler
+	srv      *http.Server
 	// own serves the node's own routes (under /internal/node/: the
 	// state check), set before the server starts.
 	own http.Handler
