@@ -227,6 +227,7 @@ func run(pattern, central string, verbose bool, w io.Writer) error {
 		names = append(names, fileOf(f.Pos()))
 	}
 	edges := map[[2]string]int{}
+	edgeNames := map[[2]string]map[string]int{}
 	for _, f := range files {
 		from := fileOf(f.Pos())
 		for id, obj := range info.Uses {
@@ -238,7 +239,12 @@ func run(pattern, central string, verbose bool, w io.Writer) error {
 			}
 			to := fileOf(obj.Pos())
 			if to != from {
-				edges[[2]string{from, to}]++
+				e := [2]string{from, to}
+				edges[e]++
+				if edgeNames[e] == nil {
+					edgeNames[e] = map[string]int{}
+				}
+				edgeNames[e][obj.Name()]++
 			}
 		}
 	}
@@ -258,7 +264,7 @@ func run(pattern, central string, verbose bool, w io.Writer) error {
 	if verbose {
 		fmt.Fprintf(w, "order (top first): %s\n", strings.Join(order, " "))
 		for _, e := range back {
-			fmt.Fprintf(w, "  back up: %s -> %s (%d uses)\n", e[0], e[1], edges[e])
+			fmt.Fprintf(w, "  back up: %s -> %s (%d uses: %s)\n", e[0], e[1], edges[e], byCount(edgeNames[e]))
 		}
 	}
 	return nil
