@@ -586,7 +586,7 @@ func (gb *groupBook) GroupHeldUp(key string) bool {
 // rebuildGroups derives the group indexes from the records of a snapshot:
 // the members of each group (sorted by key) and its queued waiters, which
 // rebuild queued in key order.
-func (n *FSM) rebuildGroups(keys []keyRec, leases []*Lease) error {
+func (n rebuilder) rebuildGroups(keys []keyRec, leases []*Lease) error {
 	for _, l := range leases {
 		if g := l.GroupID(); g != "" {
 			n.groups[g] = append(n.groups[g], l.ID)
