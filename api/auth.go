@@ -231,7 +231,7 @@ func bearerToken(r *http.Request) (string, bool) {
 
 // tokenName is the name of r's bearer token ("" when auth is off or the
 // token is unknown): who did an admin operation, never the secret.
-func (s *server) tokenName(r *http.Request) string {
+func (s *core) tokenName(r *http.Request) string {
 	if s.tokens == nil {
 		return ""
 	}
@@ -250,7 +250,7 @@ func (s *server) tokenName(r *http.Request) string {
 // or 403 itself when it falls short. It reads nothing but the Authorization
 // header, so a rejected request has no effect at all. acc is the token's
 // restrictions (nil: none).
-func (s *server) authorize(w http.ResponseWriter, r *http.Request, need Scope) (acc *access, ok bool) {
+func (s *core) authorize(w http.ResponseWriter, r *http.Request, need Scope) (acc *access, ok bool) {
 	token, ok := bearerToken(r)
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leasehold"`)

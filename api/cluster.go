@@ -12,7 +12,7 @@ import (
 )
 
 // clusterStatus handles GET /v1/cluster: this node's view of the cluster.
-func (s *server) clusterStatus(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *clusterAPI) clusterStatus(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	q := newQuery(r)
 	stale := q.stale()
 	if err := q.check(); err != nil {
@@ -36,7 +36,7 @@ type memberAnswer struct {
 }
 
 // removeMember handles DELETE /v1/cluster/members/:id (admin).
-func (s *server) removeMember(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *clusterAPI) removeMember(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	id := ps.ByName("id")
 	if err := s.n.RemoveMember(r.Context(), id); err != nil {
 		return err
@@ -53,7 +53,7 @@ type transferBody struct {
 
 // transferLeadership handles POST /v1/cluster/transfer-leadership (admin):
 // optional body {"id"}; no body or no id hands leadership to any voter.
-func (s *server) transferLeadership(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *clusterAPI) transferLeadership(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	var b transferBody
 	if err := s.decodeBody(w, r, &b, true); err != nil && !errors.Is(err, errNoBody) {
 		return err
@@ -74,7 +74,7 @@ const (
 // localState handles GET /v1/cluster/local (admin, never forwarded): this
 // node's own view, and with ?hash_at=N the hash of its state right after
 // it applied index N, waiting up to ?timeout_ms= (default 10 s) for it.
-func (s *server) localState(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *clusterAPI) localState(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	q := r.URL.Query()
 	var hashAt uint64
 	if v := q.Get("hash_at"); v != "" {

@@ -97,7 +97,7 @@ type ControlNode interface {
 type Control struct {
 	n       ControlNode
 	log     *slog.Logger
-	auth    *server // authorisation only (nil: none)
+	auth    *core // authorisation only (nil: none)
 	maxMsg  int64
 	maxSock int
 	maxTTL  time.Duration
@@ -120,7 +120,7 @@ func NewControl(n ControlNode, opts ControlOptions) *Control {
 	c := &Control{n: n, log: opts.Logger, maxMsg: opts.MaxMessageBytes, maxSock: opts.MaxSockets,
 		maxTTL: opts.MaxTTL, origins: opts.OriginPatterns}
 	if opts.Tokens != nil {
-		c.auth = &server{tokens: opts.Tokens, log: c.log}
+		c.auth = &core{tokens: opts.Tokens, log: c.log}
 	}
 	c.client = &http.Client{Transport: &http.Transport{
 		Proxy:                  nil,
@@ -429,21 +429,21 @@ func (c *Control) serveForward(w http.ResponseWriter, r *http.Request) {
 }
 
 // controlSocket handles GET /v1/control/ws: the control lease WebSocket.
-func (s *server) controlSocket(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *controlAPI) controlSocket(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	s.control.serveSocket(w, r)
 	return nil
 }
 
 // controlStatus handles GET /v1/control/status: the control lease's status
 // object (never its token).
-func (s *server) controlStatus(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *controlAPI) controlStatus(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	s.control.Status().ServeHTTP(w, r)
 	return nil
 }
 
 // breakControl handles POST /v1/control/break (admin): it ends a stuck
 // control lease. Its revoked event names the admin token.
-func (s *server) breakControl(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *controlAPI) breakControl(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	c := s.control
 	st, err := c.n.ControlBreak(r.Context(), s.tokenName(r))
 	if err != nil {

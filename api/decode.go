@@ -26,7 +26,7 @@ var errNoBody = errors.New("no body")
 // bytes, one JSON value, no unknown fields, nothing after it. An empty body
 // is errNoBody when optional and INVALID_ARGUMENT otherwise. Every failure is
 // a *wire.Error (400, or 413 for a body over the limit whatever its content).
-func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+func (s *core) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
 	// Read whole (it is at most s.maxBody bytes): encoding/json would
 	// silently turn invalid UTF-8 in a string into U+FFFD.
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))

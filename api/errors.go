@@ -57,7 +57,7 @@ func internalError() *wire.Error {
 
 // writeError answers with err. Unexpected errors are logged with the route
 // (never with the request body or headers) and answered generically.
-func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+func (s *core) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e, status, unexpected := toAPIError(err)
 	if unexpected {
 		s.logFailure(r, w, err)
@@ -66,7 +66,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // logFailure logs an unexpected error of a request.
-func (s *server) logFailure(r *http.Request, w http.ResponseWriter, err error) {
+func (s *core) logFailure(r *http.Request, w http.ResponseWriter, err error) {
 	s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
 		slog.String("method", r.Method), slog.String("route", routeOf(w)),
 		slog.Any("error", err))

@@ -27,7 +27,7 @@ const streamErrorEvent = "stream_error"
 // interval. The stream ends when the client goes away, when the request
 // context is cancelled, or when the node ends the subscription (then with a
 // final stream_error event if it ended on an error).
-func (s *server) events(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *streamAPI) events(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	f, err := eventFilter(r)
 	if err != nil {
 		return err
@@ -89,7 +89,7 @@ func eventFilter(r *http.Request) (wire.EventFilter, error) {
 // context ends or the subscription does (then with a final stream_error
 // event if it ended on an error). A scoped token's stream (a not nil)
 // leaves out what the token may not see (visibleEvent).
-func (s *server) stream(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, sub Subscription, a *access) {
+func (s *streamAPI) stream(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, sub Subscription, a *access) {
 	keepAlive := time.NewTicker(s.keepAlive)
 	defer keepAlive.Stop()
 	events := sub.Events()

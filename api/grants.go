@@ -15,7 +15,7 @@ import (
 // keys handles GET /v1/keys[?stale=true]: the cluster's key set, a JWK Set.
 // It needs no token: the keys are public, and a resource that verifies
 // grants needs nothing else from the cluster.
-func (s *server) keys(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *leaseAPI) keys(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	q := newQuery(r)
 	stale := q.stale()
 	if err := q.check(); err != nil {
@@ -32,7 +32,7 @@ func (s *server) keys(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 // getLeaseGrant answers GET /v1/leases/:id for the lease's holder: the
 // lease with a grant, or LEASE_TOKEN_INVALID for a wrong token (and the
 // state's code for an ended lease).
-func (s *server) getLeaseGrant(w http.ResponseWriter, r *http.Request, req wire.GrantRequest, stale bool) error {
+func (s *leaseAPI) getLeaseGrant(w http.ResponseWriter, r *http.Request, req wire.GrantRequest, stale bool) error {
 	lease, err := s.n.LeaseGrant(r.Context(), req, stale)
 	if err != nil {
 		return err

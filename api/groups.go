@@ -32,7 +32,7 @@ type groupKeyBody struct {
 // acquireGroup handles POST /v1/groups: 201 with the granted group (its
 // leases, one per key, and its token), 200 with the same group on an
 // idempotent replay.
-func (s *server) acquireGroup(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *groupAPI) acquireGroup(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	var b groupAcquireBody
 	if err := s.decodeBody(w, r, &b, false); err != nil {
 		return err
@@ -77,7 +77,7 @@ func (s *server) acquireGroup(w http.ResponseWriter, r *http.Request, _ httprout
 }
 
 // getGroup handles GET /v1/groups/:id[?stale=true].
-func (s *server) getGroup(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *groupAPI) getGroup(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	q := newQuery(r)
 	stale := q.stale()
 	if err := q.check(); err != nil {
@@ -98,7 +98,7 @@ func (s *server) getGroup(w http.ResponseWriter, r *http.Request, ps httprouter.
 
 // renewGroup handles POST /v1/groups/:id/renew: header X-Lease-Token (the
 // group's token), optional body {"ttl_ms"}.
-func (s *server) renewGroup(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *groupAPI) renewGroup(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	token := r.Header.Get(headerLeaseToken)
 	if token == "" {
 		return missingHeader(headerLeaseToken, " (the lease group's token)")
@@ -124,7 +124,7 @@ func (s *server) renewGroup(w http.ResponseWriter, r *http.Request, ps httproute
 
 // releaseGroup handles DELETE /v1/groups/:id: header X-Lease-Token (or
 // X-Session-Token for a group bound to a session), optional reason.
-func (s *server) releaseGroup(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *groupAPI) releaseGroup(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	token, sessionToken := r.Header.Get(headerLeaseToken), r.Header.Get(headerSessionToken)
 	if token == "" && sessionToken == "" {
 		return missingHeader(headerLeaseToken, " (or "+headerSessionToken+" for a lease group bound to a session)")

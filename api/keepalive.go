@@ -43,7 +43,7 @@ const (
 // is forwarded to the leader), or when the request's context ends (server
 // shutdown; renewals in flight are then answered, if still possible, with
 // their outcome or INDETERMINATE).
-func (s *server) keepAliveRenewals(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *streamAPI) keepAliveRenewals(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	rc := http.NewResponseController(w) // full duplex: the route is duplex (routes.go)
 	h := w.Header()
 	h.Set("Content-Type", "application/x-ndjson")
@@ -52,7 +52,7 @@ func (s *server) keepAliveRenewals(w http.ResponseWriter, r *http.Request, _ htt
 	if err := rc.Flush(); err != nil {
 		return nil // the client is gone
 	}
-	ks := &keepAliveStream{s: s, w: w, r: r, rc: rc,
+	ks := &keepAliveStream{s: s.core, w: w, r: r, rc: rc,
 		out:  make(chan *wire.KeepAliveAnswer, KeepAliveMaxInFlight+1),
 		slot: make(chan struct{}, KeepAliveMaxInFlight)}
 	// A cancelled request (the server shutting down) ends the stream: the
@@ -73,7 +73,7 @@ func (s *server) keepAliveRenewals(w http.ResponseWriter, r *http.Request, _ htt
 
 // keepAliveStream is one keep-alive stream being served.
 type keepAliveStream struct {
-	s  *server
+	s  *core
 	w  http.ResponseWriter
 	r  *http.Request
 	rc *http.ResponseController

@@ -26,7 +26,7 @@ type acquireBody struct {
 
 // acquire handles POST /v1/leases: 201 with the granted lease and its token,
 // 200 with the same lease on an idempotent replay.
-func (s *server) acquire(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *leaseAPI) acquire(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	var b acquireBody
 	if err := s.decodeBody(w, r, &b, false); err != nil {
 		return err
@@ -69,7 +69,7 @@ func writeCreated(w http.ResponseWriter, replayed bool, location string, v any) 
 
 // getLease handles GET /v1/leases/:id[?stale=true]; with X-Lease-Token (or
 // X-Session-Token) the holder's read with a grant (grants.go).
-func (s *server) getLease(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *leaseAPI) getLease(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	q := newQuery(r)
 	stale := q.stale()
 	if err := q.check(); err != nil {
@@ -99,7 +99,7 @@ func (s *server) getLease(w http.ResponseWriter, r *http.Request, ps httprouter.
 
 // listLeases handles GET /v1/leases with the filters key, prefix, holder,
 // session_id, state, the page size limit and the cursor after.
-func (s *server) listLeases(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *leaseAPI) listLeases(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	q := newQuery(r)
 	req := wire.ListRequest{
 		Key:       q.str("key"),
@@ -160,7 +160,7 @@ type renewBody struct {
 // renew handles POST /v1/leases/:id/renew: header X-Lease-Token, optional
 // body {"ttl_ms", "metadata"} (ttl_ms absent: keep the lease's TTL;
 // metadata absent or null: keep its metadata; {}: clear it).
-func (s *server) renew(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *leaseAPI) renew(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	token := r.Header.Get(headerLeaseToken)
 	if token == "" {
 		return missingHeader(headerLeaseToken, "")
@@ -188,7 +188,7 @@ type reasonBody struct {
 }
 
 // reason reads the optional {"reason"} body, falling back to ?reason=.
-func (s *server) reason(w http.ResponseWriter, r *http.Request) (string, error) {
+func (s *core) reason(w http.ResponseWriter, r *http.Request) (string, error) {
 	var b reasonBody
 	if err := s.decodeBody(w, r, &b, true); err != nil && !errors.Is(err, errNoBody) {
 		return "", err
@@ -202,7 +202,7 @@ func (s *server) reason(w http.ResponseWriter, r *http.Request) (string, error) 
 
 // release handles DELETE /v1/leases/:id: header X-Lease-Token (or
 // X-Session-Token for a lease bound to a session), optional reason.
-func (s *server) release(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *leaseAPI) release(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	token, sessionToken := r.Header.Get(headerLeaseToken), r.Header.Get(headerSessionToken)
 	if token == "" && sessionToken == "" {
 		return missingHeader(headerLeaseToken, " (or "+headerSessionToken+" for a lease bound to a session)")
@@ -230,7 +230,7 @@ func (s *server) release(w http.ResponseWriter, r *http.Request, ps httprouter.P
 }
 
 // revoke handles POST /v1/leases/:id/revoke (admin): optional reason.
-func (s *server) revoke(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *leaseAPI) revoke(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	reason, err := s.reason(w, r)
 	if err != nil {
 		return err
@@ -262,7 +262,7 @@ type heartbeatAnswer struct {
 
 // heartbeat handles POST /v1/heartbeat: 200 with per-item results even when
 // some items failed.
-func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *leaseAPI) heartbeat(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	var b heartbeatBody
 	if err := s.decodeBody(w, r, &b, false); err != nil {
 		return err
@@ -298,7 +298,7 @@ type validateBody struct {
 
 // validate handles POST /v1/validate: {"key", "fencing_token"} or
 // {"lease_id", "token"} -> {"valid", "reason", "current"}.
-func (s *server) validate(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *leaseAPI) validate(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	var b validateBody
 	if err := s.decodeBody(w, r, &b, false); err != nil {
 		return err

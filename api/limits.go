@@ -134,14 +134,14 @@ const DefaultWriteTimeout = 30 * time.Second
 
 // writeDeadline gives the answer to the current request writeTimeout plus
 // extra to be written, from now.
-func (s *server) writeDeadline(w http.ResponseWriter, extra time.Duration) {
+func (s *core) writeDeadline(w http.ResponseWriter, extra time.Duration) {
 	if s.writeTimeout > 0 {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.writeTimeout + extra))
 	}
 }
 
 // noWriteDeadline lifts the write deadline of the current request.
-func (s *server) noWriteDeadline(w http.ResponseWriter) {
+func (s *core) noWriteDeadline(w http.ResponseWriter) {
 	if s.writeTimeout > 0 {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	}

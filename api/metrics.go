@@ -74,7 +74,7 @@ func (m *httpMetrics) observe(rl *routeLabels, status int, d time.Duration) {
 
 // metricsText handles GET /metrics: the Prometheus exposition of this
 // server's registries.
-func (s *server) metricsText(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *infoAPI) metricsText(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	s.metrics.handler.ServeHTTP(w, r)
 	return nil
 }

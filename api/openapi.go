@@ -36,7 +36,7 @@ var openAPIJSON = sync.OnceValues(func() ([]byte, error) {
 
 // openAPI handles GET /v1/openapi.json: the document, open to anyone (it
 // holds no data).
-func (s *server) openAPI(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) error {
+func (s *infoAPI) openAPI(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) error {
 	b, err := openAPIJSON()
 	if err != nil {
 		return err // a broken embedded document: openapi_test.go catches it

@@ -102,13 +102,13 @@ func isCode(err error, code wire.Code) bool {
 // ?stale=true read, which a follower answers itself) reads this node's
 // state only.
 type lookup struct {
-	s     *server
+	s     *core
 	ctx   context.Context
 	a     *access
 	fresh bool
 }
 
-func (s *server) lookup(ctx context.Context, a *access, stale bool) *lookup {
+func (s *core) lookup(ctx context.Context, a *access, stale bool) *lookup {
 	return &lookup{s: s, ctx: ctx, a: a, fresh: stale}
 }
 
@@ -200,7 +200,7 @@ func (lk *lookup) session(id string) (string, error) {
 // sessionView is sess as a scoped token sees it: the ids of the leases it
 // may not see are left out of lease_ids. sess must be one the token may
 // see.
-func (s *server) sessionView(ctx context.Context, a *access, sess *wire.Session) *wire.Session {
+func (s *core) sessionView(ctx context.Context, a *access, sess *wire.Session) *wire.Session {
 	if !a.keyScoped() || sess == nil || len(sess.LeaseIDs) == 0 {
 		return sess
 	}
@@ -283,7 +283,7 @@ func (a *access) narrowSessions(holder string) (string, bool) {
 // visibleEvent is ev as a scoped token's stream shows it; ok is false when
 // the stream leaves it out: a lease event (or lock_delay_ended) on a key
 // it may not read, a session event of a holder it may not act as.
-func (s *server) visibleEvent(ctx context.Context, a *access, ev wire.Event) (wire.Event, bool) {
+func (s *core) visibleEvent(ctx context.Context, a *access, ev wire.Event) (wire.Event, bool) {
 	if a == nil {
 		return ev, true
 	}
@@ -313,7 +313,7 @@ func (s *server) visibleEvent(ctx context.Context, a *access, ev wire.Event) (wi
 // holder when it names one, and the session it binds to must be one it may
 // see. It returns the session id to send (hidden when the token may not see
 // it).
-func (s *server) scopeAcquire(r *http.Request, key, holder, sessionID string) (string, error) {
+func (s *core) scopeAcquire(r *http.Request, key, holder, sessionID string) (string, error) {
 	a := accessOf(r)
 	if a == nil {
 		return sessionID, nil
@@ -336,7 +336,7 @@ func (s *server) scopeAcquire(r *http.Request, key, holder, sessionID string) (s
 // may not write is sent with a hidden id too, so that it changes nothing
 // and the items keep their places (the node's own refusals name items by
 // index), and answered 403 PERMISSION_DENIED.
-func (s *server) scopedHeartbeat(r *http.Request, items []wire.HeartbeatItem) ([]wire.HeartbeatResult, error) {
+func (s *core) scopedHeartbeat(r *http.Request, items []wire.HeartbeatItem) ([]wire.HeartbeatResult, error) {
 	a := accessOf(r)
 	if a == nil {
 		return s.n.Heartbeat(r.Context(), items)

@@ -26,26 +26,70 @@ const (
 // that proxies and clients can tell a quiet stream from a dead one.
 const DefaultKeepAlive = 15 * time.Second
 
-// server is the handler returned by New.
-type server struct {
+// The server is split by route family. server itself is the dispatcher:
+// the route table (routes.go), the wrapping every request goes through
+// (authorisation, body and answer bounds, the service gate, forwarding to
+// the leader, the control lease's gate) and the router. Each family of
+// handlers is its own small type over the shared core: leaseAPI (leases,
+// heartbeat, validate, grants), groupAPI (lease groups), sessionAPI
+// (sessions, holder release), streamAPI (event streams, keep-alive
+// streams), clusterAPI (membership, local state, snapshots), controlAPI
+// (the control lease's routes) and infoAPI (health, readiness, metrics,
+// the OpenAPI document, whoami).
+
+// core is what every family of handlers shares: the node, the logger, the
+// tokens and the bounds on bodies, answers and streams, with the helpers
+// handlers use (decoding, error answers, scoped lookups, write deadlines).
+type core struct {
 	n         Node
 	log       *slog.Logger
 	tokens    *Tokens
 	maxBody   int64
 	keepAlive time.Duration
-	router    *httprouter.Router
-	metrics   *httpMetrics
-	// fwd forwards a follower's requests to the leader.
-	fwd *forwarder
 	// writeTimeout bounds writing an answer (limits.go).
 	writeTimeout time.Duration
 	// bodyTimeout bounds reading a request body (limits.go); streams
 	// bounds event streams per client.
 	bodyTimeout time.Duration
 	streams     streamLimiter
+}
+
+// server is the handler returned by New.
+type server struct {
+	*core
+	router  *httprouter.Router
+	metrics *httpMetrics
+	// fwd forwards a follower's requests to the leader.
+	fwd *forwarder
 	// control serves the control lease; nil when the node has none.
 	control *Control
+
+	// The families of handlers the route table names.
+	leases   leaseAPI
+	groups   groupAPI
+	sessions sessionAPI
+	live     streamAPI
+	cluster  clusterAPI
+	ctl      controlAPI
+	info     infoAPI
 }
+
+// The families of handlers (see server).
+type (
+	leaseAPI   struct{ *core }
+	groupAPI   struct{ *core }
+	sessionAPI struct{ *core }
+	streamAPI  struct{ *core }
+	clusterAPI struct{ *core }
+	controlAPI struct {
+		*core
+		control *Control
+	}
+	infoAPI struct {
+		*core
+		metrics *httpMetrics
+	}
+)
 
 // New returns the HTTP handler of the v1 API serving n. It is safe for
 // concurrent use. It panics if opts do not validate (Options.Validate).
@@ -54,16 +98,20 @@ func New(n Node, opts Options) http.Handler {
 		panic(fmt.Errorf("api.New: %w", err))
 	}
 	opts = opts.withDefaults()
-	s := &server{n: n, log: requestLogger(opts.Logger), tokens: opts.Tokens, maxBody: opts.MaxBodyBytes, keepAlive: opts.KeepAlive,
+	c := &core{n: n, log: requestLogger(opts.Logger), tokens: opts.Tokens, maxBody: opts.MaxBodyBytes, keepAlive: opts.KeepAlive,
 		bodyTimeout: opts.BodyTimeout, writeTimeout: opts.WriteTimeout, streams: streamLimiter{max: opts.MaxStreamsPerClient}}
+	s := &server{core: c, leases: leaseAPI{c}, groups: groupAPI{c}, sessions: sessionAPI{c}, live: streamAPI{c},
+		cluster: clusterAPI{c}, ctl: controlAPI{core: c}, info: infoAPI{core: c}}
 	s.fwd = newForwarder(s.log, n, opts.ForwardTLS, opts.ForwardDial, opts.ForwardTimeout)
 	if cn := n.ControlLease(); cn != nil {
 		co := opts.Control
 		co.Tokens, co.Logger = nil, s.log
 		s.control = NewControl(cn, co)
+		s.ctl.control = s.control
 	}
 	rs := s.allRoutes()
 	s.metrics = newHTTPMetrics(n, rs)
+	s.info.metrics = s.metrics
 	s.router = s.newRouter(rs)
 	return s
 }
@@ -270,7 +318,7 @@ func routeOf(w http.ResponseWriter) string {
 // healthz answers 200 while the process serves HTTP and its node can
 // write its log; 503 UNAVAILABLE with the reason otherwise (a liveness
 // probe should restart it).
-func (s *server) healthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) error {
+func (s *infoAPI) healthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) error {
 	if err := s.n.HealthErr(); err != nil {
 		writeErrorBody(w, http.StatusServiceUnavailable, &wire.Error{Code: wire.CodeUnavailable, Message: "unhealthy: " + err.Error()})
 		return nil
@@ -280,7 +328,7 @@ func (s *server) healthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Pa
 }
 
 // readyz answers 200 when the node is ready, 503 with the reason otherwise.
-func (s *server) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *infoAPI) readyz(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	err := s.n.ReadyErr()
 	if err == nil {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -18,7 +18,7 @@ type sessionBody struct {
 
 // createSession handles POST /v1/sessions: 201 with the session and its
 // token.
-func (s *server) createSession(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *sessionAPI) createSession(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	var b sessionBody
 	if err := s.decodeBody(w, r, &b, false); err != nil {
 		return err
@@ -40,7 +40,7 @@ func (s *server) createSession(w http.ResponseWriter, r *http.Request, _ httprou
 }
 
 // getSession handles GET /v1/sessions/:id[?stale=true].
-func (s *server) getSession(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *sessionAPI) getSession(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	q := newQuery(r)
 	stale := q.stale()
 	if err := q.check(); err != nil {
@@ -60,7 +60,7 @@ func (s *server) getSession(w http.ResponseWriter, r *http.Request, ps httproute
 
 // listSessions handles GET /v1/sessions with the filter holder, the page
 // size limit and the cursor after.
-func (s *server) listSessions(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *sessionAPI) listSessions(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	q := newQuery(r)
 	holder, after, limit, stale := q.str("holder"), q.str("after"), q.limit(), q.stale()
 	if err := q.check(); err != nil {
@@ -103,7 +103,7 @@ type sessionHeartbeatBody struct {
 
 // sessionHeartbeat handles POST /v1/sessions/:id/heartbeat (header
 // X-Session-Token; optional body {"metadata"}).
-func (s *server) sessionHeartbeat(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *sessionAPI) sessionHeartbeat(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	token := r.Header.Get(headerSessionToken)
 	if token == "" {
 		return missingHeader(headerSessionToken, "")
@@ -129,7 +129,7 @@ func (s *server) sessionHeartbeat(w http.ResponseWriter, r *http.Request, ps htt
 // endSession handles DELETE /v1/sessions/:id. With X-Session-Token the
 // holder ends its session; without it an admin forces the end. Either way
 // every lease of the session ends with reason "session_ended".
-func (s *server) endSession(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *sessionAPI) endSession(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	token := r.Header.Get(headerSessionToken)
 	id := ps.ByName("id")
 	a := accessOf(r) // nil without a session token: an admin's
@@ -155,7 +155,7 @@ type holderReleaseAnswer struct {
 // releaseHolder handles POST /v1/holders/:holder/release (admin, or a
 // write token restricted to holders that include this one): ends every
 // lease and session of the holder, whatever their keys; optional reason.
-func (s *server) releaseHolder(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
+func (s *sessionAPI) releaseHolder(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
 	holder := ps.ByName("holder")
 	if !accessOf(r).canHold(holder) {
 		return scopeDenied("this token may not act as holder %q", holder)

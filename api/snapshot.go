@@ -19,7 +19,7 @@ const MaxSnapshotBytes = 4 << 30
 // before the file starts is an ordinary error answer; one after it cuts the
 // connection, so that a partial file never looks complete (the file's
 // header carries its size and checksum as well).
-func (s *server) saveSnapshot(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *clusterAPI) saveSnapshot(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	sw := &snapshotWriter{w: w}
 	if _, err := s.n.SaveSnapshot(r.Context(), sw); err != nil {
 		if !sw.started {
@@ -53,7 +53,7 @@ func (sw *snapshotWriter) Write(p []byte) (int, error) {
 // snapshot file (at most MaxSnapshotBytes); the leader verifies it whole,
 // then replaces the cluster state with it and answers with its description.
 // ?fence_floor=N: the restored tokens start above N (wire.RestoreOptions).
-func (s *server) restoreSnapshot(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *clusterAPI) restoreSnapshot(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	q := newQuery(r)
 	opts := wire.RestoreOptions{FenceFloor: q.integer("fence_floor")}
 	if q.err != nil {

@@ -64,7 +64,7 @@ type whoamiAnswer struct {
 
 // whoami handles GET /v1/whoami: the name, scope and restrictions of the
 // request's bearer token (auth already checked that it is a known token).
-func (s *server) whoami(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
+func (s *infoAPI) whoami(w http.ResponseWriter, r *http.Request, _ httprouter.Params) error {
 	a := whoamiAnswer{Scope: ScopeAdmin.String()}
 	if s.tokens != nil {
 		tok, _ := bearerToken(r)
