@@ -22,7 +22,8 @@ build:
 # Every test, under the race detector (the chaos package, with the suite's
 # in-process tier, on its own: it loads the machine); then the chaos clock's
 # own tests, which only a build with the `chaos` tag has. The chaos suite's
-# real-process scenarios and canaries are `make chaos-ci` (CI runs both).
+# real-process tier (its harness's own tests and every scenario) and the
+# canaries are `make chaos-ci` (CI runs both).
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/chaos$$')
@@ -64,12 +65,14 @@ CHAOS_SEED ?= time
 # Scenarios `make chaos-ci` also runs against a server built with -race.
 CHAOS_RACE_SCENARIOS ?= none,partition-leader,kill-leader,transfer-storm,snapshot-catchup
 
-# CI runs it after `make test`: every scenario once against real server processes in network
+# CI runs it after `make test`: the real-process harness's own tests
+# (TestNetnsCluster, TestNetnsClock, TestNetnsHarnessDies), then every
+# scenario once against real server processes in network
 # namespaces (needs root, iproute2 and nftables; about ten minutes), then
 # proof that the suite catches each deliberate bug (canary build tags).
 chaos-ci:
 	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_SEED=$(CHAOS_SEED) LEASEHOLD_CHAOS_OUT=$(abspath $(CHAOS_OUT))/ci $(GO) test -count=1 -timeout 40m \
-		-run '^(TestNetnsScenarios|TestNetnsPowerCutCanary)$$' -v ./chaos/ | grep -v '^        chaos: '; \
+		-run '^(TestNetnsHarnessDies|TestNetnsScenarios|TestNetnsPowerCutCanary|TestNetnsCluster|TestNetnsClock)$$' -v ./chaos/ | grep -v '^        chaos: '; \
 		rc=$${PIPESTATUS[0]}; f=$(abspath $(CHAOS_OUT))/ci/failures.txt; \
 		if [ -s $$f ]; then echo "== failed scenarios ($$f):"; cat $$f; fi; test $$rc -eq 0
 	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_RACE=$(CHAOS_RACE_SCENARIOS) LEASEHOLD_CHAOS_SEED=$(CHAOS_SEED) \

@@ -296,23 +296,38 @@ func (b *boltStore) GetLog(idx uint64, l *raft.Log) error {
 
 // StoreLogs appends logs to raft.db's log in one transaction (its commit
 // is two writes, each fsynced), encoded as raft-boltdb does, and reports
-// the time taken as boltStoreLogsMetric.
+// the time taken as boltStoreLogsMetric. The entries are encoded before
+// the transaction begins, by one encoder, into one buffer that holds every
+// key and value (bbolt keeps them until the commit): the write lock is held
+// for bbolt's own work only.
 func (b *boltStore) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
+	for _, l := range logs {
+		if l.Index == formatGuardIndex {
+			return fmt.Errorf("raft.db: log index %d is the format guard's", l.Index)
+		}
+	}
+	var buf bytes.Buffer
+	enc := codec.NewEncoder(&buf, logEncoding)
+	ends := make([]int, len(logs))
+	var key [8]byte
+	for i, l := range logs {
+		binary.BigEndian.PutUint64(key[:], l.Index)
+		buf.Write(key[:])
+		if err := enc.Encode(l); err != nil {
+			return err
+		}
+		ends[i] = buf.Len()
+	}
+	data := buf.Bytes()
 	err := b.db.Update(func(tx *bbolt.Tx) error {
 		bucket := tx.Bucket(bucketLogs)
-		var buf bytes.Buffer
-		for _, l := range logs {
-			if l.Index == formatGuardIndex {
-				return fmt.Errorf("raft.db: log index %d is the format guard's", l.Index)
-			}
-			buf.Reset()
-			if err := codec.NewEncoder(&buf, logEncoding).Encode(l); err != nil {
+		from := 0
+		for _, end := range ends {
+			if err := bucket.Put(data[from:from+8:from+8], data[from+8:end:end]); err != nil {
 				return err
 			}
-			if err := bucket.Put(binary.BigEndian.AppendUint64(nil, l.Index), bytes.Clone(buf.Bytes())); err != nil {
-				return err
-			}
+			from = end
 		}
 		return nil
 	})
