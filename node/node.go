@@ -132,7 +132,11 @@ func newNode(cfg Config) (*Node, error) {
 		c := n.clP.Load()
 		return c != nil && c.IsLeader()
 	}
-	inc, err := loadIncarnation(cfg)
+	incDir := cfg.DataDir
+	if cfg.InMemory {
+		incDir = ""
+	}
+	inc, err := cluster.LoadIncarnation(incDir)
 	if err != nil {
 		return nil, err
 	}
