@@ -1,10 +1,8 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
-	"time"
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/leasehold/leasehold/wire"
@@ -53,7 +51,7 @@ func (s *groupAPI) acquireGroup(w http.ResponseWriter, r *http.Request, _ httpro
 			sessionID = sent
 		}
 	}
-	s.writeDeadline(w, time.Duration(min(max(b.WaitMS, 0), 24*3600*1000))*time.Millisecond) // as acquire's
+	s.waitDeadline(w, b.WaitMS)
 	req := wire.GroupAcquireRequest{
 		Keys:           make([]wire.GroupKey, len(b.Keys)),
 		Holder:         b.Holder,
@@ -78,9 +76,8 @@ func (s *groupAPI) acquireGroup(w http.ResponseWriter, r *http.Request, _ httpro
 
 // getGroup handles GET /v1/groups/:id[?stale=true].
 func (s *groupAPI) getGroup(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
-	q := newQuery(r)
-	stale := q.stale()
-	if err := q.check(); err != nil {
+	stale, err := staleParam(r)
+	if err != nil {
 		return err
 	}
 	id := ps.ByName("id")
@@ -99,52 +96,27 @@ func (s *groupAPI) getGroup(w http.ResponseWriter, r *http.Request, ps httproute
 // renewGroup handles POST /v1/groups/:id/renew: header X-Lease-Token (the
 // group's token), optional body {"ttl_ms"}.
 func (s *groupAPI) renewGroup(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
-	token := r.Header.Get(headerLeaseToken)
-	if token == "" {
-		return missingHeader(headerLeaseToken, " (the lease group's token)")
-	}
 	var b struct {
 		TTLMS int64 `json:"ttl_ms"`
 	}
-	if err := s.decodeBody(w, r, &b, true); err != nil && !errors.Is(err, errNoBody) {
-		return err
-	}
-	id := ps.ByName("id")
-	sent, err := s.lookup(r.Context(), accessOf(r), false).writeGroup(id)
+	tw, err := s.startRenew(w, r, ps, groupTarget, &b)
 	if err != nil {
 		return err
 	}
-	g, err := s.n.RenewGroup(r.Context(), wire.GroupRenewRequest{GroupID: sent, Token: token, TTLMS: b.TTLMS})
-	if err != nil {
-		return unhide(err, sent, id)
-	}
-	writeJSON(w, http.StatusOK, g)
-	return nil
+	g, err := s.n.RenewGroup(r.Context(), wire.GroupRenewRequest{GroupID: tw.sent, Token: tw.token, TTLMS: b.TTLMS})
+	return tw.answer(w, g, err)
 }
 
 // releaseGroup handles DELETE /v1/groups/:id: header X-Lease-Token (or
 // X-Session-Token for a group bound to a session), optional reason.
 func (s *groupAPI) releaseGroup(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
-	token, sessionToken := r.Header.Get(headerLeaseToken), r.Header.Get(headerSessionToken)
-	if token == "" && sessionToken == "" {
-		return missingHeader(headerLeaseToken, " (or "+headerSessionToken+" for a lease group bound to a session)")
-	}
-	reason, err := s.reason(w, r)
+	tw, err := s.startRelease(w, r, ps, groupTarget)
 	if err != nil {
 		return err
 	}
-	id := ps.ByName("id")
-	sent, err := s.lookup(r.Context(), accessOf(r), false).writeGroup(id)
-	if err != nil {
-		return err
-	}
-	g, err := s.n.ReleaseGroup(r.Context(), wire.GroupReleaseRequest{GroupID: sent, Token: token,
-		SessionToken: sessionToken, Reason: reason})
-	if err != nil {
-		return unhide(err, sent, id)
-	}
-	writeJSON(w, http.StatusOK, g)
-	return nil
+	g, err := s.n.ReleaseGroup(r.Context(), wire.GroupReleaseRequest{GroupID: tw.sent, Token: tw.token,
+		SessionToken: tw.sessionToken, Reason: tw.reason})
+	return tw.answer(w, g, err)
 }
 
 // Scoped tokens (scoped.go's policy): a lease group one of whose keys a

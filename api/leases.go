@@ -35,7 +35,7 @@ func (s *leaseAPI) acquire(w http.ResponseWriter, r *http.Request, _ httprouter.
 	if err != nil {
 		return err
 	}
-	s.writeDeadline(w, time.Duration(min(max(b.WaitMS, 0), 24*3600*1000))*time.Millisecond) // the node refuses more than its MaxWait
+	s.waitDeadline(w, b.WaitMS)
 	lease, replayed, err := s.n.Acquire(r.Context(), wire.AcquireRequest{
 		Key:            b.Key,
 		Holder:         b.Holder,
@@ -56,6 +56,13 @@ func (s *leaseAPI) acquire(w http.ResponseWriter, r *http.Request, _ httprouter.
 	return nil
 }
 
+// waitDeadline gives the answer of an acquire that may wait waitMS (a
+// lease's or a lease group's) its write deadline: the wait on top of the
+// usual bound (the node refuses more than its MaxWait).
+func (s *core) waitDeadline(w http.ResponseWriter, waitMS int64) {
+	s.writeDeadline(w, time.Duration(min(max(waitMS, 0), 24*3600*1000))*time.Millisecond)
+}
+
 // writeCreated answers a create: 201 with the new resource's Location, or
 // 200 for an idempotent replay of one made before.
 func writeCreated(w http.ResponseWriter, replayed bool, location string, v any) {
@@ -70,9 +77,8 @@ func writeCreated(w http.ResponseWriter, replayed bool, location string, v any) 
 // getLease handles GET /v1/leases/:id[?stale=true]; with X-Lease-Token (or
 // X-Session-Token) the holder's read with a grant (grants.go).
 func (s *leaseAPI) getLease(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
-	q := newQuery(r)
-	stale := q.stale()
-	if err := q.check(); err != nil {
+	stale, err := staleParam(r)
+	if err != nil {
 		return err
 	}
 	if tok, stok := r.Header.Get(headerLeaseToken), r.Header.Get(headerSessionToken); tok != "" || stok != "" {
@@ -95,6 +101,14 @@ func (s *leaseAPI) getLease(w http.ResponseWriter, r *http.Request, ps httproute
 	}
 	writeJSON(w, http.StatusOK, a.leaseView(lease))
 	return nil
+}
+
+// staleParam reads the one query parameter of a GET of one lease or lease
+// group: ?stale=true, a read this node answers from its own state.
+func staleParam(r *http.Request) (bool, error) {
+	q := newQuery(r)
+	stale := q.stale()
+	return stale, q.check()
 }
 
 // listLeases handles GET /v1/leases with the filters key, prefix, holder,
@@ -161,24 +175,86 @@ type renewBody struct {
 // body {"ttl_ms", "metadata"} (ttl_ms absent: keep the lease's TTL;
 // metadata absent or null: keep its metadata; {}: clear it).
 func (s *leaseAPI) renew(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
-	token := r.Header.Get(headerLeaseToken)
-	if token == "" {
-		return missingHeader(headerLeaseToken, "")
-	}
 	var b renewBody
-	if err := s.decodeBody(w, r, &b, true); err != nil && !errors.Is(err, errNoBody) {
-		return err
-	}
-	id := ps.ByName("id")
-	sent, err := s.lookup(r.Context(), accessOf(r), false).writeLease(id)
+	tw, err := s.startRenew(w, r, ps, leaseTarget, &b)
 	if err != nil {
 		return err
 	}
-	lease, err := s.n.Renew(r.Context(), wire.RenewRequest{LeaseID: sent, Token: token, TTLMS: b.TTLMS, Metadata: b.Metadata, Grant: b.Grant})
-	if err != nil {
-		return unhide(err, sent, id)
+	lease, err := s.n.Renew(r.Context(), wire.RenewRequest{LeaseID: tw.sent, Token: tw.token, TTLMS: b.TTLMS, Metadata: b.Metadata, Grant: b.Grant})
+	return tw.answer(w, lease, err)
+}
+
+// target is what a write by token names: a lease, or a lease group, whose
+// handlers (groups.go) share the single lease's code through it.
+type target struct {
+	// tokenNote follows "header X-Lease-Token" where renewing without
+	// it is refused; name is the target in release's refusal.
+	tokenNote, name string
+	// writeID is the id a scoped token's write is sent with, or a 403
+	// (lookup.writeLease, lookup.writeGroup).
+	writeID func(lk *lookup, id string) (string, error)
+}
+
+var (
+	leaseTarget = target{tokenNote: "", name: "lease", writeID: (*lookup).writeLease}
+	groupTarget = target{tokenNote: " (the lease group's token)", name: "lease group", writeID: (*lookup).writeGroup}
+)
+
+// tokenWrite is a renewal or release of one lease or lease group by its
+// token, as startRenew and startRelease begin it.
+type tokenWrite struct {
+	token, sessionToken string
+	// reason is a release's optional reason.
+	reason string
+	// id is the id of the path; sent the one the node is asked about (a
+	// hidden id when a scoped token may not see the target).
+	id, sent string
+}
+
+// startRenew begins a renewal: X-Lease-Token is required, the optional
+// body is decoded into b, and the id is the one the token's write is sent
+// with.
+func (s *core) startRenew(w http.ResponseWriter, r *http.Request, ps httprouter.Params, t target, b any) (tokenWrite, error) {
+	tw := tokenWrite{token: r.Header.Get(headerLeaseToken)}
+	if tw.token == "" {
+		return tw, missingHeader(headerLeaseToken, t.tokenNote)
 	}
-	writeJSON(w, http.StatusOK, lease)
+	if err := s.decodeBody(w, r, b, true); err != nil && !errors.Is(err, errNoBody) {
+		return tw, err
+	}
+	return tw, s.sendID(r, ps, t, &tw)
+}
+
+// startRelease begins a release: X-Lease-Token, or X-Session-Token for a
+// target bound to a session, the optional reason, and the id the token's
+// write is sent with.
+func (s *core) startRelease(w http.ResponseWriter, r *http.Request, ps httprouter.Params, t target) (tokenWrite, error) {
+	tw := tokenWrite{token: r.Header.Get(headerLeaseToken), sessionToken: r.Header.Get(headerSessionToken)}
+	if tw.token == "" && tw.sessionToken == "" {
+		return tw, missingHeader(headerLeaseToken, " (or "+headerSessionToken+" for a "+t.name+" bound to a session)")
+	}
+	var err error
+	if tw.reason, err = s.reason(w, r); err != nil {
+		return tw, err
+	}
+	return tw, s.sendID(r, ps, t, &tw)
+}
+
+// sendID sets tw's id from the path and the id the write is sent with.
+func (s *core) sendID(r *http.Request, ps httprouter.Params, t target, tw *tokenWrite) error {
+	tw.id = ps.ByName("id")
+	var err error
+	tw.sent, err = t.writeID(s.lookup(r.Context(), accessOf(r), false), tw.id)
+	return err
+}
+
+// answer answers the node's outcome of tw: 200 with v, or the node's
+// refusal, a hidden id in it answered as for the id of the path (unhide).
+func (tw *tokenWrite) answer(w http.ResponseWriter, v any, err error) error {
+	if err != nil {
+		return unhide(err, tw.sent, tw.id)
+	}
+	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 
@@ -203,30 +279,17 @@ func (s *core) reason(w http.ResponseWriter, r *http.Request) (string, error) {
 // release handles DELETE /v1/leases/:id: header X-Lease-Token (or
 // X-Session-Token for a lease bound to a session), optional reason.
 func (s *leaseAPI) release(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
-	token, sessionToken := r.Header.Get(headerLeaseToken), r.Header.Get(headerSessionToken)
-	if token == "" && sessionToken == "" {
-		return missingHeader(headerLeaseToken, " (or "+headerSessionToken+" for a lease bound to a session)")
-	}
-	reason, err := s.reason(w, r)
-	if err != nil {
-		return err
-	}
-	id := ps.ByName("id")
-	sent, err := s.lookup(r.Context(), accessOf(r), false).writeLease(id)
+	tw, err := s.startRelease(w, r, ps, leaseTarget)
 	if err != nil {
 		return err
 	}
 	lease, err := s.n.Release(r.Context(), wire.ReleaseRequest{
-		LeaseID:      sent,
-		Token:        token,
-		SessionToken: sessionToken,
-		Reason:       reason,
+		LeaseID:      tw.sent,
+		Token:        tw.token,
+		SessionToken: tw.sessionToken,
+		Reason:       tw.reason,
 	})
-	if err != nil {
-		return unhide(err, sent, id)
-	}
-	writeJSON(w, http.StatusOK, lease)
-	return nil
+	return tw.answer(w, lease, err)
 }
 
 // revoke handles POST /v1/leases/:id/revoke (admin): optional reason.

@@ -35,6 +35,13 @@ type Scenario struct {
 	// scenario), so that the nemesis can cut a node's power: what it
 	// wrote and did not fsync is lost.
 	PowerCut bool
+	// LazyDisk puts every node's data directory on a lazy filesystem as
+	// PowerCut does, for the disk-error scenarios (the filesystem fails
+	// writes and fsyncs on demand); the in-process tier skips them.
+	LazyDisk bool
+	// RaftLog is the servers' --raft-log (Raft's log store: "boltdb" or
+	// "wal"); empty: the servers' default.
+	RaftLog string
 	// Expect lists effectiveness counters and their minimum (e.g.
 	// "leader-changes": 1, "snapshots-installed": 1).
 	Expect map[string]int
@@ -48,6 +55,9 @@ type Scenario struct {
 	// generous, so that a busy machine never fails a sound run, and still
 	// far below a clock that stopped.
 	StallBound time.Duration
+	// Configuration adds the configuration checker (CheckConfiguration):
+	// one leader per term, one voter change at a time.
+	Configuration bool
 }
 
 // stallBound is the liveness bound of s's runs.
