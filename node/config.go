@@ -225,6 +225,11 @@ type Config struct {
 	// told apart beneath it and do not pass through it: do not rely on it
 	// to authenticate servers (RaftTLS does, for both).
 	WrapRaftStream func(raft.StreamLayer) raft.StreamLayer
+	// WrapRaftTransport wraps Raft's network transport above the stream
+	// layer: every RPC this server sends (appends, votes, snapshots), as
+	// Raft hands it over; the chaos suite duplicates and delays them
+	// through it. It must pass every call on.
+	WrapRaftTransport func(raft.Transport) raft.Transport
 	// WrapGossip wraps memberlist's transport (UDP packets and TCP streams
 	// on GossipAddr).
 	WrapGossip func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
@@ -278,7 +283,7 @@ type Config struct {
 	skewApply    func(c fsm.Command) fsm.Command
 	// holdClock, when it returns true, keeps the leader from proposing
 	// ticks and Expire entries (tests that need a lease left due).
-	holdClock func(*Node) bool
+	holdClock func(*replica) bool
 	// diskFree replaces the statfs of the free-space guard (diskguard.go).
 	diskFree func(dir string) (int64, error)
 }

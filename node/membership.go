@@ -34,7 +34,7 @@ func newMembers(n *Node) (*cluster.Members, error) {
 		NodeID: cfg.NodeID, Dir: dir, ValidClusterID: validClusterID,
 		GossipAddr: bind, Advertise: host, GossipKey: cfg.GossipKey, FastGossip: cfg.FastGossip, WrapGossip: cfg.WrapGossip,
 		Join: cfg.Join, JoinTimeout: cfg.JoinTimeout, BootstrapExpect: cfg.BootstrapExpect,
-		Registry: registry{n}, IDs: replicatedID{n}, Meta: n.gossipMeta, Resources: n.gossipResources,
+		Registry: registry{&n.rc}, IDs: replicatedID{n}, Meta: n.gossipMeta, Resources: n.gossipResources,
 		OnPass: func() { n.sg.checkSeal() }, Stop: n.closing, Logger: n.log,
 	})
 }
