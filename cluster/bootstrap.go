@@ -11,61 +11,61 @@ import (
 // and the gossip refresh a server runs while one of its configuration is
 // missing from gossip.
 
-// BootstrapOutcome says what TryBootstrapExpect did.
-type BootstrapOutcome int
+// bootstrapOutcome says what tryBootstrapExpect did.
+type bootstrapOutcome int
 
 const (
-	// BootstrapWaiting: not enough new servers see each other yet.
-	BootstrapWaiting BootstrapOutcome = iota
-	// BootstrapExisting: a server with Raft state is alive, so a cluster
+	// bootstrapWaiting: not enough new servers see each other yet.
+	bootstrapWaiting bootstrapOutcome = iota
+	// bootstrapExisting: a server with Raft state is alive, so a cluster
 	// exists (its leader adds this server).
-	BootstrapExisting
-	// BootstrapMismatch: a new server expects another cluster size.
-	BootstrapMismatch
-	// BootstrapTooMany: more new servers than expected see each other.
-	BootstrapTooMany
-	// BootstrapFormed: this server bootstrapped the configuration (or
+	bootstrapExisting
+	// bootstrapMismatch: a new server expects another cluster size.
+	bootstrapMismatch
+	// bootstrapTooMany: more new servers than expected see each other.
+	bootstrapTooMany
+	// bootstrapFormed: this server bootstrapped the configuration (or
 	// another did first: either way the cluster exists now).
-	BootstrapFormed
+	bootstrapFormed
 )
 
-// TryBootstrapExpect forms a new cluster when exactly expect new servers
+// tryBootstrapExpect forms a new cluster when exactly expect new servers
 // with the same setting see each other in g. Each of them computes the same
 // configuration (every one of them, sorted by id) and bootstraps it. With
-// BootstrapMismatch, peer names the server that disagrees.
-func (c *Cluster) TryBootstrapExpect(g *Gossip, expect int) (out BootstrapOutcome, peer Peer, err error) {
+// bootstrapMismatch, peer names the server that disagrees.
+func (c *Cluster) tryBootstrapExpect(g *Gossip, expect int) (out bootstrapOutcome, peer Peer, err error) {
 	var servers []Server
 	for _, p := range g.Peers() {
 		if p.Status != "alive" {
 			continue
 		}
 		if p.HasState {
-			return BootstrapExisting, p, nil
+			return bootstrapExisting, p, nil
 		}
 		if p.Expect != expect {
-			return BootstrapMismatch, p, nil
+			return bootstrapMismatch, p, nil
 		}
 		if p.Raft == "" {
-			return BootstrapWaiting, p, nil
+			return bootstrapWaiting, p, nil
 		}
 		servers = append(servers, Server{Voter: true, ID: p.ID, Address: p.Raft})
 	}
 	switch {
 	case len(servers) > expect:
-		return BootstrapTooMany, Peer{}, nil
+		return bootstrapTooMany, Peer{}, nil
 	case len(servers) < expect:
-		return BootstrapWaiting, Peer{}, nil
+		return bootstrapWaiting, Peer{}, nil
 	}
 	sort.Slice(servers, func(i, j int) bool { return servers[i].ID < servers[j].ID })
 	if err := c.BootstrapWith(servers); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-		return BootstrapFormed, Peer{}, err
+		return bootstrapFormed, Peer{}, err
 	}
-	return BootstrapFormed, Peer{}, nil
+	return bootstrapFormed, Peer{}, nil
 }
 
-// MissingServer reports whether a server of the Raft configuration other
+// missingServer reports whether a server of the Raft configuration other
 // than this one is not alive in g.
-func (c *Cluster) MissingServer(g *Gossip) bool {
+func (c *Cluster) missingServer(g *Gossip) bool {
 	conf, err := c.Configuration()
 	if err != nil {
 		return false
@@ -84,11 +84,11 @@ func (c *Cluster) MissingServer(g *Gossip) bool {
 	return false
 }
 
-// Moved reports whether the latest Raft configuration lists this server at
+// moved reports whether the latest Raft configuration lists this server at
 // an address other than the one it advertises now: it restarted at another
 // address, and the leader has not updated the member yet (Reconcile does
 // once gossip carries the new address).
-func (c *Cluster) Moved() bool {
+func (c *Cluster) moved() bool {
 	conf, err := c.Configuration()
 	if err != nil {
 		return false

@@ -556,7 +556,7 @@ func (m *Members) watch(c *Cluster) {
 		// old one is declared dead, and only from an exchange after that.
 		gated := !m.hadState.Load() && time.Since(time.Unix(0, m.gated.Load())) < 3*time.Second
 		conflict := time.Since(time.Unix(0, m.conflictAt.Load())) < 3*time.Second
-		if (gated || conflict || c.Moved()) && time.Since(lastRefresh) > time.Second || time.Since(lastRefresh) > 5*time.Second && c.MissingServer(m.gossip) {
+		if (gated || conflict || c.moved()) && time.Since(lastRefresh) > time.Second || time.Since(lastRefresh) > 5*time.Second && c.missingServer(m.gossip) {
 			lastRefresh = time.Now()
 			m.refreshGossip()
 		}
@@ -585,17 +585,17 @@ func (m *Members) refreshGossip() {
 }
 
 // tryBootstrap forms a new cluster when exactly BootstrapExpect new servers
-// with the same setting see each other (TryBootstrapExpect).
+// with the same setting see each other (tryBootstrapExpect).
 func (m *Members) tryBootstrap(c *Cluster) {
-	out, p, err := c.TryBootstrapExpect(m.gossip, m.cfg.BootstrapExpect)
+	out, p, err := c.tryBootstrapExpect(m.gossip, m.cfg.BootstrapExpect)
 	switch out {
-	case BootstrapMismatch:
+	case bootstrapMismatch:
 		m.log.Warn("a new server expects another cluster size; not bootstrapping",
 			"server", p.ID, "its_bootstrap_expect", p.Expect, "ours", m.cfg.BootstrapExpect)
-	case BootstrapTooMany:
+	case bootstrapTooMany:
 		m.log.Error("more new servers than bootstrap-expect see each other; not bootstrapping",
 			"bootstrap_expect", m.cfg.BootstrapExpect)
-	case BootstrapFormed:
+	case bootstrapFormed:
 		if err != nil {
 			m.log.Error("bootstrap failed", "err", err)
 		}
