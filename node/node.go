@@ -114,8 +114,7 @@ func newNode(cfg Config) (*Node, error) {
 		waits: waitList{m: make(map[string][]chan fsm.Notice)}, ready: make(chan struct{}), closing: make(chan struct{}),
 		logs: newLogWatch(cfg.logWriteHang),
 	}
-	n.gc = groupCommit{n: n, propCh: make(chan *proposal, 4096), inflight: make(chan struct{}, entriesInFlight)}
-	n.queued = queuedAcquires{n: n}
+	n.gc = groupCommit{propCh: make(chan *proposal, 4096), inflight: make(chan struct{}, entriesInFlight)}
 	n.rep = newReplica(n.hub, n.stats, n.waits.deliver)
 	n.rep.corrupt = cfg.corruptEntry
 	n.rep.skew = cfg.skewApply
@@ -168,6 +167,9 @@ func (n *Node) wireHelpers() {
 	n.lt = leaderTerm{cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, gc: &n.gc, bk: &n.bk, rc: &n.rc, sc: &n.sc, tk: &n.tk, propose: n.propose}
 	n.gk.cfg, n.gk.log, n.gk.rep, n.gk.mem, n.gk.rc, n.gk.propose = &n.cfg, n.log, n.rep, n.mem, &n.rc, n.propose
 	n.peer = peerServer{cfg: &n.cfg, closing: n.closing}
+	n.gc.cfg, n.gc.rep, n.gc.stats, n.gc.wg, n.gc.closing = &n.cfg, n.rep, n.stats, &n.wg, n.closing
+	n.gc.recorded, n.gc.featureOK = n.recorded, n.featureOK
+	n.queued = queuedAcquires{cfg: &n.cfg, rep: n.rep, waits: &n.waits, tk: &n.tk, metrics: n.metrics, closing: n.closing, propose: n.propose}
 	n.disk = diskGuard{cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, metrics: n.metrics, logs: n.logs, clP: &n.clP, wg: &n.wg, closing: n.closing}
 }
 
@@ -181,6 +183,7 @@ func (n *Node) attachCluster(cl *cluster.Cluster) {
 	n.sg.cl = cl
 	n.lt.cl = cl
 	n.peer.cl = cl
+	n.gc.cl = cl
 }
 
 // consensusConfig is the configuration of n's consensus.
