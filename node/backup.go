@@ -505,10 +505,6 @@ func (bk *backups) applyRestoreEntry(c fsm.Command) (fsm.Result, uint64, error) 
 // making progress (restoreBusy).
 func (bk *backups) markRestoreProgress() { bk.restoreAt.Store(int64(time.Since(processStart))) }
 
-// processStart anchors the monotonic times kept as durations (restoreAt):
-// a wall-clock step must not make an old restore look recent.
-var processStart = time.Now()
-
 // restoreBusy reports whether a restore made progress within bound, or is
 // being applied here now: the watchdog counts either as this term's
 // progress (a large restore's commit applies for seconds, and ticks wait

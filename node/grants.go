@@ -259,7 +259,3 @@ func endedCode(state string) wire.Code {
 	}
 	return wire.CodeLeaseExpired
 }
-
-// GrantKeyID is the key id (RFC 7638 thumbprint) of this server's grant
-// signing key.
-func (n *Node) GrantKeyID() string { return n.gk.kid() }

@@ -181,12 +181,6 @@ func raftSink() prometheus.Collector {
 	return raftSinkC
 }
 
-// Registry is this node's Prometheus registry: Go runtime and process
-// collectors, build info, hashicorp/raft's metrics and the node's own. The
-// HTTP API serves it on /metrics together with its own; an application may
-// register more.
-func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
-
 // countLeaderChanges counts leader changes as Raft observes them, until
 // closing is closed. The first leader this server knows counts, also when
 // it is known before the count starts (a single server elects itself as

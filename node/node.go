@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Node is one running Leasehold server. Create it with Open.
@@ -361,22 +363,6 @@ func (n *Node) watchReady() {
 	}
 }
 
-// backoff is the pause before retry number try+1 of a leadership step.
-func backoff(try int) time.Duration {
-	return min(50*time.Millisecond<<min(try, 5), time.Second)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // leaderStall is how long a leader may go without committing an entry of
 // its own term before it gives leadership up: a few seconds, well above a
 // healthy commit's milliseconds and Raft's failover time.
@@ -453,3 +439,90 @@ func (n *Node) snapshotOnClose() {
 }
 
 var errClosed = errors.New("node closed")
+
+// DiskLow reports whether this server's free disk space is below its
+// threshold (the guard's view; false when it watches no disk).
+func (n *Node) DiskLow() bool { return n.disk.low.Load() }
+
+// Registry is this node's Prometheus registry: Go runtime and process
+// collectors, build info, hashicorp/raft's metrics and the node's own. The
+// HTTP API serves it on /metrics together with its own; an application may
+// register more.
+func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
+
+// HealthErr is nil while the node can serve at all; otherwise it says why
+// not: Raft's log store fails its writes (a full or broken disk) or one
+// of them hangs (for DefaultLogWriteHang), or the node has failed (Failed). /healthz answers 503 with it: a process that
+// cannot write its log is not alive in any useful sense, and a restart is
+// what recovers it.
+func (n *Node) HealthErr() error {
+	if n.logs == nil {
+		return nil
+	}
+	if p := n.logs.failErr.Load(); p != nil {
+		return *p
+	}
+	if err := n.logs.failingErr(); err != nil {
+		return err
+	}
+	return n.logs.hungErr()
+}
+
+// Failed is closed when the node has failed for good: Raft's log store
+// stopped taking writes and cannot recover without reopening the log (see
+// FailedErr). The process should then stop (Close) and be restarted; the
+// server command exits with a distinct status. Acknowledged writes are on
+// disk: a restart recovers them.
+func (n *Node) Failed() <-chan struct{} {
+	if n.logs == nil {
+		return nil
+	}
+	return n.logs.failed
+}
+
+// FailedErr says why the node failed; nil while it has not.
+func (n *Node) FailedErr() error {
+	if n.logs == nil {
+		return nil
+	}
+	if p := n.logs.failErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// GrantKeyID is the key id (RFC 7638 thumbprint) of this server's grant
+// signing key.
+func (n *Node) GrantKeyID() string { return n.gk.kid() }
+
+// ServePeer makes h the handler of the node-to-node requests other servers
+// of the cluster send this one (the last call wins). Every request h gets
+// comes from a server of this cluster (see DialPeer); none from a client.
+// With InMemory there are no such requests.
+func (n *Node) ServePeer(h http.Handler) {
+	if n.cl.PeerListener() == nil {
+		return
+	}
+	p := &n.peer
+	p.mu.Lock()
+	p.h = h
+	p.mu.Unlock()
+	n.peer.start()
+}
+
+// DialPeer opens a node-to-node stream to the server whose Raft address is
+// addr (LeaderInfo.RaftAddr): network must be "tcp" (as a
+// net.Dialer.DialContext, so that an http.Transport can use it; the
+// request's host is then the Raft address). The stream passes the checks
+// of the Raft port.
+func (n *Node) DialPeer(ctx context.Context, network, addr string) (net.Conn, error) {
+	if network != "tcp" && network != "tcp4" && network != "tcp6" {
+		return nil, errors.New("node: node-to-node streams are TCP")
+	}
+	conn, err := n.cl.DialPeer(ctx, addr)
+	if err != nil {
+		// Nothing was sent: a dial error, as the forwarders tell it apart.
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	return conn, nil
+}

@@ -114,10 +114,6 @@ func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64
 	}
 }
 
-func errShuttingDown() *wire.Error {
-	return &wire.Error{Code: wire.CodeUnavailable, Message: "node is shutting down"}
-}
-
 // drain answers every proposal still queued at shutdown: none was sent to
 // Raft, so "not applied" is certain.
 func (gc *groupCommit) drain() {

@@ -6,9 +6,6 @@ import (
 	"time"
 )
 
-// DefaultApplyStallTimeout is the default of Config.ApplyStallTimeout.
-const DefaultApplyStallTimeout = 5 * time.Second
-
 // A frozen follower. Raft alone does not make a stuck server look unready:
 // one whose log store hangs (a stalled disk) holds its Raft loop in an
 // append, keeps naming its leader, has applied everything it knows to be
