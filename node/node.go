@@ -121,7 +121,7 @@ func newNode(cfg Config) (*Node, error) {
 	n.rep.corrupt = cfg.corruptEntry
 	n.rep.skew = cfg.skewApply
 	n.rep.skipRestore = cfg.SkipRestore
-	n.metrics = newNodeMetrics(n, cfg.Registry)
+	n.metrics = newNodeMetrics(cfg.Registry, &n.cfg, n.rep, &n.tk, &n.clP, n.applyStall)
 	n.sc = stateCheck{cfg: &n.cfg, log: n.log, rep: n.rep, closing: n.closing, metrics: newStateCheckMetrics(n.metrics.reg), out: newOutSignal()}
 	n.rot = newRotWatch(n.metrics.reg)
 	n.rep.metrics = n.metrics
@@ -525,4 +525,87 @@ func (n *Node) DialPeer(ctx context.Context, network, addr string) (net.Conn, er
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
 	return conn, nil
+}
+
+// applyStall is the reason this server is a frozen follower, or "".
+func (n *Node) applyStall() string {
+	r := n.clP.Load()
+	if r == nil {
+		return ""
+	}
+	timeout := n.cfg.applyStallTimeout()
+	stalled := n.rep.sinceMoved()
+	if stalled < timeout || r.IsLeader() {
+		return "" // the cheap test first: a healthy follower stops here
+	}
+	_, leader := r.Leader()
+	v := stallView{stalled: stalled, applied: n.rep.applied.Load(), commit: r.CommitIndex(),
+		lastIndex: r.LastIndex(), leader: string(leader), contact: -1}
+	if n.raftOnly(v.applied, v.commit) {
+		v.commit = v.applied // only entries the state machine never sees (a barrier) are ahead
+	}
+	if lc := r.LastContact(); !lc.IsZero() {
+		v.contact = time.Since(lc)
+	}
+	if leader != "" && n.mem.gossip != nil {
+		if p, ok := n.mem.gossip.Peer(string(leader)); ok && p.Stats != nil && time.Since(p.StatsAt) < timeout {
+			v.leaderIndex, v.leaderIndexOK = p.Stats.LastIndex, true
+		}
+	}
+	return stallReason(v, timeout)
+}
+
+// Service returns this server's service state and, unless it is serving,
+// why. It takes no lock a stuck apply could hold.
+func (n *Node) Service() (ServiceState, string) {
+	if st, why := n.outState(); st != "" {
+		return st, why
+	}
+	if err := n.HealthErr(); err != nil {
+		return ServiceDiskFull, err.Error()
+	}
+	if n.disk.low.Load() {
+		return ServiceDiskFull, "the free-space guard refuses growth: the data directory's disk is low"
+	}
+	if n.bk.restoreBusy(0) {
+		return ServiceRestoring, "a restore is being applied"
+	}
+	if !n.sc.startChecked.Load() {
+		return ServiceCatchingUp, "comparing this server's state with the others' (state check at start)"
+	}
+	if addr, _ := n.cl.Leader(); addr == "" {
+		return ServiceCatchingUp, "no leader is known"
+	}
+	if applied, commit := n.rep.applied.Load(), n.cl.CommitIndex(); applied < commit && !n.raftOnly(applied, commit) {
+		return ServiceCatchingUp, "applying the log: not caught up with the leader yet"
+	}
+	return ServiceServing, ""
+}
+
+// Gate is the one check every request path goes through: nil while this
+// server may serve, else 503 OUT_OF_SERVICE naming the state and why. It
+// costs a serving server a few atomic loads and one uncontended lock.
+func (n *Node) Gate() error {
+	if st, why := n.outState(); st != "" {
+		return errOutOfService(st, why)
+	}
+	return nil
+}
+
+// outState is the state that takes this server out of service and why,
+// or "" when none does; cheapest first.
+func (n *Node) outState() (ServiceState, string) {
+	if err := n.mem.refusedErr(); err != nil {
+		return ServiceRemoved, err.Error()
+	}
+	if msg := n.rep.broken.Load(); msg != nil {
+		return ServiceDamaged, *msg
+	}
+	if msg := n.sc.diverged.Load(); msg != nil {
+		return ServiceDiverged, *msg
+	}
+	if reason := n.applyStall(); reason != "" {
+		return ServiceFrozen, reason
+	}
+	return "", ""
 }

@@ -59,31 +59,3 @@ func stallReason(v stallView, timeout time.Duration) string {
 func (c *Config) applyStallTimeout() time.Duration {
 	return cmp.Or(c.ApplyStallTimeout, DefaultApplyStallTimeout)
 }
-
-// applyStall is the reason this server is a frozen follower, or "".
-func (n *Node) applyStall() string {
-	r := n.clP.Load()
-	if r == nil {
-		return ""
-	}
-	timeout := n.cfg.applyStallTimeout()
-	stalled := n.rep.sinceMoved()
-	if stalled < timeout || r.IsLeader() {
-		return "" // the cheap test first: a healthy follower stops here
-	}
-	_, leader := r.Leader()
-	v := stallView{stalled: stalled, applied: n.rep.applied.Load(), commit: r.CommitIndex(),
-		lastIndex: r.LastIndex(), leader: string(leader), contact: -1}
-	if n.raftOnly(v.applied, v.commit) {
-		v.commit = v.applied // only entries the state machine never sees (a barrier) are ahead
-	}
-	if lc := r.LastContact(); !lc.IsZero() {
-		v.contact = time.Since(lc)
-	}
-	if leader != "" && n.mem.gossip != nil {
-		if p, ok := n.mem.gossip.Peer(string(leader)); ok && p.Stats != nil && time.Since(p.StatsAt) < timeout {
-			v.leaderIndex, v.leaderIndexOK = p.Stats.LastIndex, true
-		}
-	}
-	return stallReason(v, timeout)
-}
