@@ -202,12 +202,12 @@ func (s *Subscription) fail(err error) { s.err.Store(&err) }
 // point are skipped: a node still replaying its log at startup may not have
 // reached that point when the subscription began. It ends with the gate's
 // error when the node goes out of service (Gate): what it would deliver
-// from then on comes from a state that is not the cluster's.
-func (s *Subscription) run(ctx context.Context, node *Node, pos uint64, after eventID, f wire.EventFilter) {
-	h := node.hub
+// from then on comes from a state that is not the cluster's; out is
+// closed when it does.
+func (s *Subscription) run(ctx context.Context, h *hub, gate func() error, out <-chan struct{}, pos uint64, after eventID, f wire.EventFilter) {
 	batch := make([]hubEvent, 0, 256)
 	for {
-		if err := node.Gate(); err != nil {
+		if err := gate(); err != nil {
 			s.fail(err)
 			return
 		}
@@ -255,7 +255,7 @@ func (s *Subscription) run(ctx context.Context, node *Node, pos uint64, after ev
 		if len(batch) == 0 {
 			select {
 			case <-notify:
-			case <-node.sc.out.ch:
+			case <-out:
 			case <-ctx.Done():
 				return
 			}

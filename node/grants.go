@@ -41,7 +41,6 @@ type grantKeys struct {
 	log *slog.Logger
 	rep *replica
 	mem *membership
-	rc  *reconciler // the member records
 	// propose commits the servers' keys (recordKeys).
 	propose func(context.Context, fsm.Command) (fsm.Result, uint64, error)
 }
@@ -140,7 +139,9 @@ func (gk *grantKeys) recordKeys(ctx context.Context, ids []string) {
 			}
 			key, inc = fsm.GrantKey(b), p.Incarnation
 		}
-		rec, ok := gk.rc.memberRecord(id)
+		gk.rep.mu.RLock()
+		rec, ok := gk.rep.f.Member(id)
+		gk.rep.mu.RUnlock()
 		if !ok || rec.Removed || rec.Incarnation != inc || key.IsZero() ||
 			rec.GrantKeys != nil && rec.GrantKeys.Current == key {
 			continue

@@ -167,7 +167,7 @@ func (n *Node) wireHelpers() {
 	n.sg = sealGuard{seal: &n.seal, cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, propose: n.propose}
 	n.ctl = controlLease{cfg: &n.cfg, rep: n.rep, tk: &n.tk, propose: n.propose}
 	n.lt = leaderTerm{cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, gc: &n.gc, bk: &n.bk, rc: &n.rc, sc: &n.sc, tk: &n.tk, propose: n.propose}
-	n.gk.cfg, n.gk.log, n.gk.rep, n.gk.mem, n.gk.rc, n.gk.propose = &n.cfg, n.log, n.rep, n.mem, &n.rc, n.propose
+	n.gk.cfg, n.gk.log, n.gk.rep, n.gk.mem, n.gk.propose = &n.cfg, n.log, n.rep, n.mem, n.propose
 	n.peer = peerServer{cfg: &n.cfg, closing: n.closing}
 	n.gc.cfg, n.gc.rep, n.gc.stats, n.gc.wg, n.gc.closing = &n.cfg, n.rep, n.stats, &n.wg, n.closing
 	n.gc.recorded, n.gc.featureOK = n.recorded, n.featureOK
@@ -361,13 +361,6 @@ func (n *Node) watchReady() {
 			}
 		}
 	}
-}
-
-// leaderStall is how long a leader may go without committing an entry of
-// its own term before it gives leadership up: a few seconds, well above a
-// healthy commit's milliseconds and Raft's failover time.
-func (c *Config) leaderStall() time.Duration {
-	return max(3*time.Second, 3*c.TickPeriod, 4*c.RaftTimeout)
 }
 
 // Close stops the node: Raft shuts down, subscriptions end, pending
@@ -608,4 +601,14 @@ func (n *Node) outState() (ServiceState, string) {
 		return ServiceFrozen, reason
 	}
 	return "", ""
+}
+
+func (n *Node) noLeader() error {
+	msg := "this node is not the leader and no leader is known"
+	if _, id := n.cl.Leader(); string(id) == n.cfg.NodeID {
+		msg = "this node was just elected leader and is still applying its predecessors' entries; retry shortly"
+	} else if addr, id := n.cl.Leader(); addr != "" {
+		msg = "this node is not the leader; the leader is " + string(id) + " at " + string(addr)
+	}
+	return &wire.Error{Code: wire.CodeNoLeader, Message: msg}
 }

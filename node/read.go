@@ -49,16 +49,6 @@ func (n *Node) readBarrier(ctx context.Context, stale bool) error {
 	}
 }
 
-func (n *Node) noLeader() error {
-	msg := "this node is not the leader and no leader is known"
-	if _, id := n.cl.Leader(); string(id) == n.cfg.NodeID {
-		msg = "this node was just elected leader and is still applying its predecessors' entries; retry shortly"
-	} else if addr, id := n.cl.Leader(); addr != "" {
-		msg = "this node is not the leader; the leader is " + string(id) + " at " + string(addr)
-	}
-	return &wire.Error{Code: wire.CodeNoLeader, Message: msg}
-}
-
 // GetLease returns a lease in any retained state.
 func (n *Node) GetLease(ctx context.Context, id string, stale bool) (*wire.Lease, error) {
 	if err := checkID("lease", id); err != nil {
@@ -417,7 +407,7 @@ func (n *Node) Subscribe(ctx context.Context, f wire.EventFilter) (*Subscription
 		defer h.streams.Add(-1)
 		defer close(s.done)
 		defer close(s.ch)
-		s.run(ctx, n, pos, after, f)
+		s.run(ctx, n.hub, n.Gate, n.sc.out.ch, pos, after, f)
 	}()
 	return s, nil
 }
