@@ -26,7 +26,9 @@ import (
 // framing): a magic line, the file format, a JSON header line with the
 // body's size and SHA-256, then the body, the state machine's snapshot
 // (fsm.Snapshot.WriteTo), and nothing after it. A truncated or corrupted
-// file is refused before anything changes.
+// file is refused before anything changes. The operations
+// (SaveSnapshot, RestoreSnapshot) are in admin.go; backups below is what
+// they run on.
 
 // SnapshotFileFormat is the version of the snapshot file layout that
 // SaveSnapshot writes and RestoreSnapshot reads (see package wire).
