@@ -9,7 +9,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo un
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: run build test test-python test-short bench bench-scale bench-scale-server hostile hostile-ci lint fuzz fuzz-ci image clean chaos chaos-ci canaries
+.PHONY: run build test test-chaos test-chaos-clock test-python test-short bench bench-scale bench-scale-server hostile hostile-ci lint fuzz fuzz-ci image clean chaos chaos-ci canaries
 
 # A single node on 127.0.0.1:7700 (HTTP), :7701 (Raft), :7702 (gossip),
 # data in ./leasehold-data. Ctrl-C stops it gracefully.
@@ -19,17 +19,25 @@ run: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/leasehold
 
-# Every test, under the race detector (the chaos package, with the suite's
-# in-process tier, on its own: it loads the machine); then the chaos clock's
-# own tests, which only a build with the `chaos` tag has. The chaos suite's
-# real-process scenarios and canaries are `make chaos-ci` (CI runs both).
+# Every test, under the race detector: every package but chaos (two at a
+# time); then, side by side, the chaos package (the suite's in-process
+# tier: three-server clusters under faults, mostly waiting on its timers),
+# the chaos clock's own tests (only a build with the `chaos` tag has them)
+# and the Python client's (waiting on real servers). Each of the three
+# prints its output whole when it ends (make -O). The chaos suite's
+# real-process tier (its harness's own tests and every scenario) and the
+# canaries are `make chaos-ci` (CI runs both).
 test:
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/chaos$$')
-	$(GO) test -race -count=1 -timeout 35m ./chaos/
 	$(GO) vet -tags chaos ./node/
+	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/chaos$$')
+	$(MAKE) --no-print-directory -j3 -O test-chaos test-chaos-clock test-python
+
+test-chaos:
+	$(GO) test -race -count=1 -timeout 35m ./chaos/
+
+test-chaos-clock:
 	$(GO) test -race -count=1 -tags chaos -run Clock ./node/
-	$(MAKE) test-python
 
 # The Python client (clients/python) and the fleet example
 # (examples/python/fleet): unit tests, then against real servers built from
@@ -57,7 +65,8 @@ endif
 # is left out: since the service gate and the log's framing check landed,
 # bitflip no longer gets it to serve a divergent state (docs/chaos.md).
 CANARIES  := canary_early_expiry canary_stale_read canary_fence_reset canary_renew_token canary_tick_at_once \
-	canary_fence_repeat canary_lose_tail canary_wall_apply canary_clock_stops canary_writes_stuck canary_data_race
+	canary_fence_repeat canary_lose_tail canary_wall_apply canary_clock_stops canary_writes_stuck canary_data_race \
+	canary_config_recover
 # The real-process scenarios' seed: "time" places the faults differently on
 # every CI run (the base seed is printed; LEASEHOLD_CHAOS_SEED=N replays it);
 # the in-process tier of `make test` keeps the fixed seeds, the regression set.
@@ -65,12 +74,14 @@ CHAOS_SEED ?= time
 # Scenarios `make chaos-ci` also runs against a server built with -race.
 CHAOS_RACE_SCENARIOS ?= none,partition-leader,kill-leader,transfer-storm,snapshot-catchup
 
-# CI runs it after `make test`: every scenario once against real server processes in network
+# CI runs it after `make test`: the real-process harness's own tests
+# (TestNetnsCluster, TestNetnsClock, TestNetnsHarnessDies), then every
+# scenario once against real server processes in network
 # namespaces (needs root, iproute2 and nftables; about ten minutes), then
 # proof that the suite catches each deliberate bug (canary build tags).
 chaos-ci:
 	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_SEED=$(CHAOS_SEED) LEASEHOLD_CHAOS_OUT=$(abspath $(CHAOS_OUT))/ci $(GO) test -count=1 -timeout 40m \
-		-run '^(TestNetnsScenarios|TestNetnsPowerCutCanary)$$' -v ./chaos/ | grep -v '^        chaos: '; \
+		-run '^(TestNetnsHarnessDies|TestNetnsScenarios|TestNetnsPowerCutCanary|TestNetnsCluster|TestNetnsClock)$$' -v ./chaos/ | grep -v '^        chaos: '; \
 		rc=$${PIPESTATUS[0]}; f=$(abspath $(CHAOS_OUT))/ci/failures.txt; \
 		if [ -s $$f ]; then echo "== failed scenarios ($$f):"; cat $$f; fi; test $$rc -eq 0
 	LEASEHOLD_CHAOS_NETNS=1 LEASEHOLD_CHAOS_RACE=$(CHAOS_RACE_SCENARIOS) LEASEHOLD_CHAOS_SEED=$(CHAOS_SEED) \

@@ -74,6 +74,10 @@ var canaries = map[string]canarySpec{
 	// The corruption guard off: a follower whose log rotted applies the
 	// damaged entries and serves the state they make as ready.
 	"canary_no_guard": {checker: "bitflip-guard", tier: "netns", scenarios: []string{"bitflip"}},
+	// A harness fault: a follower's configuration rewritten to itself
+	// alone (`leasehold data recover`) while the others run on; its voter
+	// set changes by more than one voter, to one no leader appended.
+	"canary_config_recover": {checker: "configuration", tier: "netns", scenarios: []string{"churn-remove-partition"}},
 }
 
 // canarySpecs are the specs of the canary compiled into this test binary,
@@ -105,7 +109,7 @@ func TestCanaryTable(t *testing.T) {
 		checkers = append(checkers, spec.checker)
 	}
 	for _, c := range []string{"linearizable", "holder-windows", "fencing", "fenced-counter", "no-lost-acks",
-		"convergence", "recovery", "clock", "liveness", "logs-clean", "bitflip-guard"} {
+		"convergence", "recovery", "clock", "liveness", "logs-clean", "bitflip-guard", "configuration"} {
 		if !slices.Contains(checkers, c) {
 			t.Errorf("no canary must fail %s", c)
 		}

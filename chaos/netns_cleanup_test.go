@@ -170,7 +170,7 @@ func childHarness(dir string) {
 // checks that its node dies with it (Pdeathsig) and that the next Cleanup
 // removes the run's namespaces, link and state file.
 func TestNetnsHarnessDies(t *testing.T) {
-	needNetns(t)
+	needNetnsHarness(t)
 	bin := leaseholdBinary(t)
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")

@@ -41,6 +41,19 @@ func needNetns(t *testing.T) {
 	}
 }
 
+// needNetnsHarness is needNetns for the real-process harness's own tests
+// (a cluster of server processes in namespaces, its faults, its clock, its
+// cleanup when the harness dies): with the server builds they take a
+// minute or more, so `make chaos-ci` runs them (LEASEHOLD_CHAOS_NETNS=1),
+// beside the scenarios, not `make test`.
+func needNetnsHarness(t *testing.T) {
+	t.Helper()
+	if os.Getenv("LEASEHOLD_CHAOS_NETNS") != "1" {
+		t.Skip("run by `make chaos-ci` with LEASEHOLD_CHAOS_NETNS=1")
+	}
+	needNetns(t)
+}
+
 var (
 	buildMu   sync.Mutex
 	buildDir  string

@@ -18,6 +18,7 @@ import (
 type delayProxies struct {
 	c      *NetnsCluster
 	delays []atomic.Int64 // nanoseconds, per node
+	rates  []atomic.Int64 // bytes per second, per ordered pair (a*n+b); 0: no cap
 	pairs  map[[2]int]*pairProxy
 }
 
@@ -31,7 +32,8 @@ type pairProxy struct {
 }
 
 func newDelayProxies(c *NetnsCluster) *delayProxies {
-	return &delayProxies{c: c, delays: make([]atomic.Int64, c.opts.Nodes), pairs: map[[2]int]*pairProxy{}}
+	return &delayProxies{c: c, delays: make([]atomic.Int64, c.opts.Nodes), rates: make([]atomic.Int64, c.opts.Nodes*c.opts.Nodes),
+		pairs: map[[2]int]*pairProxy{}}
 }
 
 // sync sets the delays and opens the listeners f needs (before the rules
@@ -40,6 +42,9 @@ func newDelayProxies(c *NetnsCluster) *delayProxies {
 func (p *delayProxies) sync(f *faultState) error {
 	for i := range p.delays {
 		p.delays[i].Store(int64(f.delay[i]))
+		for j := range f.n {
+			p.rates[i*f.n+j].Store(f.rate[i][j])
+		}
 	}
 	for a := range f.n {
 		for b := range f.n {
@@ -157,14 +162,19 @@ func (pp *pairProxy) serve(in net.Conn) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); pump(out, in, &pp.p.delays[pp.a], closed, stop) }()
-	go func() { defer wg.Done(); pump(in, out, &pp.p.delays[pp.b], closed, stop) }()
+	n := len(pp.p.delays)
+	go func() { defer wg.Done(); pump(out, in, &pp.p.delays[pp.a], &pp.p.rates[pp.a*n+pp.b], closed, stop) }()
+	go func() { defer wg.Done(); pump(in, out, &pp.p.delays[pp.b], &pp.p.rates[pp.b*n+pp.a], closed, stop) }()
 	wg.Wait()
 }
 
 // pump copies src to dst, each chunk written delay after it was read (the
-// delay current when it was read). Either side failing stops both.
-func pump(dst, src net.Conn, delay *atomic.Int64, closed <-chan struct{}, stop func()) {
+// delay current when it was read). Under a rate cap it reads a twentieth
+// of a second's worth at a time and waits out each read's share of the
+// second before the next, so that what the sender has not yet got read
+// stays in its own socket and process (lost if it dies). Either side
+// failing stops both.
+func pump(dst, src net.Conn, delay, rate *atomic.Int64, closed <-chan struct{}, stop func()) {
 	type chunk struct {
 		b   []byte
 		due time.Time
@@ -173,8 +183,22 @@ func pump(dst, src net.Conn, delay *atomic.Int64, closed <-chan struct{}, stop f
 	go func() {
 		defer close(ch)
 		for {
-			buf := make([]byte, 32<<10)
+			size := 32 << 10
+			r := rate.Load()
+			if r > 0 {
+				size = int(min(max(r/20, 256), int64(size)))
+			}
+			buf := make([]byte, size)
 			n, err := src.Read(buf)
+			if n > 0 && r > 0 {
+				t := time.NewTimer(time.Duration(int64(n) * int64(time.Second) / r))
+				select {
+				case <-t.C:
+				case <-closed:
+					t.Stop()
+					return
+				}
+			}
 			if n > 0 {
 				select {
 				case ch <- chunk{buf[:n], time.Now().Add(time.Duration(delay.Load()))}:

@@ -10,10 +10,10 @@ import (
 // TestNetnsScenarios runs every scenario once against real server
 // processes in network namespaces, built with the chaos tag so clock faults
 // work. It takes about ten minutes, so `go test ./...` leaves it to
-// `make test`'s chaos step, which sets LEASEHOLD_CHAOS_NETNS=1.
+// `make chaos-ci`, which sets LEASEHOLD_CHAOS_NETNS=1.
 func TestNetnsScenarios(t *testing.T) {
 	if os.Getenv("LEASEHOLD_CHAOS_NETNS") != "1" {
-		t.Skip("run by `make chaos-ci` (part of `make test`) with LEASEHOLD_CHAOS_NETNS=1")
+		t.Skip("run by `make chaos-ci` with LEASEHOLD_CHAOS_NETNS=1")
 	}
 	needNetns(t)
 	var names []string

@@ -22,7 +22,7 @@ import (
 // moves, data really survives), then that Close and Cleanup leave nothing.
 
 func TestNetnsCluster(t *testing.T) {
-	needNetns(t)
+	needNetnsHarness(t)
 	bin := leaseholdBinary(t)
 	// Kept (with the node logs) if the test fails.
 	dir, err := os.MkdirTemp("", "leasehold-netns-")
@@ -335,10 +335,22 @@ func TestNetnsCluster(t *testing.T) {
 	var leaseID string
 	var fence float64
 	t.Run("KillRestartKeepsData", func(t *testing.T) {
-		code, body, err := httpDo(c, 0, "POST", "/v1/leases", map[string]any{"key": "kept", "holder": "t", "ttl_ms": 600000})
-		if err != nil || code != 201 {
-			t.Fatalf("acquire: %d %s %v", code, body, err)
-		}
+		// The leader PauseResume resumed may still be stepping down: n0
+		// answers 503 NO_LEADER (nothing applied) until the new term is
+		// known; any other refusal fails.
+		var body []byte
+		eventually(t, "an acquire through n0", func() (bool, string) {
+			var code int
+			var err error
+			code, body, err = httpDo(c, 0, "POST", "/v1/leases", map[string]any{"key": "kept", "holder": "t", "ttl_ms": 600000})
+			if err == nil && code == 503 {
+				return false, string(body)
+			}
+			if err != nil || code != 201 {
+				t.Fatalf("acquire: %d %s %v", code, body, err)
+			}
+			return true, ""
+		})
 		var l map[string]any
 		json.Unmarshal(body, &l)
 		leaseID, _ = l["lease_id"].(string)
@@ -445,7 +457,7 @@ func TestNetnsCluster(t *testing.T) {
 // shows in the display times it computes, a monotonic rate of 2 makes its
 // ticks come twice as fast.
 func TestNetnsClock(t *testing.T) {
-	needNetns(t)
+	needNetnsHarness(t)
 	bin := buildLeasehold(t, "chaos")
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

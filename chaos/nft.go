@@ -19,6 +19,9 @@ type faultState struct {
 	// protoCut[a][b]: a's packets to b of these protocols are dropped
 	// (a protocol partition: the other protocols go on).
 	protoCut [][]Protocols
+	// rate[a][b], if > 0, caps the bytes a sends b over Raft per second
+	// (a throttled link, through the delay proxy).
+	rate [][]int64
 }
 
 // Protocols is a set of the protocols servers speak to each other, for a
@@ -49,9 +52,11 @@ func newFaultState(n int) faultState {
 	f := faultState{n: n, isolated: make([]bool, n), loss: make([]int, n), delay: make([]time.Duration, n)}
 	f.cut = make([][]bool, n)
 	f.protoCut = make([][]Protocols, n)
+	f.rate = make([][]int64, n)
 	for i := range f.cut {
 		f.cut[i] = make([]bool, n)
 		f.protoCut[i] = make([]Protocols, n)
+		f.rate[i] = make([]int64, n)
 	}
 	return f
 }
@@ -126,9 +131,9 @@ func lossPercent(fraction float64) (int, error) {
 }
 
 // proxied reports whether node a's Raft connections to b go through the
-// delay proxy (one of them is delayed).
+// delay proxy (one of them is delayed, or their link is throttled).
 func (f *faultState) proxied(a, b int) bool {
-	return a != b && (f.delay[a] > 0 || f.delay[b] > 0)
+	return a != b && (f.delay[a] > 0 || f.delay[b] > 0 || f.rate[a][b] > 0 || f.rate[b][a] > 0)
 }
 
 // nftAddrs are the addresses the rules name.

@@ -78,6 +78,7 @@ func copyFaults(dst, src *faultState) {
 	}
 	for i := range src.n {
 		copy(dst.protoCut[i], src.protoCut[i])
+		copy(dst.rate[i], src.rate[i])
 	}
 	copy(dst.isolated, src.isolated)
 	copy(dst.loss, src.loss)

@@ -125,6 +125,12 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 	}
 	stopWatch := startLeaderWatch(ctx, env)
 	defer stopWatch()
+	cfgCtx, stopCfg := context.WithCancel(ctx)
+	defer stopCfg()
+	var cfgWatch *configWatch
+	if s.Configuration {
+		cfgWatch = env.watchConfig(cfgCtx, 200*time.Millisecond)
+	}
 	stopLoad, err := startLoad(ctx, c, h, rc)
 	if err != nil {
 		return nil, err
@@ -150,11 +156,15 @@ func Run(ctx context.Context, rc RunConfig) (*Summary, error) {
 	_ = sleepCtx(ctx, rc.Recovery)
 	stopLoad()
 	stopWatch()
+	stopCfg()
 	end := h.Now()
 
 	progress("checking")
 	ops := h.Ops()
 	verdicts, info, windows := check(ctx, c, env, h, rc, nerr, end)
+	if cfgWatch != nil {
+		verdicts = append(verdicts, env.checkConfig(cfgWatch))
+	}
 	verdicts = append(verdicts, checkEffective(s, env, okBefore, rc.MinOpsBeforeFault))
 	sum.Verdicts = verdicts
 	sum.Valid = allValid(verdicts)

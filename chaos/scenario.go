@@ -48,6 +48,9 @@ type Scenario struct {
 	// generous, so that a busy machine never fails a sound run, and still
 	// far below a clock that stopped.
 	StallBound time.Duration
+	// Configuration adds the configuration checker (CheckConfiguration):
+	// one leader per term, one voter change at a time.
+	Configuration bool
 }
 
 // stallBound is the liveness bound of s's runs.

@@ -45,20 +45,20 @@ func validPrintable(what, id string, maxBytes int) *wire.Error {
 
 // clusterIDCmd applies a ClusterID: the first one sets the identity; one
 // with another id afterwards is refused (INVALID_ARGUMENT) and changes nothing.
-func (f *FSM) clusterIDCmd(c *ClusterID) Result {
+func (r *registry) clusterIDCmd(c *ClusterID) Result {
 	if err := ValidClusterID(c.ID); err != nil {
 		return Result{Err: err}
 	}
-	if f.clusterID != "" && f.clusterID != c.ID {
-		return Result{Err: InvalidField("id", "the cluster id is %s already", f.clusterID)}
+	if r.clusterID != "" && r.clusterID != c.ID {
+		return Result{Err: InvalidField("id", "the cluster id is %s already", r.clusterID)}
 	}
-	f.clusterID = c.ID
+	r.clusterID = c.ID
 	return Result{}
 }
 
 // ClusterID returns the cluster's identity; empty until a ClusterID
 // command applied (state written before identities existed has none).
-func (f *FSM) ClusterID() string { return f.clusterID }
+func (r *registry) ClusterID() string { return r.clusterID }
 
 func (c *ClusterID) encode(e *enc) { e.str(c.ID) }
 

@@ -41,6 +41,23 @@ type Expire struct {
 // Type implements Command.
 func (*Expire) Type() Type { return TypeExpire }
 
+// expiry owns time's consequences: the per-tick timer buckets, the
+// backlog of due timers a limited tick left, and the queue of ended
+// records to prune. It ends leases and sessions through their parts.
+type expiry struct {
+	*core
+	lb   *leaseBook
+	sess *sessionBook
+	grp  *groupBook
+
+	buckets map[uint64][]timer
+	// backlog holds the timers due at or before the current tick that a
+	// limited tick or Expire has not processed yet, in processing order.
+	// Empty between entries unless ticks are limited.
+	backlog []timer
+	prune   []pruneItem
+}
+
 func (c *Expire) encode(e *enc) {
 	e.uvarint(c.Tick)
 	e.varint(c.WallMS)
@@ -63,13 +80,13 @@ const limitedMarker = ^uint64(0)
 // Backlog is the number of due timers not yet processed (an upper bound on
 // the records still to end at the current tick): the leader proposes Expire
 // entries while it is positive.
-func (f *FSM) Backlog() int { return len(f.backlog) }
+func (e *expiry) Backlog() int { return len(e.backlog) }
 
-func (f *FSM) applyExpire(c *Expire) {
-	if c.Tick != f.tick || c.Max == 0 {
+func (e *expiry) applyExpire(c *Expire) {
+	if c.Tick != e.tick || c.Max == 0 {
 		return
 	}
-	f.expireDue(c.Max, c.WallMS, true)
+	e.expireDue(c.Max, c.WallMS, true)
 }
 
 // timerLess orders due timers: by kind, then id. A replica restored from a
@@ -94,13 +111,13 @@ func timerLess(a, b timer) int {
 // midTick is set for an Expire: it applies between two ticks, so the
 // lock-delays of what it ends count from the next tick boundary, as a
 // revoke's do (DESIGN.md).
-func (f *FSM) expireDue(max uint64, wallMS int64, midTick bool) {
+func (e *expiry) expireDue(max uint64, wallMS int64, midTick bool) {
 	used := uint64(0)
 	var prev timer
-	for len(f.backlog) > 0 && (max == 0 || used < max) {
-		t := f.backlog[0]
-		f.backlog[0] = timer{}
-		f.backlog = f.backlog[1:]
+	for len(e.backlog) > 0 && (max == 0 || used < max) {
+		t := e.backlog[0]
+		e.backlog[0] = timer{}
+		e.backlog = e.backlog[1:]
 		if t == prev {
 			continue
 		}
@@ -109,26 +126,26 @@ func (f *FSM) expireDue(max uint64, wallMS int64, midTick bool) {
 		if max > 0 {
 			left = max - used
 		}
-		used += f.fire(t, left, wallMS, midTick)
+		used += e.fire(t, left, wallMS, midTick)
 	}
-	if len(f.backlog) == 0 {
-		f.backlog = nil
+	if len(e.backlog) == 0 {
+		e.backlog = nil
 	}
 }
 
 // fire runs one due timer with at most left records to end (0: no limit)
 // and returns how many it ended.
-func (f *FSM) fire(t timer, left uint64, wallMS int64, midTick bool) uint64 {
+func (e *expiry) fire(t timer, left uint64, wallMS int64, midTick bool) uint64 {
 	switch t.kind {
 	case kindLease:
-		l := f.leases.Get(t.id)
+		l := e.lb.leases.Get(t.id)
 		if l == nil || l.State != StateActive {
 			return 0
 		}
 		if l.SessionID != "" {
 			// Left over by a session that ended with more leases than
 			// its chunk could end (endSession).
-			s := f.sessions[l.SessionID]
+			s := e.sess.sessions[l.SessionID]
 			if s != nil && s.State == SessionActive {
 				return 0
 			}
@@ -136,39 +153,39 @@ func (f *FSM) fire(t timer, left uint64, wallMS int64, midTick bool) uint64 {
 			if s != nil && s.State == SessionEnded {
 				o.state, o.delay = StateReleased, false
 			}
-			f.end(l, o)
+			e.lb.end(l, o)
 			return 1
 		}
-		if at := leaseDeadline(l); at > f.tick {
-			f.schedule(at, kindLease, l.ID) // renewed since the timer was set
+		if at := leaseDeadline(l); at > e.tick {
+			e.schedule(at, kindLease, l.ID) // renewed since the timer was set
 			return 0
 		}
 		o := endOpts{state: StateExpired, reason: ReasonExpired, wallMS: wallMS, delay: true, midTick: midTick}
 		if g := l.GroupID(); g != "" {
 			// A lease group expires whole, in one chunk even if that
 			// takes the chunk past its bound (by less than MaxGroupKeys).
-			_, n := f.endGroup(g, l.ID, o)
+			_, n := e.grp.endGroup(g, l.ID, o)
 			return n
 		}
-		f.end(l, o)
+		e.lb.end(l, o)
 		return 1
 	case kindSession:
-		s := f.sessions[t.id]
+		s := e.sess.sessions[t.id]
 		if s == nil || s.State != SessionActive {
 			return 0
 		}
-		if at := s.ExpiresTick + GraceTicks; at > f.tick {
-			f.schedule(at, kindSession, s.ID) // heartbeaten since the timer was set
+		if at := s.ExpiresTick + GraceTicks; at > e.tick {
+			e.schedule(at, kindSession, s.ID) // heartbeaten since the timer was set
 			return 0
 		}
-		return f.expireSession(s, left, wallMS, midTick)
+		return e.expireSession(s, left, wallMS, midTick)
 	case kindWait:
 		key, id, _ := strings.Cut(t.id, "\x00")
-		if f.waitTimeout(key, id) {
+		if e.lb.waitTimeout(key, id) {
 			return 1
 		}
 	case kindDelay:
-		if f.delayEnd(t.id, wallMS) {
+		if e.lb.delayEnd(t.id, wallMS) {
 			return 1
 		}
 	}
@@ -179,38 +196,44 @@ func (f *FSM) fire(t timer, left uint64, wallMS int64, midTick bool) uint64 {
 // allows (the session counts as one); the rest go to the front of the
 // backlog as lease timers, in id order, which is where a restored replica's
 // rebuilt backlog has them (snapshot_rebuild.go).
-func (f *FSM) expireSession(s *Session, left uint64, wallMS int64, midTick bool) uint64 {
-	_, n := f.endSessionN(s, SessionExpired, ReasonExpired, wallMS, left, midTick)
+func (e *expiry) expireSession(s *Session, left uint64, wallMS int64, midTick bool) uint64 {
+	_, n := e.sess.endSessionN(s, SessionExpired, ReasonExpired, wallMS, left, midTick)
 	return n
+}
+
+// ended queues the record id of kind, which ended at this tick, for
+// pruning.
+func (e *expiry) ended(kind uint8, id string) {
+	e.prune = append(e.prune, pruneItem{tick: e.tick, kind: kind, id: id})
 }
 
 // deferLeases adds the lease timers of ids (active leases of a session that
 // ended) to the backlog. They come next, in id order: lease timers sort
 // before every session timer.
-func (f *FSM) deferLeases(ids []string) {
+func (e *expiry) deferLeases(ids []string) {
 	ts := make([]timer, len(ids))
 	for i, id := range ids {
 		ts[i] = timer{kind: kindLease, id: id}
 	}
 	sortTimers(ts)
-	f.backlog = mergeTimers(f.backlog, ts)
+	e.backlog = mergeTimers(e.backlog, ts)
 }
 
 // leaseDue reports whether active lease l is past its end at the current
 // tick but not ended yet (its expiry is in the backlog): it must not be
 // renewed, released or heartbeaten, as if it had ended.
-func (f *FSM) leaseDue(l *Lease) bool {
+func (e *expiry) leaseDue(l *Lease) bool {
 	if l.SessionID == "" {
-		return leaseDeadline(l) <= f.tick
+		return leaseDeadline(l) <= e.tick
 	}
-	s := f.sessions[l.SessionID]
-	return s == nil || s.State != SessionActive || s.ExpiresTick+GraceTicks <= f.tick
+	s := e.sess.sessions[l.SessionID]
+	return s == nil || s.State != SessionActive || s.ExpiresTick+GraceTicks <= e.tick
 }
 
 // Due reports whether l is active yet past its end at the current tick,
 // waiting in the expiry backlog for its chunk: it holds its key still, but
 // is not valid for fencing (a validation answers it as expired).
-func (f *FSM) Due(l *Lease) bool { return !l.Terminal() && f.leaseDue(l) }
+func (e *expiry) Due(l *Lease) bool { return !l.Terminal() && e.leaseDue(l) }
 
 // sortTimers puts ts in processing order (timerLess): by kind, then by
 // id, each kind's ids ordered by a radix sort of their 8-byte keys

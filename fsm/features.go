@@ -44,14 +44,14 @@ const TypeFeatures Type = 27
 func (*FeaturesCmd) Type() Type { return TypeFeatures }
 
 // featuresCmd applies a FeaturesCmd: its bits are added to the record.
-func (f *FSM) featuresCmd(c *FeaturesCmd) Result {
-	f.features |= c.Features
+func (r *registry) featuresCmd(c *FeaturesCmd) Result {
+	r.features |= c.Features
 	return Result{}
 }
 
 // Features returns the cluster's recorded features; 0 until a FeaturesCmd
 // with bits applied.
-func (f *FSM) Features() Features { return f.features }
+func (r *registry) Features() Features { return r.features }
 
 func (c *FeaturesCmd) encode(e *enc) { e.uvarint(uint64(c.Features)) }
 

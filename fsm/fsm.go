@@ -193,53 +193,35 @@ type pruneItem struct {
 }
 
 // FSM is the lease state machine. The zero value is not usable; call New.
+//
+// It dispatches each command to the part that owns the job (DESIGN.md,
+// "Parts"): leaseBook (leases, keys, their waiters and holders),
+// sessionBook, groupBook (lease groups), expiry (timers, the backlog,
+// pruning), registry (members, cluster id, seal check, features) and
+// staging (a restore being received). Each part keeps its own state; the
+// log position and the entry's events and notices are the core, which
+// every part shares. The parts are embedded, so their query methods are
+// the FSM's.
 type FSM struct {
+	core
+	leaseBook
+	sessionBook
+	groupBook
+	expiry
+	registry
+	staging
+}
+
+// core is where the state machine is in the log and in time, the fencing
+// counter, and what the entry being applied produced (events, notices).
+// Every part reads it through a pointer; only Apply, applyTick and the
+// fence change its position.
+type core struct {
 	index    uint64
 	tick     uint64
 	periodMS int64
 	wallMS   int64
 	fence    uint64
-	// canaryReleased is canary_fence_repeat's: key -> the token of its
-	// last released lease (nil in every normal build).
-	canaryReleased map[string]uint64
-
-	leases   table[*Lease]
-	sessions map[string]*Session
-	keys     table[*keyState]
-	idem     map[Hash]string   // idempotency hash -> lease id (granted or queued)
-	waiting  map[string]string // queued lease id -> its key
-	// holderWaits is each holder's queued acquires: lease id -> key.
-	holderWaits map[string]map[string]string
-	order       idIndex  // lease ids, for ordered listing
-	keyIdx      keyIndex // keys of lease records (any state), counted, so that a prefix listing seeks
-	sessIDs     idIndex  // session ids, for ordered listing
-	holders     map[string]*holderIndex
-	buckets     map[uint64][]timer
-	// backlog holds the timers due at or before the current tick that a
-	// limited tick or Expire has not processed yet, in processing order
-	// (expire.go). Empty between entries unless ticks are limited.
-	backlog []timer
-	members map[string]MemberRecord // the member registry (member.go)
-	// groups are the lease groups with retained members: id -> member
-	// lease ids in key order; groupWaits the queued ones: id -> their
-	// waiters, one per key in key order (group.go). Both derived.
-	groups     map[string][]string
-	groupWaits map[string][]waiter
-	// repump are keys whose queue a group grant or withdrawal changed,
-	// to pump once the change is complete (group.go).
-	repump    []string
-	repumping bool
-	// clusterID is the cluster's identity (clusterid.go); "" until set.
-	clusterID string
-	// sealCheck is the sealing key's check value (sealcheck.go); "" until set.
-	sealCheck string
-	// features are the cluster's recorded features (features.go).
-	features Features
-	prune    []pruneItem
-	// stage is the restore being received (restore.go); nil when none.
-	stage    *restoreStage
-	active   int
-	sessOpen int
 
 	seq     uint32
 	events  []Event
@@ -248,19 +230,40 @@ type FSM struct {
 
 // New returns an empty state machine.
 func New() *FSM {
-	return &FSM{
-		leases:      newTable[*Lease](),
-		sessions:    make(map[string]*Session),
-		keys:        newTable[*keyState](),
-		idem:        make(map[Hash]string),
-		waiting:     make(map[string]string),
-		holderWaits: make(map[string]map[string]string),
-		holders:     make(map[string]*holderIndex),
-		buckets:     make(map[uint64][]timer),
-		members:     make(map[string]MemberRecord),
-		groups:      make(map[string][]string),
-		groupWaits:  make(map[string][]waiter),
+	f := &FSM{
+		leaseBook: leaseBook{
+			leases:      newTable[*Lease](),
+			keys:        newTable[*keyState](),
+			idem:        make(map[Hash]string),
+			waiting:     make(map[string]string),
+			holderWaits: make(map[string]map[string]string),
+			holders:     make(map[string]*holderIndex),
+		},
+		sessionBook: sessionBook{sessions: make(map[string]*Session)},
+		groupBook:   groupBook{groups: make(map[string][]string), groupWaits: make(map[string][]waiter)},
+		expiry:      expiry{buckets: make(map[uint64][]timer)},
+		registry:    registry{members: make(map[string]MemberRecord)},
 	}
+	f.link()
+	return f
+}
+
+// link points the parts at each other and at the core. New calls it, and
+// so does every assignment of a whole FSM (replace).
+func (f *FSM) link() {
+	c := &f.core
+	f.leaseBook.core, f.leaseBook.sess, f.leaseBook.exp, f.leaseBook.grp = c, &f.sessionBook, &f.expiry, &f.groupBook
+	f.sessionBook.core, f.sessionBook.lb, f.sessionBook.exp = c, &f.leaseBook, &f.expiry
+	f.groupBook.core, f.groupBook.lb, f.groupBook.sess, f.groupBook.exp = c, &f.leaseBook, &f.sessionBook, &f.expiry
+	f.expiry.core, f.expiry.lb, f.expiry.sess, f.expiry.grp = c, &f.leaseBook, &f.sessionBook, &f.groupBook
+	f.registry.core = c
+	f.staging.core = c
+}
+
+// replace makes f the state n holds (n is not used afterwards).
+func (f *FSM) replace(n *FSM) {
+	*f = *n
+	f.link()
 }
 
 // Apply applies the command of the log entry at index and returns one result
@@ -283,9 +286,9 @@ func (f *FSM) Apply(index uint64, c Command) []Result {
 }
 
 // TakeEvents returns the events produced since the last call and forgets them.
-func (f *FSM) TakeEvents() []Event {
-	ev := f.events
-	f.events = nil
+func (c *core) TakeEvents() []Event {
+	ev := c.events
+	c.events = nil
 	if len(ev) == 0 {
 		return nil // even if a tick made room for events it did not emit
 	}
@@ -295,18 +298,18 @@ func (f *FSM) TakeEvents() []Event {
 // DrainEvents calls fn for each event produced since the last drain, in
 // order, and forgets them, keeping the buffer for the next Apply. fn must not
 // retain the pointer it is given.
-func (f *FSM) DrainEvents(fn func(*Event)) {
-	for i := range f.events {
-		fn(&f.events[i])
-		f.events[i] = Event{}
+func (c *core) DrainEvents(fn func(*Event)) {
+	for i := range c.events {
+		fn(&c.events[i])
+		c.events[i] = Event{}
 	}
-	f.events = f.events[:0]
+	c.events = c.events[:0]
 }
 
 // TakeNotices returns the wait notices produced since the last call.
-func (f *FSM) TakeNotices() []Notice {
-	n := f.notices
-	f.notices = nil
+func (c *core) TakeNotices() []Notice {
+	n := c.notices
+	c.notices = nil
 	return n
 }
 
@@ -364,62 +367,62 @@ func (f *FSM) apply1(c Command) Result {
 	}
 }
 
-func (f *FSM) emit(e Event) {
-	e.Index = f.index
-	e.Seq = f.seq
-	e.Tick = f.tick
-	f.seq++
-	f.events = append(f.events, e)
+func (c *core) emit(e Event) {
+	e.Index = c.index
+	e.Seq = c.seq
+	e.Tick = c.tick
+	c.seq++
+	c.events = append(c.events, e)
 }
 
 // schedule sets a timer for tick at. One already due (only a restore sets
 // those: the records a limited tick left) goes to the backlog, which the
 // caller then puts in order.
-func (f *FSM) schedule(at uint64, kind uint8, id string) {
-	if at <= f.tick {
-		f.backlog = append(f.backlog, timer{kind: kind, id: id})
+func (e *expiry) schedule(at uint64, kind uint8, id string) {
+	if at <= e.tick {
+		e.backlog = append(e.backlog, timer{kind: kind, id: id})
 		return
 	}
-	f.buckets[at] = append(f.buckets[at], timer{kind: kind, id: id})
+	e.buckets[at] = append(e.buckets[at], timer{kind: kind, id: id})
 }
 
-func (f *FSM) nextFence() uint64 {
+func (c *core) nextFence() uint64 {
 	if canaryFenceReset {
-		f.fence++ // the canary's counter does not follow the log index
-		return f.fence
+		c.fence++ // the canary's counter does not follow the log index
+		return c.fence
 	}
-	f.fence = max(f.fence+1, f.index)
-	return f.fence
+	c.fence = max(c.fence+1, c.index)
+	return c.fence
 }
 
-func (f *FSM) holder(h string) *holderIndex {
-	hi := f.holders[h]
+func (lb *leaseBook) holder(h string) *holderIndex {
+	hi := lb.holders[h]
 	if hi == nil {
 		hi = &holderIndex{name: h}
-		f.holders[h] = hi
+		lb.holders[h] = hi
 	}
 	return hi
 }
 
-func (f *FSM) dropHolder(h string) {
-	if hi := f.holders[h]; hi != nil && hi.leases.n == 0 && hi.sessions.n == 0 {
-		delete(f.holders, h)
+func (lb *leaseBook) dropHolder(h string) {
+	if hi := lb.holders[h]; hi != nil && hi.leases.n == 0 && hi.sessions.n == 0 {
+		delete(lb.holders, h)
 	}
 }
 
 // remainingMS is the time left before nominal tick end, in milliseconds.
-func (f *FSM) remainingMS(end uint64) int64 {
-	if end <= f.tick {
+func (c *core) remainingMS(end uint64) int64 {
+	if end <= c.tick {
 		return 0
 	}
-	return int64(end-f.tick) * f.periodMS
+	return int64(end-c.tick) * c.periodMS
 }
 
 // leaseEnd is the nominal end tick of an active lease (its session's for a
 // bound lease).
-func (f *FSM) leaseEnd(l *Lease) uint64 {
+func (sb *sessionBook) leaseEnd(l *Lease) uint64 {
 	if l.SessionID != "" {
-		if s := f.sessions[l.SessionID]; s != nil {
+		if s := sb.sessions[l.SessionID]; s != nil {
 			return s.ExpiresTick
 		}
 	}
@@ -511,26 +514,26 @@ func quote(s string) string { return strconv.Quote(s) }
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // addKeyRef counts a new lease record on key.
-func (f *FSM) addKeyRef(key string) {
-	f.keyIdx.add(key)
+func (lb *leaseBook) addKeyRef(key string) {
+	lb.keyIdx.add(key)
 }
 
 // dropKeyRef forgets a lease record on key.
-func (f *FSM) dropKeyRef(key string) {
-	f.keyIdx.drop(key)
+func (lb *leaseBook) dropKeyRef(key string) {
+	lb.keyIdx.drop(key)
 }
 
 // anyKey reports whether some lease record has key (when not empty) and a
 // key starting with prefix.
-func (f *FSM) anyKey(key, prefix string) bool {
+func (lb *leaseBook) anyKey(key, prefix string) bool {
 	if key != "" {
-		return f.keyIdx.count(key) > 0 && strings.HasPrefix(key, prefix)
+		return lb.keyIdx.count(key) > 0 && strings.HasPrefix(key, prefix)
 	}
-	if prefix == "" || f.keyIdx.count(prefix) > 0 {
+	if prefix == "" || lb.keyIdx.count(prefix) > 0 {
 		return true
 	}
 	found := false
-	f.keyIdx.ascend(prefix, func(k string) bool {
+	lb.keyIdx.ascend(prefix, func(k string) bool {
 		found = strings.HasPrefix(k, prefix)
 		return false
 	})

@@ -69,14 +69,14 @@ func (*MemberKey) Type() Type { return TypeMemberKey }
 // recorded again leaves the retired list). Refused, changing nothing: a bad
 // id, the zero key, a server the registry does not have or has tombstoned.
 // The record keeps the index of the Member command that wrote it.
-func (f *FSM) memberKey(c *MemberKey) Result {
+func (r *registry) memberKey(c *MemberKey) Result {
 	if err := validName("id", c.ID, MaxServerIDBytes); err != nil {
 		return Result{Err: err}
 	}
 	if c.Key.IsZero() {
 		return Result{Err: InvalidField("key", "the grant key must not be zero")}
 	}
-	rec, ok := f.members[c.ID]
+	rec, ok := r.members[c.ID]
 	switch {
 	case !ok:
 		return Result{Err: Errorf(wire.CodeNotFound, "server %s has no member record", quote(c.ID))}
@@ -88,7 +88,7 @@ func (f *FSM) memberKey(c *MemberKey) Result {
 	keys := &GrantKeys{Current: c.Key}
 	if old := rec.GrantKeys; old != nil {
 		if !old.Current.IsZero() {
-			keys.Retired = append(keys.Retired, RetiredGrantKey{Key: old.Current, Tick: f.tick})
+			keys.Retired = append(keys.Retired, RetiredGrantKey{Key: old.Current, Tick: r.tick})
 		}
 		for _, r := range old.Retired {
 			if r.Key != c.Key && len(keys.Retired) < MaxRetiredGrantKeys {
@@ -97,7 +97,7 @@ func (f *FSM) memberKey(c *MemberKey) Result {
 		}
 	}
 	rec.GrantKeys = keys
-	f.members[c.ID] = rec
+	r.members[c.ID] = rec
 	return Result{}
 }
 

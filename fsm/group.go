@@ -111,6 +111,28 @@ func (*AcquireGroup) Type() Type { return TypeAcquireGroup }
 func (*RenewGroup) Type() Type   { return TypeRenewGroup }
 func (*ReleaseGroup) Type() Type { return TypeReleaseGroup }
 
+// groupBook owns the lease groups: which leases are the members of each
+// granted group and which waiters each queued group has (both derived
+// from the lease and key records), and the keys a group's grant or
+// withdrawal left to pump again. Members are ordinary leases of the
+// leaseBook (lb): a group is granted, renewed and ended through its
+// single-lease code paths.
+type groupBook struct {
+	*core
+	lb   *leaseBook
+	sess *sessionBook
+	exp  *expiry
+
+	// groups: id -> member lease ids in key order; groupWaits: id -> its
+	// waiters, one per key in key order.
+	groups     map[string][]string
+	groupWaits map[string][]waiter
+	// repump are keys whose queue a group grant or withdrawal changed,
+	// to pump once the change is complete.
+	repump    []string
+	repumping bool
+}
+
 // GroupID is the id of the lease group l is a member of; "" for none.
 func (l *Lease) GroupID() string {
 	if l.idem == nil {
@@ -169,27 +191,27 @@ func validateGroup(c *AcquireGroup) *wire.Error {
 	return nil
 }
 
-func (f *FSM) acquireGroup(c *AcquireGroup) Result {
+func (gb *groupBook) acquireGroup(c *AcquireGroup) Result {
 	if err := validateGroup(c); err != nil {
 		return Result{Err: err}
 	}
 	if !c.IdemHash.IsZero() {
-		if id, ok := f.idem[c.IdemHash]; ok {
-			return f.replayGroup(id, c)
+		if id, ok := gb.lb.idem[c.IdemHash]; ok {
+			return gb.replayGroup(id, c)
 		}
 	}
-	if f.groups[c.GroupID] != nil || f.groupWaits[c.GroupID] != nil {
+	if gb.groups[c.GroupID] != nil || gb.groupWaits[c.GroupID] != nil {
 		return Result{Err: InvalidField("group_id", "lease group id %s already exists", c.GroupID)}
 	}
 	for _, k := range c.Keys {
-		if dup := f.leases.Has(k.LeaseID); dup || f.waiting[k.LeaseID] != "" {
+		if dup := gb.lb.leases.Has(k.LeaseID); dup || gb.lb.waiting[k.LeaseID] != "" {
 			return Result{Err: InvalidField("lease_id", "lease id %s already exists", k.LeaseID)}
 		}
 	}
 	var sess *Session
 	holder := c.Holder
 	if c.SessionID != "" {
-		s, err := f.checkSession(c.SessionID, c.SessionTokenHash)
+		s, err := gb.sess.checkSession(c.SessionID, c.SessionTokenHash)
 		if err != nil {
 			return Result{Err: err}
 		}
@@ -198,14 +220,14 @@ func (f *FSM) acquireGroup(c *AcquireGroup) Result {
 		}
 		sess, holder = s, s.Holder
 	}
-	if err := f.checkGroupQuota(c.Quota, holder, len(c.Keys)); err != nil {
+	if err := gb.checkGroupQuota(c.Quota, holder, len(c.Keys)); err != nil {
 		return Result{Err: err}
 	}
 	// Every key must agree on its limit; the group is granted now only if
 	// every key has a free slot and nobody queued for it.
 	busy, nBusy := -1, 0
 	for i, k := range c.Keys {
-		ks := f.keys.Get(k.Key)
+		ks := gb.lb.keys.Get(k.Key)
 		if ks == nil || !ks.inUse() {
 			continue
 		}
@@ -225,48 +247,48 @@ func (f *FSM) acquireGroup(c *AcquireGroup) Result {
 		ids := make([]string, len(c.Keys))
 		for i := range c.Keys {
 			a := c.member(i)
-			members[i] = f.grant(a, f.keyFor(a), f.current(sess), c.GroupID)
+			members[i] = gb.lb.grant(a, gb.lb.keyFor(a), gb.sess.current(sess), c.GroupID)
 			ids[i] = a.LeaseID
 		}
-		f.groups[c.GroupID] = ids
+		gb.groups[c.GroupID] = ids
 		return Result{Leases: members}
 	}
 	if c.WaitTicks == 0 {
 		k := c.Keys[busy].Key
-		err := f.busyError(k, f.keys.Get(k))
+		err := gb.lb.busyError(k, gb.lb.keys.Get(k))
 		if nBusy > 1 {
 			err.Message += " (" + itoa(uint64(nBusy)) + " of the lease group's " + itoa(uint64(len(c.Keys))) + " keys are busy)"
 		}
 		return Result{Err: err}
 	}
-	if err := f.checkGroupWaitQuota(c, holder); err != nil {
+	if err := gb.checkGroupWaitQuota(c, holder); err != nil {
 		return Result{Err: err}
 	}
-	deadline := f.tick + c.WaitTicks
+	deadline := gb.tick + c.WaitTicks
 	ws := make([]waiter, len(c.Keys))
 	for i := range c.Keys {
 		a := c.member(i)
 		// Queued waiters name their holder (as acquire's do).
 		a.Holder = holder
 		w := waiter{Cmd: a, Deadline: deadline, group: c.GroupID}
-		f.queueWaiter(f.keyFor(a), w)
-		f.schedule(deadline, kindWait, a.Key+"\x00"+a.LeaseID)
+		gb.lb.queueWaiter(gb.lb.keyFor(a), w)
+		gb.exp.schedule(deadline, kindWait, a.Key+"\x00"+a.LeaseID)
 		ws[i] = w
 	}
-	f.groupWaits[c.GroupID] = ws
+	gb.groupWaits[c.GroupID] = ws
 	if !c.IdemHash.IsZero() {
-		f.idem[c.IdemHash] = c.Keys[0].LeaseID
+		gb.lb.idem[c.IdemHash] = c.Keys[0].LeaseID
 	}
 	return Result{Queued: true, Leases: placeholders(c.GroupID, ws)}
 }
 
 // current is the stored version of session s (a grant stores a new one),
 // nil for nil.
-func (f *FSM) current(s *Session) *Session {
+func (sb *sessionBook) current(s *Session) *Session {
 	if s == nil {
 		return nil
 	}
-	return f.sessions[s.ID]
+	return sb.sessions[s.ID]
 }
 
 // placeholders are the leases a queued group will get, as far as they are
@@ -282,11 +304,11 @@ func placeholders(g string, ws []waiter) []*Lease {
 
 // keyFor returns the state of a's key, made if need be, with a's limit if
 // the key is not in use.
-func (f *FSM) keyFor(a *Acquire) *keyState {
-	ks := f.keys.Get(a.Key)
+func (lb *leaseBook) keyFor(a *Acquire) *keyState {
+	ks := lb.keys.Get(a.Key)
 	if ks == nil {
 		ks = &keyState{key: a.Key}
-		f.keys.Put(ks)
+		lb.keys.Put(ks)
 	}
 	if !ks.inUse() {
 		ks.limit = a.Limit
@@ -295,12 +317,12 @@ func (f *FSM) keyFor(a *Acquire) *keyState {
 }
 
 // checkGroupQuota is checkLeaseQuota for n leases at once.
-func (f *FSM) checkGroupQuota(q Quota, holder string, n int) *wire.Error {
-	if live := uint64(f.active + len(f.waiting)); q.Leases > 0 && live+uint64(n) > q.Leases {
+func (gb *groupBook) checkGroupQuota(q Quota, holder string, n int) *wire.Error {
+	if live := uint64(gb.lb.active + len(gb.lb.waiting)); q.Leases > 0 && live+uint64(n) > q.Leases {
 		return Exhausted("leases", q.Leases, "the cluster has %d live leases (active or queued), a lease group of %d would pass its limit", live, n)
 	}
 	have := 0
-	if hi := f.holders[holder]; hi != nil {
+	if hi := gb.lb.holders[holder]; hi != nil {
 		have = hi.leases.n
 	}
 	if q.HolderLeases > 0 && uint64(have+n) > q.HolderLeases {
@@ -311,16 +333,16 @@ func (f *FSM) checkGroupQuota(q Quota, holder string, n int) *wire.Error {
 
 // checkGroupWaitQuota is checkWaitQuota for a group: a waiter on each of
 // its keys, each counted against the holder's queued acquires.
-func (f *FSM) checkGroupWaitQuota(c *AcquireGroup, holder string) *wire.Error {
+func (gb *groupBook) checkGroupWaitQuota(c *AcquireGroup, holder string) *wire.Error {
 	q := c.Quota
 	for _, k := range c.Keys {
-		if ks := f.keys.Get(k.Key); ks != nil {
+		if ks := gb.lb.keys.Get(k.Key); ks != nil {
 			if n := uint64(ks.nWaiters()); q.KeyWaiters > 0 && n >= q.KeyWaiters {
 				return Exhausted("waiters_per_key", q.KeyWaiters, "key %s has %d queued acquires, its limit", quote(k.Key), n)
 			}
 		}
 	}
-	if n := uint64(len(f.holderWaits[holder])); q.HolderWaiters > 0 && n+uint64(len(c.Keys)) > q.HolderWaiters {
+	if n := uint64(len(gb.lb.holderWaits[holder])); q.HolderWaiters > 0 && n+uint64(len(c.Keys)) > q.HolderWaiters {
 		return Exhausted("waiters_per_holder", q.HolderWaiters, "holder %s has %d queued acquires, a lease group of %d would pass its limit", quote(holder), n, len(c.Keys))
 	}
 	return nil
@@ -328,23 +350,23 @@ func (f *FSM) checkGroupWaitQuota(c *AcquireGroup, holder string) *wire.Error {
 
 // replayGroup answers an idempotent group acquire whose idempotency hash
 // names id, the first member of an earlier group (granted or queued).
-func (f *FSM) replayGroup(id string, c *AcquireGroup) Result {
+func (gb *groupBook) replayGroup(id string, c *AcquireGroup) Result {
 	conflict := Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
-	if l := f.leases.Get(id); l != nil {
+	if l := gb.lb.leases.Get(id); l != nil {
 		if l.GroupID() == "" || l.fingerprint() != c.Fingerprint {
 			return conflict
 		}
-		return Result{Leases: f.Group(l.GroupID()), Replayed: true}
+		return Result{Leases: gb.Group(l.GroupID()), Replayed: true}
 	}
-	if w, ok := f.findWaiter(f.waiting[id], id); ok && w.group != "" && w.Cmd.Fingerprint == c.Fingerprint {
-		return Result{Queued: true, Replayed: true, Leases: placeholders(w.group, f.groupWaits[w.group])}
+	if w, ok := gb.lb.findWaiter(gb.lb.waiting[id], id); ok && w.group != "" && w.Cmd.Fingerprint == c.Fingerprint {
+		return Result{Queued: true, Replayed: true, Leases: placeholders(w.group, gb.groupWaits[w.group])}
 	}
 	return conflict
 }
 
 // atHead reports whether w is first in its key's queue with a slot free.
-func (f *FSM) atHead(w waiter) bool {
-	ks := f.keys.Get(w.Cmd.Key)
+func (gb *groupBook) atHead(w waiter) bool {
+	ks := gb.lb.keys.Get(w.Cmd.Key)
 	return ks != nil && ks.free() > 0 && ks.nWaiters() > 0 && ks.more.waitq.front().Cmd.LeaseID == w.Cmd.LeaseID
 }
 
@@ -353,71 +375,71 @@ func (f *FSM) atHead(w waiter) bool {
 // longer be granted (a member id taken meanwhile, its session gone). It
 // reports whether g left the queues; the keys whose queues changed are
 // pumped by repumpKeys.
-func (f *FSM) pumpGroup(g string) bool {
-	ws := f.groupWaits[g]
+func (gb *groupBook) pumpGroup(g string) bool {
+	ws := gb.groupWaits[g]
 	for _, w := range ws {
-		if !f.atHead(w) {
+		if !gb.atHead(w) {
 			return false
 		}
 	}
-	delete(f.groupWaits, g)
+	delete(gb.groupWaits, g)
 	for _, w := range ws {
-		f.unqueue(f.keys.Get(w.Cmd.Key), w.Cmd.LeaseID)
-		f.repump = append(f.repump, w.Cmd.Key)
+		gb.lb.unqueue(gb.lb.keys.Get(w.Cmd.Key), w.Cmd.LeaseID)
+		gb.repump = append(gb.repump, w.Cmd.Key)
 	}
 	first := ws[0].Cmd
 	var err *wire.Error
 	for _, w := range ws {
-		if dup := f.leases.Has(w.Cmd.LeaseID); dup {
+		if dup := gb.lb.leases.Has(w.Cmd.LeaseID); dup {
 			err = InvalidField("lease_id", "lease id %s already exists", w.Cmd.LeaseID)
 			break
 		}
 	}
 	var sess *Session
 	if err == nil && first.SessionID != "" {
-		sess, err = f.checkSession(first.SessionID, first.SessionTokenHash)
+		sess, err = gb.sess.checkSession(first.SessionID, first.SessionTokenHash)
 	}
 	if err != nil {
-		f.forgetIdem(first.IdemHash, first.LeaseID)
-		f.notices = append(f.notices, Notice{LeaseID: g, Err: err})
+		gb.lb.forgetIdem(first.IdemHash, first.LeaseID)
+		gb.notices = append(gb.notices, Notice{LeaseID: g, Err: err})
 		return true
 	}
 	members := make([]*Lease, len(ws))
 	ids := make([]string, len(ws))
 	for i, w := range ws {
-		members[i] = f.grant(w.Cmd, f.keys.Get(w.Cmd.Key), f.current(sess), g)
+		members[i] = gb.lb.grant(w.Cmd, gb.lb.keys.Get(w.Cmd.Key), gb.sess.current(sess), g)
 		ids[i] = w.Cmd.LeaseID
 	}
-	f.groups[g] = ids
-	f.notices = append(f.notices, Notice{LeaseID: g, Lease: members[0], Leases: members})
+	gb.groups[g] = ids
+	gb.notices = append(gb.notices, Notice{LeaseID: g, Lease: members[0], Leases: members})
 	return true
 }
 
 // withdrawGroup takes queued group g out of every queue (its wait ended,
 // was cancelled, or its holder was released) and tells its proposer err
 // (nil: nobody listens any more). The caller then runs repumpKeys.
-func (f *FSM) withdrawGroup(g string, err *wire.Error) {
-	ws := f.groupWaits[g]
+func (gb *groupBook) withdrawGroup(g string, err *wire.Error) {
+	ws := gb.groupWaits[g]
 	if len(ws) == 0 {
 		return
 	}
-	delete(f.groupWaits, g)
+	delete(gb.groupWaits, g)
 	for _, w := range ws {
-		f.unqueue(f.keys.Get(w.Cmd.Key), w.Cmd.LeaseID)
-		f.repump = append(f.repump, w.Cmd.Key)
+		gb.lb.unqueue(gb.lb.keys.Get(w.Cmd.Key), w.Cmd.LeaseID)
+		gb.repump = append(gb.repump, w.Cmd.Key)
 	}
-	f.forgetIdem(ws[0].Cmd.IdemHash, ws[0].Cmd.LeaseID)
+	gb.lb.forgetIdem(ws[0].Cmd.IdemHash, ws[0].Cmd.LeaseID)
 	if err != nil {
-		f.notices = append(f.notices, Notice{LeaseID: g, Err: err})
+		gb.notices = append(gb.notices, Notice{LeaseID: g, Err: err})
 	}
 }
 
 // groupBusy explains why queued group g is not granted: the first of its
 // keys without a free slot, or with other acquires queued ahead of it.
-func (f *FSM) groupBusy(g string) *wire.Error {
-	for _, w := range f.groupWaits[g] {
-		if !f.atHead(w) {
-			return f.busyError(w.Cmd.Key, f.keys.Get(w.Cmd.Key))
+func (gb *groupBook) groupBusy(g string) *wire.Error {
+	for _, w := range gb.groupWaits[g] {
+		if !gb.atHead(w) {
+			return gb.lb.busyError(w.Cmd.Key, gb.lb.keys.Get(w.Cmd.Key))
 		}
 	}
 	return Errorf(wire.CodeLeaseHeld, "lease group %s was not granted within its wait", g)
@@ -426,53 +448,53 @@ func (f *FSM) groupBusy(g string) *wire.Error {
 // repumpKeys pumps the keys in f.repump, in order, until no group grant
 // or withdrawal adds any more. Pumps it starts add to the list rather
 // than nest.
-func (f *FSM) repumpKeys() {
-	if f.repumping {
+func (gb *groupBook) repumpKeys() {
+	if gb.repumping {
 		return
 	}
-	f.repumping = true
-	for len(f.repump) > 0 {
-		k := f.repump[0]
-		f.repump = f.repump[1:]
-		if ks := f.keys.Get(k); ks != nil {
-			f.pump(k, ks)
+	gb.repumping = true
+	for len(gb.repump) > 0 {
+		k := gb.repump[0]
+		gb.repump = gb.repump[1:]
+		if ks := gb.lb.keys.Get(k); ks != nil {
+			gb.lb.pump(k, ks)
 		}
 	}
-	f.repump = nil
-	f.repumping = false
+	gb.repump = nil
+	gb.repumping = false
 }
 
 // endGroup ends every active member of group g with o, in key order, and
 // returns the group (Lease: member named, Leases: every member) and how
 // many members it ended.
-func (f *FSM) endGroup(g, named string, o endOpts) (Result, uint64) {
+func (gb *groupBook) endGroup(g, named string, o endOpts) (Result, uint64) {
 	var res Result
 	n := uint64(0)
-	for _, id := range f.groups[g] {
-		if l := f.leases.Get(id); l != nil && l.State == StateActive {
-			f.end(l, o)
+	for _, id := range gb.groups[g] {
+		if l := gb.lb.leases.Get(id); l != nil && l.State == StateActive {
+			gb.lb.end(l, o)
 			n++
 		}
 	}
-	res.Leases = f.Group(g)
-	res.Lease = f.leases.Get(named)
+	res.Leases = gb.Group(g)
+	res.Lease = gb.lb.leases.Get(named)
 	return res, n
 }
 
 // groupMembers checks tok (or, for a bound group, sessTok) against every
 // member of group g and returns them: all active and not due, or an error
 // and nothing changes.
-func (f *FSM) groupMembers(g string, tok, sessTok Hash) ([]*Lease, *wire.Error) {
+func (gb *groupBook) groupMembers(g string, tok, sessTok Hash) ([]*Lease, *wire.Error) {
 	if err := validID("group_id", g); err != nil {
 		return nil, err
 	}
-	ids := f.groups[g]
+	ids := gb.groups[g]
 	if len(ids) == 0 {
 		return nil, Errorf(wire.CodeLeaseNotFound, "lease group %s not found", g)
 	}
 	out := make([]*Lease, len(ids))
 	for i, id := range ids {
-		l, err := f.checkLease(id, tok, sessTok)
+		l, err := gb.lb.checkLease(id, tok, sessTok)
 		if err != nil {
 			err.Message = "lease group " + g + ": " + err.Message
 			return nil, err
@@ -482,11 +504,11 @@ func (f *FSM) groupMembers(g string, tok, sessTok Hash) ([]*Lease, *wire.Error) 
 	return out, nil
 }
 
-func (f *FSM) renewGroup(c *RenewGroup) Result {
+func (gb *groupBook) renewGroup(c *RenewGroup) Result {
 	if c.TTLTicks > 0 && c.TTLMS <= 0 || c.TTLTicks > MaxTicks {
 		return Result{Err: InvalidField("ttl_ms", "ttl_ms must be positive")}
 	}
-	ls, err := f.groupMembers(c.GroupID, c.TokenHash, Hash{})
+	ls, err := gb.groupMembers(c.GroupID, c.TokenHash, Hash{})
 	if err != nil {
 		return Result{Err: err}
 	}
@@ -495,7 +517,7 @@ func (f *FSM) renewGroup(c *RenewGroup) Result {
 	}
 	out := make([]*Lease, len(ls))
 	for i, l := range ls {
-		nl, err := f.renewOne(l.ID, c.TokenHash, renewal{ttlMS: c.TTLMS, ttlTicks: c.TTLTicks, wallMS: c.WallMS, group: true})
+		nl, err := gb.lb.renewOne(l.ID, c.TokenHash, renewal{ttlMS: c.TTLMS, ttlTicks: c.TTLTicks, wallMS: c.WallMS, group: true})
 		if err != nil {
 			panic(fmt.Sprintf("fsm: renewal of checked group member %s: %v", l.ID, err))
 		}
@@ -504,11 +526,11 @@ func (f *FSM) renewGroup(c *RenewGroup) Result {
 	return Result{Leases: out}
 }
 
-func (f *FSM) releaseGroup(c *ReleaseGroup) Result {
+func (gb *groupBook) releaseGroup(c *ReleaseGroup) Result {
 	if err := ValidReason(c.Reason); err != nil {
 		return Result{Err: err}
 	}
-	ls, err := f.groupMembers(c.GroupID, c.TokenHash, c.SessionTokenHash)
+	ls, err := gb.groupMembers(c.GroupID, c.TokenHash, c.SessionTokenHash)
 	if err != nil {
 		return Result{Err: err}
 	}
@@ -516,49 +538,49 @@ func (f *FSM) releaseGroup(c *ReleaseGroup) Result {
 	if reason == "" {
 		reason = ReasonReleased
 	}
-	res, _ := f.endGroup(c.GroupID, ls[0].ID, endOpts{state: StateReleased, reason: reason, wallMS: c.WallMS})
+	res, _ := gb.endGroup(c.GroupID, ls[0].ID, endOpts{state: StateReleased, reason: reason, wallMS: c.WallMS})
 	res.Lease = nil
 	return res
 }
 
 // dropGroupMember forgets pruned member id of group g.
-func (f *FSM) dropGroupMember(g, id string) {
-	ids := slices.DeleteFunc(f.groups[g], func(x string) bool { return x == id })
+func (gb *groupBook) dropGroupMember(g, id string) {
+	ids := slices.DeleteFunc(gb.groups[g], func(x string) bool { return x == id })
 	if len(ids) == 0 {
-		delete(f.groups, g)
+		delete(gb.groups, g)
 		return
 	}
-	f.groups[g] = ids
+	gb.groups[g] = ids
 }
 
 // Group returns the retained members of lease group id in key order, nil
 // if it has none (unknown, pruned, or still queued).
-func (f *FSM) Group(id string) []*Lease {
-	ids := f.groups[id]
+func (gb *groupBook) Group(id string) []*Lease {
+	ids := gb.groups[id]
 	if len(ids) == 0 {
 		return nil
 	}
 	out := make([]*Lease, len(ids))
 	for i, x := range ids {
-		out[i] = f.leases.Get(x)
+		out[i] = gb.lb.leases.Get(x)
 	}
 	return out
 }
 
 // GroupQueued reports whether lease group id is queued (wait_ms) for its
 // keys.
-func (f *FSM) GroupQueued(id string) bool { return len(f.groupWaits[id]) > 0 }
+func (gb *groupBook) GroupQueued(id string) bool { return len(gb.groupWaits[id]) > 0 }
 
 // GroupHeldUp reports whether key has a free slot that a queued lease
 // group at the head of its queue keeps (waiting for its other keys): the
 // one case in which a key's queue is not empty while a slot is free.
-func (f *FSM) GroupHeldUp(key string) bool {
-	ks := f.keys.Get(key)
+func (gb *groupBook) GroupHeldUp(key string) bool {
+	ks := gb.lb.keys.Get(key)
 	if ks == nil || ks.free() <= 0 || ks.nWaiters() == 0 {
 		return false
 	}
 	w := ks.more.waitq.front()
-	return w.group != "" && slices.ContainsFunc(f.groupWaits[w.group], func(m waiter) bool { return !f.atHead(m) })
+	return w.group != "" && slices.ContainsFunc(gb.groupWaits[w.group], func(m waiter) bool { return !gb.atHead(m) })
 }
 
 // rebuildGroups derives the group indexes from the records of a snapshot:

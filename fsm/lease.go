@@ -7,6 +7,34 @@ import (
 	"github.com/leasehold/leasehold/wire"
 )
 
+// leaseBook owns the leases and the keys: the lease records, each key's
+// state (active ids, lock-delay, queued acquires, stolen slots), the
+// idempotency map, the holder and listing indexes. It acquires, renews,
+// releases, revokes and ends leases, grants queued acquires (pump), and
+// asks the other parts for sessions (sess), timers (exp) and lease groups
+// (grp).
+type leaseBook struct {
+	*core
+	sess *sessionBook
+	exp  *expiry
+	grp  *groupBook
+
+	leases table[*Lease]
+	keys   table[*keyState]
+	idem   map[Hash]string // idempotency hash -> lease id (granted or queued)
+	// waiting is each queued lease id's key; holderWaits each holder's
+	// queued acquires: lease id -> key.
+	waiting     map[string]string
+	holderWaits map[string]map[string]string
+	order       idIndex  // lease ids, for ordered listing
+	keyIdx      keyIndex // keys of lease records (any state), counted, so that a prefix listing seeks
+	holders     map[string]*holderIndex
+	active      int // active leases
+	// canaryReleased is canary_fence_repeat's: key -> the token of its
+	// last released lease (nil in every normal build).
+	canaryReleased map[string]uint64
+}
+
 func validateAcquire(c *Acquire) *wire.Error {
 	if err := validID("lease_id", c.LeaseID); err != nil {
 		return err
@@ -37,21 +65,21 @@ func validateAcquire(c *Acquire) *wire.Error {
 	return ValidMetadata(c.Metadata)
 }
 
-func (f *FSM) acquire(c *Acquire) Result {
+func (lb *leaseBook) acquire(c *Acquire) Result {
 	if err := validateAcquire(c); err != nil {
 		return Result{Err: err}
 	}
 	if !c.IdemHash.IsZero() {
-		if id, ok := f.idem[c.IdemHash]; ok {
-			return f.replay(id, c)
+		if id, ok := lb.idem[c.IdemHash]; ok {
+			return lb.replay(id, c)
 		}
 	}
-	if dup := f.leases.Has(c.LeaseID); dup || f.waiting[c.LeaseID] != "" {
+	if dup := lb.leases.Has(c.LeaseID); dup || lb.waiting[c.LeaseID] != "" {
 		return Result{Err: InvalidField("lease_id", "lease id %s already exists", c.LeaseID)}
 	}
 	var sess *Session
 	if c.SessionID != "" {
-		s, err := f.checkSession(c.SessionID, c.SessionTokenHash)
+		s, err := lb.sess.checkSession(c.SessionID, c.SessionTokenHash)
 		if err != nil {
 			return Result{Err: err}
 		}
@@ -64,28 +92,28 @@ func (f *FSM) acquire(c *Acquire) Result {
 	if sess != nil {
 		holder = sess.Holder
 	}
-	if err := f.checkLeaseQuota(c.Quota, holder); err != nil {
+	if err := lb.checkLeaseQuota(c.Quota, holder); err != nil {
 		return Result{Err: err}
 	}
-	ks := f.keys.Get(c.Key)
+	ks := lb.keys.Get(c.Key)
 	if ks != nil && ks.inUse() && ks.limit != c.Limit {
 		return Result{Err: &wire.Error{Code: wire.CodeLimitMismatch, Key: c.Key,
 			Message: "key " + quote(c.Key) + " is in use with limit " + itoa(uint64(ks.limit)) + ", not " + itoa(uint64(c.Limit))}}
 	}
 	if ks == nil {
 		ks = &keyState{key: c.Key}
-		f.keys.Put(ks)
+		lb.keys.Put(ks)
 	}
 	if !ks.inUse() {
 		ks.limit = c.Limit
 	}
 	if ks.free() > 0 && ks.nWaiters() == 0 {
-		l := f.grant(c, ks, sess, "")
+		l := lb.grant(c, ks, sess, "")
 		return Result{Lease: l}
 	}
 	if c.WaitTicks > 0 {
-		if err := f.checkWaitQuota(c.Quota, c.Key, ks, holder); err != nil {
-			f.dropKey(c.Key, ks)
+		if err := lb.checkWaitQuota(c.Quota, c.Key, ks, holder); err != nil {
+			lb.dropKey(c.Key, ks)
 			return Result{Err: err}
 		}
 		q := c
@@ -98,27 +126,27 @@ func (f *FSM) acquire(c *Acquire) Result {
 			cc.Holder = holder
 			q = &cc
 		}
-		w := waiter{Cmd: q, Deadline: f.tick + c.WaitTicks}
-		f.queueWaiter(ks, w)
-		f.schedule(w.Deadline, kindWait, c.Key+"\x00"+c.LeaseID)
+		w := waiter{Cmd: q, Deadline: lb.tick + c.WaitTicks}
+		lb.queueWaiter(ks, w)
+		lb.exp.schedule(w.Deadline, kindWait, c.Key+"\x00"+c.LeaseID)
 		if !c.IdemHash.IsZero() {
-			f.idem[c.IdemHash] = c.LeaseID
+			lb.idem[c.IdemHash] = c.LeaseID
 		}
 		return Result{Queued: true, Lease: &Lease{ID: c.LeaseID, Key: c.Key, Holder: c.Holder, idem: newLeaseIdem(Hash{}, Hash{}, c.SealedToken)}}
 	}
-	err := f.busyError(c.Key, ks)
-	f.dropKey(c.Key, ks)
+	err := lb.busyError(c.Key, ks)
+	lb.dropKey(c.Key, ks)
 	return Result{Err: err}
 }
 
 // checkLeaseQuota refuses a new lease (granted or queued) of holder when the
 // cluster's live leases (active and queued) or the holder's active leases
 // are at their limit. An idempotent replay is answered before this check.
-func (f *FSM) checkLeaseQuota(q Quota, holder string) *wire.Error {
-	if live := uint64(f.active + len(f.waiting)); q.Leases > 0 && live >= q.Leases {
+func (lb *leaseBook) checkLeaseQuota(q Quota, holder string) *wire.Error {
+	if live := uint64(lb.active + len(lb.waiting)); q.Leases > 0 && live >= q.Leases {
 		return Exhausted("leases", q.Leases, "the cluster has %d live leases (active or queued), its limit", live)
 	}
-	if hi := f.holders[holder]; q.HolderLeases > 0 && hi != nil && uint64(hi.leases.n) >= q.HolderLeases {
+	if hi := lb.holders[holder]; q.HolderLeases > 0 && hi != nil && uint64(hi.leases.n) >= q.HolderLeases {
 		return Exhausted("leases_per_holder", q.HolderLeases, "holder %s has %d active leases, its limit", quote(holder), hi.leases.n)
 	}
 	return nil
@@ -126,32 +154,32 @@ func (f *FSM) checkLeaseQuota(q Quota, holder string) *wire.Error {
 
 // checkWaitQuota refuses to queue an acquire of holder on key when the
 // key's queue or the holder's queued acquires are at their limit.
-func (f *FSM) checkWaitQuota(q Quota, key string, ks *keyState, holder string) *wire.Error {
+func (lb *leaseBook) checkWaitQuota(q Quota, key string, ks *keyState, holder string) *wire.Error {
 	if n := uint64(ks.nWaiters()); q.KeyWaiters > 0 && n >= q.KeyWaiters {
 		return Exhausted("waiters_per_key", q.KeyWaiters, "key %s has %d queued acquires, its limit", quote(key), n)
 	}
-	if n := uint64(len(f.holderWaits[holder])); q.HolderWaiters > 0 && n >= q.HolderWaiters {
+	if n := uint64(len(lb.holderWaits[holder])); q.HolderWaiters > 0 && n >= q.HolderWaiters {
 		return Exhausted("waiters_per_holder", q.HolderWaiters, "holder %s has %d queued acquires, its limit", quote(holder), n)
 	}
 	return nil
 }
 
 // queueWaiter appends w to the queue of its key.
-func (f *FSM) queueWaiter(ks *keyState, w waiter) {
+func (lb *leaseBook) queueWaiter(ks *keyState, w waiter) {
 	c := w.Cmd
 	ks.ext().waitq.push(w)
-	f.waiting[c.LeaseID] = c.Key
-	hw := f.holderWaits[c.Holder]
+	lb.waiting[c.LeaseID] = c.Key
+	hw := lb.holderWaits[c.Holder]
 	if hw == nil {
 		hw = make(map[string]string)
-		f.holderWaits[c.Holder] = hw
+		lb.holderWaits[c.Holder] = hw
 	}
 	hw[c.LeaseID] = c.Key
 }
 
 // unqueue withdraws the queued acquire id from the queue of ks and from the
 // indexes (not from the idempotency map). It does not tidy the key.
-func (f *FSM) unqueue(ks *keyState, id string) (waiter, bool) {
+func (lb *leaseBook) unqueue(ks *keyState, id string) (waiter, bool) {
 	if ks == nil || ks.more == nil {
 		return waiter{}, false
 	}
@@ -159,11 +187,11 @@ func (f *FSM) unqueue(ks *keyState, id string) (waiter, bool) {
 	if !ok {
 		return waiter{}, false
 	}
-	delete(f.waiting, id)
-	if hw := f.holderWaits[w.Cmd.Holder]; hw != nil {
+	delete(lb.waiting, id)
+	if hw := lb.holderWaits[w.Cmd.Holder]; hw != nil {
 		delete(hw, id)
 		if len(hw) == 0 {
-			delete(f.holderWaits, w.Cmd.Holder)
+			delete(lb.holderWaits, w.Cmd.Holder)
 		}
 	}
 	return w, true
@@ -171,19 +199,19 @@ func (f *FSM) unqueue(ks *keyState, id string) (waiter, bool) {
 
 // busyError explains why no slot is free: LOCK_DELAY when a blocked slot is
 // what stands in the way, LEASE_HELD otherwise.
-func (f *FSM) busyError(key string, ks *keyState) *wire.Error {
+func (lb *leaseBook) busyError(key string, ks *keyState) *wire.Error {
 	if len(ks.blocked()) > 0 && len(ks.active()) < int(ks.limit) {
 		until := ks.blocked()[0].Until
 		for _, b := range ks.blocked() {
 			until = min(until, b.Until)
 		}
-		return &wire.Error{Code: wire.CodeLockDelay, Key: key, RemainingMS: f.remainingMS(until),
+		return &wire.Error{Code: wire.CodeLockDelay, Key: key, RemainingMS: lb.remainingMS(until),
 			Message: "key " + quote(key) + " is in lock-delay after its last holder's lease ended involuntarily"}
 	}
 	holders := make([]wire.HolderInfo, 0, len(ks.active()))
 	for _, id := range ks.active() {
-		l := f.leases.Get(id)
-		holders = append(holders, wire.HolderInfo{Holder: l.Holder, LeaseID: l.ID, RemainingMS: f.remainingMS(f.leaseEnd(l))})
+		l := lb.leases.Get(id)
+		holders = append(holders, wire.HolderInfo{Holder: l.Holder, LeaseID: l.ID, RemainingMS: lb.remainingMS(lb.sess.leaseEnd(l))})
 	}
 	msg := "key " + quote(key) + " is held"
 	if n := ks.nWaiters(); n > 0 && ks.free() > 0 {
@@ -196,14 +224,14 @@ func (f *FSM) busyError(key string, ks *keyState) *wire.Error {
 	return &wire.Error{Code: wire.CodeLeaseHeld, Key: key, Holders: holders, Message: msg}
 }
 
-func (f *FSM) replay(id string, c *Acquire) Result {
-	if l := f.leases.Get(id); l != nil {
+func (lb *leaseBook) replay(id string, c *Acquire) Result {
+	if l := lb.leases.Get(id); l != nil {
 		if l.fingerprint() != c.Fingerprint || l.GroupID() != "" {
 			return Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
 		}
 		return Result{Lease: l, Replayed: true}
 	}
-	if w, ok := f.findWaiter(c.Key, id); ok {
+	if w, ok := lb.findWaiter(c.Key, id); ok {
 		if w.Cmd.Fingerprint != c.Fingerprint || w.group != "" {
 			return Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
 		}
@@ -214,16 +242,16 @@ func (f *FSM) replay(id string, c *Acquire) Result {
 }
 
 // findWaiter returns the queued acquire id on key.
-func (f *FSM) findWaiter(key, id string) (waiter, bool) {
-	ks := f.keys.Get(key)
+func (lb *leaseBook) findWaiter(key, id string) (waiter, bool) {
+	ks := lb.keys.Get(key)
 	if ks == nil || ks.more == nil {
 		return waiter{}, false
 	}
 	return ks.more.waitq.find(id)
 }
 
-func (f *FSM) checkSession(id string, tok Hash) (*Session, *wire.Error) {
-	s := f.sessions[id]
+func (sb *sessionBook) checkSession(id string, tok Hash) (*Session, *wire.Error) {
+	s := sb.sessions[id]
 	if s == nil {
 		return nil, Errorf(wire.CodeSessionNotFound, "session %s not found", id)
 	}
@@ -233,7 +261,7 @@ func (f *FSM) checkSession(id string, tok Hash) (*Session, *wire.Error) {
 	if s.State != SessionActive {
 		return nil, Errorf(wire.CodeSessionEnded, "session %s has %s", id, s.State)
 	}
-	if s.ExpiresTick+GraceTicks <= f.tick {
+	if s.ExpiresTick+GraceTicks <= sb.tick {
 		// Due to expire at this very tick (its timer has not run yet):
 		// nothing may be granted to it any more.
 		return nil, Errorf(wire.CodeSessionEnded, "session %s has expired", id)
@@ -244,16 +272,16 @@ func (f *FSM) checkSession(id string, tok Hash) (*Session, *wire.Error) {
 // grant makes c's lease, a member of lease group group if not "".
 // c was validated (validateAcquire; a restored waiter by checkWaiters):
 // its Limit is at most MaxLimit.
-func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session, group string) *Lease {
+func (lb *leaseBook) grant(c *Acquire, ks *keyState, sess *Session, group string) *Lease {
 	l := &Lease{
 		ID: c.LeaseID, Key: c.Key, Holder: c.Holder, Limit: uint16(c.Limit), State: StateActive,
-		Fence: f.nextFence(), TokenHash: c.TokenHash, TTLMS: c.TTLMS, TTLTicks: c.TTLTicks,
-		AcquiredTick: f.tick, AcquiredWallMS: c.WallMS, cold: newLeaseCold(c.Metadata, c.LockDelayTicks),
+		Fence: lb.nextFence(), TokenHash: c.TokenHash, TTLMS: c.TTLMS, TTLTicks: c.TTLTicks,
+		AcquiredTick: lb.tick, AcquiredWallMS: c.WallMS, cold: newLeaseCold(c.Metadata, c.LockDelayTicks),
 		idem: withGroup(newLeaseIdem(c.IdemHash, c.Fingerprint, c.SealedToken), group),
 	}
-	if canaryFenceRepeat && f.canaryReleased[c.Key] != 0 {
-		l.Fence = f.canaryReleased[c.Key]
-		delete(f.canaryReleased, c.Key)
+	if canaryFenceRepeat && lb.canaryReleased[c.Key] != 0 {
+		l.Fence = lb.canaryReleased[c.Key]
+		delete(lb.canaryReleased, c.Key)
 	}
 	if canaryWallApply {
 		l.AcquiredWallMS = canaryWallMS()
@@ -269,21 +297,21 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session, group string) *Leas
 		// every grant made binding n leases to a session O(n²)
 		// (100,000 took over a minute).
 		ns.LeaseIDs = append(sess.LeaseIDs, l.ID)
-		f.sessions[sess.ID] = &ns
+		lb.sess.sessions[sess.ID] = &ns
 	} else {
-		l.ExpiresTick = f.tick + c.TTLTicks
-		f.schedule(leaseDeadline(l), kindLease, l.ID)
+		l.ExpiresTick = lb.tick + c.TTLTicks
+		lb.exp.schedule(leaseDeadline(l), kindLease, l.ID)
 	}
-	hi := f.holder(l.Holder)
+	hi := lb.holder(l.Holder)
 	l.Holder = hi.name // one string per holder, not one per lease
 	hi.leases.insert(l.ID)
-	f.leases.Put(l)
-	f.order.insert(l.ID)
-	f.addKeyRef(l.Key)
-	f.active++
+	lb.leases.Put(l)
+	lb.order.insert(l.ID)
+	lb.addKeyRef(l.Key)
+	lb.active++
 	ks.addActive(l.ID)
 	if !c.IdemHash.IsZero() {
-		f.idem[c.IdemHash] = l.ID
+		lb.idem[c.IdemHash] = l.ID
 	}
 	var prev string
 	if len(ks.stolen()) > 0 {
@@ -292,7 +320,7 @@ func (f *FSM) grant(c *Acquire, ks *keyState, sess *Session, group string) *Leas
 		ks.more.stolen = ks.more.stolen[1:]
 		ks.tidy()
 	}
-	f.emit(Event{Type: EventAcquired, WallMS: c.WallMS, Key: l.Key, Lease: l, Previous: prev})
+	lb.emit(Event{Type: EventAcquired, WallMS: c.WallMS, Key: l.Key, Lease: l, Previous: prev})
 	return l
 }
 
@@ -335,29 +363,29 @@ func withoutID(ids []string, id string) []string {
 }
 
 // end moves an active lease to a terminal state and frees its slot.
-func (f *FSM) end(l *Lease, o endOpts) *Lease {
+func (lb *leaseBook) end(l *Lease, o endOpts) *Lease {
 	nl := *l
-	nl.markEnded(o.state, o.reason, f.tick, o.wallMS)
-	f.leases.Put(&nl)
-	f.active--
-	ks := f.keys.Get(l.Key)
-	f.removeActive(ks, l)
-	if hi := f.holders[l.Holder]; hi != nil {
+	nl.markEnded(o.state, o.reason, lb.tick, o.wallMS)
+	lb.leases.Put(&nl)
+	lb.active--
+	ks := lb.keys.Get(l.Key)
+	lb.removeActive(ks, l)
+	if hi := lb.holders[l.Holder]; hi != nil {
 		hi.leases.remove(l.ID)
-		f.dropHolder(l.Holder)
+		lb.dropHolder(l.Holder)
 	}
 	if l.SessionID != "" && !o.session {
-		if s := f.sessions[l.SessionID]; s != nil && s.State == SessionActive {
+		if s := lb.sess.sessions[l.SessionID]; s != nil && s.State == SessionActive {
 			ns := *s
 			ns.LeaseIDs = withoutID(s.LeaseIDs, l.ID)
-			f.sessions[s.ID] = &ns
+			lb.sess.sessions[s.ID] = &ns
 		}
 	}
-	f.prune = append(f.prune, pruneItem{tick: f.tick, kind: kindLease, id: l.ID})
+	lb.exp.ended(kindLease, l.ID)
 	if o.delay {
 		ks.ext().stolen = append(ks.stolen(), l.ID)
 		if d := l.LockDelayTicks(); d > 0 {
-			until := f.tick + d
+			until := lb.tick + d
 			if o.midTick {
 				// The next tick may commit right after this entry, and
 				// one tick may follow another at once after a stall:
@@ -367,7 +395,7 @@ func (f *FSM) end(l *Lease, o endOpts) *Lease {
 				until++
 			}
 			ks.ext().blocked = append(ks.blocked(), blocked{Until: until, LeaseID: l.ID})
-			f.schedule(until, kindDelay, l.Key)
+			lb.exp.schedule(until, kindDelay, l.Key)
 		}
 	}
 	typ := EventReleased
@@ -377,20 +405,20 @@ func (f *FSM) end(l *Lease, o endOpts) *Lease {
 	case StateRevoked:
 		typ = EventRevoked
 	}
-	f.emit(Event{Type: typ, WallMS: o.wallMS, Key: l.Key, Lease: &nl, Reason: o.reason})
-	f.pump(l.Key, ks)
+	lb.emit(Event{Type: typ, WallMS: o.wallMS, Key: l.Key, Lease: &nl, Reason: o.reason})
+	lb.pump(l.Key, ks)
 	return &nl
 }
 
 // removeActive takes l out of the active ids of its key. They are in fence
 // order, so a long list (a semaphore's) is searched by fence rather than
 // scanned.
-func (f *FSM) removeActive(ks *keyState, l *Lease) {
+func (lb *leaseBook) removeActive(ks *keyState, l *Lease) {
 	a := ks.active()
 	i := -1
 	if len(a) > 16 {
 		j, _ := slices.BinarySearchFunc(a, l.Fence, func(id string, fence uint64) int {
-			return cmp.Compare(f.leases.Get(id).Fence, fence)
+			return cmp.Compare(lb.leases.Get(id).Fence, fence)
 		})
 		if j < len(a) && a[j] == l.ID {
 			i = j
@@ -406,69 +434,69 @@ func (f *FSM) removeActive(ks *keyState, l *Lease) {
 
 // pump grants queued acquires on key while slots are free, then forgets the
 // key if nothing refers to it any more.
-func (f *FSM) pump(key string, ks *keyState) {
+func (lb *leaseBook) pump(key string, ks *keyState) {
 	for ks.free() > 0 && ks.nWaiters() > 0 {
 		w := ks.more.waitq.front()
 		if w.group != "" {
 			// A lease group: granted only at the head of every one of
 			// its keys' queues, and until then it holds this queue up.
-			if !f.pumpGroup(w.group) {
+			if !lb.grp.pumpGroup(w.group) {
 				break
 			}
 			continue
 		}
-		f.unqueue(ks, w.Cmd.LeaseID)
+		lb.unqueue(ks, w.Cmd.LeaseID)
 		c := w.Cmd
-		if dup := f.leases.Has(c.LeaseID); dup {
+		if dup := lb.leases.Has(c.LeaseID); dup {
 			// acquire only sees waiters on its own key, so the id may have
 			// been granted on another key meanwhile: never grant it twice.
-			f.forgetIdem(c.IdemHash, c.LeaseID)
-			f.notices = append(f.notices, Notice{LeaseID: c.LeaseID, Err: InvalidField("lease_id", "lease id %s already exists", c.LeaseID)})
+			lb.forgetIdem(c.IdemHash, c.LeaseID)
+			lb.notices = append(lb.notices, Notice{LeaseID: c.LeaseID, Err: InvalidField("lease_id", "lease id %s already exists", c.LeaseID)})
 			continue
 		}
 		var sess *Session
 		if c.SessionID != "" {
-			s, err := f.checkSession(c.SessionID, c.SessionTokenHash)
+			s, err := lb.sess.checkSession(c.SessionID, c.SessionTokenHash)
 			if err != nil {
-				f.forgetIdem(c.IdemHash, c.LeaseID)
-				f.notices = append(f.notices, Notice{LeaseID: c.LeaseID, Err: err})
+				lb.forgetIdem(c.IdemHash, c.LeaseID)
+				lb.notices = append(lb.notices, Notice{LeaseID: c.LeaseID, Err: err})
 				continue
 			}
 			sess = s
 		}
-		l := f.grant(c, ks, sess, "")
-		f.notices = append(f.notices, Notice{LeaseID: c.LeaseID, Lease: l})
+		l := lb.grant(c, ks, sess, "")
+		lb.notices = append(lb.notices, Notice{LeaseID: c.LeaseID, Lease: l})
 	}
-	f.dropKey(key, ks)
-	f.repumpKeys()
+	lb.dropKey(key, ks)
+	lb.grp.repumpKeys()
 }
 
-func (f *FSM) forgetIdem(h Hash, id string) {
-	if !h.IsZero() && f.idem[h] == id {
-		delete(f.idem, h)
+func (lb *leaseBook) forgetIdem(h Hash, id string) {
+	if !h.IsZero() && lb.idem[h] == id {
+		delete(lb.idem, h)
 	}
 }
 
-func (f *FSM) dropKey(key string, ks *keyState) {
+func (lb *leaseBook) dropKey(key string, ks *keyState) {
 	ks.tidy()
 	if !ks.inUse() && len(ks.stolen()) == 0 {
-		f.keys.Delete(key)
+		lb.keys.Delete(key)
 	}
 }
 
 // checkLease finds an active lease and checks its token. A bound lease may
 // also be authenticated by its session's token when sessTok is set.
-func (f *FSM) checkLease(id string, tok, sessTok Hash) (*Lease, *wire.Error) {
+func (lb *leaseBook) checkLease(id string, tok, sessTok Hash) (*Lease, *wire.Error) {
 	if err := validID("lease_id", id); err != nil {
 		return nil, err
 	}
-	l := f.leases.Get(id)
+	l := lb.leases.Get(id)
 	if l == nil {
 		return nil, Errorf(wire.CodeLeaseNotFound, "lease %s not found", id)
 	}
 	ok := !tok.IsZero() && tok == l.TokenHash
 	if !ok && !sessTok.IsZero() && l.SessionID != "" {
-		if s := f.sessions[l.SessionID]; s != nil && s.TokenHash == sessTok {
+		if s := lb.sess.sessions[l.SessionID]; s != nil && s.TokenHash == sessTok {
 			ok = true
 		}
 	}
@@ -478,7 +506,7 @@ func (f *FSM) checkLease(id string, tok, sessTok Hash) (*Lease, *wire.Error) {
 	if l.Terminal() {
 		return nil, terminalError(l)
 	}
-	if f.leaseDue(l) {
+	if lb.exp.leaseDue(l) {
 		// Its expiry is in the backlog (expire.go): it has expired as
 		// far as its holder can tell.
 		return nil, Errorf(wire.CodeLeaseExpired, "lease %s has expired", id)
@@ -499,16 +527,16 @@ type renewal struct {
 	group bool
 }
 
-func (f *FSM) renewOne(id string, tok Hash, r renewal) (*Lease, *wire.Error) {
-	if canaryRenewToken && f.leases.Get(id) != nil {
-		tok = f.leases.Get(id).TokenHash
+func (lb *leaseBook) renewOne(id string, tok Hash, r renewal) (*Lease, *wire.Error) {
+	if canaryRenewToken && lb.leases.Get(id) != nil {
+		tok = lb.leases.Get(id).TokenHash
 	}
 	if r.setMeta {
 		if err := ValidMetadata(r.meta); err != nil {
 			return nil, err
 		}
 	}
-	l, err := f.checkLease(id, tok, Hash{})
+	l, err := lb.checkLease(id, tok, Hash{})
 	if err != nil {
 		return nil, err
 	}
@@ -528,7 +556,7 @@ func (f *FSM) renewOne(id string, tok Hash, r renewal) (*Lease, *wire.Error) {
 		nl.TTLMS, nl.TTLTicks = r.ttlMS, r.ttlTicks
 	}
 	if l.SessionID == "" {
-		if end := f.tick + nl.TTLTicks; end > nl.ExpiresTick {
+		if end := lb.tick + nl.TTLTicks; end > nl.ExpiresTick {
 			nl.ExpiresTick = end // the lease's timer moves when it comes due (applyTick)
 		}
 	}
@@ -540,37 +568,37 @@ func (f *FSM) renewOne(id string, tok Hash, r renewal) (*Lease, *wire.Error) {
 		nl.RenewalCount++
 	}
 	nl.RenewedWallMS = r.wallMS
-	f.leases.Put(&nl)
-	f.emit(Event{Type: EventRenewed, WallMS: r.wallMS, Key: l.Key, Lease: &nl})
+	lb.leases.Put(&nl)
+	lb.emit(Event{Type: EventRenewed, WallMS: r.wallMS, Key: l.Key, Lease: &nl})
 	return &nl, nil
 }
 
-func (f *FSM) renew(c *Renew) Result {
+func (lb *leaseBook) renew(c *Renew) Result {
 	if c.TTLTicks > 0 && c.TTLMS <= 0 || c.TTLTicks > MaxTicks {
 		return Result{Err: InvalidField("ttl_ms", "ttl_ms must be positive")}
 	}
-	l, err := f.renewOne(c.LeaseID, c.TokenHash, renewal{ttlMS: c.TTLMS, ttlTicks: c.TTLTicks, wallMS: c.WallMS,
+	l, err := lb.renewOne(c.LeaseID, c.TokenHash, renewal{ttlMS: c.TTLMS, ttlTicks: c.TTLTicks, wallMS: c.WallMS,
 		meta: c.Metadata, setMeta: c.SetMetadata})
 	return Result{Lease: l, Err: err}
 }
 
-func (f *FSM) heartbeat(c *Heartbeat) Result {
+func (lb *leaseBook) heartbeat(c *Heartbeat) Result {
 	if len(c.Items) == 0 || len(c.Items) > MaxHeartbeatSize {
 		return Result{Err: InvalidField("leases", "a heartbeat carries 1-%d leases, got %d", MaxHeartbeatSize, len(c.Items))}
 	}
 	items := make([]ItemResult, len(c.Items))
 	for i, it := range c.Items {
-		l, err := f.renewOne(it.LeaseID, it.TokenHash, renewal{wallMS: c.WallMS, meta: it.Metadata, setMeta: it.SetMetadata})
+		l, err := lb.renewOne(it.LeaseID, it.TokenHash, renewal{wallMS: c.WallMS, meta: it.Metadata, setMeta: it.SetMetadata})
 		items[i] = ItemResult{LeaseID: it.LeaseID, Lease: l, Err: err}
 	}
 	return Result{Items: items}
 }
 
-func (f *FSM) release(c *Release) Result {
+func (lb *leaseBook) release(c *Release) Result {
 	if err := ValidReason(c.Reason); err != nil {
 		return Result{Err: err}
 	}
-	l, err := f.checkLease(c.LeaseID, c.TokenHash, c.SessionTokenHash)
+	l, err := lb.checkLease(c.LeaseID, c.TokenHash, c.SessionTokenHash)
 	if err != nil {
 		return Result{Err: err}
 	}
@@ -582,25 +610,25 @@ func (f *FSM) release(c *Release) Result {
 		reason = ReasonReleased
 	}
 	if canaryFenceReset {
-		f.fence = l.Fence - 1
+		lb.fence = l.Fence - 1
 	}
 	if canaryFenceRepeat {
-		if f.canaryReleased == nil {
-			f.canaryReleased = map[string]uint64{}
+		if lb.canaryReleased == nil {
+			lb.canaryReleased = map[string]uint64{}
 		}
-		f.canaryReleased[l.Key] = l.Fence
+		lb.canaryReleased[l.Key] = l.Fence
 	}
-	return Result{Lease: f.end(l, endOpts{state: StateReleased, reason: reason, wallMS: c.WallMS})}
+	return Result{Lease: lb.end(l, endOpts{state: StateReleased, reason: reason, wallMS: c.WallMS})}
 }
 
-func (f *FSM) revoke(c *Revoke) Result {
+func (lb *leaseBook) revoke(c *Revoke) Result {
 	if err := ValidReason(c.Reason); err != nil {
 		return Result{Err: err}
 	}
 	if err := validID("lease_id", c.LeaseID); err != nil {
 		return Result{Err: err}
 	}
-	l := f.leases.Get(c.LeaseID)
+	l := lb.leases.Get(c.LeaseID)
 	if l == nil {
 		return Result{Err: Errorf(wire.CodeLeaseNotFound, "lease %s not found", c.LeaseID)}
 	}
@@ -613,13 +641,13 @@ func (f *FSM) revoke(c *Revoke) Result {
 	}
 	o := endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS, delay: true, midTick: true}
 	if g := l.GroupID(); g != "" {
-		res, _ := f.endGroup(g, l.ID, o) // a group ends whole
+		res, _ := lb.grp.endGroup(g, l.ID, o) // a group ends whole
 		return res
 	}
-	return Result{Lease: f.end(l, o)}
+	return Result{Lease: lb.end(l, o)}
 }
 
-func (f *FSM) releaseHolder(c *ReleaseHolder) Result {
+func (lb *leaseBook) releaseHolder(c *ReleaseHolder) Result {
 	if err := ValidHolder(c.Holder); err != nil {
 		return Result{Err: err}
 	}
@@ -630,17 +658,17 @@ func (f *FSM) releaseHolder(c *ReleaseHolder) Result {
 	if reason == "" {
 		reason = ReasonHolderReleased
 	}
-	n := f.dropWaitersOf(c.Holder)
-	hi := f.holders[c.Holder]
+	n := lb.dropWaitersOf(c.Holder)
+	hi := lb.holders[c.Holder]
 	if hi == nil {
 		return Result{Count: n}
 	}
 	for _, id := range hi.leases.ids() {
-		f.end(f.leases.Get(id), endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS})
+		lb.end(lb.leases.Get(id), endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS})
 		n++
 	}
 	for _, id := range hi.sessions.ids() {
-		f.endSession(f.sessions[id], SessionEnded, reason, c.WallMS)
+		lb.sess.endSession(lb.sess.sessions[id], SessionEnded, reason, c.WallMS)
 		n++
 	}
 	return Result{Count: n}
@@ -650,46 +678,46 @@ func (f *FSM) releaseHolder(c *ReleaseHolder) Result {
 // through one of its sessions), so that ending its leases cannot hand it a
 // new one; each waiter is told with a notice. It returns how many it
 // withdrew.
-func (f *FSM) dropWaitersOf(holder string) int {
-	hw := f.holderWaits[holder]
+func (lb *leaseBook) dropWaitersOf(holder string) int {
+	hw := lb.holderWaits[holder]
 	ids := sortedKeys(hw)
 	n := 0
 	for _, id := range ids {
 		key := hw[id]
-		ks := f.keys.Get(key)
-		if w, ok := f.findWaiter(key, id); ok && w.group != "" {
+		ks := lb.keys.Get(key)
+		if w, ok := lb.findWaiter(key, id); ok && w.group != "" {
 			// Its keys are pumped once every waiter of the holder is
 			// gone, so that none of them is granted meanwhile.
-			f.withdrawGroup(w.group, Errorf(wire.CodeLeaseRevoked, "all leases of holder %s were released while this lease group waited", holder))
+			lb.grp.withdrawGroup(w.group, Errorf(wire.CodeLeaseRevoked, "all leases of holder %s were released while this lease group waited", holder))
 			n++
 			continue
 		}
-		w, ok := f.unqueue(ks, id)
+		w, ok := lb.unqueue(ks, id)
 		if !ok {
 			continue
 		}
 		c := w.Cmd
-		f.forgetIdem(c.IdemHash, id)
-		f.notices = append(f.notices, Notice{LeaseID: id, Err: Errorf(wire.CodeLeaseRevoked, "all leases of holder %s were released while this acquire waited", holder)})
-		f.dropKey(key, ks)
+		lb.forgetIdem(c.IdemHash, id)
+		lb.notices = append(lb.notices, Notice{LeaseID: id, Err: Errorf(wire.CodeLeaseRevoked, "all leases of holder %s were released while this acquire waited", holder)})
+		lb.dropKey(key, ks)
 		n++
 	}
-	f.repumpKeys()
+	lb.grp.repumpKeys()
 	return n
 }
 
-func (f *FSM) cancelWait(c *CancelWait) {
-	ks := f.keys.Get(c.Key)
+func (lb *leaseBook) cancelWait(c *CancelWait) {
+	ks := lb.keys.Get(c.Key)
 	if ks == nil {
 		return
 	}
-	if w, ok := f.findWaiter(c.Key, c.LeaseID); ok && w.group != "" {
-		f.withdrawGroup(w.group, nil) // any member names the whole group
-		f.repumpKeys()
+	if w, ok := lb.findWaiter(c.Key, c.LeaseID); ok && w.group != "" {
+		lb.grp.withdrawGroup(w.group, nil) // any member names the whole group
+		lb.grp.repumpKeys()
 		return
 	}
-	if w, ok := f.unqueue(ks, c.LeaseID); ok {
-		f.forgetIdem(w.Cmd.IdemHash, c.LeaseID)
-		f.pump(c.Key, ks)
+	if w, ok := lb.unqueue(ks, c.LeaseID); ok {
+		lb.forgetIdem(w.Cmd.IdemHash, c.LeaseID)
+		lb.pump(c.Key, ks)
 	}
 }

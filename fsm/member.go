@@ -53,32 +53,32 @@ func ValidMember(c *Member) *wire.Error {
 // member applies a Member command: it writes (or overwrites) the record of
 // the server. Its grant keys stay, but a tombstone or another incarnation
 // retires its current one.
-func (f *FSM) member(c *Member) Result {
+func (r *registry) member(c *Member) Result {
 	if err := ValidMember(c); err != nil {
 		return Result{Err: err}
 	}
-	rec := MemberRecord{ID: c.ID, Incarnation: c.Incarnation, Removed: c.Removed, Index: f.index}
-	if old, ok := f.members[c.ID]; ok && old.GrantKeys != nil {
+	rec := MemberRecord{ID: c.ID, Incarnation: c.Incarnation, Removed: c.Removed, Index: r.index}
+	if old, ok := r.members[c.ID]; ok && old.GrantKeys != nil {
 		rec.GrantKeys = old.GrantKeys
 		if c.Removed || c.Incarnation != old.Incarnation {
-			rec.GrantKeys = old.GrantKeys.retireCurrent(f.tick)
+			rec.GrantKeys = old.GrantKeys.retireCurrent(r.tick)
 		}
 	}
-	f.members[c.ID] = rec
+	r.members[c.ID] = rec
 	return Result{}
 }
 
 // Member returns the registry's record of server id.
-func (f *FSM) Member(id string) (MemberRecord, bool) {
-	m, ok := f.members[id]
+func (r *registry) Member(id string) (MemberRecord, bool) {
+	m, ok := r.members[id]
 	return m, ok
 }
 
 // Members returns every record of the registry (tombstones included),
 // ordered by id.
-func (f *FSM) Members() []MemberRecord {
-	out := make([]MemberRecord, 0, len(f.members))
-	for _, m := range f.members {
+func (r *registry) Members() []MemberRecord {
+	out := make([]MemberRecord, 0, len(r.members))
+	for _, m := range r.members {
 		out = append(out, m)
 	}
 	sortMembers(out)

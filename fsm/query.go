@@ -10,19 +10,19 @@ import (
 // that excludes Apply while calling them.
 
 // Index is the last applied log index.
-func (f *FSM) Index() uint64 { return f.index }
+func (c *core) Index() uint64 { return c.index }
 
 // Tick is the current tick.
-func (f *FSM) Tick() uint64 { return f.tick }
+func (c *core) Tick() uint64 { return c.tick }
 
 // PeriodMS is the cluster's tick period (0 before the first tick).
-func (f *FSM) PeriodMS() int64 { return f.periodMS }
+func (c *core) PeriodMS() int64 { return c.periodMS }
 
 // WallMS is the leader's wall clock carried by the last tick (display only).
-func (f *FSM) WallMS() int64 { return f.wallMS }
+func (c *core) WallMS() int64 { return c.wallMS }
 
 // Fence is the highest fencing token ever assigned.
-func (f *FSM) Fence() uint64 { return f.fence }
+func (c *core) Fence() uint64 { return c.fence }
 
 // Lease returns a lease record (any retained state) or nil.
 func (f *FSM) Lease(id string) *Lease { return f.leases.Get(id) }

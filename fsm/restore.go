@@ -187,51 +187,58 @@ type restoreStage struct {
 	last   uint64 // the tick of the last chunk
 }
 
-// Staged describes the restore staged, if any: its id, its chunks and
-// bytes so far.
-func (f *FSM) Staged() (id string, chunks int, size uint64) {
-	if f.stage == nil {
-		return "", 0, 0
-	}
-	return f.stage.id, len(f.stage.chunks), f.stage.size
+// staging owns the restore being received (nil when none): RestoreChunk
+// entries add to it, a tick drops it when stale, RestoreCommit takes it.
+type staging struct {
+	*core
+	stage *restoreStage
 }
 
-func (f *FSM) restoreChunk(c *RestoreChunk) Result {
+// Staged describes the restore staged, if any: its id, its chunks and
+// bytes so far.
+func (st *staging) Staged() (id string, chunks int, size uint64) {
+	if st.stage == nil {
+		return "", 0, 0
+	}
+	return st.stage.id, len(st.stage.chunks), st.stage.size
+}
+
+func (st *staging) restoreChunk(c *RestoreChunk) Result {
 	if err := validRestoreID(c.ID); err != nil {
 		return Result{Err: err}
 	}
-	s := f.stage
+	s := st.stage
 	if c.Seq == 0 {
 		s = &restoreStage{id: c.ID}
-		f.stage = s
+		st.stage = s
 	} else if s == nil || s.id != c.ID || c.Seq != uint64(len(s.chunks)) {
 		if s != nil && s.id == c.ID {
-			f.stage = nil // a gap: this restore can no longer commit
+			st.stage = nil // a gap: this restore can no longer commit
 		}
 		return Result{Err: Errorf(wire.CodeUnavailable, "restore %s: chunk %d is not the next one of a staged restore", c.ID, c.Seq)}
 	}
 	if s.size+uint64(len(c.Data)) > MaxRestoreBytes {
-		f.stage = nil
+		st.stage = nil
 		return Result{Err: Errorf(wire.CodePayloadTooLarge, "restore %s: more than %d bytes", c.ID, uint64(MaxRestoreBytes))}
 	}
 	s.chunks = append(s.chunks, c.Data)
 	s.size += uint64(len(c.Data))
-	s.last = f.tick
+	s.last = st.tick
 	return Result{}
 }
 
 // dropStaleStage drops a staged restore that has had no chunk for
 // RestoreStaleMS (a tick applies it).
-func (f *FSM) dropStaleStage() {
-	if f.stage == nil {
+func (st *staging) dropStaleStage() {
+	if st.stage == nil {
 		return
 	}
-	period := f.periodMS
+	period := st.periodMS
 	if period <= 0 {
 		period = 100
 	}
-	if f.tick-f.stage.last > uint64(RestoreStaleMS/period) {
-		f.stage = nil
+	if st.tick-st.stage.last > uint64(RestoreStaleMS/period) {
+		st.stage = nil
 	}
 }
 
@@ -296,7 +303,7 @@ func (f *FSM) restoreCommit(c *RestoreCommit) Result {
 		}
 	}
 	seq := f.seq
-	*f = *nf
+	f.replace(nf)
 	f.seq = seq
 	f.notices = notices
 	return Result{Restore: &st}

@@ -25,21 +25,21 @@ func (*SealCheck) Type() Type { return TypeSealCheck }
 
 // sealCheckCmd applies a SealCheck: a valid one replaces the recorded value;
 // an empty or oversized one is refused (INVALID_ARGUMENT) and changes nothing.
-func (f *FSM) sealCheckCmd(c *SealCheck) Result {
+func (r *registry) sealCheckCmd(c *SealCheck) Result {
 	if len(c.Check) == 0 || len(c.Check) > MaxSealCheckBytes {
 		return Result{Err: InvalidField("check", "seal check must be 1-%d bytes, got %d", MaxSealCheckBytes, len(c.Check))}
 	}
-	f.sealCheck = string(c.Check)
+	r.sealCheck = string(c.Check)
 	return Result{}
 }
 
 // SealCheck returns the recorded check value of the sealing key; nil until
 // a SealCheck command applied.
-func (f *FSM) SealCheck() []byte {
-	if f.sealCheck == "" {
+func (r *registry) SealCheck() []byte {
+	if r.sealCheck == "" {
 		return nil
 	}
-	return []byte(f.sealCheck)
+	return []byte(r.sealCheck)
 }
 
 func (c *SealCheck) encode(e *enc) { e.bytes(c.Check) }

@@ -7,7 +7,20 @@ import (
 	"github.com/leasehold/leasehold/wire"
 )
 
-func (f *FSM) sessionCreate(c *SessionCreate) Result {
+// sessionBook owns the sessions: their records, the listing index and the
+// count of active ones. Ending a session ends its leases through the
+// leaseBook (lb), which also keeps each holder's sessions.
+type sessionBook struct {
+	*core
+	lb  *leaseBook
+	exp *expiry
+
+	sessions map[string]*Session
+	sessIDs  idIndex // session ids, for ordered listing
+	sessOpen int     // active sessions
+}
+
+func (sb *sessionBook) sessionCreate(c *SessionCreate) Result {
 	if err := validID("session_id", c.SessionID); err != nil {
 		return Result{Err: err}
 	}
@@ -23,35 +36,35 @@ func (f *FSM) sessionCreate(c *SessionCreate) Result {
 	if err := ValidMetadata(c.Metadata); err != nil {
 		return Result{Err: err}
 	}
-	if _, dup := f.sessions[c.SessionID]; dup {
+	if _, dup := sb.sessions[c.SessionID]; dup {
 		return Result{Err: InvalidField("session_id", "session id %s already exists", c.SessionID)}
 	}
-	if q := c.Quota.Sessions; q > 0 && uint64(f.sessOpen) >= q {
-		return Result{Err: Exhausted("sessions", q, "the cluster has %d active sessions, its limit", f.sessOpen)}
+	if q := c.Quota.Sessions; q > 0 && uint64(sb.sessOpen) >= q {
+		return Result{Err: Exhausted("sessions", q, "the cluster has %d active sessions, its limit", sb.sessOpen)}
 	}
-	if hi := f.holders[c.Holder]; c.Quota.HolderSessions > 0 && hi != nil && uint64(hi.sessions.n) >= c.Quota.HolderSessions {
+	if hi := sb.lb.holders[c.Holder]; c.Quota.HolderSessions > 0 && hi != nil && uint64(hi.sessions.n) >= c.Quota.HolderSessions {
 		return Result{Err: Exhausted("sessions_per_holder", c.Quota.HolderSessions,
 			"holder %s has %d active sessions, its limit", quote(c.Holder), hi.sessions.n)}
 	}
 	s := &Session{
 		ID: c.SessionID, Holder: c.Holder, State: SessionActive, TokenHash: c.TokenHash,
-		TTLMS: c.TTLMS, TTLTicks: c.TTLTicks, ExpiresTick: f.tick + c.TTLTicks,
+		TTLMS: c.TTLMS, TTLTicks: c.TTLTicks, ExpiresTick: sb.tick + c.TTLTicks,
 		CreatedWallMS: c.WallMS, LastHeartbeat: c.WallMS, Metadata: c.Metadata,
 	}
-	f.sessions[s.ID] = s
-	f.sessIDs.insert(s.ID)
-	f.sessOpen++
-	f.holder(s.Holder).sessions.insert(s.ID)
-	f.schedule(s.ExpiresTick+GraceTicks, kindSession, s.ID)
-	f.emit(Event{Type: EventSessionCreated, WallMS: c.WallMS, Session: s})
+	sb.sessions[s.ID] = s
+	sb.sessIDs.insert(s.ID)
+	sb.sessOpen++
+	sb.lb.holder(s.Holder).sessions.insert(s.ID)
+	sb.exp.schedule(s.ExpiresTick+GraceTicks, kindSession, s.ID)
+	sb.emit(Event{Type: EventSessionCreated, WallMS: c.WallMS, Session: s})
 	return Result{Session: s}
 }
 
-func (f *FSM) sessionHeartbeat(c *SessionHeartbeat) Result {
+func (sb *sessionBook) sessionHeartbeat(c *SessionHeartbeat) Result {
 	if err := validID("session_id", c.SessionID); err != nil {
 		return Result{Err: err}
 	}
-	s, err := f.checkSession(c.SessionID, c.TokenHash)
+	s, err := sb.checkSession(c.SessionID, c.TokenHash)
 	if err != nil {
 		return Result{Err: err}
 	}
@@ -64,23 +77,23 @@ func (f *FSM) sessionHeartbeat(c *SessionHeartbeat) Result {
 	if c.SetMetadata {
 		ns.Metadata = maps.Clone(nilIfEmpty(c.Metadata)) // not the command's map: an embedder's request may hold it
 	}
-	if end := f.tick + ns.TTLTicks; end > ns.ExpiresTick {
+	if end := sb.tick + ns.TTLTicks; end > ns.ExpiresTick {
 		ns.ExpiresTick = end // the session's timer moves when it comes due (applyTick)
 	}
 	ns.LastHeartbeat = c.WallMS
 	if ns.HeartbeatCount < ^uint64(0) {
 		ns.HeartbeatCount++
 	}
-	f.sessions[s.ID] = &ns
-	f.emit(Event{Type: EventSessionHeartbeat, WallMS: c.WallMS, Session: &ns})
+	sb.sessions[s.ID] = &ns
+	sb.emit(Event{Type: EventSessionHeartbeat, WallMS: c.WallMS, Session: &ns})
 	return Result{Session: &ns}
 }
 
-func (f *FSM) sessionEnd(c *SessionEnd) Result {
+func (sb *sessionBook) sessionEnd(c *SessionEnd) Result {
 	if err := validID("session_id", c.SessionID); err != nil {
 		return Result{Err: err}
 	}
-	s := f.sessions[c.SessionID]
+	s := sb.sessions[c.SessionID]
 	if s == nil {
 		return Result{Err: Errorf(wire.CodeSessionNotFound, "session %s not found", c.SessionID)}
 	}
@@ -90,18 +103,18 @@ func (f *FSM) sessionEnd(c *SessionEnd) Result {
 	if s.State != SessionActive {
 		return Result{Err: Errorf(wire.CodeSessionEnded, "session %s has %s", c.SessionID, s.State)}
 	}
-	if s.ExpiresTick+GraceTicks <= f.tick {
+	if s.ExpiresTick+GraceTicks <= sb.tick {
 		// Due, its expiry still in the backlog (expire.go): it has
 		// expired as far as its holder can tell.
 		return Result{Err: Errorf(wire.CodeSessionEnded, "session %s has expired", c.SessionID)}
 	}
-	return Result{Session: f.endSession(s, SessionEnded, "ended", c.WallMS)}
+	return Result{Session: sb.endSession(s, SessionEnded, "ended", c.WallMS)}
 }
 
 // endSession ends a session and every lease bound to it: released when the
 // session was ended on purpose, expired (with lock-delay) when it timed out.
-func (f *FSM) endSession(s *Session, state State, reason string, wallMS int64) *Session {
-	ns, _ := f.endSessionN(s, state, reason, wallMS, 0, false)
+func (sb *sessionBook) endSession(s *Session, state State, reason string, wallMS int64) *Session {
+	ns, _ := sb.endSessionN(s, state, reason, wallMS, 0, false)
 	return ns
 }
 
@@ -109,16 +122,16 @@ func (f *FSM) endSession(s *Session, state State, reason string, wallMS int64) *
 // counts as one; 0: no limit): the leases beyond it stay active, bound to
 // the ended session, with their timers in the backlog (expire.go). It
 // returns the session and the number of records it ended.
-func (f *FSM) endSessionN(s *Session, state State, reason string, wallMS int64, limit uint64, midTick bool) (*Session, uint64) {
+func (sb *sessionBook) endSessionN(s *Session, state State, reason string, wallMS int64, limit uint64, midTick bool) (*Session, uint64) {
 	ns := *s
 	ns.State = state
 	ns.EndReason = reason
-	ns.EndedTick = f.tick
+	ns.EndedTick = sb.tick
 	ns.EndedWallMS = wallMS
 	ns.LeaseIDs = slices.Clone(s.LeaseIDs)
-	f.sessions[s.ID] = &ns
-	f.sessOpen--
-	if hi := f.holders[s.Holder]; hi != nil {
+	sb.sessions[s.ID] = &ns
+	sb.sessOpen--
+	if hi := sb.lb.holders[s.Holder]; hi != nil {
 		hi.sessions.remove(s.ID)
 	}
 	o := endOpts{state: StateReleased, reason: ReasonSessionEnded, wallMS: wallMS, session: true}
@@ -137,16 +150,16 @@ func (f *FSM) endSessionN(s *Session, state State, reason string, wallMS int64, 
 			rest = ns.LeaseIDs[k:]
 			break
 		}
-		if l := f.leases.Get(id); l != nil && l.State == StateActive {
-			f.end(l, o)
+		if l := sb.lb.leases.Get(id); l != nil && l.State == StateActive {
+			sb.lb.end(l, o)
 			n++
 		}
 	}
-	f.dropHolder(s.Holder)
-	f.prune = append(f.prune, pruneItem{tick: f.tick, kind: kindSession, id: s.ID})
-	f.emit(Event{Type: EventSessionEnded, WallMS: wallMS, Session: &ns, Reason: reason})
+	sb.lb.dropHolder(s.Holder)
+	sb.exp.ended(kindSession, s.ID)
+	sb.emit(Event{Type: EventSessionEnded, WallMS: wallMS, Session: &ns, Reason: reason})
 	if len(rest) > 0 {
-		f.deferLeases(rest)
+		sb.exp.deferLeases(rest)
 	}
 	return &ns, n
 }

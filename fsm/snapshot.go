@@ -338,7 +338,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	*f = *n
+	f.replace(n)
 	return nil
 }
 

@@ -53,60 +53,60 @@ func leaseDeadline(l *Lease) uint64 {
 
 // waitTimeout ends queued acquire id on key if its deadline has come, and
 // reports whether it did.
-func (f *FSM) waitTimeout(key, id string) bool {
-	ks := f.keys.Get(key)
-	w, ok := f.findWaiter(key, id)
-	if !ok || w.Deadline > f.tick {
+func (lb *leaseBook) waitTimeout(key, id string) bool {
+	ks := lb.keys.Get(key)
+	w, ok := lb.findWaiter(key, id)
+	if !ok || w.Deadline > lb.tick {
 		return false
 	}
 	if w.group != "" {
-		f.withdrawGroup(w.group, f.groupBusy(w.group))
-		f.repumpKeys()
+		lb.grp.withdrawGroup(w.group, lb.grp.groupBusy(w.group))
+		lb.grp.repumpKeys()
 		return true
 	}
-	w, _ = f.unqueue(ks, id)
-	f.forgetIdem(w.Cmd.IdemHash, id)
-	err := f.busyError(key, ks)
-	f.notices = append(f.notices, Notice{LeaseID: id, Err: err})
-	f.pump(key, ks)
+	w, _ = lb.unqueue(ks, id)
+	lb.forgetIdem(w.Cmd.IdemHash, id)
+	err := lb.busyError(key, ks)
+	lb.notices = append(lb.notices, Notice{LeaseID: id, Err: err})
+	lb.pump(key, ks)
 	return true
 }
 
 // delayEnd ends the lock-delays on key whose time has come, and reports
 // whether there were any.
-func (f *FSM) delayEnd(key string, wallMS int64) bool {
-	ks := f.keys.Get(key)
+func (lb *leaseBook) delayEnd(key string, wallMS int64) bool {
+	ks := lb.keys.Get(key)
 	if ks == nil {
 		return false
 	}
 	var ended []blocked
 	ks.ext().blocked = slices.DeleteFunc(slices.Clone(ks.blocked()), func(b blocked) bool {
-		if b.Until <= f.tick {
+		if b.Until <= lb.tick {
 			ended = append(ended, b)
 			return true
 		}
 		return false
 	})
 	for _, b := range ended {
-		f.emit(Event{Type: EventLockDelayEnded, WallMS: wallMS, Key: key, Reason: b.LeaseID})
+		lb.emit(Event{Type: EventLockDelayEnded, WallMS: wallMS, Key: key, Reason: b.LeaseID})
 	}
-	f.pump(key, ks)
+	lb.pump(key, ks)
 	return len(ended) > 0
 }
 
 // pruneBefore removes terminal leases and sessions that ended at least
 // retain ticks ago. Pruning never touches the fence counter.
-func (f *FSM) pruneBefore(retain uint64) {
+func (e *expiry) pruneBefore(retain uint64) {
 	n := 0
-	for _, p := range f.prune {
-		if p.tick+retain > f.tick {
+	for _, p := range e.prune {
+		if p.tick+retain > e.tick {
 			break
 		}
 		n++
-		f.pruneOne(p)
+		e.pruneOne(p)
 	}
 	if n > 0 {
-		f.prune = f.prune[n:]
+		e.prune = e.prune[n:]
 	}
 }
 
@@ -115,52 +115,63 @@ func (f *FSM) pruneBefore(retain uint64) {
 // ended in the same tick are listed in f.prune in the order they ended on
 // a replica that applied them but by kind and id on one restored from a
 // snapshot, so only a cut between ticks is the same on every replica.
-func (f *FSM) pruneOver(max uint64) {
-	if uint64(len(f.prune)) <= max {
+func (e *expiry) pruneOver(max uint64) {
+	if uint64(len(e.prune)) <= max {
 		return
 	}
-	n := len(f.prune) - int(max)
-	for last := f.prune[n-1].tick; n < len(f.prune) && f.prune[n].tick == last; {
+	n := len(e.prune) - int(max)
+	for last := e.prune[n-1].tick; n < len(e.prune) && e.prune[n].tick == last; {
 		n++
 	}
-	for _, p := range f.prune[:n] {
-		f.pruneOne(p)
+	for _, p := range e.prune[:n] {
+		e.pruneOne(p)
 	}
-	clear(f.prune[:n])
-	f.prune = f.prune[n:]
+	clear(e.prune[:n])
+	e.prune = e.prune[n:]
 }
 
-func (f *FSM) pruneOne(p pruneItem) {
+func (e *expiry) pruneOne(p pruneItem) {
 	switch p.kind {
 	case kindLease:
-		l := f.leases.Get(p.id)
-		if l == nil || !l.Terminal() {
-			return
-		}
-		f.leases.Delete(p.id)
-		f.order.remove(p.id)
-		f.dropKeyRef(l.Key)
-		f.forgetIdem(l.idemHash(), l.ID)
-		if g := l.GroupID(); g != "" {
-			f.dropGroupMember(g, l.ID)
-		}
-		if ks := f.keys.Get(l.Key); ks != nil {
-			if m := ks.more; m != nil && len(m.stolen) > 0 {
-				if m.stolen[0] == l.ID {
-					// Leases are pruned in the order they ended, which
-					// is the order they were stolen in.
-					m.stolen[0] = ""
-					m.stolen = m.stolen[1:]
-				} else {
-					m.stolen = slices.DeleteFunc(m.stolen, func(id string) bool { return id == l.ID })
-				}
-			}
-			f.dropKey(l.Key, ks)
-		}
+		e.lb.pruneLease(p.id)
 	case kindSession:
-		if s := f.sessions[p.id]; s != nil && s.State != SessionActive {
-			delete(f.sessions, p.id)
-			f.sessIDs.remove(p.id)
+		e.sess.pruneSession(p.id)
+	}
+}
+
+// pruneLease forgets ended lease id: its record and every index that
+// still names it.
+func (lb *leaseBook) pruneLease(id string) {
+	l := lb.leases.Get(id)
+	if l == nil || !l.Terminal() {
+		return
+	}
+	lb.leases.Delete(id)
+	lb.order.remove(id)
+	lb.dropKeyRef(l.Key)
+	lb.forgetIdem(l.idemHash(), l.ID)
+	if g := l.GroupID(); g != "" {
+		lb.grp.dropGroupMember(g, l.ID)
+	}
+	if ks := lb.keys.Get(l.Key); ks != nil {
+		if m := ks.more; m != nil && len(m.stolen) > 0 {
+			if m.stolen[0] == l.ID {
+				// Leases are pruned in the order they ended, which
+				// is the order they were stolen in.
+				m.stolen[0] = ""
+				m.stolen = m.stolen[1:]
+			} else {
+				m.stolen = slices.DeleteFunc(m.stolen, func(id string) bool { return id == l.ID })
+			}
 		}
+		lb.dropKey(l.Key, ks)
+	}
+}
+
+// pruneSession forgets ended session id.
+func (sb *sessionBook) pruneSession(id string) {
+	if s := sb.sessions[id]; s != nil && s.State != SessionActive {
+		delete(sb.sessions, id)
+		sb.sessIDs.remove(id)
 	}
 }

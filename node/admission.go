@@ -72,7 +72,7 @@ func countsFromSize(size int64) fsm.SnapshotCounts {
 // memLimit is the memory this server holds a restore's estimate to
 // (Config.MemoryLimit, else the machine's physical memory); 0: none.
 func (bk *backups) memLimit() int64 {
-	switch l := bk.n.cfg.MemoryLimit; {
+	switch l := bk.cfg.MemoryLimit; {
 	case l < 0:
 		return 0
 	case l > 0:
@@ -100,7 +100,7 @@ func (bk *backups) admitRestore(size int64, file fsm.SnapshotCounts, ok bool) er
 	if !ok {
 		file = countsFromSize(size)
 	}
-	n := bk.n
+	n := bk
 	n.rep.mu.RLock()
 	cur := n.rep.f.Records()
 	n.rep.mu.RUnlock()

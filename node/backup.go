@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
 )
@@ -43,7 +45,19 @@ func badSnapshot(format string, args ...any) *wire.Error {
 
 // backups takes snapshots and runs restores for one server.
 type backups struct {
-	n *Node
+	cfg     *Config
+	log     *slog.Logger
+	rep     *replica
+	cl      *cluster.Cluster // set once Raft runs
+	closing <-chan struct{}
+	disk    *diskGuard
+	mem     *membership
+	gc      *groupCommit // encodes restore entries
+	tk      *ticker      // the cluster's tick period
+	// noLeader is the NO_LEADER answer naming the leader; featureOK
+	// reports whether every server of ids runs a feature.
+	noLeader  func() error
+	featureOK func(fsm.Features, []string) bool
 	// restoreMu runs one restore at a time; restoreAt is when one last
 	// made progress (since processStart); onRestoreStep is a test's hook.
 	restoreMu     sync.Mutex
@@ -117,13 +131,13 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (*SnapshotInfo, er
 // and RestoreSnapshot could not refuse it in a cluster that ticks at
 // another pace.
 func (bk *backups) awaitFirstTick(ctx context.Context) error {
-	timer := time.NewTimer(bk.n.cfg.ApplyTimeout)
+	timer := time.NewTimer(bk.cfg.ApplyTimeout)
 	defer timer.Stop()
 	for {
-		ch, _ := bk.n.rep.waitApplied()
-		bk.n.rep.mu.RLock()
-		p := bk.n.rep.f.PeriodMS()
-		bk.n.rep.mu.RUnlock()
+		ch, _ := bk.rep.waitApplied()
+		bk.rep.mu.RLock()
+		p := bk.rep.f.PeriodMS()
+		bk.rep.mu.RUnlock()
 		if p != 0 {
 			return nil
 		}
@@ -131,7 +145,7 @@ func (bk *backups) awaitFirstTick(ctx context.Context) error {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-bk.n.closing:
+		case <-bk.closing:
 			return errShuttingDown()
 		case <-timer.C:
 			return &wire.Error{Code: wire.CodeUnavailable, Message: "the cluster has not ticked yet; try again"}
@@ -145,16 +159,16 @@ func (bk *backups) awaitFirstTick(ctx context.Context) error {
 // (unless an automatic snapshot got in between: then it tries again).
 func (bk *backups) raftSnapshot(ctx context.Context) (raft.SnapshotFuture, error) {
 	for attempt := 0; ; attempt++ {
-		if err := bk.n.cl.Barrier(bk.n.cfg.ApplyTimeout); err != nil {
+		if err := bk.cl.Barrier(bk.cfg.ApplyTimeout); err != nil {
 			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-				return nil, bk.n.noLeader()
+				return nil, bk.noLeader()
 			}
 			return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "snapshot: barrier: " + err.Error()}
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		fut := bk.n.cl.Snapshot()
+		fut := bk.cl.Snapshot()
 		err := fut.Error()
 		switch {
 		case err == nil:
@@ -317,11 +331,11 @@ func (n *Node) RestoreSnapshotWith(ctx context.Context, r io.Reader, opts wire.R
 // runs a version that does not know restore entries (it would stop on
 // them): gossip says which do.
 func (bk *backups) restoreSupported() error {
-	ids, err := bk.n.cl.ServerIDs()
+	ids, err := bk.cl.ServerIDs()
 	if err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "restore: read the configuration: " + err.Error()}
 	}
-	if !bk.n.featureOK(fsm.FeatureRestoreLog, ids) || !bk.n.featureOK(fsm.FeatureRestoreBounds, ids) {
+	if !bk.featureOK(fsm.FeatureRestoreLog, ids) || !bk.featureOK(fsm.FeatureRestoreBounds, ids) {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "a server of the configuration runs a version that cannot apply a restore " +
 			"(or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
 	}
@@ -347,7 +361,7 @@ func (bk *backups) checkRestoreBody(tmp *os.File, info *SnapshotInfo, quota fsm.
 		return err
 	}
 	info.State = stateSummary(f)
-	if p, cur := f.PeriodMS(), bk.n.tk.period().Milliseconds(); p != 0 && p != cur {
+	if p, cur := f.PeriodMS(), bk.tk.period().Milliseconds(); p != 0 && p != cur {
 		// Ticks count every TTL; the leader would keep ticking at its own
 		// period, so time would run at the wrong speed.
 		return badSnapshot("its tick period is %dms; this cluster ticks every %dms", p, cur)
@@ -357,21 +371,21 @@ func (bk *backups) checkRestoreBody(tmp *os.File, info *SnapshotInfo, quota fsm.
 	// restorePreviewMax records it is skipped (it held writes for minutes
 	// at 0.86 + 0.86 million leases on a loaded machine): the commit's
 	// apply checks the limits then, on every server alike.
-	bk.n.rep.mu.RLock()
-	cur := bk.n.rep.f.Records()
-	bk.n.rep.mu.RUnlock()
+	bk.rep.mu.RLock()
+	cur := bk.rep.f.Records()
+	bk.rep.mu.RUnlock()
 	if fr := f.Records(); cur.Leases+cur.Sessions+fr.Leases+fr.Sessions > restorePreviewMax {
-		bk.n.log.Info("restore dry run skipped: the commit checks the count limits", "file_leases", fr.Leases, "cluster_leases", cur.Leases)
+		bk.log.Info("restore dry run skipped: the commit checks the count limits", "file_leases", fr.Leases, "cluster_leases", cur.Leases)
 		return rewind()
 	}
 	bk.previewing.Store(true)
 	start := time.Now()
-	bk.n.rep.mu.RLock()
-	st, qerr := f.PreviewRestore(bk.n.rep.f, quota, floor)
-	bk.n.rep.mu.RUnlock()
+	bk.rep.mu.RLock()
+	st, qerr := f.PreviewRestore(bk.rep.f, quota, floor)
+	bk.rep.mu.RUnlock()
 	bk.markRestoreProgress()
 	bk.previewing.Store(false)
-	bk.n.log.Info("restore dry run", "refenced", st.Refenced, "kept", st.Kept, "superseded", st.Superseded, "took", time.Since(start))
+	bk.log.Info("restore dry run", "refenced", st.Refenced, "kept", st.Kept, "superseded", st.Superseded, "took", time.Since(start))
 	if qerr != nil {
 		qerr.Message = "restore refused: " + qerr.Message + "; nothing changed"
 		return qerr
@@ -408,7 +422,7 @@ func (bk *backups) sendRestoreChunks(ctx context.Context, id string, src io.Read
 		}
 		if err != nil {
 			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-				return bk.n.noLeader()
+				return bk.noLeader()
 			}
 			return &wire.Error{Code: wire.CodeUnavailable, Message: fmt.Sprintf("restore chunk %d was not applied (%v); nothing changed", p.seq, err)}
 		}
@@ -428,10 +442,10 @@ func (bk *backups) sendRestoreChunks(ctx context.Context, id string, src io.Read
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		if !bk.n.cl.IsLeader() {
-			return 0, bk.n.noLeader()
+		if !bk.cl.IsLeader() {
+			return 0, bk.noLeader()
 		}
-		data, err := bk.n.gc.encode(&fsm.RestoreChunk{ID: id, Seq: seq, Data: buf[:m], CRC: fsm.ChunkCRC(buf[:m])})
+		data, err := bk.gc.encode(&fsm.RestoreChunk{ID: id, Seq: seq, Data: buf[:m], CRC: fsm.ChunkCRC(buf[:m])})
 		if err != nil {
 			return 0, &wire.Error{Code: wire.CodeInternal, Message: "encode a restore chunk: " + err.Error()}
 		}
@@ -441,7 +455,7 @@ func (bk *backups) sendRestoreChunks(ctx context.Context, id string, src io.Read
 			}
 			pending = pending[1:]
 		}
-		pending = append(pending, inflight{fut: bk.n.cl.Apply(data, bk.n.cfg.ApplyTimeout), seq: seq})
+		pending = append(pending, inflight{fut: bk.cl.Apply(data, bk.cfg.ApplyTimeout), seq: seq})
 		if seq == 0 {
 			bk.restoreHook("first-chunk")
 		}
@@ -459,21 +473,21 @@ func (bk *backups) sendRestoreChunks(ctx context.Context, id string, src io.Read
 // INDETERMINATE; those that prove it never was are NO_LEADER or
 // UNAVAILABLE.
 func (bk *backups) applyRestoreEntry(c fsm.Command) (fsm.Result, uint64, error) {
-	data, err := bk.n.gc.encode(c)
+	data, err := bk.gc.encode(c)
 	if err != nil {
 		return fsm.Result{}, 0, &wire.Error{Code: wire.CodeInternal, Message: "encode the restore entry: " + err.Error()}
 	}
-	if !bk.n.cl.IsLeader() {
-		return fsm.Result{}, 0, bk.n.noLeader()
+	if !bk.cl.IsLeader() {
+		return fsm.Result{}, 0, bk.noLeader()
 	}
-	fut := bk.n.cl.Apply(data, bk.n.cfg.ApplyTimeout)
+	fut := bk.cl.Apply(data, bk.cfg.ApplyTimeout)
 	if err := fut.Error(); err != nil {
-		switch {
-		case errors.Is(err, raft.ErrNotLeader):
-			return fsm.Result{}, 0, bk.n.noLeader()
-		case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		switch e := cluster.ClassifyApply(err); {
+		case e.Class == cluster.NotLeader:
+			return fsm.Result{}, 0, bk.noLeader()
+		case e.Class == cluster.Busy:
 			return fsm.Result{}, 0, &wire.Error{Code: wire.CodeUnavailable, Message: "the restore commit was not proposed (" + err.Error() + "); nothing changed"}
-		case errors.Is(err, raft.ErrRaftShutdown):
+		case errors.Is(err, raft.ErrRaftShutdown): // indeterminate, said its own way
 			return fsm.Result{}, 0, &wire.Error{Code: wire.CodeIndeterminate, Message: "the server shut down while the restore commit was in flight; " +
 				"every server applies it or none does: check the state (GET /v1/cluster/snapshot/info or the leases) before retrying"}
 		}
@@ -501,7 +515,7 @@ var processStart = time.Now()
 // behind it).
 func (bk *backups) restoreBusy(bound time.Duration) bool {
 	at := bk.restoreAt.Load()
-	return bk.n.rep.applyingRestore.Load() || bk.previewing.Load() || at != 0 && time.Since(processStart)-time.Duration(at) < bound
+	return bk.rep.applyingRestore.Load() || bk.previewing.Load() || at != 0 && time.Since(processStart)-time.Duration(at) < bound
 }
 
 // restoreHook is a test's view of the restore's steps.
@@ -515,8 +529,8 @@ func (bk *backups) restoreHook(step string) {
 // system's temporary directory for an in-memory node).
 func (bk *backups) spoolFile(what string) (*os.File, error) {
 	dir := ""
-	if !bk.n.cfg.InMemory {
-		dir = bk.n.cfg.DataDir
+	if !bk.cfg.InMemory {
+		dir = bk.cfg.DataDir
 	}
 	f, err := os.CreateTemp(dir, ".snapshot-"+what+"-*.tmp")
 	if err != nil {

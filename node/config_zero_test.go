@@ -102,9 +102,9 @@ func TestConfigNegativeOffRuns(t *testing.T) {
 	if q := n.cfg.quota(); q.Leases != 0 {
 		t.Errorf("lease limit travels as %d, want 0 (none)", q.Leases)
 	}
-	on := &Node{cfg: DefaultConfig().withDefaults()}
-	on.cfg.peerHashHook = hook
-	if !(&stateCheck{n: on}).canCheck() || on.cfg.quota().Leases != uint64(DefaultConfig().MaxLeases) {
+	on := DefaultConfig().withDefaults()
+	on.peerHashHook = hook
+	if !(&stateCheck{cfg: &on}).canCheck() || on.quota().Leases != uint64(DefaultConfig().MaxLeases) {
 		t.Error("the default config must check state and limit leases")
 	}
 }

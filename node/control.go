@@ -65,7 +65,13 @@ func errControlOnly() *wire.Error {
 
 // controlLease holds the control lease's helpers for one server (the
 // operations themselves are Node's).
-type controlLease struct{ n *Node }
+type controlLease struct {
+	cfg *Config
+	rep *replica
+	tk  *ticker // the tick period and the Expire chunk
+	// propose commits the control lease's entries.
+	propose func(context.Context, fsm.Command) (fsm.Result, uint64, error)
+}
 
 func (ctl *controlLease) validateControlAcquire(r *ControlAcquireRequest) *wire.Error {
 	if err := fsm.ValidHolder(r.Holder); err != nil {
@@ -85,7 +91,7 @@ func (ctl *controlLease) validateControlAcquire(r *ControlAcquireRequest) *wire.
 	if most := ctl.controlMaxTTL().Milliseconds(); r.TTLMS < MinControlTTL.Milliseconds() || r.TTLMS > most {
 		return wire.OutOfRange("ttlMs", MinControlTTL.Milliseconds(), most, r.TTLMS, "")
 	}
-	if err := ctl.n.cfg.checkTTL("ttlMs", r.TTLMS); err != nil {
+	if err := ctl.cfg.checkTTL("ttlMs", r.TTLMS); err != nil {
 		return err
 	}
 	if r.TTLMS > int64(^uint32(0)) {
@@ -108,11 +114,11 @@ func (ctl *controlLease) validateControlAcquire(r *ControlAcquireRequest) *wire.
 
 // controlMaxTTL is the longest TTL the control lease is granted for.
 func (ctl *controlLease) controlMaxTTL() time.Duration {
-	most := ctl.n.cfg.ControlMaxTTL
+	most := ctl.cfg.ControlMaxTTL
 	if most <= 0 {
 		most = DefaultControlMaxTTL
 	}
-	return min(most, ctl.n.cfg.MaxTTL)
+	return min(most, ctl.cfg.MaxTTL)
 }
 
 func validControlName(field, s string) *wire.Error {
@@ -169,7 +175,7 @@ func (n *Node) ControlAcquire(ctx context.Context, r ControlAcquireRequest) (*Co
 // applies, so the expiry chunks of the current tick, due anyway, are
 // proposed here until it has ended.
 func (ctl *controlLease) endOwnControlLease(ctx context.Context, id, token string) error {
-	res, _, err := ctl.n.propose(ctx, &fsm.Release{LeaseID: id, TokenHash: hashToken(token),
+	res, _, err := ctl.propose(ctx, &fsm.Release{LeaseID: id, TokenHash: hashToken(token),
 		Reason: ReasonTimedOut, WallMS: wallNow().UnixMilli()})
 	if err != nil {
 		return err
@@ -185,28 +191,28 @@ func (ctl *controlLease) endOwnControlLease(ctx context.Context, id, token strin
 		return ctl.controlRefusal(id, res.Err)
 	}
 	for tries, most := 0, -1; ; tries++ {
-		ctl.n.rep.mu.RLock()
-		l := ctl.n.rep.f.Lease(id)
+		ctl.rep.mu.RLock()
+		l := ctl.rep.f.Lease(id)
 		active := l != nil && l.State == fsm.StateActive
-		tick, backlog := ctl.n.rep.f.Tick(), ctl.n.rep.f.Backlog()
-		ctl.n.rep.mu.RUnlock()
+		tick, backlog := ctl.rep.f.Tick(), ctl.rep.f.Backlog()
+		ctl.rep.mu.RUnlock()
 		if most < 0 {
 			// Every chunk ends up to chunk() records, the lease among
 			// them in its turn; a few more for ticks applied meanwhile.
-			most = backlog/int(ctl.n.tk.chunk()) + 4
+			most = backlog/int(ctl.tk.chunk()) + 4
 		}
-		if !active || backlog == 0 || !ctl.n.tk.chunkedOK.Load() || tries >= most {
+		if !active || backlog == 0 || !ctl.tk.chunkedOK.Load() || tries >= most {
 			// Ended, or not due after all: the grant answers.
 			return nil
 		}
-		if _, _, err := ctl.n.propose(ctx, &fsm.Expire{Tick: tick, WallMS: wallNow().UnixMilli(), Max: ctl.n.tk.chunk()}); err != nil {
+		if _, _, err := ctl.propose(ctx, &fsm.Expire{Tick: tick, WallMS: wallNow().UnixMilli(), Max: ctl.tk.chunk()}); err != nil {
 			return err
 		}
 	}
 }
 
 func (ctl *controlLease) controlGrant(ctx context.Context, r ControlAcquireRequest) (*ControlState, error) {
-	period := ctl.n.tk.period()
+	period := ctl.tk.period()
 	token := newToken()
 	cmd := &fsm.Acquire{
 		LeaseID: newID("cl_"), Key: ControlKey, Holder: r.Holder, Limit: 1, TokenHash: hashToken(token),
@@ -214,7 +220,7 @@ func (ctl *controlLease) controlGrant(ctx context.Context, r ControlAcquireReque
 		Metadata: map[string]string{
 			metaWSClientID: strconv.FormatUint(uint64(r.WSClientID), 10),
 			metaHeartbeat:  strconv.FormatInt(r.HeartbeatIntervalMS, 10),
-			metaNode:       ctl.n.cfg.NodeID,
+			metaNode:       ctl.cfg.NodeID,
 		},
 	}
 	if r.ClientName != "" {
@@ -223,7 +229,7 @@ func (ctl *controlLease) controlGrant(ctx context.Context, r ControlAcquireReque
 	if r.ClientInstanceID != "" {
 		cmd.Metadata[metaInstanceID] = r.ClientInstanceID
 	}
-	res, _, err := ctl.n.propose(ctx, cmd)
+	res, _, err := ctl.propose(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -240,9 +246,9 @@ func (ctl *controlLease) controlGrant(ctx context.Context, r ControlAcquireReque
 
 // lockedError describes the current owner from this node's state.
 func (ctl *controlLease) lockedError(msg string) *ControlError {
-	ctl.n.rep.mu.RLock()
-	defer ctl.n.rep.mu.RUnlock()
-	for _, l := range ctl.n.rep.f.ActiveOnKey(ControlKey) {
+	ctl.rep.mu.RLock()
+	defer ctl.rep.mu.RUnlock()
+	for _, l := range ctl.rep.f.ActiveOnKey(ControlKey) {
 		st := ctl.controlStateLocked(l)
 		return controlLocked(st.OwnerClientName, int64(st.RemainingMS), msg)
 	}
@@ -298,12 +304,12 @@ func (ctl *controlLease) controlPrecheck(holder, leaseID, token string) error {
 	if err := fsm.ValidHolder(holder); err != nil {
 		return err
 	}
-	if err := ctl.n.ControlCheck(leaseID, token); err != nil {
+	if err := ctl.check(leaseID, token); err != nil {
 		return err
 	}
-	ctl.n.rep.mu.RLock()
-	defer ctl.n.rep.mu.RUnlock()
-	if l := ctl.n.rep.f.Lease(leaseID); l != nil && l.State == fsm.StateActive && l.Holder != holder {
+	ctl.rep.mu.RLock()
+	defer ctl.rep.mu.RUnlock()
+	if l := ctl.rep.f.Lease(leaseID); l != nil && l.State == fsm.StateActive && l.Holder != holder {
 		st := ctl.controlStateLocked(l)
 		return controlLocked(st.OwnerClientName, int64(st.RemainingMS), "the control lease belongs to another connection")
 	}
@@ -411,16 +417,18 @@ func (n *Node) ControlStatus(ctx context.Context, stale bool) (*ControlState, er
 // any control lease); CONTROL_LOCKED when it is another, ended lease's
 // token or leaseID names another lease. leaseID (X-Control-Lease-Id) is
 // optional.
-func (n *Node) ControlCheck(leaseID, token string) error {
-	n.rep.mu.RLock()
-	defer n.rep.mu.RUnlock()
-	f := n.rep.f
+func (n *Node) ControlCheck(leaseID, token string) error { return n.ctl.check(leaseID, token) }
+
+func (ctl *controlLease) check(leaseID, token string) error {
+	ctl.rep.mu.RLock()
+	defer ctl.rep.mu.RUnlock()
+	f := ctl.rep.f
 	active := f.ActiveOnKey(ControlKey)
 	if len(active) == 0 {
 		return nil
 	}
 	cur := active[0]
-	st := n.ctl.controlStateLocked(cur)
+	st := ctl.controlStateLocked(cur)
 	locked := func() error {
 		return controlLocked(st.OwnerClientName, int64(st.RemainingMS), "Control lease is held by another client")
 	}

@@ -158,16 +158,16 @@ func controlFromView(id, holder, state string, meta map[string]string, ttlMS, re
 }
 
 func (ctl *controlLease) controlView(l *fsm.Lease) *ControlState {
-	ctl.n.rep.mu.RLock()
-	defer ctl.n.rep.mu.RUnlock()
+	ctl.rep.mu.RLock()
+	defer ctl.rep.mu.RUnlock()
 	return ctl.controlStateLocked(l)
 }
 
 // controlStateLocked renders a control lease record; the caller holds
 // n.rep.mu.
 func (ctl *controlLease) controlStateLocked(l *fsm.Lease) *ControlState {
-	period := ctl.n.rep.period()
-	tick := ctl.n.rep.f.Tick()
+	period := ctl.rep.period()
+	tick := ctl.rep.f.Tick()
 	rem := int64(0)
 	if l.State == fsm.StateActive {
 		rem = remaining(l.ExpiresTick, tick, period)

@@ -2,13 +2,16 @@ package node
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,7 +56,16 @@ const peerDiskFresh = 10 * time.Second
 
 // diskGuard is the guard's state, read by requests without locks.
 type diskGuard struct {
-	n         *Node
+	cfg     *Config
+	log     *slog.Logger
+	rep     *replica
+	mem     *membership
+	metrics *nodeMetrics
+	logs    *logWatch                        // checked at every poll
+	clP     *atomic.Pointer[cluster.Cluster] // set once Raft runs
+	wg      *sync.WaitGroup                  // the node's goroutines
+	closing <-chan struct{}
+
 	free      atomic.Int64 // bytes available to this process on the data dir's fs; -1: unknown
 	threshold atomic.Int64 // bytes; 0: the guard is off
 	low       atomic.Bool  // free < threshold
@@ -69,7 +81,7 @@ type diskGuard struct {
 }
 
 // diskOn reports whether this node watches a disk at all.
-func (g *diskGuard) diskOn() bool { return !g.n.cfg.InMemory && g.n.cfg.DataDir != "" }
+func (g *diskGuard) diskOn() bool { return !g.cfg.InMemory && g.cfg.DataDir != "" }
 
 // statfsFree is the space available to an unprivileged writer on the
 // filesystem of dir.
@@ -104,12 +116,12 @@ func latestSnapshotBytes(dir string) int64 {
 // default max(DefaultMinFreeDisk, twice the latest snapshot); 0 when off.
 func (g *diskGuard) minFreeDisk() int64 {
 	switch {
-	case g.n.cfg.MinFreeDisk < 0:
+	case g.cfg.MinFreeDisk < 0:
 		return 0
-	case g.n.cfg.MinFreeDisk > 0:
-		return g.n.cfg.MinFreeDisk
+	case g.cfg.MinFreeDisk > 0:
+		return g.cfg.MinFreeDisk
 	}
-	return max(DefaultMinFreeDisk, 2*latestSnapshotBytes(g.n.cfg.DataDir))
+	return max(DefaultMinFreeDisk, 2*latestSnapshotBytes(g.cfg.DataDir))
 }
 
 // startDiskGuard reads the free space once (so that the first requests
@@ -121,14 +133,14 @@ func (g *diskGuard) startDiskGuard() {
 		return
 	}
 	g.pollDisk()
-	g.n.wg.Add(1)
+	g.wg.Add(1)
 	go func() {
-		defer g.n.wg.Done()
+		defer g.wg.Done()
 		t := time.NewTicker(diskPoll)
 		defer t.Stop()
 		for {
 			select {
-			case <-g.n.closing:
+			case <-g.closing:
 				return
 			case <-t.C:
 				g.pollDisk()
@@ -146,28 +158,28 @@ func (g *diskGuard) pollDisk() {
 	low := threshold > 0 && free >= 0 && free < threshold
 	if was := g.low.Swap(low); was != low {
 		if low {
-			g.n.log.Warn("free disk space is below --min-free-disk: as leader, this server refuses acquires and new sessions "+
+			g.log.Warn("free disk space is below --min-free-disk: as leader, this server refuses acquires and new sessions "+
 				"until space is freed (renewals, heartbeats, releases and revokes go on)",
-				"dir", g.n.cfg.DataDir, "free_bytes", free, "min_free_bytes", threshold)
+				"dir", g.cfg.DataDir, "free_bytes", free, "min_free_bytes", threshold)
 		} else {
-			g.n.log.Info("free disk space is above --min-free-disk again", "dir", g.n.cfg.DataDir,
+			g.log.Info("free disk space is above --min-free-disk again", "dir", g.cfg.DataDir,
 				"free_bytes", free, "min_free_bytes", threshold)
 		}
 	}
 	g.updatePeersLow()
 	g.updateRefusal()
-	g.n.logs.check(g.n, free)
+	g.logs.check(g.log, g.cfg.logFailureTimeout(), free)
 }
 
 // readFree reads this server's free space and records it.
 func (g *diskGuard) readFree() int64 {
 	statfs := statfsFree
-	if g.n.cfg.diskFree != nil {
-		statfs = g.n.cfg.diskFree
+	if g.cfg.diskFree != nil {
+		statfs = g.cfg.diskFree
 	}
-	free, err := statfs(g.n.cfg.DataDir)
+	free, err := statfs(g.cfg.DataDir)
 	if err != nil {
-		g.n.log.Warn("free-space guard: statfs of the data directory failed", "dir", g.n.cfg.DataDir, "err", err)
+		g.log.Warn("free-space guard: statfs of the data directory failed", "dir", g.cfg.DataDir, "err", err)
 		free = -1
 	}
 	g.free.Store(free)
@@ -188,9 +200,9 @@ func (g *diskGuard) recheck() {
 		return
 	}
 	if free := g.readFree(); free >= 0 && free < threshold && !g.low.Swap(true) {
-		g.n.log.Warn("free disk space is below --min-free-disk: as leader, this server refuses acquires and new sessions "+
+		g.log.Warn("free disk space is below --min-free-disk: as leader, this server refuses acquires and new sessions "+
 			"until space is freed (renewals, heartbeats, releases and revokes go on)",
-			"dir", g.n.cfg.DataDir, "free_bytes", free, "min_free_bytes", threshold)
+			"dir", g.cfg.DataDir, "free_bytes", free, "min_free_bytes", threshold)
 		g.updateRefusal()
 	}
 }
@@ -199,8 +211,8 @@ func (g *diskGuard) recheck() {
 // sees them.
 func (g *diskGuard) updatePeersLow() {
 	empty := ""
-	r := g.n.clP.Load()
-	if r == nil || !r.IsLeader() || g.n.mem == nil || g.n.mem.gossip == nil {
+	r := g.clP.Load()
+	if r == nil || !r.IsLeader() || g.mem == nil || g.mem.gossip == nil {
 		g.peersLow.Store(&empty)
 		return
 	}
@@ -210,10 +222,10 @@ func (g *diskGuard) updatePeersLow() {
 	}
 	desc := ""
 	for _, s := range conf.Servers {
-		if s.Suffrage != raft.Voter || string(s.ID) == g.n.cfg.NodeID {
+		if s.Suffrage != raft.Voter || string(s.ID) == g.cfg.NodeID {
 			continue
 		}
-		p, ok := g.n.mem.gossip.Peer(string(s.ID))
+		p, ok := g.mem.gossip.Peer(string(s.ID))
 		if !ok || p.Stats == nil || !p.Stats.DiskLow || time.Since(p.StatsAt) > peerDiskFresh {
 			continue
 		}
@@ -234,7 +246,7 @@ func (g *diskGuard) updateRefusal() {
 		e = fsm.Exhausted("min_free_disk", uint64(threshold),
 			"free disk space is low: the data directory of server %s has %s free, below --min-free-disk (%s); "+
 				"acquires and new sessions are refused until space is freed (renewals, heartbeats, releases and revokes still work)",
-			g.n.cfg.NodeID, fmtBytes(g.free.Load()), fmtBytes(threshold))
+			g.cfg.NodeID, fmtBytes(g.free.Load()), fmtBytes(threshold))
 	case peers != nil && *peers != "":
 		e = fsm.Exhausted("min_free_disk", uint64(threshold),
 			"free disk space is low on %s, below its --min-free-disk; acquires and new sessions are refused until space is freed "+
@@ -251,7 +263,7 @@ func (g *diskGuard) growthRefused() error {
 		g.recheck()
 	}
 	e := g.refusal.Load()
-	if e == nil || !g.n.rep.leading() {
+	if e == nil || !g.rep.leading() {
 		return nil
 	}
 	c := *e
@@ -284,7 +296,7 @@ func (g *diskGuard) registerDiskMetrics() {
 		}
 		return 0
 	}
-	g.n.metrics.reg.MustRegister(
+	g.metrics.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_disk_free_bytes",
 			Help: "Free bytes (available to the server) on the filesystem of the data directory, read every second; -1 when unknown or in memory.",
@@ -300,14 +312,14 @@ func (g *diskGuard) registerDiskMetrics() {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_writes_refused_disk",
 			Help: "1 while this server, as leader, refuses acquires and new sessions because it or a voter is low on disk space.",
-		}, func() float64 { return b2f(g.refusal.Load() != nil && g.n.rep.leading()) }),
+		}, func() float64 { return b2f(g.refusal.Load() != nil && g.rep.leading()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_log_store_failing",
 			Help: "1 while Raft's log store fails every write (a full or broken disk); /healthz fails meanwhile.",
-		}, func() float64 { return b2f(g.n.logs.failingSince.Load() != 0) }),
+		}, func() float64 { return b2f(g.logs.failingSince.Load() != 0) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "leasehold_log_store_write_failures_total",
 			Help: "Writes to Raft's log store that failed.",
-		}, func() float64 { return float64(g.n.logs.failures.Load()) }),
+		}, func() float64 { return float64(g.logs.failures.Load()) }),
 	)
 }

@@ -92,7 +92,7 @@ func TestDiskGuardRefusesGrowth(t *testing.T) {
 func TestMinFreeDiskDefault(t *testing.T) {
 	dir := t.TempDir()
 	n := &Node{cfg: Config{DataDir: dir}}
-	n.disk.n = n
+	n.disk.cfg = &n.cfg
 	if got := n.disk.minFreeDisk(); got != DefaultMinFreeDisk {
 		t.Fatalf("no snapshot: %d", got)
 	}

@@ -25,7 +25,7 @@ func newDueSetup(t *testing.T) *dueSetup {
 	d := &dueSetup{}
 	cfg := testConfig(t, "")
 	cfg.expireChunk = 1
-	cfg.holdClock = func(n *Node) bool {
+	cfg.holdClock = func(rep *replica) bool {
 		if d.hold.Load() {
 			return true
 		}
@@ -33,10 +33,10 @@ func newDueSetup(t *testing.T) *dueSetup {
 		if id == nil {
 			return false
 		}
-		n.rep.mu.RLock()
-		defer n.rep.mu.RUnlock()
-		l := n.rep.f.Lease(*id)
-		return l != nil && n.rep.f.Due(l)
+		rep.mu.RLock()
+		defer rep.mu.RUnlock()
+		l := rep.f.Lease(*id)
+		return l != nil && rep.f.Due(l)
 	}
 	d.n = openNode(t, cfg)
 	return d

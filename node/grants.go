@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -32,16 +33,23 @@ const GrantKeyFile = "grant.key"
 
 // grantKeys is this server's grant signing key.
 type grantKeys struct {
-	n      *Node
 	signer *grant.Signer
 	pub    fsm.GrantKey
 	pubB64 string // as gossiped
+
+	cfg *Config
+	log *slog.Logger
+	rep *replica
+	mem *membership
+	rc  *reconciler // the member records
+	// propose commits the servers' keys (recordKeys).
+	propose func(context.Context, fsm.Command) (fsm.Result, uint64, error)
 }
 
 // loadGrantKey returns the signing key of cfg: GrantKey, the data
 // directory's key file (made when missing), or a new key for an in-memory
 // node.
-func loadGrantKey(cfg Config, n *Node) (*grantKeys, error) {
+func loadGrantKey(cfg Config, log *slog.Logger) (*grantKeys, error) {
 	priv := cfg.GrantKey
 	switch {
 	case priv != nil:
@@ -55,10 +63,10 @@ func loadGrantKey(cfg Config, n *Node) (*grantKeys, error) {
 		}
 		priv = k
 		if created {
-			n.log.Info("made a grant signing key", "file", path, "kid", grant.Thumbprint(k.Public().(ed25519.PublicKey)))
+			log.Info("made a grant signing key", "file", path, "kid", grant.Thumbprint(k.Public().(ed25519.PublicKey)))
 		}
 	}
-	gk := &grantKeys{n: n, signer: grant.NewSigner(priv)}
+	gk := &grantKeys{signer: grant.NewSigner(priv)}
 	copy(gk.pub[:], gk.signer.Public())
 	gk.pubB64 = base64.RawURLEncoding.EncodeToString(gk.pub[:])
 	return gk, nil
@@ -72,10 +80,10 @@ func (gk *grantKeys) kid() string { return gk.signer.KeyID() }
 // grant cannot be given now (UNAVAILABLE: retry), and a request that asks
 // for one is refused before anything changes.
 func (gk *grantKeys) usable() error {
-	gk.n.rep.mu.RLock()
-	id := gk.n.rep.f.ClusterID()
-	rec, ok := gk.n.rep.f.Member(gk.n.cfg.NodeID)
-	gk.n.rep.mu.RUnlock()
+	gk.rep.mu.RLock()
+	id := gk.rep.f.ClusterID()
+	rec, ok := gk.rep.f.Member(gk.cfg.NodeID)
+	gk.rep.mu.RUnlock()
 	if id == "" {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "the cluster has no identity yet, so no grant can name it; retry shortly; nothing changed"}
 	}
@@ -89,15 +97,15 @@ func (gk *grantKeys) usable() error {
 // sign returns the grant of lease l, which must be active, as this server
 // rendered it at now. The cluster id is the replicated one.
 func (gk *grantKeys) sign(l *wire.Lease, now time.Time) string {
-	gk.n.rep.mu.RLock()
-	cid := gk.n.rep.f.ClusterID()
-	gk.n.rep.mu.RUnlock()
+	gk.rep.mu.RLock()
+	cid := gk.rep.f.ClusterID()
+	gk.rep.mu.RUnlock()
 	c := grant.Claims{ClusterID: cid, IssuedAt: now.Unix(), Expiry: (now.UnixMilli() + max(l.RemainingMS, 0)) / 1000,
-		ServerID: gk.n.cfg.NodeID, Key: l.Key, LeaseID: l.LeaseID, Holder: l.Holder, FencingToken: l.FencingToken,
+		ServerID: gk.cfg.NodeID, Key: l.Key, LeaseID: l.LeaseID, Holder: l.Holder, FencingToken: l.FencingToken,
 		Limit: l.Limit, SessionID: l.SessionID, TTLMS: l.TTLMS}
 	g, err := gk.signer.Sign(&c)
 	if err != nil {
-		gk.n.log.Error("signing a grant failed", "lease", l.LeaseID, "err", err)
+		gk.log.Error("signing a grant failed", "lease", l.LeaseID, "err", err)
 		return ""
 	}
 	return g
@@ -115,38 +123,37 @@ func (gk *grantKeys) attach(v *wire.Lease) {
 // server of the configuration (ids) whose member record lacks it, once
 // every server announces one (so reads MemberKey entries).
 func (gk *grantKeys) recordKeys(ctx context.Context, ids []string) {
-	n := gk.n
-	if n.cfg.olderPeer || !everyPeer(n.cfg.NodeID, ids, n.mem.gossip.Peer, func(p cluster.Peer) bool { return p.GrantKey != "" }) {
+	if gk.cfg.olderPeer || !everyPeer(gk.cfg.NodeID, ids, gk.mem.gossip.Peer, func(p cluster.Peer) bool { return p.GrantKey != "" }) {
 		return
 	}
 	for _, id := range ids {
-		key, inc := gk.pub, n.mem.incarnation
-		if id != n.cfg.NodeID {
-			p, ok := n.mem.gossip.Peer(id)
+		key, inc := gk.pub, gk.mem.incarnation
+		if id != gk.cfg.NodeID {
+			p, ok := gk.mem.gossip.Peer(id)
 			if !ok || p.Status != "alive" {
 				continue
 			}
 			b, err := base64.RawURLEncoding.Strict().DecodeString(p.GrantKey)
 			if err != nil || len(b) != fsm.GrantKeyBytes {
-				n.log.Warn("a server gossips a grant key that is not an Ed25519 public key; not recording it", "server", id)
+				gk.log.Warn("a server gossips a grant key that is not an Ed25519 public key; not recording it", "server", id)
 				continue
 			}
 			key, inc = fsm.GrantKey(b), p.Incarnation
 		}
-		rec, ok := n.rc.memberRecord(id)
+		rec, ok := gk.rc.memberRecord(id)
 		if !ok || rec.Removed || rec.Incarnation != inc || key.IsZero() ||
 			rec.GrantKeys != nil && rec.GrantKeys.Current == key {
 			continue
 		}
-		res, _, err := n.propose(ctx, &fsm.MemberKey{ID: id, Key: key})
+		res, _, err := gk.propose(ctx, &fsm.MemberKey{ID: id, Key: key})
 		if err == nil && res.Err != nil {
 			err = res.Err
 		}
 		if err != nil {
-			n.log.Warn("recording a grant signing key failed", "server", id, "err", err)
+			gk.log.Warn("recording a grant signing key failed", "server", id, "err", err)
 			continue
 		}
-		n.log.Info("recorded a grant signing key", "server", id, "kid", grant.Thumbprint(key[:]))
+		gk.log.Info("recorded a grant signing key", "server", id, "kid", grant.Thumbprint(key[:]))
 	}
 }
 

@@ -53,15 +53,24 @@ func TestHealthzHungLogWrite(t *testing.T) {
 // longer than readiness waits for the applied index, /readyz failed after
 // every barrier; it must not.
 func TestReadyAfterBarrierWithSlowTicks(t *testing.T) {
-	var hold atomic.Bool
+	var hold, held atomic.Bool
 	cfg := testConfig(t, "")
 	cfg.TickPeriod = time.Second
-	cfg.holdClock = func(*Node) bool { return hold.Load() }
+	cfg.holdClock = func(*replica) bool {
+		h := hold.Load()
+		if h {
+			held.Store(true)
+		}
+		return h
+	}
 	n := openNode(t, cfg)
 	waitFor(t, 20*time.Second, func() bool { return n.rep.tick.Load() > 0 })
 	hold.Store(true)
-	// The last tick proposed before the hold has applied.
-	waitFor(t, 20*time.Second, func() bool { return n.AppliedIndex() >= n.cl.CommitIndex() })
+	// The tick loop has seen the hold (so the tick it proposed last has
+	// returned: it was applied), and every committed entry has applied. A
+	// tick in flight when the hold was set used to commit after the first
+	// barrier and close the gap the test needs.
+	waitFor(t, 20*time.Second, func() bool { return held.Load() && n.AppliedIndex() >= n.cl.CommitIndex() })
 	for i := range 3 {
 		if err := n.cl.Barrier(5 * time.Second); err != nil {
 			t.Fatal(err)

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 )
 
@@ -25,94 +23,35 @@ import (
 // does a cluster formed by bootstrap-expect (its servers cannot be of
 // another cluster: one with state never takes part in a bootstrap).
 
-// identity holds this server's cluster id.
+// identity holds this server's cluster id: the data directory's copy
+// (cluster.LocalID) and the replicated one.
 type identity struct {
-	n       *Node
-	id      atomic.Pointer[string]
-	path    string // "" with InMemory
-	persist atomic.Pointer[string]
+	n     *Node
+	local *cluster.LocalID
 }
 
 func loadClusterID(cfg Config) (*identity, error) {
-	idn := &identity{}
-	empty := ""
-	idn.id.Store(&empty)
+	dir := cfg.DataDir
 	if cfg.InMemory {
-		return idn, nil
+		dir = ""
 	}
-	idn.path = filepath.Join(cfg.DataDir, "cluster-id")
-	b, err := os.ReadFile(idn.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return idn, nil
-	}
+	l, err := cluster.OpenLocalID(dir, func(s string) error {
+		if e := fsm.ValidClusterID(s); e != nil {
+			return e
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", idn.path, err)
+		return nil, err
 	}
-	s := strings.TrimSpace(string(b))
-	if fsm.ValidClusterID(s) != nil {
-		return nil, fmt.Errorf("%s does not hold a cluster id; if the data directory is otherwise intact, delete the file (the leader sets it again)", idn.path)
-	}
-	idn.id.Store(&s)
-	idn.persist.Store(&s)
-	return idn, nil
+	return &identity{local: l}, nil
 }
 
-func (i *identity) get() string { return *i.id.Load() }
+func (i *identity) get() string { return i.local.Get() }
 
 // set makes id this server's cluster id and writes it to the data directory
 // (once per change).
-func (i *identity) set(id string) error {
-	i.id.Store(&id)
-	if i.path == "" {
-		return nil
-	}
-	if p := i.persist.Load(); p != nil && *p == id {
-		return nil
-	}
-	if err := writeFileSync(i.path, id+"\n"); err != nil {
-		return err
-	}
-	i.persist.Store(&id)
-	return nil
-}
-
-func writeFileSync(path, content string) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, err = f.WriteString(content)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (i *identity) set(id string) error { return i.local.Set(id) }
 
 // clusterID is the id this server goes by: the replicated one once
 // applied, else the one in its data directory; "" when it has none.
@@ -167,7 +106,7 @@ func (ci *identity) recordClusterID(ctx context.Context, conf raft.Configuration
 	}
 	id := ci.get()
 	if id == "" {
-		id = randomHex(16)
+		id = cluster.NewClusterID()
 	}
 	res, _, err := ci.n.propose(ctx, &fsm.ClusterID{ID: id})
 	if err == nil && res.Err != nil {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 )
 
@@ -16,7 +17,7 @@ func TestAdmitRaft(t *testing.T) {
 	n := &Node{cfg: Config{NodeID: "n1"}, mem: &membership{incarnation: "new"}}
 	n.mem.n = n
 	if n.idn == nil {
-		n.idn = &identity{}
+		n.idn = memIdentity()
 	}
 	n.idn.n = n
 	if err := n.idn.admitRaft("x"); err == nil || !strings.Contains(err.Error(), "not heard") {
@@ -62,14 +63,14 @@ func TestAdmitRaft(t *testing.T) {
 // view of another cluster that does not know its id changes nothing.
 func TestMergeStateOtherCluster(t *testing.T) {
 	n := &Node{cfg: Config{NodeID: "n1"}, mem: &membership{incarnation: "new"}, log: slog.New(slog.DiscardHandler),
-		rep: newReplica(newHub(16), newCounters(), func([]fsm.Notice) {}), idn: &identity{}}
+		rep: newReplica(newHub(16), newCounters(), func([]fsm.Notice) {}), idn: memIdentity()}
 	n.mem.n = n
 	if n.idn == nil {
-		n.idn = &identity{}
+		n.idn = memIdentity()
 	}
 	n.idn.n = n
 	y := "cluster-y"
-	n.idn.id.Store(&y)
+	n.idn.local.Set(y)
 	stranger, _ := json.Marshal(clusterView{ClusterID: "cluster-x", Servers: []string{"a", "b"},
 		Members: []fsm.MemberRecord{{ID: "a", Incarnation: "i"}}})
 	n.mem.mergeState(stranger, false)
@@ -89,4 +90,10 @@ func TestMergeStateOtherCluster(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--join") || !strings.Contains(err.Error(), "cluster-x") {
 		t.Fatalf("refusal: %v", err)
 	}
+}
+
+// memIdentity is an identity without a data directory and no id yet.
+func memIdentity() *identity {
+	l, _ := cluster.OpenLocalID("", nil)
+	return &identity{local: l}
 }

@@ -14,8 +14,22 @@ import (
 // the state check until the term ends; and whether it is ready to serve in
 // the term it leads (isReady).
 type leaderTerm struct {
-	n     *Node
 	ready atomic.Pointer[leadership] // set once a term's barrier applied
+
+	cfg *Config
+	log *slog.Logger
+	rep *replica
+	cl  *cluster.Cluster // set once Raft runs
+	mem *membership
+	// A term runs the batcher's format check, the restore's progress
+	// (the watchdog's), the reconciler, the state check and the clock.
+	gc *groupCommit
+	bk *backups
+	rc *reconciler
+	sc *stateCheck
+	tk *ticker
+	// propose commits this server's registry record.
+	propose func(context.Context, fsm.Command) (fsm.Result, uint64, error)
 }
 
 // leadership is a leadership term in which this server became ready to
@@ -41,7 +55,7 @@ func (lt *leaderTerm) isReady() bool { return lt.readyTerm() != nil }
 // when it is not (see isReady).
 func (lt *leaderTerm) readyTerm() *leadership {
 	p := lt.ready.Load()
-	if p == nil || p.ctx.Err() != nil || !lt.n.cl.LeadsIn(p.term) {
+	if p == nil || p.ctx.Err() != nil || !lt.cl.LeadsIn(p.term) {
 		return nil
 	}
 	return p
@@ -55,32 +69,31 @@ func (lt *leaderTerm) readyTerm() *leadership {
 // ticks) for leaderStall (a stalled disk holds Raft's leader loop, and with
 // it every commit, while heartbeats still keep the followers loyal).
 func (lt *leaderTerm) run(ctx context.Context) {
-	n := lt.n
-	if err := n.outOfService(); err != nil {
+	if err := lt.sc.outOfService(); err != nil {
 		// A server whose state differs from the cluster's (or whose log
 		// is damaged) must not lead: what it would grant and read comes
 		// from that state.
-		n.log.Error("refusing to lead: " + err.Error())
-		n.stepDownWhileLeading(ctx)
+		lt.log.Error("refusing to lead: " + err.Error())
+		lt.sc.stepDownWhileLeading(ctx)
 		return
 	}
-	defer n.gc.crcOK.Store(false) // learnt again by the next term
-	n.gc.updateEntryCRCNow()
+	defer lt.gc.crcOK.Store(false) // learnt again by the next term
+	lt.gc.updateEntryCRCNow()
 	progress := cluster.NewProgress()
-	go n.cl.RunWatchdog(ctx, progress, cluster.Watchdog{Stall: n.cfg.leaderStall(),
+	go lt.cl.RunWatchdog(ctx, progress, cluster.Watchdog{Stall: lt.cfg.leaderStall(),
 		// A refused server (removed, or of another cluster) commits
 		// nothing by design: handing its leadership on changes nothing.
-		Exempt: func() bool { return n.mem.refusedErr() != nil },
+		Exempt: func() bool { return lt.mem.refusedErr() != nil },
 		// A restore's chunks commit, or its commit is being applied (ticks
 		// wait behind it): the term is making progress.
-		Busy: n.bk.restoreBusy})
+		Busy: lt.bk.restoreBusy})
 	var term uint64
 	for {
 		// The term is read before the barrier, which is therefore
 		// appended in this term or a later one: if this server still
 		// leads in this term afterwards, the barrier committed in it.
-		term = n.cl.Term()
-		if !untilDone(ctx, n.log, "leadership barrier", func() error { return n.cl.BarrierCtx(ctx, n.cfg.ApplyTimeout) }) {
+		term = lt.cl.Term()
+		if !untilDone(ctx, lt.log, "leadership barrier", func() error { return lt.cl.BarrierCtx(ctx, lt.cfg.ApplyTimeout) }) {
 			return
 		}
 		progress.Mark()
@@ -88,14 +101,14 @@ func (lt *leaderTerm) run(ctx context.Context) {
 		// Raft's own no-op and the barrier never reach it, so without this the
 		// applied index would trail the commit index, and linearizable reads
 		// would wait, until the first tick.
-		if !untilDone(ctx, n.log, "leadership: recording this server", func() error {
-			_, _, err := n.propose(ctx, &fsm.Member{ID: n.cfg.NodeID, Incarnation: n.mem.incarnation})
+		if !untilDone(ctx, lt.log, "leadership: recording this server", func() error {
+			_, _, err := lt.propose(ctx, &fsm.Member{ID: lt.cfg.NodeID, Incarnation: lt.mem.incarnation})
 			return err
 		}) {
 			return
 		}
 		progress.Mark()
-		if n.cl.LeadsIn(term) {
+		if lt.cl.LeadsIn(term) {
 			break
 		}
 		// Leadership was lost and won again meanwhile: establish it in
@@ -106,14 +119,14 @@ func (lt *leaderTerm) run(ctx context.Context) {
 	}
 	stuck := false
 	if canaryWritesStuck {
-		n.rep.mu.RLock()
-		stuck = n.rep.f.Tick() != 0
-		n.rep.mu.RUnlock()
+		lt.rep.mu.RLock()
+		stuck = lt.rep.f.Tick() != 0
+		lt.rep.mu.RUnlock()
 	}
 	lt.ready.Store(&leadership{ctx: ctx, term: term, canaryStuck: stuck})
-	go n.rc.reconcileLoop(ctx)
-	go n.sc.stateCheckLoop(ctx)
-	n.tk.tickLoop(ctx, progress)
+	go lt.rc.reconcileLoop(ctx)
+	go lt.sc.stateCheckLoop(ctx)
+	lt.tk.tickLoop(ctx, progress)
 }
 
 // untilDone runs step until it succeeds, with backoff, while the term

@@ -3,10 +3,13 @@ package node
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -48,7 +51,10 @@ const rotSnapshotEvery = 30 * time.Second
 // checkedLogs is the log store as the node hands it to Raft (see above).
 type checkedLogs struct {
 	raft.LogStore
-	n *Node
+	clP *atomic.Pointer[cluster.Cluster] // set once Raft runs
+	rep *replica
+	rot *rotWatch
+	log *slog.Logger
 }
 
 func (s checkedLogs) GetLog(index uint64, l *raft.Log) error {
@@ -58,23 +64,22 @@ func (s checkedLogs) GetLog(index uint64, l *raft.Log) error {
 	if l.Type == raft.LogCommand && fsm.VerifyChecksum(l.Data) == nil {
 		return nil
 	}
-	n := s.n
 	framing := entryFraming(index, l)
 	if l.Type != raft.LogCommand && framing == nil {
 		return nil
 	}
-	c := n.clP.Load()
-	if c == nil || !c.IsLeader() || index > n.rep.applied.Load() {
-		if framing != nil && index > n.rep.applied.Load() {
+	c := s.clP.Load()
+	if c == nil || !c.IsLeader() || index > s.rep.applied.Load() {
+		if framing != nil && index > s.rep.applied.Load() {
 			// Raft would skip the entry without a word (a no-op, a
 			// barrier) or stop on it without naming the cause: the
 			// state machine never sees it, so the server stops here.
-			n.rep.stop(index, "is damaged", framing)
+			s.rep.stop(index, "is damaged", framing)
 		}
 		return nil
 	}
-	n.rot.refused.Inc()
-	w := n.rot
+	s.rot.refused.Inc()
+	w := s.rot
 	w.mu.Lock()
 	first := !w.seen[index]
 	if first && len(w.seen) < 1024 {
@@ -86,14 +91,14 @@ func (s checkedLogs) GetLog(index uint64, l *raft.Log) error {
 	}
 	w.mu.Unlock()
 	if first {
-		n.log.Error("log entry damaged on this server's disk (its checksum does not match, or its index or type changed): not sent to followers, they get a snapshot instead; "+
+		s.log.Error("log entry damaged on this server's disk (its checksum does not match, or its index or type changed): not sent to followers, they get a snapshot instead; "+
 			"check the disk, and replace this server's data directory when convenient (hand leadership on, stop it, wipe it, let it rejoin)",
 			"index", index)
 	}
 	if snap {
 		go func() {
 			if err := c.Snapshot().Error(); err != nil {
-				n.log.Warn("snapshot after a damaged log entry failed", "err", err)
+				s.log.Warn("snapshot after a damaged log entry failed", "err", err)
 			}
 		}()
 	}
@@ -135,13 +140,14 @@ func entryFraming(index uint64, l *raft.Log) error {
 
 // checkedStores is the store wrapper the node hands the cluster: inner's,
 // the log store's write watch (logwatch.go), and checkedLogs outermost.
-func checkedStores(n *Node, inner storeWrapper) storeWrapper {
-	watched := n.logs.wrap(inner)
+func checkedStores(watch *logWatch, check checkedLogs, inner storeWrapper) storeWrapper {
+	watched := watch.wrap(inner)
 	return func(logs raft.LogStore, stable raft.StableStore) (raft.LogStore, raft.StableStore) {
 		logs, stable = watched(logs, stable)
 		if canaryLoseTail {
 			canaryDropTail(logs)
 		}
-		return checkedLogs{LogStore: logs, n: n}, stable
+		check.LogStore = logs
+		return check, stable
 	}
 }

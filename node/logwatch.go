@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,7 +168,7 @@ func (w *logWatch) failingErr() error {
 
 // check runs every disk poll with the free bytes (-1: unknown) and fails
 // the node when the log is wedged (see above).
-func (w *logWatch) check(n *Node, free int64) {
+func (w *logWatch) check(log *slog.Logger, timeout time.Duration, free int64) {
 	since := w.failingSince.Load()
 	if since == 0 {
 		return
@@ -183,25 +184,24 @@ func (w *logWatch) check(n *Node, free int64) {
 	if failing == nil {
 		return
 	}
-	timeout := n.cfg.logFailureTimeout()
 	switch rs := w.roomSince.Load(); {
 	case room && w.sealed.Load():
-		w.fail(n, fmt.Errorf("%w; the log store refuses every append until it is reopened (its segment is sealed after a failed rotation, "+
+		w.fail(log, fmt.Errorf("%w; the log store refuses every append until it is reopened (its segment is sealed after a failed rotation, "+
 			"typically a full disk) and the disk has room again (%s free): stopping so that a restart reopens it", failing, fmtBytes(free)))
 	case room && rs != 0 && w.lastFailure.Load() > rs && now.Sub(time.Unix(0, rs)) >= logRecoverGrace:
-		w.fail(n, fmt.Errorf("%w; the disk has had room again (%s free) for %v and the log still fails: stopping so that a restart reopens it",
+		w.fail(log, fmt.Errorf("%w; the disk has had room again (%s free) for %v and the log still fails: stopping so that a restart reopens it",
 			failing, fmtBytes(free), now.Sub(time.Unix(0, rs)).Round(time.Second)))
 	case timeout > 0 && now.Sub(time.Unix(0, since)) >= timeout:
-		w.fail(n, fmt.Errorf("%w; giving up after --log-failure-timeout (%v) with %s free on the data directory's disk: stopping; "+
+		w.fail(log, fmt.Errorf("%w; giving up after --log-failure-timeout (%v) with %s free on the data directory's disk: stopping; "+
 			"a restart recovers every acknowledged write once the disk has room (at least %s free)",
 			failing, timeout, fmtBytes(free), fmtBytes(RestartFreeDisk)))
 	}
 }
 
-func (w *logWatch) fail(n *Node, err error) {
+func (w *logWatch) fail(log *slog.Logger, err error) {
 	w.failOnce.Do(func() {
 		w.failErr.Store(&err)
-		n.log.Error("storage failure: the node has failed", "err", err)
+		log.Error("storage failure: the node has failed", "err", err)
 		close(w.failed)
 	})
 }

@@ -35,11 +35,11 @@ func TestLogWatchSealedFailsOnceRoomReturns(t *testing.T) {
 	if err := n.HealthErr(); err == nil || !strings.Contains(err.Error(), "segment is sealed") {
 		t.Fatalf("HealthErr while failing: %v", err)
 	}
-	w.check(n, 10<<20)
+	w.check(n.log, n.cfg.logFailureTimeout(), 10<<20)
 	if failed(n) {
 		t.Fatal("failed with no room on the disk")
 	}
-	w.check(n, RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
 	if !failed(n) {
 		t.Fatal("not failed once the disk has room")
 	}
@@ -54,13 +54,13 @@ func TestLogWatchOtherErrorsAfterGrace(t *testing.T) {
 	n := watchNode(0)
 	w := n.logs
 	w.record(syscall.ENOSPC)
-	w.check(n, RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
 	if failed(n) {
 		t.Fatal("failed at once on an error that may pass")
 	}
 	w.roomSince.Store(time.Now().Add(-logRecoverGrace - time.Second).UnixNano())
 	w.lastFailure.Store(time.Now().Add(-logRecoverGrace - 2*time.Second).UnixNano())
-	w.check(n, RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
 	if failed(n) {
 		t.Fatal("failed without a failure since the room came back")
 	}
@@ -69,15 +69,15 @@ func TestLogWatchOtherErrorsAfterGrace(t *testing.T) {
 	if n.HealthErr() != nil {
 		t.Fatalf("HealthErr after a success: %v", n.HealthErr())
 	}
-	w.check(n, RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
 	if failed(n) {
 		t.Fatal("failed after a success")
 	}
 	w.record(errors.New("input/output error"))
-	w.check(n, RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
 	w.roomSince.Store(time.Now().Add(-logRecoverGrace - time.Second).UnixNano())
 	w.record(errors.New("input/output error"))
-	w.check(n, RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
 	if !failed(n) {
 		t.Fatal("not failed after the grace with room on the disk")
 	}
@@ -93,12 +93,12 @@ func TestLogWatchTimeout(t *testing.T) {
 		n := watchNode(tc.timeout)
 		w := n.logs
 		w.record(syscall.ENOSPC)
-		w.check(n, 0)
+		w.check(n.log, n.cfg.logFailureTimeout(), 0)
 		if failed(n) {
 			t.Fatalf("timeout %v: failed at once", tc.timeout)
 		}
 		w.failingSince.Store(time.Now().Add(-DefaultLogFailureTimeout - time.Second).UnixNano())
-		w.check(n, 0)
+		w.check(n.log, n.cfg.logFailureTimeout(), 0)
 		if failed(n) != tc.want {
 			t.Fatalf("timeout %v: failed %v, want %v", tc.timeout, failed(n), tc.want)
 		}

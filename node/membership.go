@@ -1,16 +1,11 @@
 package node
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -60,39 +55,6 @@ func (v *clusterView) hasServer(id string) bool {
 		}
 	}
 	return false
-}
-
-// loadIncarnation returns the random id of this data directory, creating
-// it when missing. A wiped data directory gets a new one, which is how the
-// cluster tells a server that lost its state from the one it added.
-func loadIncarnation(cfg Config) (string, error) {
-	if cfg.InMemory {
-		return randomHex(8), nil
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return "", fmt.Errorf("data dir: %w", err)
-	}
-	path := filepath.Join(cfg.DataDir, "incarnation")
-	b, err := os.ReadFile(path)
-	if err == nil {
-		s := strings.TrimSpace(string(b))
-		if s != "" && len(s) <= 64 {
-			return s, nil
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read %s: %w", path, err)
-	}
-	inc := randomHex(8)
-	if err := writeFileSync(path, inc+"\n"); err != nil {
-		return "", err
-	}
-	return inc, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // advertiseHost resolves cfg.AdvertiseAddr to an IP (empty when unset).
@@ -146,7 +108,7 @@ func (mb *membership) startGossip(hadState bool, addr raft.ServerAddress) error 
 	if !hadState && mb.n.cfg.BootstrapExpect <= 1 && len(mb.n.cfg.Join) == 0 {
 		// cluster.Open bootstrapped a new cluster just now: a new identity,
 		// whatever an earlier cluster-id file said.
-		if err := mb.n.idn.set(randomHex(16)); err != nil {
+		if err := mb.n.idn.set(cluster.NewClusterID()); err != nil {
 			return err
 		}
 		mb.n.log.Info("a new cluster identity", "cluster_id", mb.n.idn.get())

@@ -89,8 +89,7 @@ func Open(cfg Config) (*Node, error) {
 		n.stopClock()
 		return nil, err
 	}
-	n.cl = cl
-	n.clP.Store(cl)
+	n.attachCluster(cl)
 	n.rep.started.Store(true) // restores from here on are installs or operator restores
 	n.start()
 	// A restart restored the latest snapshot already: a server whose
@@ -117,15 +116,13 @@ func newNode(cfg Config) (*Node, error) {
 		logs: newLogWatch(cfg.logWriteHang),
 	}
 	n.gc = groupCommit{n: n, propCh: make(chan *proposal, 4096), inflight: make(chan struct{}, entriesInFlight)}
-	n.lt.n = n
 	n.queued = queuedAcquires{n: n}
-	n.bk.n, n.disk.n, n.ctl.n, n.tk.n, n.rc.n, n.peer.n, n.sg.n = n, n, n, n, n, n, n
 	n.rep = newReplica(n.hub, n.stats, n.waits.deliver)
 	n.rep.corrupt = cfg.corruptEntry
 	n.rep.skew = cfg.skewApply
 	n.rep.skipRestore = cfg.SkipRestore
 	n.metrics = newNodeMetrics(n, cfg.Registry)
-	n.sc = stateCheck{n: n, metrics: newStateCheckMetrics(n.metrics.reg), out: newOutSignal()}
+	n.sc = stateCheck{cfg: &n.cfg, log: n.log, rep: n.rep, closing: n.closing, metrics: newStateCheckMetrics(n.metrics.reg), out: newOutSignal()}
 	n.rot = newRotWatch(n.metrics.reg)
 	n.rep.metrics = n.metrics
 	n.rep.defaultPeriod = cfg.TickPeriod.Milliseconds()
@@ -133,7 +130,11 @@ func newNode(cfg Config) (*Node, error) {
 		c := n.clP.Load()
 		return c != nil && c.IsLeader()
 	}
-	inc, err := loadIncarnation(cfg)
+	incDir := cfg.DataDir
+	if cfg.InMemory {
+		incDir = ""
+	}
+	inc, err := cluster.LoadIncarnation(incDir)
 	if err != nil {
 		return nil, err
 	}
@@ -145,13 +146,42 @@ func newNode(cfg Config) (*Node, error) {
 	if n.seal, err = newSealer(cfg); err != nil {
 		return nil, err
 	}
-	if n.gk, err = loadGrantKey(cfg, n); err != nil {
+	if n.gk, err = loadGrantKey(cfg, n.log); err != nil {
 		return nil, err
 	}
 	if _, err := advertiseHost(cfg); err != nil {
 		return nil, err
 	}
+	n.wireHelpers()
 	return n, nil
+}
+
+// wireHelpers gives each helper the parts of the node it uses; those
+// that use the consensus get it from attachCluster once Raft runs.
+func (n *Node) wireHelpers() {
+	n.bk = backups{cfg: &n.cfg, log: n.log, rep: n.rep, closing: n.closing, disk: &n.disk, mem: n.mem, gc: &n.gc, tk: &n.tk,
+		noLeader: n.noLeader, featureOK: n.featureOK}
+	n.tk = ticker{cfg: &n.cfg, log: n.log, rep: n.rep, metrics: n.metrics, propose: n.propose, recorded: n.recorded, featureOK: n.featureOK}
+	n.rc = reconciler{cfg: &n.cfg, rep: n.rep, mem: n.mem, idn: n.idn, sg: &n.sg, tk: &n.tk, gc: &n.gc, gk: n.gk,
+		recordFeatures: n.recordFeatures, propose: n.propose}
+	n.sg = sealGuard{seal: &n.seal, cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, propose: n.propose}
+	n.ctl = controlLease{cfg: &n.cfg, rep: n.rep, tk: &n.tk, propose: n.propose}
+	n.lt = leaderTerm{cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, gc: &n.gc, bk: &n.bk, rc: &n.rc, sc: &n.sc, tk: &n.tk, propose: n.propose}
+	n.gk.cfg, n.gk.log, n.gk.rep, n.gk.mem, n.gk.rc, n.gk.propose = &n.cfg, n.log, n.rep, n.mem, &n.rc, n.propose
+	n.peer = peerServer{cfg: &n.cfg, closing: n.closing}
+	n.disk = diskGuard{cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, metrics: n.metrics, logs: n.logs, clP: &n.clP, wg: &n.wg, closing: n.closing}
+}
+
+// attachCluster hands the running consensus to the helpers that use it.
+func (n *Node) attachCluster(cl *cluster.Cluster) {
+	n.cl = cl
+	n.clP.Store(cl)
+	n.bk.cl = cl
+	n.sc.cl = cl
+	n.rc.cl = cl
+	n.sg.cl = cl
+	n.lt.cl = cl
+	n.peer.cl = cl
 }
 
 // consensusConfig is the configuration of n's consensus.
@@ -169,7 +199,7 @@ func consensusConfig(n *Node) cluster.Config {
 		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs,
 		HeartbeatTimeout: cfg.RaftTimeout, ElectionTimeout: cfg.RaftTimeout, LeaderLeaseTimeout: cfg.RaftTimeout / 2,
 		Logger: n.log, BeforeStart: n.mem.startGossip, TLS: cfg.RaftTLS, WrapStream: cfg.WrapRaftStream,
-		WrapStores: checkedStores(n, chaosStores(cfg.WrapRaftStores)), LogEnd: func(last uint64) { n.rep.replayEnd.Store(last) }, SnapshotOpened: n.rep.snapshotOpened,
+		WrapStores: checkedStores(n.logs, checkedLogs{clP: &n.clP, rep: n.rep, rot: n.rot, log: n.log}, chaosStores(cfg.WrapRaftStores)), LogEnd: func(last uint64) { n.rep.replayEnd.Store(last) }, SnapshotOpened: n.rep.snapshotOpened,
 		Identity: &cluster.Identity{ClusterID: n.idn.clusterID, Admit: n.idn.admitRaft,
 			OnConflict: func(string, string) { n.conflictAt.Store(time.Now().UnixNano()) }, Legacy: n.idn.legacyPeer},
 	}
@@ -182,6 +212,7 @@ func (n *Node) start() {
 	if ln := n.cl.PeerListener(); ln != nil {
 		n.peerHTTP = &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: n.DialPeer, MaxIdleConnsPerHost: 4,
 			IdleConnTimeout: 90 * time.Second}}
+		n.sc.peerHTTP, n.peer.peerHTTP = n.peerHTTP, n.peerHTTP
 		n.peer.own = n.sc.internalHandler()
 		n.peer.start()
 		go n.sc.startupCheck()
@@ -225,7 +256,7 @@ func (n *Node) ReadyErr() error {
 	if err := n.HealthErr(); err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error()}
 	}
-	if err := n.outOfService(); err != nil {
+	if err := n.sc.outOfService(); err != nil {
 		return err
 	}
 	if addr, _ := n.cl.Leader(); addr == "" {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/cluster"
 )
 
 // Node-to-node HTTP. Requests one server makes of another on behalf of the
@@ -21,10 +23,13 @@ import (
 // peerServer serves the handler the API registers (ServePeer) on the
 // node-to-node streams.
 type peerServer struct {
-	n   *Node
-	mu  sync.Mutex
-	h   http.Handler
-	srv *http.Server
+	cfg      *Config
+	cl       *cluster.Cluster // set once Raft runs
+	peerHTTP *http.Client     // set once Raft runs (nil: an in-memory node)
+	closing  <-chan struct{}
+	mu       sync.Mutex
+	h        http.Handler
+	srv      *http.Server
 	// own serves the node's own routes (under /internal/node/: the
 	// state check), set before the server starts.
 	own http.Handler
@@ -67,7 +72,7 @@ func (n *Node) ServePeer(h http.Handler) {
 
 // start starts serving node-to-node requests, once.
 func (ps *peerServer) start() {
-	ln := ps.n.cl.PeerListener()
+	ln := ps.cl.PeerListener()
 	if ln == nil {
 		return
 	}
@@ -78,7 +83,7 @@ func (ps *peerServer) start() {
 		return
 	}
 	select {
-	case <-ps.n.closing:
+	case <-ps.closing:
 		return
 	default:
 	}
@@ -86,7 +91,7 @@ func (ps *peerServer) start() {
 	// bounded by its own timeout): a peer that trickles bytes or never
 	// reads its answer loses its connection instead of holding a goroutine.
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: max(peerWriteTimeout, ps.n.cfg.hashWait(hashWaitAhead)+5*time.Second), IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
+		WriteTimeout: max(peerWriteTimeout, ps.cfg.hashWait(hashWaitAhead)+5*time.Second), IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
 	go p.srv.Serve(ln)
 }
 
@@ -98,8 +103,8 @@ const peerWriteTimeout = 20 * time.Second
 
 // close stops serving node-to-node requests.
 func (ps *peerServer) close() {
-	if ps.n.peerHTTP != nil {
-		ps.n.peerHTTP.CloseIdleConnections()
+	if ps.peerHTTP != nil {
+		ps.peerHTTP.CloseIdleConnections()
 	}
 	p := ps
 	p.mu.Lock()

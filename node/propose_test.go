@@ -73,7 +73,7 @@ func TestHandOffSharesAnEntry(t *testing.T) {
 	var hold atomic.Bool
 	cfg := testConfig(t, "")
 	cfg.lingerMax = time.Minute
-	cfg.holdClock = func(*Node) bool { return hold.Load() }
+	cfg.holdClock = func(*replica) bool { return hold.Load() }
 	n := openNode(t, cfg)
 	ctx := context.Background()
 	period := n.tk.period()

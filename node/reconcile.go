@@ -19,20 +19,35 @@ import (
 // checks on each pass what its own features need of the configuration.
 
 // reconciler runs the leader's reconciliation for the node.
-type reconciler struct{ n *Node }
+type reconciler struct {
+	cfg *Config
+	rep *replica
+	cl  *cluster.Cluster // set once Raft runs
+	mem *membership
+	// What each pass updates from the configuration: the cluster id, the
+	// sealing check, the tick and entry formats, the recorded features
+	// and the grant keys.
+	idn            *identity
+	sg             *sealGuard
+	tk             *ticker
+	gc             *groupCommit
+	gk             *grantKeys
+	recordFeatures func(context.Context, []string)
+	// propose commits the registry's member records.
+	propose func(context.Context, fsm.Command) (fsm.Result, uint64, error)
+}
 
 // membership is what the cluster reconciles the configuration with.
 func (rc *reconciler) membership() cluster.Membership {
-	n := rc.n
-	return cluster.Membership{Gossip: n.mem.gossip, Registry: registry{n}, ClusterID: n.idn.clusterID, Self: n.mem.gossipStats,
-		DeadServerTimeout: n.cfg.DeadServerTimeout, MinQuorum: n.cfg.MinQuorum, StabilizationTime: n.cfg.StabilizationTime,
-		ApplyTimeout: n.cfg.ApplyTimeout}
+	return cluster.Membership{Gossip: rc.mem.gossip, Registry: registry{rc}, ClusterID: rc.idn.clusterID, Self: rc.mem.gossipStats,
+		DeadServerTimeout: rc.cfg.DeadServerTimeout, MinQuorum: rc.cfg.MinQuorum, StabilizationTime: rc.cfg.StabilizationTime,
+		ApplyTimeout: rc.cfg.ApplyTimeout}
 }
 
 // reconcileLoop runs on the leader for one term.
 func (rc *reconciler) reconcileLoop(ctx context.Context) {
 	m := rc.membership()
-	go rc.n.cl.RunAutopilot(ctx, m)
+	go rc.cl.RunAutopilot(ctx, m)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -41,7 +56,7 @@ func (rc *reconciler) reconcileLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-rc.n.mem.changed:
+		case <-rc.mem.changed:
 		}
 	}
 }
@@ -50,35 +65,35 @@ func (rc *reconciler) reconcileLoop(ctx context.Context) {
 // configuration (the cluster id, the sealing check, which entry formats
 // every server reads), then the cluster's reconciliation.
 func (rc *reconciler) reconcile(ctx context.Context, m cluster.Membership) {
-	conf, err := rc.n.cl.Configuration()
+	conf, err := rc.cl.Configuration()
 	if err != nil {
 		return
 	}
-	rc.n.idn.recordClusterID(ctx, conf)
+	rc.idn.recordClusterID(ctx, conf)
 	ids := make([]string, 0, len(conf.Servers))
 	for _, s := range conf.Servers {
 		ids = append(ids, string(s.ID))
 	}
-	rc.n.sg.recordSealCheck(ctx, ids)
-	rc.n.tk.updateChunkedExpiry(ids)
-	rc.n.gc.updateEntryCRC(ids)
-	rc.n.recordFeatures(ctx, ids)
-	rc.n.cl.Reconcile(ctx, conf, m)
+	rc.sg.recordSealCheck(ctx, ids)
+	rc.tk.updateChunkedExpiry(ids)
+	rc.gc.updateEntryCRC(ids)
+	rc.recordFeatures(ctx, ids)
+	rc.cl.Reconcile(ctx, conf, m)
 	// Grant keys after the member records the pass made.
-	rc.n.gk.recordKeys(ctx, ids)
+	rc.gk.recordKeys(ctx, ids)
 }
 
 // registry is the member registry in the replicated state, as the cluster
 // uses it.
-type registry struct{ n *Node }
+type registry struct{ rc *reconciler }
 
 func (r registry) Member(id string) (cluster.MemberRecord, bool) {
-	rec, ok := r.n.rc.memberRecord(id)
+	rec, ok := r.rc.memberRecord(id)
 	return cluster.MemberRecord{ID: rec.ID, Incarnation: rec.Incarnation, Removed: rec.Removed}, ok
 }
 
 func (r registry) Record(ctx context.Context, rec cluster.MemberRecord) error {
-	res, _, err := r.n.propose(ctx, &fsm.Member{ID: rec.ID, Incarnation: rec.Incarnation, Removed: rec.Removed})
+	res, _, err := r.rc.propose(ctx, &fsm.Member{ID: rec.ID, Incarnation: rec.Incarnation, Removed: rec.Removed})
 	if err != nil {
 		return err
 	}
@@ -89,15 +104,15 @@ func (r registry) Record(ctx context.Context, rec cluster.MemberRecord) error {
 }
 
 func (rc *reconciler) memberRecord(id string) (fsm.MemberRecord, bool) {
-	rc.n.rep.mu.RLock()
-	defer rc.n.rep.mu.RUnlock()
-	return rc.n.rep.f.Member(id)
+	rc.rep.mu.RLock()
+	defer rc.rep.mu.RUnlock()
+	return rc.rep.f.Member(id)
 }
 
 // removeServer tombstones the server's data directory in the registry, then
 // removes it from the Raft configuration.
 func (rc *reconciler) removeServer(ctx context.Context, id string) error {
-	err := rc.n.cl.RemoveMember(ctx, id, rc.membership())
+	err := rc.cl.RemoveMember(ctx, id, rc.membership())
 	var ce *cluster.ConfigChangeError
 	if errors.As(err, &ce) {
 		return raftError(ce.Err)
@@ -110,13 +125,13 @@ func (rc *reconciler) removeServer(ctx context.Context, id string) error {
 // autopilot on the leader, from gossip elsewhere.
 func (rc *reconciler) members(conf raft.Configuration, leaderID raft.ServerID) []wire.Member {
 	now := time.Now()
-	isLeader := rc.n.cl.IsLeader()
+	isLeader := rc.cl.IsLeader()
 	var ap *autopilot.State
 	if isLeader {
-		ap = rc.n.cl.AutopilotState()
+		ap = rc.cl.AutopilotState()
 	}
 	peers := map[string]cluster.Peer{}
-	for _, p := range rc.n.mem.gossip.Peers() {
+	for _, p := range rc.mem.gossip.Peers() {
 		peers[p.ID] = p
 	}
 	var out []wire.Member
@@ -131,12 +146,12 @@ func (rc *reconciler) members(conf raft.Configuration, leaderID raft.ServerID) [
 			m.HTTPAddr, m.Gossip, m.Version = p.HTTP, p.Status, p.Version
 		}
 		switch {
-		case id == rc.n.cfg.NodeID:
-			m.HTTPAddr, m.Health, m.Version = rc.n.cfg.HTTPAddr, "healthy", rc.n.cfg.version()
+		case id == rc.cfg.NodeID:
+			m.HTTPAddr, m.Health, m.Version = rc.cfg.HTTPAddr, "healthy", rc.cfg.version()
 			if isLeader {
 				t := now.UTC()
 				m.LastContact = &t
-			} else if lc := rc.n.cl.LastContact(); !lc.IsZero() {
+			} else if lc := rc.cl.LastContact(); !lc.IsZero() {
 				t := lc.UTC()
 				m.LastContact = &t
 			} else {

@@ -9,8 +9,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 )
 
@@ -102,7 +104,14 @@ var legacySealer sealer
 
 // sealGuard checks that this server seals with the cluster's key.
 type sealGuard struct {
-	n *Node
+	seal *sealer
+	cfg  *Config
+	log  *slog.Logger
+	rep  *replica
+	cl   *cluster.Cluster // set once Raft runs
+	mem  *membership
+	// propose commits the sealing key's check value.
+	propose func(context.Context, fsm.Command) (fsm.Result, uint64, error)
 	// sealRefused is set while the sealing key does not match the
 	// recorded check.
 	sealRefused atomic.Pointer[error]
@@ -114,17 +123,17 @@ type sealGuard struct {
 // Matching a retained legacy entry adds nothing to the log that is not in
 // it already.
 func (sg *sealGuard) sealerFor(who, key string) *sealer {
-	if !sg.n.seal.keyed() {
-		return &sg.n.seal
+	if !sg.seal.keyed() {
+		return sg.seal
 	}
 	legacy := legacySealer.idemHash(who, key)
-	sg.n.rep.mu.RLock()
-	_, found := sg.n.rep.f.IdemLease(legacy)
-	sg.n.rep.mu.RUnlock()
+	sg.rep.mu.RLock()
+	_, found := sg.rep.f.IdemLease(legacy)
+	sg.rep.mu.RUnlock()
 	if found {
 		return &legacySealer
 	}
-	return &sg.n.seal
+	return sg.seal
 }
 
 // sealIdempotent names an idempotent acquire (of a lease or a lease group)
@@ -144,33 +153,33 @@ func (sg *sealGuard) sealErr(rec []byte) error {
 	switch {
 	case rec == nil:
 		return nil
-	case !sg.n.seal.keyed():
+	case !sg.seal.keyed():
 		return fmt.Errorf("the cluster's state records a sealing key (check %x) but this server has none: "+
 			"start it with the cluster's --seal-key-file (or the gossip key the cluster derives it from)", rec)
-	case bytes.Equal(rec, sg.n.seal.check), sg.n.cfg.SealKeyRotate:
+	case bytes.Equal(rec, sg.seal.check), sg.cfg.SealKeyRotate:
 		return nil
 	}
 	return fmt.Errorf("this server's sealing key (check %x) is not the cluster's (check %x): idempotent retries "+
 		"would not match and their tokens could not be opened. Start it with the cluster's --seal-key-file "+
 		"(the same file on every server), or rotate the key on every server with --seal-key-rotate (docs/security.md)",
-		sg.n.seal.check, rec)
+		sg.seal.check, rec)
 }
 
 // checkSeal compares this server's key with the recorded check value and
 // sets or clears the refusal (refusedErr) accordingly.
 func (sg *sealGuard) checkSeal() error {
-	sg.n.rep.mu.RLock()
-	rec := sg.n.rep.f.SealCheck()
-	sg.n.rep.mu.RUnlock()
+	sg.rep.mu.RLock()
+	rec := sg.rep.f.SealCheck()
+	sg.rep.mu.RUnlock()
 	err := sg.sealErr(rec)
 	if err == nil {
 		if sg.sealRefused.Swap(nil) != nil {
-			sg.n.log.Info("the sealing key matches the cluster's again; serving")
+			sg.log.Info("the sealing key matches the cluster's again; serving")
 		}
 		return nil
 	}
 	if sg.sealRefused.Swap(&err) == nil {
-		sg.n.log.Error("refusing to serve: sealing key mismatch", "err", err)
+		sg.log.Error("refusing to serve: sealing key mismatch", "err", err)
 	}
 	return err
 }
@@ -182,35 +191,35 @@ func (sg *sealGuard) checkSeal() error {
 // entry; a leader whose key does not match hands leadership on.
 func (sg *sealGuard) recordSealCheck(ctx context.Context, conf []string) {
 	if sg.checkSeal() != nil {
-		sg.n.cl.StepDown(ctx)
+		sg.cl.StepDown(ctx)
 		return
 	}
-	if !sg.n.seal.keyed() {
+	if !sg.seal.keyed() {
 		return
 	}
-	sg.n.rep.mu.RLock()
-	rec := sg.n.rep.f.SealCheck()
-	sg.n.rep.mu.RUnlock()
-	if bytes.Equal(rec, sg.n.seal.check) {
+	sg.rep.mu.RLock()
+	rec := sg.rep.f.SealCheck()
+	sg.rep.mu.RUnlock()
+	if bytes.Equal(rec, sg.seal.check) {
 		return
 	}
 	for _, id := range conf {
-		if id == sg.n.cfg.NodeID {
+		if id == sg.cfg.NodeID {
 			continue
 		}
-		if p, ok := sg.n.mem.gossip.Peer(id); !ok || !p.SealCheck {
+		if p, ok := sg.mem.gossip.Peer(id); !ok || !p.SealCheck {
 			return
 		}
 	}
-	res, _, err := sg.n.propose(ctx, &fsm.SealCheck{Check: sg.n.seal.check})
+	res, _, err := sg.propose(ctx, &fsm.SealCheck{Check: sg.seal.check})
 	if err == nil && res.Err != nil {
 		err = res.Err
 	}
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-			sg.n.log.Warn("leadership: recording the sealing key's check value failed", "err", err)
+			sg.log.Warn("leadership: recording the sealing key's check value failed", "err", err)
 		}
 		return
 	}
-	sg.n.log.Info("recorded the sealing key's check value", "check", hex.EncodeToString(sg.n.seal.check), "rotated", rec != nil)
+	sg.log.Info("recorded the sealing key's check value", "check", hex.EncodeToString(sg.seal.check), "rotated", rec != nil)
 }

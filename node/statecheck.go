@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/wire"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -74,7 +76,12 @@ func newStateCheckMetrics(reg prometheus.Registerer) *stateCheckMetrics {
 
 // stateCheck is the state check on one server.
 type stateCheck struct {
-	n *Node
+	cfg      *Config
+	log      *slog.Logger
+	rep      *replica
+	cl       *cluster.Cluster // set once Raft runs
+	peerHTTP *http.Client     // set once Raft runs (nil: an in-memory node)
+	closing  <-chan struct{}
 	// diverged is set when a check found this server's state different
 	// from the cluster's; startChecked once the check at start is over.
 	diverged     atomic.Pointer[string]
@@ -117,10 +124,10 @@ func (sc *stateCheck) internalHandler() http.Handler {
 			http.Error(w, "at: a log index is required", http.StatusBadRequest)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), sc.n.cfg.hashWait(at-min(at, sc.n.rep.applied.Load())))
+		ctx, cancel := context.WithTimeout(r.Context(), sc.cfg.hashWait(at-min(at, sc.rep.applied.Load())))
 		defer cancel()
-		ans := stateHashAnswer{NodeID: sc.n.cfg.NodeID, Index: at}
-		h, err := sc.n.rep.hashAt(ctx, at)
+		ans := stateHashAnswer{NodeID: sc.cfg.NodeID, Index: at}
+		h, err := sc.rep.hashAt(ctx, at)
 		status := http.StatusOK
 		if err != nil {
 			status = http.StatusConflict
@@ -147,11 +154,11 @@ func (sc *stateCheck) internalHandler() http.Handler {
 // outOfService says why this server must not serve or lead, if it must not:
 // a state check found its state different from the cluster's, or its log
 // holds an entry it cannot apply.
-func (n *Node) outOfService() error {
-	if msg := n.rep.broken.Load(); msg != nil {
+func (sc *stateCheck) outOfService() error {
+	if msg := sc.rep.broken.Load(); msg != nil {
 		return errOutOfService(ServiceDamaged, *msg)
 	}
-	if msg := n.sc.diverged.Load(); msg != nil {
+	if msg := sc.diverged.Load(); msg != nil {
 		return errOutOfService(ServiceDiverged, *msg)
 	}
 	return nil
@@ -166,12 +173,12 @@ func (sc *stateCheck) markDiverged(d divergedNotice) {
 	msg := fmt.Sprintf("this server's state differs from the cluster's at log index %d (hash %.16s, the majority's %.16s; found by %s): "+
 		"it is out of service; wipe its data directory and let it rejoin", d.Index, d.Sum, d.Majority, d.By)
 	if sc.diverged.Swap(&msg) == nil {
-		sc.n.log.Error("state check: " + msg)
+		sc.log.Error("state check: " + msg)
 	}
 	sc.metrics.diverged.Set(1)
 	sc.out.fire()
-	if sc.n.cl.IsLeader() {
-		go sc.n.stepDownWhileLeading(context.Background()) // lt.run refuses it from now on
+	if sc.cl.IsLeader() {
+		go sc.stepDownWhileLeading(context.Background()) // lt.run refuses it from now on
 	}
 }
 
@@ -180,22 +187,22 @@ func (sc *stateCheck) markDiverged(d divergedNotice) {
 // of service must not lead, and one transfer can fail (no voter reachable,
 // none caught up). Meanwhile Gate refuses every write and read. One runs
 // at a time.
-func (n *Node) stepDownWhileLeading(ctx context.Context) {
-	if !n.sc.steppingDown.CompareAndSwap(false, true) {
+func (sc *stateCheck) stepDownWhileLeading(ctx context.Context) {
+	if !sc.steppingDown.CompareAndSwap(false, true) {
 		return
 	}
-	defer n.sc.steppingDown.Store(false)
-	for try := 0; n.cl.IsLeader() && ctx.Err() == nil; try++ {
+	defer sc.steppingDown.Store(false)
+	for try := 0; sc.cl.IsLeader() && ctx.Err() == nil; try++ {
 		select {
-		case <-n.closing:
+		case <-sc.closing:
 			return
 		default:
 		}
 		if try%10 == 0 {
-			n.log.Error("out of service and still the leader: handing leadership on", "attempt", try+1)
+			sc.log.Error("out of service and still the leader: handing leadership on", "attempt", try+1)
 		}
-		n.sc.stepDowns.Add(1)
-		n.cl.StepDown(ctx)
+		sc.stepDowns.Add(1)
+		sc.cl.StepDown(ctx)
 		if sleepCtx(ctx, backoff(try)) != nil {
 			return
 		}
@@ -209,7 +216,7 @@ func (sc *stateCheck) peerHashAt(ctx context.Context, addr string, at uint64) (s
 	if err != nil {
 		return ans, err
 	}
-	resp, err := sc.n.peerHTTP.Do(req)
+	resp, err := sc.peerHTTP.Do(req)
 	if err != nil {
 		return ans, err
 	}
@@ -232,14 +239,14 @@ var errNoStateCheck = errors.New("the server does not answer state checks (an ea
 // hashOn returns the state hash at at of the server id at raft address
 // addr (this one's own when id is this server's).
 func (sc *stateCheck) hashOn(ctx context.Context, id, addr string, at uint64) (string, error) {
-	if id == sc.n.cfg.NodeID {
-		h, err := sc.n.rep.hashAt(ctx, at)
+	if id == sc.cfg.NodeID {
+		h, err := sc.rep.hashAt(ctx, at)
 		if err != nil {
 			return "", err
 		}
 		return h.sum, nil
 	}
-	if h := sc.n.cfg.peerHashHook; h != nil {
+	if h := sc.cfg.peerHashHook; h != nil {
 		return h(ctx, id, at)
 	}
 	ans, err := sc.peerHashAt(ctx, addr, at)
@@ -249,12 +256,12 @@ func (sc *stateCheck) hashOn(ctx context.Context, id, addr string, at uint64) (s
 // canCheck reports whether this server can reach the others' state
 // hashes (not an in-memory node, unless a test stands in).
 func (sc *stateCheck) canCheck() bool {
-	return sc.n.cfg.StateCheckInterval > 0 && (sc.n.peerHTTP != nil || sc.n.cfg.peerHashHook != nil)
+	return sc.cfg.StateCheckInterval > 0 && (sc.peerHTTP != nil || sc.cfg.peerHashHook != nil)
 }
 
 // stateCheckLoop runs the periodic check while this server leads (ctx).
 func (sc *stateCheck) stateCheckLoop(ctx context.Context) {
-	every := sc.n.cfg.StateCheckInterval
+	every := sc.cfg.StateCheckInterval
 	if !sc.canCheck() {
 		return
 	}
@@ -274,7 +281,7 @@ func (sc *stateCheck) stateCheckLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-sc.n.closing:
+		case <-sc.closing:
 			return
 		case <-t.C:
 		}
@@ -296,7 +303,7 @@ type stateCheckResult struct {
 // a server whose hash is not the majority's is told so.
 func (sc *stateCheck) checkStates(ctx context.Context) *stateCheckResult {
 	start := time.Now()
-	conf, err := sc.n.cl.Configuration()
+	conf, err := sc.cl.Configuration()
 	if err != nil {
 		return nil
 	}
@@ -312,7 +319,7 @@ func (sc *stateCheck) checkStates(ctx context.Context) *stateCheckResult {
 		// is right cannot be told, and nobody is taken out of service.
 		// An operator must look (LeaseholdStateCheckSplit).
 		sc.metrics.checks.WithLabelValues("split").Inc()
-		sc.n.log.Error("state check: the servers' states differ and no majority of the configuration shares one; "+
+		sc.log.Error("state check: the servers' states differ and no majority of the configuration shares one; "+
 			"nobody can be told it is the odd one: compare the servers (GET /v1/cluster/local?hash_at=N) and replace the wrong one",
 			"index", res.index, "hashes", res.sums, "servers", len(servers))
 		return res
@@ -332,14 +339,14 @@ func (sc *stateCheck) checkStates(ctx context.Context) *stateCheckResult {
 		}
 		res.odd = append(res.odd, id)
 		sc.metrics.mismatches.Inc()
-		sc.n.log.Error("state check: a server's state differs from the majority's; it takes itself out of service "+
+		sc.log.Error("state check: a server's state differs from the majority's; it takes itself out of service "+
 			"(wipe its data directory and let it rejoin)", "server", id, "index", res.index, "hash", sum, "majority", res.majority)
-		d := divergedNotice{Index: res.index, Sum: sum, Majority: res.majority, By: sc.n.cfg.NodeID}
+		d := divergedNotice{Index: res.index, Sum: sum, Majority: res.majority, By: sc.cfg.NodeID}
 		switch {
-		case id == sc.n.cfg.NodeID:
+		case id == sc.cfg.NodeID:
 			sc.markDiverged(d) // and hands leadership on until it no longer leads
-		case sc.n.cfg.divergedHook != nil:
-			sc.n.cfg.divergedHook(id, d)
+		case sc.cfg.divergedHook != nil:
+			sc.cfg.divergedHook(id, d)
 		default:
 			sc.sendDiverged(ctx, string(s.Address), d)
 		}
@@ -353,14 +360,14 @@ func (sc *stateCheck) checkStates(ctx context.Context) *stateCheckResult {
 func (sc *stateCheck) collectHashes(ctx context.Context, servers []raft.Server) *stateCheckResult {
 	res := &stateCheckResult{}
 	for lead := uint64(8); lead <= 1024 && ctx.Err() == nil; lead *= 2 {
-		res.index = sc.n.cl.CommitIndex() + lead
+		res.index = sc.cl.CommitIndex() + lead
 		res.sums = make(map[string]string, len(servers))
 		passed := false
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		for _, s := range servers {
 			wg.Go(func() {
-				hctx, cancel := context.WithTimeout(ctx, 5*time.Second+sc.n.cfg.hashWait(lead))
+				hctx, cancel := context.WithTimeout(ctx, 5*time.Second+sc.cfg.hashWait(lead))
 				defer cancel()
 				sum, err := sc.hashOn(hctx, string(s.ID), string(s.Address), res.index)
 				mu.Lock()
@@ -405,9 +412,9 @@ func (sc *stateCheck) sendDiverged(ctx context.Context, addr string, d divergedN
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := sc.n.peerHTTP.Do(req)
+	resp, err := sc.peerHTTP.Do(req)
 	if err != nil {
-		sc.n.log.Warn("state check: could not tell a diverged server", "addr", addr, "err", err)
+		sc.log.Warn("state check: could not tell a diverged server", "addr", addr, "err", err)
 		return
 	}
 	resp.Body.Close()
@@ -423,19 +430,19 @@ func (sc *stateCheck) startupCheck() {
 	if !sc.canCheck() {
 		return
 	}
-	checkFor := max(startupCheckFor, 2*sc.n.cfg.hashWait(8))
+	checkFor := max(startupCheckFor, 2*sc.cfg.hashWait(8))
 	deadline := time.Now().Add(checkFor)
 	for time.Now().Before(deadline) {
 		select {
-		case <-sc.n.closing:
+		case <-sc.closing:
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
-		addr, id := sc.n.cl.Leader()
-		if addr == "" || sc.n.rep.applied.Load() < sc.n.cl.CommitIndex() {
+		addr, id := sc.cl.Leader()
+		if addr == "" || sc.rep.applied.Load() < sc.cl.CommitIndex() {
 			continue
 		}
-		conf, err := sc.n.cl.Configuration()
+		conf, err := sc.cl.Configuration()
 		if err != nil {
 			continue
 		}
@@ -443,10 +450,10 @@ func (sc *stateCheck) startupCheck() {
 		if len(servers) < 2 {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+sc.n.cfg.hashWait(8))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+sc.cfg.hashWait(8))
 		res := sc.collectHashes(ctx, servers)
 		cancel()
-		mine, ok := res.sums[sc.n.cfg.NodeID]
+		mine, ok := res.sums[sc.cfg.NodeID]
 		switch {
 		case !ok || res.majority == "":
 			continue // an index passed, a timeout, or no majority answered yet: again
@@ -455,22 +462,22 @@ func (sc *stateCheck) startupCheck() {
 			// leader whose own state rotted must not take every server
 			// that restarts out of service.
 			sc.markDiverged(divergedNotice{Index: res.index, Sum: mine, Majority: res.majority,
-				By: sc.n.cfg.NodeID + " (a majority of the servers, at this server's start)"})
+				By: sc.cfg.NodeID + " (a majority of the servers, at this server's start)"})
 			return
 		default:
-			if lsum, ok := res.sums[string(id)]; ok && lsum != res.majority && string(id) != sc.n.cfg.NodeID {
-				d := divergedNotice{Index: res.index, Sum: lsum, Majority: res.majority, By: sc.n.cfg.NodeID + " (at its start)"}
-				if h := sc.n.cfg.divergedHook; h != nil {
+			if lsum, ok := res.sums[string(id)]; ok && lsum != res.majority && string(id) != sc.cfg.NodeID {
+				d := divergedNotice{Index: res.index, Sum: lsum, Majority: res.majority, By: sc.cfg.NodeID + " (at its start)"}
+				if h := sc.cfg.divergedHook; h != nil {
 					h(string(id), d)
 				} else {
 					sc.sendDiverged(context.Background(), string(addr), d)
 				}
 			}
-			sc.n.log.Info("state check at start: this server's state is the majority's", "index", res.index)
+			sc.log.Info("state check at start: this server's state is the majority's", "index", res.index)
 			return
 		}
 	}
-	sc.n.log.Warn("state check at start: no majority answered in time; skipped", "for", checkFor)
+	sc.log.Warn("state check at start: no majority answered in time; skipped", "for", checkFor)
 }
 
 // startupCheckFor bounds the check at start (longer with slow ticks:

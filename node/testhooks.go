@@ -38,7 +38,7 @@ type testHooks struct {
 	skewApply    func(c fsm.Command) fsm.Command
 	// holdClock, when it returns true, keeps the leader from proposing
 	// ticks and Expire entries (tests that need a lease left due).
-	holdClock func(*Node) bool
+	holdClock func(*replica) bool
 	// diskFree replaces the statfs of the free-space guard (diskguard.go).
 	diskFree func(dir string) (int64, error)
 }

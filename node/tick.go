@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -14,7 +15,16 @@ import (
 // into the log, and the Expire entries that drain what a limited tick left
 // due.
 type ticker struct {
-	n *Node
+	cfg     *Config
+	log     *slog.Logger
+	rep     *replica
+	metrics *nodeMetrics
+	// propose commits a tick or an Expire entry; recorded and featureOK
+	// say whether the state records a feature, or every server of ids
+	// reads it.
+	propose   func(context.Context, fsm.Command) (fsm.Result, uint64, error)
+	recorded  func(fsm.Features) bool
+	featureOK func(fsm.Features, []string) bool
 	// chunkedOK: every server of the configuration applies limited ticks
 	// and Expire entries (updateChunkedExpiry), so ticks may be limited.
 	chunkedOK atomic.Bool
@@ -30,20 +40,20 @@ type ticker struct {
 // tick it commits counts as progress for the watchdog.
 func (tk *ticker) tickLoop(ctx context.Context, progress *cluster.Progress) {
 	period := tk.period()
-	if period != tk.n.cfg.TickPeriod {
-		tk.n.log.Warn("the cluster's tick period was fixed by its first tick; ignoring the configured one",
-			"tick_period", period, "configured", tk.n.cfg.TickPeriod)
+	if period != tk.cfg.TickPeriod {
+		tk.log.Warn("the cluster's tick period was fixed by its first tick; ignoring the configured one",
+			"tick_period", period, "configured", tk.cfg.TickPeriod)
 	}
-	retain := uint64((tk.n.cfg.Retention + period - 1) / period)
+	retain := uint64((tk.cfg.Retention + period - 1) / period)
 	first := period
-	tk.n.rep.mu.RLock()
-	if tk.n.rep.f.Tick() == 0 || canaryTickAtOnce {
+	tk.rep.mu.RLock()
+	if tk.rep.f.Tick() == 0 || canaryTickAtOnce {
 		// A new cluster: no earlier tick exists that a quick first one
 		// could crowd, so the clock starts at once.
 		first = 0
 	}
-	stops := canaryClockStops && tk.n.rep.f.Tick() != 0
-	tk.n.rep.mu.RUnlock()
+	stops := canaryClockStops && tk.rep.f.Tick() != 0
+	tk.rep.mu.RUnlock()
 	if stops {
 		<-ctx.Done()
 		return
@@ -70,26 +80,26 @@ func (tk *ticker) tickLoop(ctx context.Context, progress *cluster.Progress) {
 			continue
 		}
 		sent := monoNow()
-		tk.n.rep.mu.RLock()
-		next := tk.n.rep.f.Tick() + 1
-		tk.n.rep.mu.RUnlock()
-		_, _, err := tk.n.propose(ctx, &fsm.Tick{Tick: next, WallMS: wallNow().UnixMilli(),
-			PeriodMS: period.Milliseconds(), RetainTicks: retain, RetainMax: uint64(tk.n.cfg.MaxRetained),
+		tk.rep.mu.RLock()
+		next := tk.rep.f.Tick() + 1
+		tk.rep.mu.RUnlock()
+		_, _, err := tk.propose(ctx, &fsm.Tick{Tick: next, WallMS: wallNow().UnixMilli(),
+			PeriodMS: period.Milliseconds(), RetainTicks: retain, RetainMax: uint64(tk.cfg.MaxRetained),
 			ExpireMax: tk.tickChunk()})
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			tk.n.log.Warn("tick not committed", "tick", next, "err", err)
+			tk.log.Warn("tick not committed", "tick", next, "err", err)
 		} else {
 			if !ticked {
-				tk.n.log.Info("first tick of this leadership term committed", "tick", next)
+				tk.log.Info("first tick of this leadership term committed", "tick", next)
 				ticked = true
 			}
 			progress.Mark()
 			now := monoNow()
 			if !lastCommit.IsZero() {
-				tk.n.metrics.tickInterval.Observe(now.Sub(lastCommit).Seconds())
+				tk.metrics.tickInterval.Observe(now.Sub(lastCommit).Seconds())
 			}
 			lastCommit = now
 			tk.drainExpiry(ctx, next, progress)
@@ -99,7 +109,7 @@ func (tk *ticker) tickLoop(ctx context.Context, progress *cluster.Progress) {
 }
 
 // clockHeld reports whether a test holds the clock (Config.holdClock).
-func (tk *ticker) clockHeld() bool { return tk.n.cfg.holdClock != nil && tk.n.cfg.holdClock(tk.n) }
+func (tk *ticker) clockHeld() bool { return tk.cfg.holdClock != nil && tk.cfg.holdClock(tk.rep) }
 
 // expireChunk bounds the records one tick or Expire entry ends (fsm
 // expire.go): small enough that applying it holds writes up for a few
@@ -108,7 +118,7 @@ func (tk *ticker) clockHeld() bool { return tk.n.cfg.holdClock != nil && tk.n.cf
 const expireChunk = 4096
 
 // chunk is the records one tick or Expire entry ends.
-func (tk *ticker) chunk() uint64 { return cmp.Or(tk.n.cfg.expireChunk, expireChunk) }
+func (tk *ticker) chunk() uint64 { return cmp.Or(tk.cfg.expireChunk, expireChunk) }
 
 // tickChunk is the ExpireMax of the next tick: the chunk once every server
 // of the configuration runs a version that reads limited ticks and Expire
@@ -117,7 +127,7 @@ func (tk *ticker) chunk() uint64 { return cmp.Or(tk.n.cfg.expireChunk, expireChu
 // stops on an entry type it does not know, so a rolling upgrade chunks
 // expiries only once it is complete.
 func (tk *ticker) tickChunk() uint64 {
-	if !tk.chunkedOK.Load() && !tk.n.recorded(fsm.FeatureChunkedExpiry) {
+	if !tk.chunkedOK.Load() && !tk.recorded(fsm.FeatureChunkedExpiry) {
 		return 0
 	}
 	return tk.chunk()
@@ -127,7 +137,7 @@ func (tk *ticker) tickChunk() uint64 {
 // (ids) reads chunked expiry: recorded in the state, or every server but
 // this one announces ChunkedExpiry in gossip (features.go).
 func (tk *ticker) updateChunkedExpiry(ids []string) {
-	tk.chunkedOK.Store(tk.n.featureOK(fsm.FeatureChunkedExpiry, ids))
+	tk.chunkedOK.Store(tk.featureOK(fsm.FeatureChunkedExpiry, ids))
 }
 
 // everyPeer reports whether every server of ids but self is known (peer)
@@ -161,19 +171,19 @@ func (tk *ticker) drainExpiry(ctx context.Context, tick uint64, progress *cluste
 		}
 	}()
 	for ctx.Err() == nil {
-		tk.n.rep.mu.RLock()
+		tk.rep.mu.RLock()
 		left := 0
-		if tk.n.rep.f.Tick() == tick {
-			left = tk.n.rep.f.Backlog()
+		if tk.rep.f.Tick() == tick {
+			left = tk.rep.f.Backlog()
 		}
-		tk.n.rep.mu.RUnlock()
+		tk.rep.mu.RUnlock()
 		// Once a server that does not read Expire entries is in the
 		// configuration, none is proposed: the next tick is unlimited
 		// and ends what is left.
 		if tk.chunkedOK.Load() && uint64(left) > uint64(inflight)*tk.chunk() && inflight < expireDepth && !tk.clockHeld() {
 			inflight++
 			go func() {
-				_, _, err := tk.n.propose(ctx, &fsm.Expire{Tick: tick, WallMS: wallNow().UnixMilli(), Max: tk.chunk()})
+				_, _, err := tk.propose(ctx, &fsm.Expire{Tick: tick, WallMS: wallNow().UnixMilli(), Max: tk.chunk()})
 				done <- err
 			}()
 			continue
@@ -185,7 +195,7 @@ func (tk *ticker) drainExpiry(ctx context.Context, tick uint64, progress *cluste
 		inflight--
 		if err != nil {
 			if ctx.Err() == nil {
-				tk.n.log.Warn("expiry not committed", "tick", tick, "err", err)
+				tk.log.Warn("expiry not committed", "tick", tick, "err", err)
 			}
 			return
 		}
@@ -197,7 +207,7 @@ func (tk *ticker) drainExpiry(ctx context.Context, tick uint64, progress *cluste
 
 // period is the cluster's tick period.
 func (tk *ticker) period() time.Duration {
-	tk.n.rep.mu.RLock()
-	defer tk.n.rep.mu.RUnlock()
-	return time.Duration(tk.n.rep.period()) * time.Millisecond
+	tk.rep.mu.RLock()
+	defer tk.rep.mu.RUnlock()
+	return time.Duration(tk.rep.period()) * time.Millisecond
 }

@@ -1,0 +1,247 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Scenarios of faults composed with membership churn, of a paused majority
+// and of interrupted snapshot installs. Each runs the configuration checker
+// (CheckConfiguration) besides the others.
+
+func init() { builtin = append(builtin, churnScenarios...) }
+
+var churnScenarios = []*Scenario{
+	{Name: "pause-majority", Class: "pause", Nodes: 3, Liveness: true, Configuration: true,
+		Doc: "SIGSTOP two of three servers for 5 s, then SIGCONT: first the leader and a follower, then both followers; " +
+			"nothing commits while they are stopped, and once they run again the clock must move within the liveness bound",
+		Expect: map[string]int{"majority-pauses": 2, "stalled-while-paused": 2},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			for round := 0; round < 2; round++ {
+				l, err := e.WaitLeader(ctx, 15*time.Second)
+				if err != nil {
+					return err
+				}
+				fs := e.Others(l)
+				paused := []int{l, fs[e.Rng.IntN(len(fs))]} // the leader and a follower
+				if round == 1 {
+					paused = fs // both followers: the leader stays, alone
+				}
+				if err := e.pauseMajority(ctx, paused, 5*time.Second); err != nil {
+					return err
+				}
+				if err := sleepCtx(ctx, 3*time.Second); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	{Name: "churn-remove-partition", Class: "membership", Liveness: true, StallBound: wideStall, Configuration: true,
+		Doc: "a follower is removed while the leader that takes the removal is cut off (the removal is retried through the next leader); " +
+			"healed, the removed server is wiped and rejoins as a new server while another follower is killed and restarted: " +
+			"it must be a healthy voter again, one voter change at a time, one leader per term",
+		Expect: map[string]int{"removals": 1, "leader-changes": 1, "wiped-rejoined": 1, "voter-changes": 2, "restarts": 2},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			fs := e.Others(l)
+			perm := e.Rng.Perm(len(fs))
+			f, k := fs[perm[0]], fs[perm[1]]
+			if canaryRecoverAlone {
+				return e.recoverAlone(ctx, f)
+			}
+			removed := make(chan error, 1)
+			go func() { removed <- e.remove(ctx, f) }()
+			// The removal reaches the leader; it is cut off right behind it.
+			if err := sleepCtx(ctx, time.Duration(e.Rng.IntN(50))*time.Millisecond); err != nil {
+				return err
+			}
+			ferr := e.Fault(ctx, "partition", fmt.Sprintf("leader %d alone while it removes node %d", l, f), faultFor,
+				func() error { return e.C.Partition([][]int{{l}, e.Others(l)}) }, e.C.Heal)
+			if err := <-removed; err != nil || ferr != nil {
+				return fmt.Errorf("remove node %d across a partition: %v; fault: %v", f, err, ferr)
+			}
+			if err := sleepCtx(ctx, 2*time.Second); err != nil {
+				return err
+			}
+			if err := e.C.Wipe(f); err != nil {
+				return err
+			}
+			e.Count("wipes", 1)
+			if err := e.rejoinWiped(ctx, f, false); err != nil {
+				return err
+			}
+			// While the new server is added and promoted, another follower
+			// goes down and comes back.
+			joined := make(chan error, 1)
+			go func() { joined <- e.waitRejoinedVoter(ctx, f, e.Others(f, k)) }()
+			kerr := e.killRestart(ctx, []int{k}, faultFor/2)
+			if err := <-joined; err != nil || kerr != nil {
+				return fmt.Errorf("rejoin of node %d while node %d was killed: %v; kill: %v", f, k, err, kerr)
+			}
+			return sleepCtx(ctx, faultFor/2)
+		}},
+	{Name: "churn-renumber-kill", Class: "renumber", Liveness: true, StallBound: wideStall, Configuration: true,
+		Doc: "a follower restarts at a new address (its namespace renumbered: same data directory and id) while the leader is killed: " +
+			"the next leader must update the member's address, and it must be a healthy voter there within 60 s; real processes only",
+		Expect: map[string]int{"renumbers": 1, "renumbered-rejoined": 1, "leader-changes": 1, "restarts": 1},
+		Nemesis: func(ctx context.Context, e *Env) error {
+			r, ok := e.C.(renumberer)
+			if !ok {
+				return fmt.Errorf("chaos: the %s tier cannot renumber a node: %w", e.Tier, ErrUnsupported)
+			}
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			fs := e.Others(l)
+			f := fs[e.Rng.IntN(len(fs))]
+			type moved struct {
+				addr string
+				err  error
+			}
+			done := make(chan moved, 1)
+			kerr := e.Fault(ctx, "kill", fmt.Sprintf("leader %d, while node %d moves", l, f), faultFor/2, func() error {
+				if err := e.C.Kill(l); err != nil {
+					return err
+				}
+				go func() {
+					addr, err := r.Renumber(f)
+					e.Note("renumber", fmt.Sprintf("node %d restarted with raft %s", f, addr), err)
+					done <- moved{addr, err}
+				}()
+				return nil
+			}, func() error {
+				if err := e.C.Restart(l); err != nil {
+					return err
+				}
+				e.Count("restarts", 1)
+				return nil
+			})
+			m := <-done
+			if m.err != nil || kerr != nil {
+				return fmt.Errorf("renumber node %d: %v; kill of the leader: %v", f, m.err, kerr)
+			}
+			e.Count("renumbers", 1)
+			if err := e.waitVoterAt(ctx, f, m.addr, 60*time.Second); err != nil {
+				return err
+			}
+			e.Count("renumbered-rejoined", 1)
+			return sleepCtx(ctx, faultFor/2)
+		}},
+}
+
+// pauseMajority SIGSTOPs the nodes (a majority) for d, then SIGCONTs them.
+// The node left running must commit nothing meanwhile: its commit index,
+// read a second into the pause (what was in flight has landed) and at its
+// end, must be the same ("stalled-while-paused"); a pause that did not
+// stop the majority leaves it moving, and the run fails as ineffective.
+func (e *Env) pauseMajority(ctx context.Context, nodes []int, d time.Duration) error {
+	u := e.Others(nodes...)[0]
+	firstCh := make(chan *LocalState, 1)
+	return e.FaultNoQuorum(ctx, "pause", fmt.Sprintf("nodes %v (a majority); node %d runs", nodes, u), d, func() error {
+		for _, n := range nodes {
+			if err := e.C.Pause(n); err != nil {
+				return err
+			}
+		}
+		e.Count("majority-pauses", 1)
+		go func() {
+			var ls *LocalState
+			if sleepCtx(ctx, time.Second) == nil {
+				ls, _ = e.Local(ctx, u, 0, time.Second)
+			}
+			firstCh <- ls
+		}()
+		return nil
+	}, func() error {
+		first := <-firstCh
+		last, err := e.Local(ctx, u, 0, time.Second)
+		if err == nil && first != nil {
+			if last.CommitIndex == first.CommitIndex {
+				e.Count("stalled-while-paused", 1)
+			}
+			e.Note("paused-commit", fmt.Sprintf("node %d's commit index: %d a second into the pause, %d at its end",
+				u, first.CommitIndex, last.CommitIndex), nil)
+		}
+		var errs []error
+		for _, n := range nodes {
+			errs = append(errs, e.C.Resume(n))
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// waitVoterAt waits up to d until another node lists node n as a healthy
+// voter (at Raft address addr, if not empty) and n serves its own state.
+func (e *Env) waitVoterAt(ctx context.Context, n int, addr string, d time.Duration) error {
+	id := e.C.NodeID(n)
+	start := time.Now()
+	last := "no answer"
+	for {
+		for _, o := range e.Others(n) {
+			if !e.C.Alive(o) {
+				continue
+			}
+			st, err := e.Admin(o).Cluster(ctx)
+			if err != nil {
+				last = err.Error()
+				continue
+			}
+			for _, m := range st.Members {
+				if m.ID != id {
+					continue
+				}
+				last = fmt.Sprintf("node %d sees %s as voter=%v health=%s raft=%s", o, id, m.Voter, m.Health, m.RaftAddr)
+				if !m.Voter || m.Health != "healthy" || (addr != "" && m.RaftAddr != addr) {
+					continue
+				}
+				if ls, err := e.Local(ctx, n, 0, time.Second); err != nil || ls.AppliedIndex == 0 {
+					last = fmt.Sprintf("%s is a voter at %s but its local state: %v", id, m.RaftAddr, err)
+					continue
+				}
+				e.Note("voter", fmt.Sprintf("%s after %v", last, time.Since(start).Round(time.Millisecond)), nil)
+				return nil
+			}
+		}
+		if time.Since(start) > d {
+			err := fmt.Errorf("node %d not a healthy voter (at %q) within %v: %s", n, addr, d, last)
+			e.Note("voter", id, err)
+			return err
+		}
+		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// aloneRecoverer is a Cluster that can rewrite a stopped node's
+// configuration to itself alone (NetnsCluster).
+type aloneRecoverer interface {
+	RecoverAlone(i int) (string, error)
+}
+
+// recoverAlone is the canary_config_recover harness fault: node n is
+// stopped, made the one voter of its cluster by `leasehold data recover`
+// while the others run on, and restarted; the run goes on long enough for
+// the configuration checker to sample its configuration.
+func (e *Env) recoverAlone(ctx context.Context, n int) error {
+	r, ok := e.C.(aloneRecoverer)
+	if !ok {
+		return fmt.Errorf("chaos: the %s tier cannot rewrite a node's configuration: %w", e.Tier, ErrUnsupported)
+	}
+	out, err := r.RecoverAlone(n)
+	e.Note("recover-alone", fmt.Sprintf("node %d made the one voter of its cluster (a harness fault): %s", n, out), err)
+	if err != nil {
+		return err
+	}
+	if err := e.C.Restart(n); err != nil {
+		return err
+	}
+	e.Count("restarts", 1)
+	return sleepCtx(ctx, 2*faultFor)
+}
