@@ -61,12 +61,10 @@ ifndef CHAOS_OUT
 CHAOS_OUT := chaos-out/$(shell date +%Y%m%d-%H%M%S)
 endif
 # Each canary must fail the one checker chaos/canary_test.go names for it
-# (in process, or on real processes: TestNetnsCanary, root). canary_no_guard
-# is left out: since the service gate and the log's framing check landed,
-# bitflip no longer gets it to serve a divergent state (docs/chaos.md).
+# (in process, or on real processes: TestNetnsCanary, root).
 CANARIES  := canary_early_expiry canary_stale_read canary_fence_reset canary_renew_token canary_tick_at_once \
 	canary_fence_repeat canary_lose_tail canary_wall_apply canary_clock_stops canary_writes_stuck canary_data_race \
-	canary_config_recover
+	canary_config_recover canary_no_guard
 # The real-process scenarios' seed: "time" places the faults differently on
 # every CI run (the base seed is printed; LEASEHOLD_CHAOS_SEED=N replays it);
 # the in-process tier of `make test` keeps the fixed seeds, the regression set.

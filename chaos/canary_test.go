@@ -73,7 +73,7 @@ var canaries = map[string]canarySpec{
 	"canary_data_race": {checker: "logs-clean", tier: "netns", scenarios: []string{"none"}, race: true},
 	// The corruption guard off: a follower whose log rotted applies the
 	// damaged entries and serves the state they make as ready.
-	"canary_no_guard": {checker: "bitflip-guard", tier: "netns", scenarios: []string{"bitflip"}},
+	"canary_no_guard": {checker: "bitflip-guard", tier: "netns", scenarios: []string{"bitflip-payload"}},
 	// A harness fault: a follower's configuration rewritten to itself
 	// alone (`leasehold data recover`) while the others run on; its voter
 	// set changes by more than one voter, to one no leader appended.

@@ -75,6 +75,7 @@ type InprocCluster struct {
 	apiAddr    []string
 
 	disks []*diskfault.Fault // per node, kept across restarts
+	msgs  *msgFaults         // Raft messages copied and delayed (raftmsg.go)
 
 	h       *harness.Cluster[int, *inprocNode] // configured by node index
 	proxies []*frontProxy
@@ -128,7 +129,7 @@ func NewInprocCluster(ctx context.Context, opts InprocOptions) (*InprocCluster, 
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
 	n := opts.Nodes
-	c := &InprocCluster{opts: opts, net: newFaultNet(n), proxies: make([]*frontProxy, n)}
+	c := &InprocCluster{opts: opts, net: newFaultNet(n), proxies: make([]*frontProxy, n), msgs: newMsgFaults()}
 	c.h = harness.New(harness.Options[int, *inprocNode]{Open: c.open})
 	for range n {
 		c.disks = append(c.disks, &diskfault.Fault{})
@@ -212,6 +213,7 @@ func (c *InprocCluster) config(i int, logger *slog.Logger) node.Config {
 		return newGossipTransport(t, c.net, i, c.nodeOf)
 	}
 	cfg.WrapRaftStores = c.disks[i].Wrap
+	cfg.WrapRaftTransport = c.msgs.wrap
 	if c.opts.Configure != nil {
 		c.opts.Configure(i, &cfg)
 	}
@@ -480,6 +482,8 @@ func (c *InprocCluster) Close(ctx context.Context, keepData bool) error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+	c.msgs.set(0, 0, 0)
+	defer c.msgs.wg.Wait() // late copies of Raft messages (they fail once the nodes are closed)
 	errs := make([]error, len(c.ids))
 	var wg sync.WaitGroup
 	for i := range c.ids {

@@ -35,6 +35,13 @@ type Scenario struct {
 	// scenario), so that the nemesis can cut a node's power: what it
 	// wrote and did not fsync is lost.
 	PowerCut bool
+	// LazyDisk puts every node's data directory on a lazy filesystem as
+	// PowerCut does, for the disk-error scenarios (the filesystem fails
+	// writes and fsyncs on demand); the in-process tier skips them.
+	LazyDisk bool
+	// RaftLog is the servers' --raft-log (Raft's log store: "boltdb" or
+	// "wal"); empty: the servers' default.
+	RaftLog string
 	// Expect lists effectiveness counters and their minimum (e.g.
 	// "leader-changes": 1, "snapshots-installed": 1).
 	Expect map[string]int

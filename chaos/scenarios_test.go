@@ -17,7 +17,7 @@ var inprocScenarios = []string{
 	"none", "partition-leader", "one-way-leader", "loss", "latency",
 	"kill-leader", "transfer-storm", "snapshot-catchup", "remove-partitioned", "restore-under-load",
 	"restore-lost-leader", "restore-large", "restore-during-backlog",
-	"disk-stall-leader", "diverged-follower",
+	"disk-stall-leader", "diverged-follower", "raft-dup-reorder",
 }
 
 // TestInprocScenarios runs the workloads and every checker against

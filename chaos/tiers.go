@@ -26,6 +26,9 @@ func NewFactory(tier string, o FactoryOptions) (ClusterFactory, error) {
 					cfg.SnapshotInterval = 200 * time.Millisecond
 					cfg.TrailingLogs = uint64(s.SnapshotThreshold) / 2
 				}
+				if s != nil && s.RaftLog != "" {
+					cfg.RaftLog = s.RaftLog
+				}
 			}})
 		}, nil
 	case "netns":
@@ -40,8 +43,11 @@ func NewFactory(tier string, o FactoryOptions) (ClusterFactory, error) {
 				disk = int64(s.DiskMiB) << 20
 				flags = append(flags, "--min-free-disk", fmt.Sprintf("%dMiB", s.MinFreeDiskMiB))
 			}
+			if s != nil && s.RaftLog != "" {
+				flags = append(flags, "--raft-log", s.RaftLog)
+			}
 			return NewNetnsCluster(ctx, NetnsOptions{Nodes: nodes, Binary: o.Binary, Dir: dir, ExtraFlags: flags, DiskSize: disk,
-				LazyDisk: s != nil && s.PowerCut})
+				LazyDisk: s != nil && (s.PowerCut || s.LazyDisk)})
 		}, nil
 	}
 	return nil, fmt.Errorf("chaos: unknown tier %q (want netns or inproc)", tier)

@@ -82,6 +82,12 @@ type Config struct {
 	// injection: see internal/diskfault). Reads and writes must reach the
 	// stores it is given.
 	WrapStores func(raft.LogStore, raft.StableStore) (raft.LogStore, raft.StableStore)
+	// WrapTransport, if set, wraps Raft's network transport (every RPC
+	// this server sends: appends, votes, snapshots), for tests that
+	// duplicate, delay or observe Raft's messages. The transport it
+	// returns must pass every call on, and keep the optional methods Raft
+	// looks for (RequestPreVote, Close). Not used with InMemory.
+	WrapTransport func(raft.Transport) raft.Transport
 	// Identity, if set, makes every Raft connection start with an exchange
 	// of cluster ids (see Identity): servers of two clusters never
 	// exchange Raft traffic. It wraps the TLS or TCP layer, inside
@@ -376,6 +382,9 @@ func (c *Cluster) openTransport() (raft.ServerAddress, error) {
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: wrapped, MaxPool: 8,
 		MaxRPCsInFlight: raftMaxRPCsInFlight, Timeout: 10 * time.Second, Logger: newHCLogger("transport", cfg.Logger)})
 	c.trans, c.stream = &pipelineTransport{nt}, stream
+	if cfg.WrapTransport != nil {
+		c.trans = cfg.WrapTransport(c.trans)
+	}
 	return nt.LocalAddr(), nil
 }
 

@@ -229,6 +229,11 @@ type Config struct {
 	// told apart beneath it and do not pass through it: do not rely on it
 	// to authenticate servers (RaftTLS does, for both).
 	WrapRaftStream func(raft.StreamLayer) raft.StreamLayer
+	// WrapRaftTransport wraps Raft's network transport above the stream
+	// layer: every RPC this server sends (appends, votes, snapshots), as
+	// Raft hands it over; the chaos suite duplicates and delays them
+	// through it. It must pass every call on.
+	WrapRaftTransport func(raft.Transport) raft.Transport
 	// WrapGossip wraps memberlist's transport (UDP packets and TCP streams
 	// on GossipAddr).
 	WrapGossip func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport

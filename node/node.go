@@ -198,7 +198,7 @@ func consensusConfig(n *Node) cluster.Config {
 		InMemory: cfg.InMemory, Bootstrap: cfg.BootstrapExpect <= 1 && len(cfg.Join) == 0,
 		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs,
 		HeartbeatTimeout: cfg.RaftTimeout, ElectionTimeout: cfg.RaftTimeout, LeaderLeaseTimeout: cfg.RaftTimeout / 2,
-		Logger: n.log, BeforeStart: n.mem.startGossip, TLS: cfg.RaftTLS, WrapStream: cfg.WrapRaftStream,
+		Logger: n.log, BeforeStart: n.mem.startGossip, TLS: cfg.RaftTLS, WrapStream: cfg.WrapRaftStream, WrapTransport: cfg.WrapRaftTransport,
 		WrapStores: checkedStores(n.logs, checkedLogs{clP: &n.clP, rep: n.rep, rot: n.rot, log: n.log}, chaosStores(cfg.WrapRaftStores)), LogEnd: func(last uint64) { n.rep.replayEnd.Store(last) }, SnapshotOpened: n.rep.snapshotOpened,
 		Identity: &cluster.Identity{ClusterID: n.idn.clusterID, Admit: n.idn.admitRaft,
 			OnConflict: func(string, string) { n.conflictAt.Store(time.Now().UnixNano()) }, Legacy: n.idn.legacyPeer},

@@ -57,6 +57,8 @@ type FS struct {
 	overlays map[uint64]*overlay // by the backing file's inode
 	cuts     int
 	lost     int64 // bytes of unsynced writes dropped by cuts, in total
+
+	fault faultState // errors set by SetError (fault.go)
 }
 
 // Supported reports why this machine cannot mount a lazy filesystem (not
@@ -433,11 +435,17 @@ func (f *file) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResult
 }
 
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if errno := f.fs.injected(); errno != 0 {
+		return 0, errno
+	}
 	f.o.writeAt(data, off)
 	return uint32(len(data)), 0
 }
 
 func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if errno := f.fs.injected(); errno != 0 {
+		return errno
+	}
 	return fs.ToErrno(f.o.sync())
 }
 
@@ -457,6 +465,9 @@ func (f *file) Allocate(ctx context.Context, off, size uint64, mode uint32) sysc
 	const keepSize = 0x01 // FALLOC_FL_KEEP_SIZE
 	if mode&^keepSize != 0 {
 		return syscall.EOPNOTSUPP
+	}
+	if errno := f.fs.injected(); errno != 0 {
+		return errno
 	}
 	if mode&keepSize == 0 {
 		f.o.grow(int64(off + size))
