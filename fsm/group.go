@@ -195,45 +195,34 @@ func (gb *groupBook) acquireGroup(c *AcquireGroup) Result {
 	if err := validateGroup(c); err != nil {
 		return Result{Err: err}
 	}
-	if !c.IdemHash.IsZero() {
-		if id, ok := gb.lb.idem[c.IdemHash]; ok {
-			return gb.replayGroup(id, c)
-		}
+	if id, ok := gb.lb.idemLease(c.IdemHash); ok {
+		return gb.replayGroup(id, c)
 	}
 	if gb.groups[c.GroupID] != nil || gb.groupWaits[c.GroupID] != nil {
 		return Result{Err: InvalidField("group_id", "lease group id %s already exists", c.GroupID)}
 	}
 	for _, k := range c.Keys {
-		if dup := gb.lb.leases.Has(k.LeaseID); dup || gb.lb.waiting[k.LeaseID] != "" {
-			return Result{Err: InvalidField("lease_id", "lease id %s already exists", k.LeaseID)}
-		}
-	}
-	var sess *Session
-	holder := c.Holder
-	if c.SessionID != "" {
-		s, err := gb.sess.checkSession(c.SessionID, c.SessionTokenHash)
-		if err != nil {
+		if err := gb.lb.idTaken(k.LeaseID); err != nil {
 			return Result{Err: err}
 		}
-		if c.Holder != "" && c.Holder != s.Holder {
-			return Result{Err: InvalidField("holder", "holder %q differs from the session's holder %q", c.Holder, s.Holder)}
-		}
-		sess, holder = s, s.Holder
 	}
-	if err := gb.checkGroupQuota(c.Quota, holder, len(c.Keys)); err != nil {
+	sess, holder, err := gb.sess.bind(c.SessionID, c.SessionTokenHash, c.Holder)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if err := gb.lb.checkLeaseQuota(c.Quota, holder, len(c.Keys), true); err != nil {
 		return Result{Err: err}
 	}
 	// Every key must agree on its limit; the group is granted now only if
 	// every key has a free slot and nobody queued for it.
 	busy, nBusy := -1, 0
 	for i, k := range c.Keys {
+		if err := gb.lb.limitMismatch(k.Key, k.Limit); err != nil {
+			return Result{Err: err}
+		}
 		ks := gb.lb.keys.Get(k.Key)
 		if ks == nil || !ks.inUse() {
 			continue
-		}
-		if ks.limit != k.Limit {
-			return Result{Err: &wire.Error{Code: wire.CodeLimitMismatch, Key: k.Key,
-				Message: "key " + quote(k.Key) + " is in use with limit " + itoa(uint64(ks.limit)) + ", not " + itoa(uint64(k.Limit))}}
 		}
 		if ks.free() <= 0 || ks.nWaiters() > 0 {
 			if busy < 0 {
@@ -243,15 +232,11 @@ func (gb *groupBook) acquireGroup(c *AcquireGroup) Result {
 		}
 	}
 	if busy < 0 {
-		members := make([]*Lease, len(c.Keys))
-		ids := make([]string, len(c.Keys))
+		cmds := make([]*Acquire, len(c.Keys))
 		for i := range c.Keys {
-			a := c.member(i)
-			members[i] = gb.lb.grant(a, gb.lb.keyFor(a), gb.sess.current(sess), c.GroupID)
-			ids[i] = a.LeaseID
+			cmds[i] = c.member(i)
 		}
-		gb.groups[c.GroupID] = ids
-		return Result{Leases: members}
+		return Result{Leases: gb.grant(c.GroupID, cmds, sess, gb.lb.keyFor)}
 	}
 	if c.WaitTicks == 0 {
 		k := c.Keys[busy].Key
@@ -261,7 +246,11 @@ func (gb *groupBook) acquireGroup(c *AcquireGroup) Result {
 		}
 		return Result{Err: err}
 	}
-	if err := gb.checkGroupWaitQuota(c, holder); err != nil {
+	keys := make([]string, len(c.Keys))
+	for i, k := range c.Keys {
+		keys[i] = k.Key
+	}
+	if err := gb.lb.checkWaitQuota(c.Quota, holder, keys, true); err != nil {
 		return Result{Err: err}
 	}
 	deadline := gb.tick + c.WaitTicks
@@ -272,13 +261,10 @@ func (gb *groupBook) acquireGroup(c *AcquireGroup) Result {
 		a.Holder = holder
 		w := waiter{Cmd: a, Deadline: deadline, group: c.GroupID}
 		gb.lb.queueWaiter(gb.lb.keyFor(a), w)
-		gb.exp.schedule(deadline, kindWait, a.Key+"\x00"+a.LeaseID)
 		ws[i] = w
 	}
 	gb.groupWaits[c.GroupID] = ws
-	if !c.IdemHash.IsZero() {
-		gb.lb.idem[c.IdemHash] = c.Keys[0].LeaseID
-	}
+	gb.lb.rememberIdem(c.IdemHash, c.Keys[0].LeaseID)
 	return Result{Queued: true, Leases: placeholders(c.GroupID, ws)}
 }
 
@@ -302,56 +288,40 @@ func placeholders(g string, ws []waiter) []*Lease {
 	return out
 }
 
-// keyFor returns the state of a's key, made if need be, with a's limit if
-// the key is not in use.
-func (lb *leaseBook) keyFor(a *Acquire) *keyState {
-	ks := lb.keys.Get(a.Key)
-	if ks == nil {
-		ks = &keyState{key: a.Key}
-		lb.keys.Put(ks)
+// grant grants group g its members cmds (in key order, each key with a
+// free slot, whose state keyOf returns), bound to session sess if not
+// nil, through the single-lease grant, and returns them.
+func (gb *groupBook) grant(g string, cmds []*Acquire, sess *Session, keyOf func(*Acquire) *keyState) []*Lease {
+	members := make([]*Lease, len(cmds))
+	ids := make([]string, len(cmds))
+	for i, a := range cmds {
+		members[i] = gb.lb.grant(a, keyOf(a), gb.sess.current(sess), g)
+		ids[i] = a.LeaseID
 	}
-	if !ks.inUse() {
-		ks.limit = a.Limit
-	}
-	return ks
+	gb.groups[g] = ids
+	return members
 }
 
-// checkGroupQuota is checkLeaseQuota for n leases at once.
-func (gb *groupBook) checkGroupQuota(q Quota, holder string, n int) *wire.Error {
-	if live := uint64(gb.lb.active + len(gb.lb.waiting)); q.Leases > 0 && live+uint64(n) > q.Leases {
-		return Exhausted("leases", q.Leases, "the cluster has %d live leases (active or queued), a lease group of %d would pass its limit", live, n)
+// dequeue takes queued group g out of every one of its keys' queues and
+// returns its waiters (nil if g is not queued); the keys are pumped by
+// repumpKeys.
+func (gb *groupBook) dequeue(g string) []waiter {
+	ws := gb.groupWaits[g]
+	if len(ws) == 0 {
+		return nil
 	}
-	have := 0
-	if hi := gb.lb.holders[holder]; hi != nil {
-		have = hi.leases.n
+	delete(gb.groupWaits, g)
+	for _, w := range ws {
+		gb.lb.unqueue(gb.lb.keys.Get(w.Cmd.Key), w.Cmd.LeaseID)
+		gb.repump = append(gb.repump, w.Cmd.Key)
 	}
-	if q.HolderLeases > 0 && uint64(have+n) > q.HolderLeases {
-		return Exhausted("leases_per_holder", q.HolderLeases, "holder %s has %d active leases, a lease group of %d would pass its limit", quote(holder), have, n)
-	}
-	return nil
-}
-
-// checkGroupWaitQuota is checkWaitQuota for a group: a waiter on each of
-// its keys, each counted against the holder's queued acquires.
-func (gb *groupBook) checkGroupWaitQuota(c *AcquireGroup, holder string) *wire.Error {
-	q := c.Quota
-	for _, k := range c.Keys {
-		if ks := gb.lb.keys.Get(k.Key); ks != nil {
-			if n := uint64(ks.nWaiters()); q.KeyWaiters > 0 && n >= q.KeyWaiters {
-				return Exhausted("waiters_per_key", q.KeyWaiters, "key %s has %d queued acquires, its limit", quote(k.Key), n)
-			}
-		}
-	}
-	if n := uint64(len(gb.lb.holderWaits[holder])); q.HolderWaiters > 0 && n+uint64(len(c.Keys)) > q.HolderWaiters {
-		return Exhausted("waiters_per_holder", q.HolderWaiters, "holder %s has %d queued acquires, a lease group of %d would pass its limit", quote(holder), n, len(c.Keys))
-	}
-	return nil
+	return ws
 }
 
 // replayGroup answers an idempotent group acquire whose idempotency hash
 // names id, the first member of an earlier group (granted or queued).
 func (gb *groupBook) replayGroup(id string, c *AcquireGroup) Result {
-	conflict := Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+	conflict := idemConflict(id)
 	if l := gb.lb.leases.Get(id); l != nil {
 		if l.GroupID() == "" || l.fingerprint() != c.Fingerprint {
 			return conflict
@@ -376,41 +346,24 @@ func (gb *groupBook) atHead(w waiter) bool {
 // reports whether g left the queues; the keys whose queues changed are
 // pumped by repumpKeys.
 func (gb *groupBook) pumpGroup(g string) bool {
-	ws := gb.groupWaits[g]
-	for _, w := range ws {
+	for _, w := range gb.groupWaits[g] {
 		if !gb.atHead(w) {
 			return false
 		}
 	}
-	delete(gb.groupWaits, g)
-	for _, w := range ws {
-		gb.lb.unqueue(gb.lb.keys.Get(w.Cmd.Key), w.Cmd.LeaseID)
-		gb.repump = append(gb.repump, w.Cmd.Key)
-	}
+	ws := gb.dequeue(g)
 	first := ws[0].Cmd
-	var err *wire.Error
-	for _, w := range ws {
-		if dup := gb.lb.leases.Has(w.Cmd.LeaseID); dup {
-			err = InvalidField("lease_id", "lease id %s already exists", w.Cmd.LeaseID)
-			break
-		}
+	ids := make([]string, len(ws))
+	cmds := make([]*Acquire, len(ws))
+	for i, w := range ws {
+		ids[i], cmds[i] = w.Cmd.LeaseID, w.Cmd
 	}
-	var sess *Session
-	if err == nil && first.SessionID != "" {
-		sess, err = gb.sess.checkSession(first.SessionID, first.SessionTokenHash)
-	}
+	sess, err := gb.lb.stillGrantable(first, ids...)
 	if err != nil {
-		gb.lb.forgetIdem(first.IdemHash, first.LeaseID)
-		gb.notices = append(gb.notices, Notice{LeaseID: g, Err: err})
+		gb.lb.dropWaiter(first, g, err)
 		return true
 	}
-	members := make([]*Lease, len(ws))
-	ids := make([]string, len(ws))
-	for i, w := range ws {
-		members[i] = gb.lb.grant(w.Cmd, gb.lb.keys.Get(w.Cmd.Key), gb.sess.current(sess), g)
-		ids[i] = w.Cmd.LeaseID
-	}
-	gb.groups[g] = ids
+	members := gb.grant(g, cmds, sess, func(a *Acquire) *keyState { return gb.lb.keys.Get(a.Key) })
 	gb.notices = append(gb.notices, Notice{LeaseID: g, Lease: members[0], Leases: members})
 	return true
 }
@@ -419,18 +372,8 @@ func (gb *groupBook) pumpGroup(g string) bool {
 // was cancelled, or its holder was released) and tells its proposer err
 // (nil: nobody listens any more). The caller then runs repumpKeys.
 func (gb *groupBook) withdrawGroup(g string, err *wire.Error) {
-	ws := gb.groupWaits[g]
-	if len(ws) == 0 {
-		return
-	}
-	delete(gb.groupWaits, g)
-	for _, w := range ws {
-		gb.lb.unqueue(gb.lb.keys.Get(w.Cmd.Key), w.Cmd.LeaseID)
-		gb.repump = append(gb.repump, w.Cmd.Key)
-	}
-	gb.lb.forgetIdem(ws[0].Cmd.IdemHash, ws[0].Cmd.LeaseID)
-	if err != nil {
-		gb.notices = append(gb.notices, Notice{LeaseID: g, Err: err})
+	if ws := gb.dequeue(g); ws != nil {
+		gb.lb.dropWaiter(ws[0].Cmd, g, err)
 	}
 }
 
@@ -505,8 +448,8 @@ func (gb *groupBook) groupMembers(g string, tok, sessTok Hash) ([]*Lease, *wire.
 }
 
 func (gb *groupBook) renewGroup(c *RenewGroup) Result {
-	if c.TTLTicks > 0 && c.TTLMS <= 0 || c.TTLTicks > MaxTicks {
-		return Result{Err: InvalidField("ttl_ms", "ttl_ms must be positive")}
+	if err := validRenewTTL(c.TTLMS, c.TTLTicks); err != nil {
+		return Result{Err: err}
 	}
 	ls, err := gb.groupMembers(c.GroupID, c.TokenHash, Hash{})
 	if err != nil {
@@ -586,7 +529,7 @@ func (gb *groupBook) GroupHeldUp(key string) bool {
 // rebuildGroups derives the group indexes from the records of a snapshot:
 // the members of each group (sorted by key) and its queued waiters, which
 // rebuild queued in key order.
-func (n *FSM) rebuildGroups(keys []keyRec, leases []*Lease) error {
+func (n rebuilder) rebuildGroups(keys []keyRec, leases []*Lease) error {
 	for _, l := range leases {
 		if g := l.GroupID(); g != "" {
 			n.groups[g] = append(n.groups[g], l.ID)

@@ -69,50 +69,29 @@ func (lb *leaseBook) acquire(c *Acquire) Result {
 	if err := validateAcquire(c); err != nil {
 		return Result{Err: err}
 	}
-	if !c.IdemHash.IsZero() {
-		if id, ok := lb.idem[c.IdemHash]; ok {
-			return lb.replay(id, c)
-		}
+	if id, ok := lb.idemLease(c.IdemHash); ok {
+		return lb.replay(id, c)
 	}
-	if dup := lb.leases.Has(c.LeaseID); dup || lb.waiting[c.LeaseID] != "" {
-		return Result{Err: InvalidField("lease_id", "lease id %s already exists", c.LeaseID)}
-	}
-	var sess *Session
-	if c.SessionID != "" {
-		s, err := lb.sess.checkSession(c.SessionID, c.SessionTokenHash)
-		if err != nil {
-			return Result{Err: err}
-		}
-		if c.Holder != "" && c.Holder != s.Holder {
-			return Result{Err: InvalidField("holder", "holder %q differs from the session's holder %q", c.Holder, s.Holder)}
-		}
-		sess = s
-	}
-	holder := c.Holder
-	if sess != nil {
-		holder = sess.Holder
-	}
-	if err := lb.checkLeaseQuota(c.Quota, holder); err != nil {
+	if err := lb.idTaken(c.LeaseID); err != nil {
 		return Result{Err: err}
 	}
-	ks := lb.keys.Get(c.Key)
-	if ks != nil && ks.inUse() && ks.limit != c.Limit {
-		return Result{Err: &wire.Error{Code: wire.CodeLimitMismatch, Key: c.Key,
-			Message: "key " + quote(c.Key) + " is in use with limit " + itoa(uint64(ks.limit)) + ", not " + itoa(uint64(c.Limit))}}
+	sess, holder, err := lb.sess.bind(c.SessionID, c.SessionTokenHash, c.Holder)
+	if err != nil {
+		return Result{Err: err}
 	}
-	if ks == nil {
-		ks = &keyState{key: c.Key}
-		lb.keys.Put(ks)
+	if err := lb.checkLeaseQuota(c.Quota, holder, 1, false); err != nil {
+		return Result{Err: err}
 	}
-	if !ks.inUse() {
-		ks.limit = c.Limit
+	if err := lb.limitMismatch(c.Key, c.Limit); err != nil {
+		return Result{Err: err}
 	}
+	ks := lb.keyFor(c)
 	if ks.free() > 0 && ks.nWaiters() == 0 {
 		l := lb.grant(c, ks, sess, "")
 		return Result{Lease: l}
 	}
 	if c.WaitTicks > 0 {
-		if err := lb.checkWaitQuota(c.Quota, c.Key, ks, holder); err != nil {
+		if err := lb.checkWaitQuota(c.Quota, holder, []string{c.Key}, false); err != nil {
 			lb.dropKey(c.Key, ks)
 			return Result{Err: err}
 		}
@@ -126,45 +105,108 @@ func (lb *leaseBook) acquire(c *Acquire) Result {
 			cc.Holder = holder
 			q = &cc
 		}
-		w := waiter{Cmd: q, Deadline: lb.tick + c.WaitTicks}
-		lb.queueWaiter(ks, w)
-		lb.exp.schedule(w.Deadline, kindWait, c.Key+"\x00"+c.LeaseID)
-		if !c.IdemHash.IsZero() {
-			lb.idem[c.IdemHash] = c.LeaseID
-		}
+		lb.queueWaiter(ks, waiter{Cmd: q, Deadline: lb.tick + c.WaitTicks})
+		lb.rememberIdem(c.IdemHash, c.LeaseID)
 		return Result{Queued: true, Lease: &Lease{ID: c.LeaseID, Key: c.Key, Holder: c.Holder, idem: newLeaseIdem(Hash{}, Hash{}, c.SealedToken)}}
 	}
-	err := lb.busyError(c.Key, ks)
+	err = lb.busyError(c.Key, ks)
 	lb.dropKey(c.Key, ks)
 	return Result{Err: err}
 }
 
-// checkLeaseQuota refuses a new lease (granted or queued) of holder when the
-// cluster's live leases (active and queued) or the holder's active leases
-// are at their limit. An idempotent replay is answered before this check.
-func (lb *leaseBook) checkLeaseQuota(q Quota, holder string) *wire.Error {
-	if live := uint64(lb.active + len(lb.waiting)); q.Leases > 0 && live >= q.Leases {
-		return Exhausted("leases", q.Leases, "the cluster has %d live leases (active or queued), its limit", live)
+// checkLeaseQuota refuses n new leases (granted or queued) of holder, one
+// or a lease group's members, when the cluster's live leases (active and
+// queued) or the holder's active leases would pass their limit. An
+// idempotent replay is answered before this check.
+func (lb *leaseBook) checkLeaseQuota(q Quota, holder string, n int, group bool) *wire.Error {
+	over := "its limit"
+	if group {
+		over = "a lease group of " + itoa(uint64(n)) + " would pass its limit"
 	}
-	if hi := lb.holders[holder]; q.HolderLeases > 0 && hi != nil && uint64(hi.leases.n) >= q.HolderLeases {
-		return Exhausted("leases_per_holder", q.HolderLeases, "holder %s has %d active leases, its limit", quote(holder), hi.leases.n)
+	if live := uint64(lb.active + len(lb.waiting)); q.Leases > 0 && live+uint64(n) > q.Leases {
+		return Exhausted("leases", q.Leases, "the cluster has %d live leases (active or queued), %s", live, over)
 	}
-	return nil
-}
-
-// checkWaitQuota refuses to queue an acquire of holder on key when the
-// key's queue or the holder's queued acquires are at their limit.
-func (lb *leaseBook) checkWaitQuota(q Quota, key string, ks *keyState, holder string) *wire.Error {
-	if n := uint64(ks.nWaiters()); q.KeyWaiters > 0 && n >= q.KeyWaiters {
-		return Exhausted("waiters_per_key", q.KeyWaiters, "key %s has %d queued acquires, its limit", quote(key), n)
+	have := 0
+	if hi := lb.holders[holder]; hi != nil {
+		have = hi.leases.n
 	}
-	if n := uint64(len(lb.holderWaits[holder])); q.HolderWaiters > 0 && n >= q.HolderWaiters {
-		return Exhausted("waiters_per_holder", q.HolderWaiters, "holder %s has %d queued acquires, its limit", quote(holder), n)
+	if q.HolderLeases > 0 && uint64(have+n) > q.HolderLeases {
+		return Exhausted("leases_per_holder", q.HolderLeases, "holder %s has %d active leases, %s", quote(holder), have, over)
 	}
 	return nil
 }
 
-// queueWaiter appends w to the queue of its key.
+// checkWaitQuota refuses to queue acquires of holder on keys (one, or a
+// lease group's) when a key's queue is at its limit or the holder's
+// queued acquires would pass theirs.
+func (lb *leaseBook) checkWaitQuota(q Quota, holder string, keys []string, group bool) *wire.Error {
+	for _, k := range keys {
+		if ks := lb.keys.Get(k); ks != nil {
+			if n := uint64(ks.nWaiters()); q.KeyWaiters > 0 && n >= q.KeyWaiters {
+				return Exhausted("waiters_per_key", q.KeyWaiters, "key %s has %d queued acquires, its limit", quote(k), n)
+			}
+		}
+	}
+	over := "its limit"
+	if group {
+		over = "a lease group of " + itoa(uint64(len(keys))) + " would pass its limit"
+	}
+	if n := uint64(len(lb.holderWaits[holder])); q.HolderWaiters > 0 && n+uint64(len(keys)) > q.HolderWaiters {
+		return Exhausted("waiters_per_holder", q.HolderWaiters, "holder %s has %d queued acquires, %s", quote(holder), n, over)
+	}
+	return nil
+}
+
+// idemLease is the lease (granted or queued) an idempotency hash names.
+func (lb *leaseBook) idemLease(h Hash) (string, bool) {
+	if h.IsZero() {
+		return "", false
+	}
+	id, ok := lb.idem[h]
+	return id, ok
+}
+
+// rememberIdem records that idempotency hash h (if set) names lease id.
+func (lb *leaseBook) rememberIdem(h Hash, id string) {
+	if !h.IsZero() {
+		lb.idem[h] = id
+	}
+}
+
+// idTaken refuses a lease id that a lease record or a queued acquire has.
+func (lb *leaseBook) idTaken(id string) *wire.Error {
+	if lb.leases.Has(id) || lb.waiting[id] != "" {
+		return InvalidField("lease_id", "lease id %s already exists", id)
+	}
+	return nil
+}
+
+// limitMismatch refuses limit on key when the key is in use with another.
+func (lb *leaseBook) limitMismatch(key string, limit uint32) *wire.Error {
+	ks := lb.keys.Get(key)
+	if ks == nil || !ks.inUse() || ks.limit == limit {
+		return nil
+	}
+	return &wire.Error{Code: wire.CodeLimitMismatch, Key: key,
+		Message: "key " + quote(key) + " is in use with limit " + itoa(uint64(ks.limit)) + ", not " + itoa(uint64(limit))}
+}
+
+// keyFor returns the state of a's key, made if need be, with a's limit if
+// the key is not in use.
+func (lb *leaseBook) keyFor(a *Acquire) *keyState {
+	ks := lb.keys.Get(a.Key)
+	if ks == nil {
+		ks = &keyState{key: a.Key}
+		lb.keys.Put(ks)
+	}
+	if !ks.inUse() {
+		ks.limit = a.Limit
+	}
+	return ks
+}
+
+// queueWaiter appends w to the queue of its key and sets its deadline's
+// timer.
 func (lb *leaseBook) queueWaiter(ks *keyState, w waiter) {
 	c := w.Cmd
 	ks.ext().waitq.push(w)
@@ -175,6 +217,7 @@ func (lb *leaseBook) queueWaiter(ks *keyState, w waiter) {
 		lb.holderWaits[c.Holder] = hw
 	}
 	hw[c.LeaseID] = c.Key
+	lb.exp.schedule(w.Deadline, kindWait, c.Key+"\x00"+c.LeaseID)
 }
 
 // unqueue withdraws the queued acquire id from the queue of ks and from the
@@ -224,21 +267,26 @@ func (lb *leaseBook) busyError(key string, ks *keyState) *wire.Error {
 	return &wire.Error{Code: wire.CodeLeaseHeld, Key: key, Holders: holders, Message: msg}
 }
 
+// idemConflict refuses an idempotency key that named another request.
+func idemConflict(id string) Result {
+	return Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+}
+
 func (lb *leaseBook) replay(id string, c *Acquire) Result {
 	if l := lb.leases.Get(id); l != nil {
 		if l.fingerprint() != c.Fingerprint || l.GroupID() != "" {
-			return Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+			return idemConflict(id)
 		}
 		return Result{Lease: l, Replayed: true}
 	}
 	if w, ok := lb.findWaiter(c.Key, id); ok {
 		if w.Cmd.Fingerprint != c.Fingerprint || w.group != "" {
-			return Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+			return idemConflict(id)
 		}
 		return Result{Queued: true, Replayed: true, Lease: &Lease{ID: id, Key: w.Cmd.Key, Holder: c.Holder, idem: newLeaseIdem(Hash{}, Hash{}, w.Cmd.SealedToken)}}
 	}
 	// The key differs from the queued request's: a different request.
-	return Result{Err: Errorf(wire.CodeIdempotencyConflict, "idempotency key was used for a different request (lease %s)", id)}
+	return idemConflict(id)
 }
 
 // findWaiter returns the queued acquire id on key.
@@ -310,9 +358,7 @@ func (lb *leaseBook) grant(c *Acquire, ks *keyState, sess *Session, group string
 	lb.addKeyRef(l.Key)
 	lb.active++
 	ks.addActive(l.ID)
-	if !c.IdemHash.IsZero() {
-		lb.idem[c.IdemHash] = l.ID
-	}
+	lb.rememberIdem(c.IdemHash, l.ID)
 	var prev string
 	if len(ks.stolen()) > 0 {
 		prev = ks.stolen()[0]
@@ -447,28 +493,44 @@ func (lb *leaseBook) pump(key string, ks *keyState) {
 		}
 		lb.unqueue(ks, w.Cmd.LeaseID)
 		c := w.Cmd
-		if dup := lb.leases.Has(c.LeaseID); dup {
-			// acquire only sees waiters on its own key, so the id may have
-			// been granted on another key meanwhile: never grant it twice.
-			lb.forgetIdem(c.IdemHash, c.LeaseID)
-			lb.notices = append(lb.notices, Notice{LeaseID: c.LeaseID, Err: InvalidField("lease_id", "lease id %s already exists", c.LeaseID)})
+		sess, err := lb.stillGrantable(c, c.LeaseID)
+		if err != nil {
+			lb.dropWaiter(c, c.LeaseID, err)
 			continue
-		}
-		var sess *Session
-		if c.SessionID != "" {
-			s, err := lb.sess.checkSession(c.SessionID, c.SessionTokenHash)
-			if err != nil {
-				lb.forgetIdem(c.IdemHash, c.LeaseID)
-				lb.notices = append(lb.notices, Notice{LeaseID: c.LeaseID, Err: err})
-				continue
-			}
-			sess = s
 		}
 		l := lb.grant(c, ks, sess, "")
 		lb.notices = append(lb.notices, Notice{LeaseID: c.LeaseID, Lease: l})
 	}
 	lb.dropKey(key, ks)
 	lb.grp.repumpKeys()
+}
+
+// stillGrantable checks that queued acquire c (of a lease group: its
+// first member, ids being the group's lease ids) can still be granted now
+// that it leaves its queues, and returns its session: no lease took one of
+// its ids meanwhile (acquire only sees waiters on its own key, so an id may
+// have been granted on another key: never grant it twice), and its
+// session, if any, is still active.
+func (lb *leaseBook) stillGrantable(c *Acquire, ids ...string) (*Session, *wire.Error) {
+	for _, id := range ids {
+		if lb.leases.Has(id) {
+			return nil, InvalidField("lease_id", "lease id %s already exists", id)
+		}
+	}
+	if c.SessionID == "" {
+		return nil, nil
+	}
+	return lb.sess.checkSession(c.SessionID, c.SessionTokenHash)
+}
+
+// dropWaiter forgets the idempotency record of withdrawn queued acquire c
+// (a lease group's first member) and tells its proposer err under name
+// (its lease id or its group's); nil: nobody listens any more.
+func (lb *leaseBook) dropWaiter(c *Acquire, name string, err *wire.Error) {
+	lb.forgetIdem(c.IdemHash, c.LeaseID)
+	if err != nil {
+		lb.notices = append(lb.notices, Notice{LeaseID: name, Err: err})
+	}
 }
 
 func (lb *leaseBook) forgetIdem(h Hash, id string) {
@@ -573,9 +635,17 @@ func (lb *leaseBook) renewOne(id string, tok Hash, r renewal) (*Lease, *wire.Err
 	return &nl, nil
 }
 
+// validRenewTTL checks the new TTL a renewal may carry (0: keep it).
+func validRenewTTL(ms int64, ticks uint64) *wire.Error {
+	if ticks > 0 && ms <= 0 || ticks > MaxTicks {
+		return InvalidField("ttl_ms", "ttl_ms must be positive")
+	}
+	return nil
+}
+
 func (lb *leaseBook) renew(c *Renew) Result {
-	if c.TTLTicks > 0 && c.TTLMS <= 0 || c.TTLTicks > MaxTicks {
-		return Result{Err: InvalidField("ttl_ms", "ttl_ms must be positive")}
+	if err := validRenewTTL(c.TTLMS, c.TTLTicks); err != nil {
+		return Result{Err: err}
 	}
 	l, err := lb.renewOne(c.LeaseID, c.TokenHash, renewal{ttlMS: c.TTLMS, ttlTicks: c.TTLTicks, wallMS: c.WallMS,
 		meta: c.Metadata, setMeta: c.SetMetadata})
@@ -696,9 +766,7 @@ func (lb *leaseBook) dropWaitersOf(holder string) int {
 		if !ok {
 			continue
 		}
-		c := w.Cmd
-		lb.forgetIdem(c.IdemHash, id)
-		lb.notices = append(lb.notices, Notice{LeaseID: id, Err: Errorf(wire.CodeLeaseRevoked, "all leases of holder %s were released while this acquire waited", holder)})
+		lb.dropWaiter(w.Cmd, id, Errorf(wire.CodeLeaseRevoked, "all leases of holder %s were released while this acquire waited", holder))
 		lb.dropKey(key, ks)
 		n++
 	}

@@ -289,7 +289,7 @@ func (r *rebaser) install(index uint64, recs []keyRec) {
 	for _, id := range sortedKeys(r.leases) {
 		sortedLeases = append(sortedLeases, r.leases[id])
 	}
-	if err := n.rebuild(recs, sortedSessions, sortedLeases, nil); err != nil {
+	if err := (rebuilder{n}).rebuild(recs, sortedSessions, sortedLeases, nil); err != nil {
 		// Every active lease is on a key of recs, by construction.
 		panic("fsm: rebase: " + err.Error())
 	}

@@ -111,6 +111,23 @@ func (sb *sessionBook) sessionEnd(c *SessionEnd) Result {
 	return Result{Session: sb.endSession(s, SessionEnded, "ended", c.WallMS)}
 }
 
+// bind checks the session an acquire names (id "" for none) and returns it
+// with the holder of the acquire's leases: the session's, which a holder
+// the acquire names too must match.
+func (sb *sessionBook) bind(id string, tok Hash, holder string) (*Session, string, *wire.Error) {
+	if id == "" {
+		return nil, holder, nil
+	}
+	s, err := sb.checkSession(id, tok)
+	if err != nil {
+		return nil, "", err
+	}
+	if holder != "" && holder != s.Holder {
+		return nil, "", InvalidField("holder", "holder %q differs from the session's holder %q", holder, s.Holder)
+	}
+	return s, s.Holder, nil
+}
+
 // endSession ends a session and every lease bound to it: released when the
 // session was ended on purpose, expired (with lock-delay) when it timed out.
 func (sb *sessionBook) endSession(s *Session, state State, reason string, wallMS int64) *Session {

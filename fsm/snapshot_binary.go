@@ -131,7 +131,7 @@ func restoreBinary(br *bufio.Reader) (*FSM, error) {
 	for _, k := range keys {
 		n.keys.Put(k.ks)
 	}
-	sessions, err := n.readSessions(rr, hdr.Sessions)
+	sessions, err := rebuilder{n}.readSessions(rr, hdr.Sessions)
 	if err != nil {
 		return nil, err
 	}
@@ -142,8 +142,8 @@ func restoreBinary(br *bufio.Reader) (*FSM, error) {
 	if err := checkWaiters(keys); err != nil {
 		return nil, err
 	}
-	n.setHeader(hdr)
-	leases, ended, keyless, err := n.readAndRebuildLeases(rr, hdr.Leases)
+	rebuilder{n}.setHeader(hdr)
+	leases, ended, keyless, err := rebuilder{n}.readAndRebuildLeases(rr, hdr.Leases)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func restoreBinary(br *bufio.Reader) (*FSM, error) {
 		return nil, errors.New("fsm: trailing data in snapshot")
 	}
 	n.stage = stage
-	if err := n.rebuildRest(keys, sessions, leases, ended, keyless); err != nil {
+	if err := (rebuilder{n}).rebuildRest(keys, sessions, leases, ended, keyless); err != nil {
 		return nil, err
 	}
 	n.members = make(map[string]MemberRecord, len(members))
@@ -195,7 +195,7 @@ func readKeys(rr *recordReader, count int) ([]keyRec, error) {
 }
 
 // readSessions reads count session records, strictly increasing by id.
-func (n *FSM) readSessions(rr *recordReader, count int) ([]*Session, error) {
+func (n rebuilder) readSessions(rr *recordReader, count int) ([]*Session, error) {
 	var sessions []*Session
 	for i := 0; i < count; i++ {
 		body, err := rr.next()
@@ -224,7 +224,7 @@ const leaseBatch = 4096
 // uses two. The decoder only reads the state (the key states and sessions
 // restored before the leases) and interns holder names in a map of its
 // own. It returns the leases in order, with what rebuildLeases returns.
-func (n *FSM) readAndRebuildLeases(rr *recordReader, count int) (leases []*Lease, ended []pruneItem, keyless []string, err error) {
+func (n rebuilder) readAndRebuildLeases(rr *recordReader, count int) (leases []*Lease, ended []pruneItem, keyless []string, err error) {
 	type batch struct {
 		leases []*Lease
 		kss    []*keyState
@@ -240,7 +240,7 @@ func (n *FSM) readAndRebuildLeases(rr *recordReader, count int) (leases []*Lease
 	}
 	defer halt() // also if the rebuild panics: the decoder must not wait forever
 	var derr error
-	ld := newLeaseDecoder(n)
+	ld := newLeaseDecoder(n.FSM)
 	go func() {
 		defer close(batches)
 		var b batch
@@ -365,7 +365,7 @@ func readStage(rr *recordReader) (*restoreStage, error) {
 	return st, nil
 }
 
-func (n *FSM) setHeader(hdr snapHeader) {
+func (n rebuilder) setHeader(hdr snapHeader) {
 	n.index, n.tick, n.periodMS, n.wallMS, n.fence = hdr.Index, hdr.Tick, hdr.PeriodMS, hdr.WallMS, hdr.Fence
 	n.clusterID, n.sealCheck, n.features = hdr.ClusterID, hdr.SealCheck, hdr.Features
 }

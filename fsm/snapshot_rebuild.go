@@ -7,11 +7,19 @@ import (
 	"strings"
 )
 
+// rebuilder builds a new state machine from the records of a snapshot
+// (snapshot_binary.go, snapshot_v1.go) or of a rebase (rebase.go): it
+// enters the records and derives every index (buckets, the backlog,
+// holders, idempotency, prune queue, id indexes, groups) that snapshots
+// never store. It holds the state machine it builds, which nobody else
+// sees until it is complete.
+type rebuilder struct{ *FSM }
+
 // rebuild derives every index from the records of a snapshot, each group
 // sorted by key or id without duplicates. The keys and sessions are already
 // in their maps. kss, when not nil, is the state of each lease's key (nil
 // for a key without one), which rebuild otherwise looks up.
-func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease, kss []*keyState) error {
+func (n rebuilder) rebuild(keys []keyRec, sessions []*Session, leases []*Lease, kss []*keyState) error {
 	if err := checkWaiters(keys); err != nil {
 		return err
 	}
@@ -25,7 +33,7 @@ func (n *FSM) rebuild(keys []keyRec, sessions []*Session, leases []*Lease, kss [
 
 // rebuildRest is rebuild after rebuildLeases: leases are all the leases,
 // ended and keyless what rebuildLeases returned for them.
-func (n *FSM) rebuildRest(keys []keyRec, sessions []*Session, leases []*Lease, ended []pruneItem, keyless []string) error {
+func (n rebuilder) rebuildRest(keys []keyRec, sessions []*Session, leases []*Lease, ended []pruneItem, keyless []string) error {
 	n.order.fromSorted(len(leases), func(i int) string { return leases[i].ID })
 	n.keyIdx.fromSorted(countKeys(keys, keyless))
 	ended = n.rebuildSessions(sessions, ended)
@@ -77,7 +85,7 @@ func checkWaiters(keys []keyRec) error {
 // appends the ended leases, to prune, to ended, and the keys of leases
 // whose key has no state to keyless. kss, when not nil, is the state of
 // each lease's key (nil for none), which it otherwise looks up.
-func (n *FSM) rebuildLeases(leases []*Lease, kss []*keyState, ended []pruneItem, keyless []string) ([]pruneItem, []string, error) {
+func (n rebuilder) rebuildLeases(leases []*Lease, kss []*keyState, ended []pruneItem, keyless []string) ([]pruneItem, []string, error) {
 	for i, l := range leases {
 		n.leases.Put(l)
 		if h := l.idemHash(); !h.IsZero() {
@@ -122,7 +130,7 @@ func (n *FSM) rebuildLeases(leases []*Lease, kss []*keyState, ended []pruneItem,
 
 // rebuildSessions enters the active sessions in the holder index and the
 // timers, and appends the ended ones to ended, to prune.
-func (n *FSM) rebuildSessions(sessions []*Session, ended []pruneItem) []pruneItem {
+func (n rebuilder) rebuildSessions(sessions []*Session, ended []pruneItem) []pruneItem {
 	for _, s := range sessions {
 		if s.State != SessionActive {
 			ended = append(ended, pruneItem{tick: s.EndedTick, kind: kindSession, id: s.ID})
@@ -137,7 +145,7 @@ func (n *FSM) rebuildSessions(sessions []*Session, ended []pruneItem) []pruneIte
 
 // rebuildKeys puts every key's active leases in grant order and queues its
 // waiters, with their timers and those of its blocked slots.
-func (n *FSM) rebuildKeys(keys []keyRec) {
+func (n rebuilder) rebuildKeys(keys []keyRec) {
 	for _, k := range keys {
 		ks := k.ks
 		if a := ks.active(); len(a) > 1 {
@@ -197,7 +205,7 @@ func countKeys(keys []keyRec, keyless []string) []keyRef {
 // internHolder returns the holder named b, its string shared with every
 // record of the holder. The holder is entered in the holder index (rebuild
 // removes it again if nothing active refers to it).
-func (n *FSM) internHolder(b []byte) *holderIndex {
+func (n rebuilder) internHolder(b []byte) *holderIndex {
 	if hi := n.holders[string(b)]; hi != nil {
 		return hi
 	}

@@ -227,7 +227,7 @@ func encodeSession(e *enc, s *Session) {
 	e.str(s.EndReason)
 }
 
-func (n *FSM) decodeSession(d *dec, s *Session) {
+func (n rebuilder) decodeSession(d *dec, s *Session) {
 	s.ID = d.str()
 	s.Holder = n.internHolder(d.strBytes()).name
 	s.State = d.state(sessionStates)

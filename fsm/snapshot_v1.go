@@ -60,7 +60,7 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 		return nil, err
 	}
 	n := New()
-	n.setHeader(hdr)
+	rebuilder{n}.setHeader(hdr)
 	recs := make([]keyRec, len(keys))
 	n.keys.reserve(len(keys))
 	for i, k := range keys {
@@ -70,7 +70,7 @@ func restoreJSON(br *bufio.Reader) (*FSM, error) {
 	for _, x := range sessions {
 		n.sessions[x.ID] = x
 	}
-	if err := n.rebuild(recs, sessions, leases, nil); err != nil {
+	if err := (rebuilder{n}).rebuild(recs, sessions, leases, nil); err != nil {
 		return nil, err
 	}
 	return n, nil

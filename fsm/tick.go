@@ -65,9 +65,7 @@ func (lb *leaseBook) waitTimeout(key, id string) bool {
 		return true
 	}
 	w, _ = lb.unqueue(ks, id)
-	lb.forgetIdem(w.Cmd.IdemHash, id)
-	err := lb.busyError(key, ks)
-	lb.notices = append(lb.notices, Notice{LeaseID: id, Err: err})
+	lb.dropWaiter(w.Cmd, id, lb.busyError(key, ks))
 	lb.pump(key, ks)
 	return true
 }
