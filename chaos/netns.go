@@ -405,8 +405,22 @@ func (c *NetnsCluster) formed(ctx context.Context) string {
 	return ""
 }
 
-func (c *NetnsCluster) Size() int             { return c.opts.Nodes }
-func (c *NetnsCluster) NodeID(i int) string   { return fmt.Sprintf("n%d", i) }
+func (c *NetnsCluster) Size() int { return c.opts.Nodes }
+
+// NodeID is node i's --node-id: n<i>, or the id Reidentify gave it.
+func (c *NetnsCluster) NodeID(i int) string {
+	if i >= 0 && i < len(c.nodes) {
+		n := c.nodes[i]
+		n.mu.Lock()
+		id := n.renamed
+		n.mu.Unlock()
+		if id != "" {
+			return id
+		}
+	}
+	return fmt.Sprintf("n%d", i)
+}
+
 func (c *NetnsCluster) HTTPAddr(i int) string { return c.nodeIP(i) + ":" + strconv.Itoa(netnsHTTPPort) }
 func (c *NetnsCluster) LogPath(i int) string  { return c.nodes[i].log }
 func (c *NetnsCluster) DataDir(i int) string  { return c.nodes[i].data }

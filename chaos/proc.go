@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,9 @@ type procNode struct {
 	// of its Raft and gossip ports; "" means addr. Guarded by mu.
 	peer       string
 	renumbered int
+	// renamed, once the node came back under a new id (Reidentify), is
+	// its --node-id; "" means id. Guarded by mu.
+	renamed string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -61,7 +65,7 @@ func (n *procNode) args() []string {
 		peer = n.peer
 	}
 	a := []string{"server",
-		"--node-id", n.id,
+		"--node-id", cmp.Or(n.renamed, n.id),
 		"--data-dir", n.data,
 		"--http-addr", n.addr + ":" + strconv.Itoa(netnsHTTPPort),
 		"--raft-addr", peer + ":" + strconv.Itoa(netnsRaftPort),

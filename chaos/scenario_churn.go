@@ -133,6 +133,11 @@ var churnScenarios = []*Scenario{
 			e.Count("renumbered-rejoined", 1)
 			return sleepCtx(ctx, faultFor/2)
 		}},
+	{Name: "churn-newid-clock", Class: "membership", Liveness: true, StallBound: wideStall, Configuration: true, Eps: 0.05,
+		Doc: "a follower is replaced by a server under a new id at its address while the leader's wall clock is 5 min ahead and its monotonic clock runs at half speed: " +
+			"killed and wiped, its old id removed through the API, the new server started empty must be added and promoted, one voter change at a time; real processes only",
+		Expect:  map[string]int{"new-id-voter": 1, "old-id-removed": 1, "voter-changes": 2, "clock-jump-seen": 1},
+		Nemesis: func(ctx context.Context, e *Env) error { return e.newIDUnderClockFault(ctx) }},
 }
 
 // pauseMajority SIGSTOPs the nodes (a majority) for d, then SIGCONTs them.
@@ -244,4 +249,114 @@ func (e *Env) recoverAlone(ctx context.Context, n int) error {
 	}
 	e.Count("restarts", 1)
 	return sleepCtx(ctx, 2*faultFor)
+}
+
+// reidentifier is a Cluster that can bring a node back empty under a new
+// id (NetnsCluster).
+type reidentifier interface {
+	Reidentify(i int) (string, error)
+}
+
+// newIDUnderClockFault replaces a follower by a server under a new id at
+// its address while the leader's clocks are off (its wall clock 5 min
+// ahead, proved by a grant it stamps, and its monotonic clock at half
+// speed): the follower is killed and wiped, its old id removed through the
+// API, and the new server started empty must be added and promoted, one
+// voter change at a time.
+func (e *Env) newIDUnderClockFault(ctx context.Context) error {
+	r, ok := e.C.(reidentifier)
+	if !ok {
+		return fmt.Errorf("chaos: the %s tier cannot bring a node back under a new id: %w", e.Tier, ErrUnsupported)
+	}
+	l, err := e.WaitLeader(ctx, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	fs := e.Others(l)
+	f := fs[e.Rng.IntN(len(fs))]
+	old := e.C.NodeID(f)
+	if err := e.C.ClockJump(l, 5*time.Minute); err != nil {
+		return err
+	}
+	if err := e.C.ClockRate(l, 0.5); err != nil {
+		return err
+	}
+	e.H.Note(Event{Type: "nemesis", Name: "clock", Phase: "start", Detail: fmt.Sprintf("leader %d: wall clock +5 min, monotonic clock at 0.5x", l)})
+	// The server reads its fault file about every 20 ms.
+	if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+		return err
+	}
+	e.clockJumpSeen(ctx, l, 5*time.Minute)
+	// As docs/operations.md replaces a failed server: the old id removed,
+	// then the replacement started empty (under a new id at the old
+	// address, raft refuses it while the old member holds the address).
+	err = e.C.Wipe(f)
+	e.Note("wipe", fmt.Sprintf("node %d (%s) killed, data wiped", f, old), err)
+	if err == nil {
+		err = e.removeID(ctx, old, f)
+	}
+	var id string
+	if err == nil {
+		id, err = r.Reidentify(f)
+		e.Note("reidentify", fmt.Sprintf("node %d (%s) back empty as %s", f, old, id), err)
+	}
+	if err == nil {
+		e.Count("new-ids", 1)
+		if err = e.waitVoterAt(ctx, f, "", 60*time.Second); err == nil {
+			e.Count("new-id-voter", 1)
+		}
+	}
+	uerr := errors.Join(e.C.ClockRate(l, 1), e.C.ClockJump(l, 0))
+	e.H.Note(Event{Type: "nemesis", Name: "clock", Phase: "stop", Detail: fmt.Sprintf("leader %d", l)})
+	if err != nil || uerr != nil {
+		return errors.Join(err, uerr)
+	}
+	return sleepCtx(ctx, faultFor/2)
+}
+
+// removeID removes the server id (no longer any node's) through the
+// leader, retrying through leader changes, and waits until a node other
+// than skip no longer lists it as a voter.
+func (e *Env) removeID(ctx context.Context, id string, skip int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for {
+		if l := e.Leader(ctx); l >= 0 {
+			last = e.Admin(l).RemoveMember(ctx, id)
+			if last == nil {
+				e.Count("removals", 1)
+				e.Note("remove", fmt.Sprintf("old id %s via node %d", id, l), nil)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			e.Note("remove", id, last)
+			return fmt.Errorf("remove %s: %v", id, last)
+		}
+		if err := sleepCtx(ctx, 300*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	for {
+		for _, o := range e.Others(skip) {
+			st, err := e.Admin(o).Cluster(ctx)
+			if err != nil {
+				continue
+			}
+			listed := false
+			for _, m := range st.Members {
+				listed = listed || (m.ID == id && m.Voter)
+			}
+			if !listed {
+				e.Count("old-id-removed", 1)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still a voter 30 s after its removal", id)
+		}
+		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
