@@ -22,8 +22,8 @@ build:
 # Every test, under the race detector: every package but chaos, twice as
 # many packages at once as there are cores (their tests mostly wait on
 # servers, elections and timers); then, side by side, the chaos package
-# (the suite's in-process tier: three-server clusters under faults,
-# mostly waiting on the phases' timers), the chaos clock's own
+# (the suite's in-process tier: three-server clusters under faults, two
+# at a time, mostly waiting on the phases' timers), the chaos clock's own
 # tests (only a build with the `chaos` tag has them) and the Python
 # client's (waiting on real servers). Each of the three prints its output
 # whole when it ends (make -O). The chaos suite's real-process tier (its
