@@ -19,18 +19,20 @@ run: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/leasehold
 
-# Every test, under the race detector: every package but chaos (two at a
-# time); then, side by side, the chaos package (the suite's in-process
-# tier: three-server clusters under faults, mostly waiting on its timers),
-# the chaos clock's own tests (only a build with the `chaos` tag has them)
-# and the Python client's (waiting on real servers). Each of the three
-# prints its output whole when it ends (make -O). The chaos suite's
-# real-process tier (its harness's own tests and every scenario) and the
-# canaries are `make chaos-ci` (CI runs both).
+# Every test, under the race detector: every package but chaos, twice as
+# many packages at once as there are cores (their tests mostly wait on
+# servers, elections and timers); then, side by side, the chaos package
+# (the suite's in-process tier: three-server clusters under faults, two
+# at a time, mostly waiting on the phases' timers), the chaos clock's own
+# tests (only a build with the `chaos` tag has them) and the Python
+# client's (waiting on real servers). Each of the three prints its output
+# whole when it ends (make -O). The chaos suite's real-process tier (its
+# harness's own tests and every scenario) and the canaries are `make
+# chaos-ci` (CI runs both).
 test:
 	$(GO) vet ./...
 	$(GO) vet -tags chaos ./node/
-	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/chaos$$')
+	$(GO) test -race -count=1 -timeout 30m -p $$(( $$(nproc) * 2 )) $$($(GO) list ./... | grep -v '/chaos$$')
 	$(MAKE) --no-print-directory -j3 -O test-chaos test-chaos-clock test-python
 
 test-chaos:

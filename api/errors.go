@@ -80,9 +80,27 @@ func writeErrorBody(w http.ResponseWriter, status int, e *wire.Error) {
 	writeJSON(w, status, errorBody{Error: e})
 }
 
+// The values of writeJSON's constant headers.
+var (
+	headerJSON    = []string{"application/json"}
+	headerNoStore = []string{"no-store"}
+)
+
 // writeJSON answers with v encoded as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	var (
+		b   []byte
+		err error
+	)
+	if l, ok := v.(*wire.Lease); ok {
+		// A lease, the answer of every acquire, renew and release:
+		// the same bytes without encoding/json's reflection.
+		if b, ok = appendLeaseJSON(make([]byte, 0, 512), l); !ok {
+			b, err = json.Marshal(v)
+		}
+	} else {
+		b, err = json.Marshal(v)
+	}
 	if err != nil {
 		// Only a programming error (an unencodable type) gets here.
 		b = []byte(`{"error":{"code":"INTERNAL","message":"internal error"}}`)
@@ -90,9 +108,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	b = append(b, '\n')
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
+	// The constant values are shared slices (net/http copies the header
+	// when it writes it, and nothing here changes a value in place).
+	h["Content-Type"] = headerJSON
+	h["Cache-Control"] = headerNoStore
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -31,6 +32,20 @@ type httpMetrics struct {
 	duration  *prometheus.HistogramVec
 	forwarded *prometheus.CounterVec
 	handler   http.Handler
+	// observers caches the request counter and duration histogram of each
+	// route and status seen (obsKey -> *routeObservers): looked up by
+	// label values once, not on every request.
+	observers sync.Map
+}
+
+type obsKey struct {
+	rl     *routeLabels
+	status int
+}
+
+type routeObservers struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
 }
 
 func newHTTPMetrics(n Node, rs []route) *httpMetrics {
@@ -67,9 +82,18 @@ func newHTTPMetrics(n Node, rs []route) *httpMetrics {
 
 // observe records one answered request.
 func (m *httpMetrics) observe(rl *routeLabels, status int, d time.Duration) {
-	code := strconv.Itoa(status)
-	m.requests.WithLabelValues(rl.method, rl.path, code).Inc()
-	m.duration.WithLabelValues(rl.method, rl.path, code).Observe(d.Seconds())
+	k := obsKey{rl, status}
+	o, ok := m.observers.Load(k)
+	if !ok {
+		code := strconv.Itoa(status)
+		o, _ = m.observers.LoadOrStore(k, &routeObservers{
+			requests: m.requests.WithLabelValues(rl.method, rl.path, code),
+			duration: m.duration.WithLabelValues(rl.method, rl.path, code),
+		})
+	}
+	ro := o.(*routeObservers)
+	ro.requests.Inc()
+	ro.duration.Observe(d.Seconds())
 }
 
 // metricsText handles GET /metrics: the Prometheus exposition of this

@@ -33,35 +33,38 @@ var builtin = []*Scenario{
 			return e.Fault(ctx, "partition", fmt.Sprintf("leader %d alone", l), faultFor,
 				func() error { return e.C.Partition([][]int{{l}, e.Others(l)}) }, e.C.Heal)
 		}},
-	{Name: "partition-one", Liveness: true, StallBound: wideStall, Class: "partition", Doc: "cut one follower off",
+	{Name: "partition-one", Liveness: true, StallBound: wideStall, Class: "partition", Doc: "cut one follower off: it applies nothing while cut off",
+		Expect: map[string]int{"node-stalled": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			l, err := e.WaitLeader(ctx, 10*time.Second)
 			if err != nil {
 				return err
 			}
 			f := e.Others(l)[e.Rng.IntN(e.C.Size()-1)]
-			return e.Fault(ctx, "partition", fmt.Sprintf("follower %d alone", f), faultFor,
+			return e.cutFault(ctx, false, "partition", fmt.Sprintf("follower %d alone", f), faultFor,
 				func() error { return e.C.Partition([][]int{{f}, e.Others(f)}) }, e.C.Heal)
 		}},
-	{Name: "partition-halves", Liveness: true, StallBound: wideStall, Class: "partition", Doc: "random halves, twice",
+	{Name: "partition-halves", Liveness: true, StallBound: wideStall, Class: "partition", Doc: "random halves, twice: the minority applies nothing while cut off",
+		Expect: map[string]int{"node-stalled": 2},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			for r := 0; r < 2; r++ {
 				perm := e.Rng.Perm(e.C.Size())
 				a, b := perm[:e.C.Size()/2], perm[e.C.Size()/2:]
-				if err := e.Fault(ctx, "partition", fmt.Sprintf("halves %v | %v", a, b), faultFor/2,
+				if err := e.cutFault(ctx, false, "partition", fmt.Sprintf("halves %v | %v", a, b), faultFor/2,
 					func() error { return e.C.Partition([][]int{a, b}) }, e.C.Heal); err != nil {
 					return err
 				}
 			}
 			return nil
 		}},
-	{Name: "partition-ring", Liveness: true, StallBound: wideStall, Class: "partition", Doc: "majorities ring: every node sees a majority, no two the same",
+	{Name: "partition-ring", Liveness: true, StallBound: wideStall, Class: "partition", Doc: "majorities ring: every node sees a majority, no two the same; a node the leader cannot reach applies nothing meanwhile",
+		Expect: map[string]int{"node-stalled": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			n := e.C.Size()
 			// Every node sees a majority but no majority sees each
 			// other: Raft need not keep a leader (the window is excused);
 			// once healed, the clock must resume within the bound.
-			return e.FaultNoQuorum(ctx, "partition", "majorities ring", faultFor, func() error {
+			return e.cutFault(ctx, true, "partition", "majorities ring", faultFor, func() error {
 				if err := e.C.Heal(); err != nil {
 					return err
 				}
@@ -78,16 +81,25 @@ var builtin = []*Scenario{
 				return nil
 			}, e.C.Heal)
 		}},
-	{Name: "partition-bridge", Liveness: true, StallBound: wideStall, Class: "partition", Doc: "two halves joined by one bridge node",
+	{Name: "partition-bridge", Liveness: true, StallBound: wideStall, Class: "partition", Doc: "two halves joined by one bridge node, a follower; a node the leader cannot reach applies nothing meanwhile",
+		Expect: map[string]int{"node-stalled": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
-			perm := e.Rng.Perm(e.C.Size())
-			bridge, rest := perm[0], perm[1:]
+			// The bridge is a follower: a leader as the bridge reaches
+			// every node, and the cut changes nothing.
+			l, err := e.WaitLeader(ctx, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			fs := e.Others(l)
+			bridge := fs[e.Rng.IntN(len(fs))]
+			rest := e.Others(bridge)
+			e.Rng.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
 			a, b := rest[:len(rest)/2], rest[len(rest)/2:]
 			// Two majorities (the bridge with either half) share the
 			// bridge: the far half's elections, through it, can unseat
 			// the leader again and again. The window is excused, the
 			// healing is not.
-			return e.FaultNoQuorum(ctx, "partition", fmt.Sprintf("bridge %d between %v and %v", bridge, a, b), faultFor, func() error {
+			return e.cutFault(ctx, true, "partition", fmt.Sprintf("bridge %d between %v and %v", bridge, a, b), faultFor, func() error {
 				if err := e.C.Heal(); err != nil {
 					return err
 				}
@@ -200,14 +212,25 @@ var builtin = []*Scenario{
 				return nil
 			}, e.C.Heal)
 		}},
-	{Name: "latency", Liveness: true, StallBound: wideStall, Class: "latency", Doc: "the leader's messages to peers are delayed 80 ms, then every node's 30 ms",
+	{Name: "latency", Liveness: true, StallBound: wideStall, Class: "latency", Doc: "the leader's messages to peers are delayed 80 ms, then every node's 30 ms: a write through the delayed leader takes 80 ms at least",
+		Expect: map[string]int{"delay-seen": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			l, err := e.WaitLeader(ctx, 10*time.Second)
 			if err != nil {
 				return err
 			}
 			if err := e.Fault(ctx, "delay", fmt.Sprintf("leader %d +80ms", l), faultFor/2,
-				func() error { return e.C.Delay(l, 80*time.Millisecond) }, e.C.Heal); err != nil {
+				func() error { return e.C.Delay(l, 80*time.Millisecond) }, func() error {
+					// The delay to prove: a commit through the delayed
+					// leader waits for a follower's answer to a delayed
+					// message.
+					lat, err := e.writeLatency(ctx, l)
+					if err == nil && lat >= 64*time.Millisecond {
+						e.Count("delay-seen", 1)
+					}
+					e.Note("delay", fmt.Sprintf("the fastest of 3 writes through leader %d took %v", l, lat.Round(time.Millisecond)), err)
+					return e.C.Heal()
+				}); err != nil {
 				return err
 			}
 			return e.Fault(ctx, "delay", "all +30ms", faultFor/2, func() error {
@@ -374,15 +397,29 @@ var builtin = []*Scenario{
 			e.H.Note(Event{Type: "nemesis", Name: "clock", Phase: "stop", Detail: fmt.Sprintf("leader %d wall clock", l)})
 			return nil
 		}},
-	{Name: "clock-rate-leader", Liveness: true, StallBound: wideStall, Class: "clock", Eps: 0.05, Doc: "the leader's monotonic clock runs at 0.5x, then at 1.04x (within the 5% the holders allow)",
+	{Name: "clock-rate-leader", Liveness: true, StallBound: wideStall, Class: "clock", Eps: 0.05, Doc: "the leader's monotonic clock runs at 0.5x, then at 1.04x (within the 5% the holders allow): the cluster clock read at 0.5x runs at most 0.75 of real time",
+		Expect: map[string]int{"slow-clock-seen": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			for _, r := range []float64{0.5, 1.04} {
 				l, err := e.WaitLeader(ctx, 10*time.Second)
 				if err != nil {
 					return err
 				}
+				var from int64
 				if err := e.Fault(ctx, "clock-rate", fmt.Sprintf("leader %d at %.2fx", l, r), faultFor/2,
-					func() error { return e.C.ClockRate(l, r) }, func() error { return e.C.ClockRate(l, 1) }); err != nil {
+					func() error { from = e.H.Now(); return e.C.ClockRate(l, r) }, func() error {
+						if r < 1 {
+							// The slow clock to prove, from the tick reads
+							// after a period's settling (a tick already
+							// scheduled comes at the old pace).
+							rate := e.tickRate(from+int64(time.Second), e.H.Now())
+							if rate <= 0.75 {
+								e.Count("slow-clock-seen", 1)
+							}
+							e.Note("clock-rate", fmt.Sprintf("the cluster clock ran at %.2f of real time while leader %d was at %.2fx", rate, l, r), nil)
+						}
+						return e.C.ClockRate(l, 1)
+					}); err != nil {
 					return err
 				}
 			}
@@ -408,7 +445,8 @@ var builtin = []*Scenario{
 			return nil
 		}},
 	{Name: "disk-slow-follower", Class: "disk", Liveness: true,
-		Doc: "one follower's every disk write takes 200 ms longer, another's 50 ms, for 8 s",
+		Doc:    "one follower's every disk write takes 200 ms longer, another's 50 ms, for 8 s: the slower applies further behind than the followers whose disks are sound",
+		Expect: map[string]int{"slow-follower-behind": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			l, err := e.WaitLeader(ctx, 10*time.Second)
 			if err != nil {
@@ -417,16 +455,39 @@ var builtin = []*Scenario{
 			fs := e.Others(l)
 			perm := e.Rng.Perm(len(fs))
 			a, b := fs[perm[0]], fs[perm[1]]
+			var w *appliedWatch
 			return e.Fault(ctx, "disk-slow", fmt.Sprintf("follower %d +200ms, follower %d +50ms per write", a, b), 8*time.Second,
 				func() error {
 					if err := e.C.DiskFault(a, false, 200*time.Millisecond); err != nil {
 						return err
 					}
-					return e.C.DiskFault(b, false, 50*time.Millisecond)
-				}, func() error { return errors.Join(e.C.DiskFault(a, false, 0), e.C.DiskFault(b, false, 0)) })
+					if err := e.C.DiskFault(b, false, 50*time.Millisecond); err != nil {
+						return err
+					}
+					w = e.watchApplied(ctx)
+					return nil
+				}, func() error {
+					// The slow disk to prove: follower a applied further
+					// behind, on average, than every follower whose disk
+					// is sound.
+					w.Stop()
+					sound := 0.0
+					for _, o := range fs {
+						if o != a && o != b {
+							sound = max(sound, w.meanLag(o))
+						}
+					}
+					lag := w.meanLag(a)
+					if lag >= 2 && lag >= 2*sound+1 {
+						e.Count("slow-follower-behind", 1)
+					}
+					e.Note("disk-slow", fmt.Sprintf("mean entries behind: follower %d (+200ms) %.1f, the sound followers at most %.1f", a, lag, sound), nil)
+					return errors.Join(e.C.DiskFault(a, false, 0), e.C.DiskFault(b, false, 0))
+				})
 		}},
 	{Name: "disk-stall-majority", Class: "disk", Liveness: true,
-		Doc: "the disks of a majority (the leader and two followers) stall for 8 s: nothing commits; once healed the clock must resume within the liveness bound",
+		Doc:    "the disks of a majority (the leader and two followers) stall for 8 s: nothing commits (no node applies anything for 3 s or more); once healed the clock must resume within the liveness bound",
+		Expect: map[string]int{"commits-stopped": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			l, err := e.WaitLeader(ctx, 10*time.Second)
 			if err != nil {
@@ -447,7 +508,23 @@ var builtin = []*Scenario{
 					return errors.Join(errs...)
 				}
 			}
-			return e.FaultNoQuorum(ctx, "disk-stall", fmt.Sprintf("nodes %v", nodes), 8*time.Second, set(true), set(false))
+			var w *appliedWatch
+			return e.FaultNoQuorum(ctx, "disk-stall", fmt.Sprintf("nodes %v", nodes), 8*time.Second, func() error {
+				if err := set(true)(); err != nil {
+					return err
+				}
+				w = e.watchApplied(ctx)
+				return nil
+			}, func() error {
+				// The stall to prove: nothing committed for a while.
+				w.Stop()
+				if d := w.nothingApplied(); d >= 3*time.Second {
+					e.Count("commits-stopped", 1)
+				} else {
+					e.Note("disk-stall", fmt.Sprintf("some node applied something at least every %v", d.Round(100*time.Millisecond)), nil)
+				}
+				return set(false)()
+			})
 		}},
 	{Name: "transfer-storm", Liveness: true, StallBound: wideStall, Class: "transfer", Doc: "for 8 s, leadership moves on right after each tick (the tick-compression trap: a new leader that ticks at once runs the clock fast)",
 		Expect: map[string]int{"leader-changes": 5, "transfers": 5},

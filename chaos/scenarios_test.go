@@ -29,8 +29,15 @@ func TestInprocScenarios(t *testing.T) {
 	if activeCanary != "" {
 		t.Skip("a canary is compiled in: TestCanary expects failures")
 	}
-	runScenarios(t, "inproc", inprocScenarios, FactoryOptions{}, 7000)
+	runScenariosIn(t, "inproc", inprocScenarios, FactoryOptions{}, 7000, RunConfig{}, inprocLanes)
 }
+
+// inprocLanes is how many in-process scenarios TestInprocScenarios runs
+// at once: each mostly waits on its phases' timers (warm-up, fault,
+// recovery) with three servers and a light workload, so two at a time
+// nearly halve the tier's time without starving either of CPU on two
+// cores.
+const inprocLanes = 2
 
 // runScenarios runs the named scenarios on a tier, one subtest each, and
 // fails a subtest whose run fails any checker. Output goes to
@@ -42,6 +49,12 @@ func runScenarios(t *testing.T, tier string, names []string, fo FactoryOptions, 
 // runScenariosWith is runScenarios with per-run settings (rc's Warmup,
 // Recovery, Workload...).
 func runScenariosWith(t *testing.T, tier string, names []string, fo FactoryOptions, seed uint64, rc RunConfig) {
+	runScenariosIn(t, tier, names, fo, seed, rc, 1)
+}
+
+// runScenariosIn is runScenariosWith running up to lanes scenarios at
+// once (parallel subtests, each in its own cluster, directory and seed).
+func runScenariosIn(t *testing.T, tier string, names []string, fo FactoryOptions, seed uint64, rc RunConfig, lanes int) {
 	factory, err := NewFactory(tier, fo)
 	if err != nil {
 		t.Fatal(err)
@@ -51,12 +64,18 @@ func runScenariosWith(t *testing.T, tier string, names []string, fo FactoryOptio
 		dir = d
 	}
 	seed = chaosSeed(t, seed)
+	lane := make(chan struct{}, max(lanes, 1))
 	for i, name := range names {
 		s, err := FindScenario(name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Run(name, func(t *testing.T) {
+			if lanes > 1 {
+				t.Parallel()
+				lane <- struct{}{}
+				defer func() { <-lane }()
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
 			var out strings.Builder

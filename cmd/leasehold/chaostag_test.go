@@ -16,15 +16,15 @@ func TestChaosClockOnlyInChaosBuild(t *testing.T) {
 	}
 	const marker = "github.com/leasehold/leasehold/node.chaosClockMarker"
 	dir := t.TempDir()
+	// The normal build is the one the process-level tests run (buildBinary).
 	symbols := func(tags string) string {
 		t.Helper()
-		bin := filepath.Join(dir, "leasehold"+tags)
-		args := []string{"build", "-o", bin}
+		bin := buildBinary(t)
 		if tags != "" {
-			args = append(args, "-tags", tags)
-		}
-		if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", tags, err, out)
+			bin = filepath.Join(dir, "leasehold"+tags)
+			if out, err := exec.Command("go", "build", "-o", bin, "-tags", tags, ".").CombinedOutput(); err != nil {
+				t.Fatalf("go build %s: %v\n%s", tags, err, out)
+			}
 		}
 		out, err := exec.Command("go", "tool", "nm", bin).Output()
 		if err != nil {

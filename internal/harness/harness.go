@@ -359,19 +359,27 @@ func (c *Cluster[C, S]) Close() error {
 	return errors.Join(errs...)
 }
 
+var (
+	givenMu sync.Mutex
+	given   = map[int]bool{} // ports FreeAddrs picked (or found busy) in this process
+)
+
 // FreeAddrs picks n distinct ports on 127.0.0.1 free for both TCP and UDP
 // (gossip uses both), below the kernel's ephemeral range (32768 and up on
 // Linux), so that no outgoing connection of any process takes one between
-// the pick and the listen, or between a stop and a restart.
+// the pick and the listen, or between a stop and a restart. A port is
+// handed out once per process: clusters running side by side (parallel
+// tests) never get a port another one holds while its server is stopped.
 func FreeAddrs(n int) ([]string, error) {
+	givenMu.Lock()
+	defer givenMu.Unlock()
 	var addrs []string
-	seen := map[int]bool{}
 	for try := 0; len(addrs) < n && try < 2000; try++ {
 		p := 20000 + rand.IntN(12000)
-		if seen[p] {
+		if given[p] {
 			continue
 		}
-		seen[p] = true
+		given[p] = true
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 		l, err := net.Listen("tcp", addr)
 		if err != nil {

@@ -1,0 +1,156 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/node"
+	"github.com/leasehold/leasehold/wire"
+)
+
+// The handler benchmarks drive the API's handler in process (no
+// connection, no disk: an in-memory node) from 64 goroutines, to measure
+// what a request costs in our own code: the handler, the batcher, the state
+// machine and Raft's in-memory path. They report allocations and the
+// process's CPU time per operation (cpu-µs/op).
+
+// benchAPI opens an in-memory single node and its API handler.
+func benchAPI(b *testing.B) http.Handler {
+	b.Helper()
+	uncheckedExchanges(b) // the schema check would cost more than the requests
+	cfg := node.DefaultConfig()
+	cfg.InMemory, cfg.DataDir, cfg.RaftAddr = true, "", ""
+	cfg.MaxLeasesPerHolder = 0
+	n, err := node.Open(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { n.Close() })
+	h := New(FromNode(n), Options{})
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		if rec.Code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the node did not become ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return h
+}
+
+// benchWriter is a response writer that keeps the status and the body of
+// one answer, reused from request to request.
+type benchWriter struct {
+	h      http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (w *benchWriter) Header() http.Header { return w.h }
+func (w *benchWriter) WriteHeader(s int)   { w.status = s }
+func (w *benchWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = 200
+	}
+	return w.body.Write(p)
+}
+
+// SetWriteDeadline lets http.ResponseController set a deadline (none is
+// kept), as a connection's writer does.
+func (w *benchWriter) SetWriteDeadline(time.Time) error { return nil }
+
+func (w *benchWriter) reset() {
+	clear(w.h)
+	w.status = 0
+	w.body.Reset()
+}
+
+// serve sends one request through h.
+func (w *benchWriter) serve(h http.Handler, method, target, body string, hdr ...string) {
+	w.reset()
+	req, _ := http.NewRequest(method, "http://leasehold"+target, strings.NewReader(body))
+	req.RemoteAddr = "127.0.0.1:1"
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	h.ServeHTTP(w, req)
+}
+
+func cpuNow() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runBench runs op from 64 goroutines and reports cpu-µs/op.
+func runBench(b *testing.B, op func(w *benchWriter, g int64, i int)) {
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.ResetTimer()
+	cpu0 := cpuNow()
+	b.RunParallel(func(pb *testing.PB) {
+		g := seq.Add(1)
+		w := &benchWriter{h: http.Header{}}
+		for i := 0; pb.Next(); i++ {
+			op(w, g, i)
+		}
+	})
+	b.ReportMetric(float64((cpuNow()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// BenchmarkHandlerCycle is an acquire and a release of a lease on a key of
+// its own, as `leasehold bench --workload cycle` sends them.
+func BenchmarkHandlerCycle(b *testing.B) {
+	h := benchAPI(b)
+	runBench(b, func(w *benchWriter, g int64, i int) {
+		w.serve(h, "POST", "/v1/leases", fmt.Sprintf(`{"key":"b/%d/%d","holder":"bench-%d","ttl_ms":30000}`, g, i, g))
+		if w.status != 201 {
+			b.Fatalf("acquire: %d %s", w.status, w.body.String())
+		}
+		var l wire.Lease
+		if err := json.Unmarshal(w.body.Bytes(), &l); err != nil {
+			b.Fatal(err)
+		}
+		w.serve(h, "DELETE", "/v1/leases/"+l.LeaseID, "", "X-Lease-Token", l.Token)
+		if w.status != 200 {
+			b.Fatalf("release: %d %s", w.status, w.body.String())
+		}
+	})
+}
+
+// BenchmarkHandlerRenew is a renewal of a lease each goroutine holds.
+func BenchmarkHandlerRenew(b *testing.B) {
+	h := benchAPI(b)
+	leases := make([]wire.Lease, 129)
+	for i := range leases {
+		w := &benchWriter{h: http.Header{}}
+		w.serve(h, "POST", "/v1/leases", fmt.Sprintf(`{"key":"r/%d","holder":"bench","ttl_ms":600000}`, i))
+		if w.status != 201 {
+			b.Fatalf("acquire: %d %s", w.status, w.body.String())
+		}
+		if err := json.Unmarshal(w.body.Bytes(), &leases[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runBench(b, func(w *benchWriter, g int64, i int) {
+		l := leases[g%int64(len(leases))]
+		w.serve(h, "POST", "/v1/leases/"+l.LeaseID+"/renew", "", "X-Lease-Token", l.Token)
+		if w.status != 200 {
+			b.Fatalf("renew: %d %s", w.status, w.body.String())
+		}
+	})
+}
