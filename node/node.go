@@ -75,6 +75,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	n, err := newNode(cfg)
 	if err != nil {
 		return nil, err
