@@ -39,6 +39,11 @@
 //	mux.Handle("GET /api/v1/control/status", ctl.Status())
 //	mux.Handle("POST /api/v1/presets", ctl.Gate(presets))
 //
+// Options and ControlOptions: a numeric field left zero means its default;
+// where a bound can be lifted (Options.BodyTimeout, WriteTimeout,
+// MaxStreamsPerClient) a negative value lifts it, and elsewhere a negative
+// value is invalid. Packages node and cluster follow the same rule.
+//
 // The handler is safe for concurrent use. Event streams (GET /v1/events) end
 // when the client goes away, when the node ends the subscription, or when
 // the request context is cancelled: give http.Server a BaseContext that is

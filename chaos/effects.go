@@ -101,10 +101,14 @@ func (w *appliedWatch) sample(ctx context.Context) {
 	}
 }
 
-// Stop ends the sampling.
+// Stop ends the sampling with a last sample, taken now (while the fault
+// still lasts): a node that stood still is measured to the end.
 func (w *appliedWatch) Stop() {
 	w.stop()
 	<-w.done
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	w.sample(ctx)
 }
 
 // stalled is how many nodes' applied index stood still for at least d

@@ -54,6 +54,7 @@ type faultNet struct {
 	mu      sync.Mutex
 	blocked map[[2]int]bool // {from, to}: from's traffic to `to` is dropped
 	loss    []float64
+	lost    int64 // dials refused, writes held back or cut and packets dropped by loss, in total
 	delay   []time.Duration
 	dead    []bool
 	rnd     *rand.Rand
@@ -87,6 +88,7 @@ func (f *faultNet) dialAllowed(from, to int) bool {
 		return false
 	}
 	if from >= 0 && to >= 0 && f.loss[from] > 0 && f.rnd.Float64() < f.loss[from] {
+		f.lost++
 		return false
 	}
 	return true
@@ -108,10 +110,13 @@ func (f *faultNet) verdict(from, to int, stream bool) (cut bool, wait time.Durat
 		r := f.rnd.Float64()
 		switch {
 		case !stream && r < p:
+			f.lost++
 			return true, 0
 		case stream && r < p/4:
+			f.lost++
 			return true, 0
 		case stream && r < p:
+			f.lost++
 			wait += retransmitDelay
 		}
 	}

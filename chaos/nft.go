@@ -201,7 +201,7 @@ func (f *faultState) render(table string, i int, a nftAddrs) string {
 	case f.loss[i] >= 100:
 		fmt.Fprintf(&b, "\t\tip daddr { %s } drop\n", strings.Join(peers, ", "))
 	default:
-		fmt.Fprintf(&b, "\t\tip daddr { %s } numgen random mod 100 < %d drop\n", strings.Join(peers, ", "), f.loss[i])
+		fmt.Fprintf(&b, "\t\tip daddr { %s } numgen random mod 100 < %d counter drop comment \"loss\"\n", strings.Join(peers, ", "), f.loss[i])
 	}
 	b.WriteString("\t}\n")
 

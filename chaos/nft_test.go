@@ -97,7 +97,7 @@ func TestRenderIsolateLossDelay(t *testing.T) {
 		frac float64
 		want string
 	}{
-		{0.25, "ip daddr { 10.77.9.2, 10.77.9.3 } numgen random mod 100 < 25 drop"},
+		{0.25, "ip daddr { 10.77.9.2, 10.77.9.3 } numgen random mod 100 < 25 counter drop comment \"loss\""},
 		{1, "ip daddr { 10.77.9.2, 10.77.9.3 } drop"},
 	} {
 		p, err := lossPercent(tc.frac)

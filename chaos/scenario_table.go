@@ -201,16 +201,30 @@ var builtin = []*Scenario{
 					return e.C.Heal()
 				})
 		}},
-	{Name: "loss", Liveness: true, StallBound: wideStall, Class: "loss", Doc: "every node drops 20% of its packets to peers",
+	{Name: "loss", Liveness: true, StallBound: wideStall, Class: "loss", Doc: "every node drops 20% of its packets to peers: the loss rules (or the in-process fault table) count what they dropped",
+		Expect: map[string]int{"loss-hits": 20},
 		Nemesis: func(ctx context.Context, e *Env) error {
+			var before int64
 			return e.Fault(ctx, "loss", "20% everywhere", faultFor, func() error {
 				for i := 0; i < e.C.Size(); i++ {
 					if err := e.C.Loss(i, 0.2); err != nil {
 						return err
 					}
 				}
+				if lc, ok := e.C.(lossCounter); ok {
+					before, _ = lc.LossHits()
+				}
 				return nil
-			}, e.C.Heal)
+			}, func() error {
+				// The loss to prove: what the rules dropped (read before
+				// healing: a table's counters go with its rules).
+				if lc, ok := e.C.(lossCounter); ok {
+					after, err := lc.LossHits()
+					e.Count("loss-hits", int(after-before))
+					e.Note("loss", fmt.Sprintf("%d packets, dials or writes dropped or held back", after-before), err)
+				}
+				return e.C.Heal()
+			})
 		}},
 	{Name: "latency", Liveness: true, StallBound: wideStall, Class: "latency", Doc: "the leader's messages to peers are delayed 80 ms, then every node's 30 ms: a write through the delayed leader takes 80 ms at least",
 		Expect: map[string]int{"delay-seen": 1},

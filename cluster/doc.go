@@ -19,6 +19,11 @@
 //     configuration and autopilot, over the member registry the server
 //     lends it (Registry).
 //
+// Configuration (Config, GossipConfig, Membership): a numeric field left
+// zero means its default; a negative value turns a setting off where the
+// field says so (Membership.DeadServerTimeout, StabilizationTime), and is
+// invalid elsewhere. Packages node and api follow the same rule.
+//
 // The package knows Raft, storage and membership, not leases: it takes any
 // raft.FSM. Callers learn about leadership through OnLeadership, whose
 // context is cancelled the moment this server stops being leader.

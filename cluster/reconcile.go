@@ -48,13 +48,15 @@ type Membership struct {
 	// ping acks).
 	Self func() PeerStats
 	// DeadServerTimeout, if positive, removes a server failed for that
-	// long (autopilot checks quorum first); MinQuorum bounds it.
+	// long (autopilot checks quorum first); MinQuorum bounds it. Default
+	// (0, or negative): off.
 	DeadServerTimeout time.Duration
 	MinQuorum         int
 	// StabilizationTime: how long a new server must be healthy before it
-	// is promoted to voter.
+	// is promoted to voter. Default (0, or negative): at once.
 	StabilizationTime time.Duration
-	// ApplyTimeout bounds configuration changes.
+	// ApplyTimeout bounds configuration changes. Default (0): Raft's, no
+	// bound.
 	ApplyTimeout time.Duration
 }
 

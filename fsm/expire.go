@@ -138,14 +138,14 @@ func (e *expiry) expireDue(max uint64, wallMS int64, midTick bool) {
 func (e *expiry) fire(t timer, left uint64, wallMS int64, midTick bool) uint64 {
 	switch t.kind {
 	case kindLease:
-		l := e.lb.leases.Get(t.id)
+		l := e.lb.Lease(t.id)
 		if l == nil || l.State != StateActive {
 			return 0
 		}
 		if l.SessionID != "" {
 			// Left over by a session that ended with more leases than
 			// its chunk could end (endSession).
-			s := e.sess.sessions[l.SessionID]
+			s := e.sess.Session(l.SessionID)
 			if s != nil && s.State == SessionActive {
 				return 0
 			}
@@ -170,7 +170,7 @@ func (e *expiry) fire(t timer, left uint64, wallMS int64, midTick bool) uint64 {
 		e.lb.end(l, o)
 		return 1
 	case kindSession:
-		s := e.sess.sessions[t.id]
+		s := e.sess.Session(t.id)
 		if s == nil || s.State != SessionActive {
 			return 0
 		}
@@ -226,7 +226,7 @@ func (e *expiry) leaseDue(l *Lease) bool {
 	if l.SessionID == "" {
 		return leaseDeadline(l) <= e.tick
 	}
-	s := e.sess.sessions[l.SessionID]
+	s := e.sess.Session(l.SessionID)
 	return s == nil || s.State != SessionActive || s.ExpiresTick+GraceTicks <= e.tick
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/leasehold/leasehold/wire"
 )
@@ -254,7 +253,7 @@ func (f *FSM) link() {
 	c := &f.core
 	f.leaseBook.core, f.leaseBook.sess, f.leaseBook.exp, f.leaseBook.grp = c, &f.sessionBook, &f.expiry, &f.groupBook
 	f.sessionBook.core, f.sessionBook.lb, f.sessionBook.exp = c, &f.leaseBook, &f.expiry
-	f.groupBook.core, f.groupBook.lb, f.groupBook.sess, f.groupBook.exp = c, &f.leaseBook, &f.sessionBook, &f.expiry
+	f.groupBook.core, f.groupBook.lb, f.groupBook.sess = c, &f.leaseBook, &f.sessionBook
 	f.expiry.core, f.expiry.lb, f.expiry.sess, f.expiry.grp = c, &f.leaseBook, &f.sessionBook, &f.groupBook
 	f.registry.core = c
 	f.staging.core = c
@@ -395,38 +394,12 @@ func (c *core) nextFence() uint64 {
 	return c.fence
 }
 
-func (lb *leaseBook) holder(h string) *holderIndex {
-	hi := lb.holders[h]
-	if hi == nil {
-		hi = &holderIndex{name: h}
-		lb.holders[h] = hi
-	}
-	return hi
-}
-
-func (lb *leaseBook) dropHolder(h string) {
-	if hi := lb.holders[h]; hi != nil && hi.leases.n == 0 && hi.sessions.n == 0 {
-		delete(lb.holders, h)
-	}
-}
-
 // remainingMS is the time left before nominal tick end, in milliseconds.
 func (c *core) remainingMS(end uint64) int64 {
 	if end <= c.tick {
 		return 0
 	}
 	return int64(end-c.tick) * c.periodMS
-}
-
-// leaseEnd is the nominal end tick of an active lease (its session's for a
-// bound lease).
-func (sb *sessionBook) leaseEnd(l *Lease) uint64 {
-	if l.SessionID != "" {
-		if s := sb.sessions[l.SessionID]; s != nil {
-			return s.ExpiresTick
-		}
-	}
-	return l.ExpiresTick
 }
 
 func terminalError(l *Lease) *wire.Error {
@@ -512,30 +485,3 @@ func sortedKeys[V any](m map[string]V) []string {
 func quote(s string) string { return strconv.Quote(s) }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
-
-// addKeyRef counts a new lease record on key.
-func (lb *leaseBook) addKeyRef(key string) {
-	lb.keyIdx.add(key)
-}
-
-// dropKeyRef forgets a lease record on key.
-func (lb *leaseBook) dropKeyRef(key string) {
-	lb.keyIdx.drop(key)
-}
-
-// anyKey reports whether some lease record has key (when not empty) and a
-// key starting with prefix.
-func (lb *leaseBook) anyKey(key, prefix string) bool {
-	if key != "" {
-		return lb.keyIdx.count(key) > 0 && strings.HasPrefix(key, prefix)
-	}
-	if prefix == "" || lb.keyIdx.count(prefix) > 0 {
-		return true
-	}
-	found := false
-	lb.keyIdx.ascend(prefix, func(k string) bool {
-		found = strings.HasPrefix(k, prefix)
-		return false
-	})
-	return found
-}

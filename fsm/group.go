@@ -121,7 +121,6 @@ type groupBook struct {
 	*core
 	lb   *leaseBook
 	sess *sessionBook
-	exp  *expiry
 
 	// groups: id -> member lease ids in key order; groupWaits: id -> its
 	// waiters, one per key in key order.
@@ -266,15 +265,6 @@ func (gb *groupBook) acquireGroup(c *AcquireGroup) Result {
 	gb.groupWaits[c.GroupID] = ws
 	gb.lb.rememberIdem(c.IdemHash, c.Keys[0].LeaseID)
 	return Result{Queued: true, Leases: placeholders(c.GroupID, ws)}
-}
-
-// current is the stored version of session s (a grant stores a new one),
-// nil for nil.
-func (sb *sessionBook) current(s *Session) *Session {
-	if s == nil {
-		return nil
-	}
-	return sb.sessions[s.ID]
 }
 
 // placeholders are the leases a queued group will get, as far as they are

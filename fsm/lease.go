@@ -3,6 +3,7 @@ package fsm
 import (
 	"cmp"
 	"slices"
+	"strings"
 
 	"github.com/leasehold/leasehold/wire"
 )
@@ -298,25 +299,6 @@ func (lb *leaseBook) findWaiter(key, id string) (waiter, bool) {
 	return ks.more.waitq.find(id)
 }
 
-func (sb *sessionBook) checkSession(id string, tok Hash) (*Session, *wire.Error) {
-	s := sb.sessions[id]
-	if s == nil {
-		return nil, Errorf(wire.CodeSessionNotFound, "session %s not found", id)
-	}
-	if s.TokenHash != tok {
-		return nil, Errorf(wire.CodeLeaseTokenInvalid, "session token does not match session %s", id)
-	}
-	if s.State != SessionActive {
-		return nil, Errorf(wire.CodeSessionEnded, "session %s has %s", id, s.State)
-	}
-	if s.ExpiresTick+GraceTicks <= sb.tick {
-		// Due to expire at this very tick (its timer has not run yet):
-		// nothing may be granted to it any more.
-		return nil, Errorf(wire.CodeSessionEnded, "session %s has expired", id)
-	}
-	return s, nil
-}
-
 // grant makes c's lease, a member of lease group group if not "".
 // c was validated (validateAcquire; a restored waiter by checkWaiters):
 // its Limit is at most MaxLimit.
@@ -338,14 +320,7 @@ func (lb *leaseBook) grant(c *Acquire, ks *keyState, sess *Session, group string
 		l.SessionID = sess.ID
 		l.Holder = sess.Holder
 		l.TTLMS, l.TTLTicks = 0, 0
-		ns := *sess
-		// Appending in place is copy-on-write too: only the stored
-		// (latest) version is ever appended to, and an older one
-		// reads nothing past its own length. Copying the list on
-		// every grant made binding n leases to a session O(n²)
-		// (100,000 took over a minute).
-		ns.LeaseIDs = append(sess.LeaseIDs, l.ID)
-		lb.sess.sessions[sess.ID] = &ns
+		lb.sess.bindLease(sess, l.ID)
 	} else {
 		l.ExpiresTick = lb.tick + c.TTLTicks
 		lb.exp.schedule(leaseDeadline(l), kindLease, l.ID)
@@ -355,7 +330,7 @@ func (lb *leaseBook) grant(c *Acquire, ks *keyState, sess *Session, group string
 	hi.leases.insert(l.ID)
 	lb.leases.Put(l)
 	lb.order.insert(l.ID)
-	lb.addKeyRef(l.Key)
+	lb.keyIdx.add(l.Key)
 	lb.active++
 	ks.addActive(l.ID)
 	lb.rememberIdem(c.IdemHash, l.ID)
@@ -421,11 +396,7 @@ func (lb *leaseBook) end(l *Lease, o endOpts) *Lease {
 		lb.dropHolder(l.Holder)
 	}
 	if l.SessionID != "" && !o.session {
-		if s := lb.sess.sessions[l.SessionID]; s != nil && s.State == SessionActive {
-			ns := *s
-			ns.LeaseIDs = withoutID(s.LeaseIDs, l.ID)
-			lb.sess.sessions[s.ID] = &ns
-		}
+		lb.sess.unbindLease(l.SessionID, l.ID)
 	}
 	lb.exp.ended(kindLease, l.ID)
 	if o.delay {
@@ -558,7 +529,7 @@ func (lb *leaseBook) checkLease(id string, tok, sessTok Hash) (*Lease, *wire.Err
 	}
 	ok := !tok.IsZero() && tok == l.TokenHash
 	if !ok && !sessTok.IsZero() && l.SessionID != "" {
-		if s := lb.sess.sessions[l.SessionID]; s != nil && s.TokenHash == sessTok {
+		if s := lb.sess.Session(l.SessionID); s != nil && s.TokenHash == sessTok {
 			ok = true
 		}
 	}
@@ -738,7 +709,7 @@ func (lb *leaseBook) releaseHolder(c *ReleaseHolder) Result {
 		n++
 	}
 	for _, id := range hi.sessions.ids() {
-		lb.sess.endSession(lb.sess.sessions[id], SessionEnded, reason, c.WallMS)
+		lb.sess.endSession(lb.sess.Session(id), SessionEnded, reason, c.WallMS)
 		n++
 	}
 	return Result{Count: n}
@@ -788,4 +759,36 @@ func (lb *leaseBook) cancelWait(c *CancelWait) {
 		lb.forgetIdem(w.Cmd.IdemHash, c.LeaseID)
 		lb.pump(c.Key, ks)
 	}
+}
+
+func (lb *leaseBook) holder(h string) *holderIndex {
+	hi := lb.holders[h]
+	if hi == nil {
+		hi = &holderIndex{name: h}
+		lb.holders[h] = hi
+	}
+	return hi
+}
+
+func (lb *leaseBook) dropHolder(h string) {
+	if hi := lb.holders[h]; hi != nil && hi.leases.n == 0 && hi.sessions.n == 0 {
+		delete(lb.holders, h)
+	}
+}
+
+// anyKey reports whether some lease record has key (when not empty) and a
+// key starting with prefix.
+func (lb *leaseBook) anyKey(key, prefix string) bool {
+	if key != "" {
+		return lb.keyIdx.count(key) > 0 && strings.HasPrefix(key, prefix)
+	}
+	if prefix == "" || lb.keyIdx.count(prefix) > 0 {
+		return true
+	}
+	found := false
+	lb.keyIdx.ascend(prefix, func(k string) bool {
+		found = strings.HasPrefix(k, prefix)
+		return false
+	})
+	return found
 }

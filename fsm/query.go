@@ -25,7 +25,7 @@ func (c *core) WallMS() int64 { return c.wallMS }
 func (c *core) Fence() uint64 { return c.fence }
 
 // Lease returns a lease record (any retained state) or nil.
-func (f *FSM) Lease(id string) *Lease { return f.leases.Get(id) }
+func (lb *leaseBook) Lease(id string) *Lease { return lb.leases.Get(id) }
 
 // IdemLease returns the id of the lease (granted or queued) that an
 // idempotent acquire with idempotency hash h created, if it is retained.
@@ -35,7 +35,7 @@ func (f *FSM) IdemLease(h Hash) (string, bool) {
 }
 
 // Session returns a session record (any retained state) or nil.
-func (f *FSM) Session(id string) *Session { return f.sessions[id] }
+func (sb *sessionBook) Session(id string) *Session { return sb.sessions[id] }
 
 // Counts returns the number of active leases and active sessions.
 func (f *FSM) Counts() (leases, sessions int) { return f.active, f.sessOpen }

@@ -167,7 +167,7 @@ func (sb *sessionBook) endSessionN(s *Session, state State, reason string, wallM
 			rest = ns.LeaseIDs[k:]
 			break
 		}
-		if l := sb.lb.leases.Get(id); l != nil && l.State == StateActive {
+		if l := sb.lb.Lease(id); l != nil && l.State == StateActive {
 			sb.lb.end(l, o)
 			n++
 		}
@@ -179,4 +179,73 @@ func (sb *sessionBook) endSessionN(s *Session, state State, reason string, wallM
 		sb.exp.deferLeases(rest)
 	}
 	return &ns, n
+}
+
+// current is the stored version of session s (a grant stores a new one),
+// nil for nil.
+func (sb *sessionBook) current(s *Session) *Session {
+	if s == nil {
+		return nil
+	}
+	return sb.sessions[s.ID]
+}
+
+// leaseEnd is the nominal end tick of an active lease (its session's for a
+// bound lease).
+func (sb *sessionBook) leaseEnd(l *Lease) uint64 {
+	if l.SessionID != "" {
+		if s := sb.sessions[l.SessionID]; s != nil {
+			return s.ExpiresTick
+		}
+	}
+	return l.ExpiresTick
+}
+
+func (sb *sessionBook) checkSession(id string, tok Hash) (*Session, *wire.Error) {
+	s := sb.sessions[id]
+	if s == nil {
+		return nil, Errorf(wire.CodeSessionNotFound, "session %s not found", id)
+	}
+	if s.TokenHash != tok {
+		return nil, Errorf(wire.CodeLeaseTokenInvalid, "session token does not match session %s", id)
+	}
+	if s.State != SessionActive {
+		return nil, Errorf(wire.CodeSessionEnded, "session %s has %s", id, s.State)
+	}
+	if s.ExpiresTick+GraceTicks <= sb.tick {
+		// Due to expire at this very tick (its timer has not run yet):
+		// nothing may be granted to it any more.
+		return nil, Errorf(wire.CodeSessionEnded, "session %s has expired", id)
+	}
+	return s, nil
+}
+
+// pruneSession forgets ended session id.
+func (sb *sessionBook) pruneSession(id string) {
+	if s := sb.sessions[id]; s != nil && s.State != SessionActive {
+		delete(sb.sessions, id)
+		sb.sessIDs.remove(id)
+	}
+}
+
+// bindLease records that session sess (its stored version) holds the new
+// lease id.
+func (sb *sessionBook) bindLease(sess *Session, id string) {
+	ns := *sess
+	// Appending in place is copy-on-write too: only the stored (latest)
+	// version is ever appended to, and an older one reads nothing past
+	// its own length. Copying the list on every grant made binding n
+	// leases to a session O(n²) (100,000 took over a minute).
+	ns.LeaseIDs = append(sess.LeaseIDs, id)
+	sb.sessions[sess.ID] = &ns
+}
+
+// unbindLease forgets lease id, which ended on its own, from the leases of
+// session sid while the session is active.
+func (sb *sessionBook) unbindLease(sid, id string) {
+	if s := sb.sessions[sid]; s != nil && s.State == SessionActive {
+		ns := *s
+		ns.LeaseIDs = withoutID(s.LeaseIDs, id)
+		sb.sessions[s.ID] = &ns
+	}
 }

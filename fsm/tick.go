@@ -146,7 +146,7 @@ func (lb *leaseBook) pruneLease(id string) {
 	}
 	lb.leases.Delete(id)
 	lb.order.remove(id)
-	lb.dropKeyRef(l.Key)
+	lb.keyIdx.drop(l.Key)
 	lb.forgetIdem(l.idemHash(), l.ID)
 	if g := l.GroupID(); g != "" {
 		lb.grp.dropGroupMember(g, l.ID)
@@ -163,13 +163,5 @@ func (lb *leaseBook) pruneLease(id string) {
 			}
 		}
 		lb.dropKey(l.Key, ks)
-	}
-}
-
-// pruneSession forgets ended session id.
-func (sb *sessionBook) pruneSession(id string) {
-	if s := sb.sessions[id]; s != nil && s.State != SessionActive {
-		delete(sb.sessions, id)
-		sb.sessIDs.remove(id)
 	}
 }

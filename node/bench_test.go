@@ -62,7 +62,7 @@ func BenchmarkRenew(b *testing.B) {
 func benchNode(b *testing.B) *Node {
 	cfg := testConfig(b, b.TempDir())
 	cfg.TickPeriod = DefaultConfig().TickPeriod
-	cfg.MaxLeasesPerHolder = 0 // one holder holds every benchmark lease
+	cfg.MaxLeasesPerHolder = -1 // no limit: one holder holds every benchmark lease
 	// LEASEHOLD_BENCH_RAFT_LOG picks the log store ("boltdb", the
 	// default, or "wal"), to compare the two, or with a release that had
 	// only raft-wal.

@@ -1,11 +1,10 @@
 package node
 
 import (
-	"context"
+	"cmp"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"github.com/leasehold/leasehold/fsm"
 	"log/slog"
 	"time"
 
@@ -15,7 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Config configures one node. Start from DefaultConfig.
+// Config configures one node. Start from DefaultConfig. A numeric field
+// left zero means its default (DefaultConfig's value); a negative one turns
+// the setting off or lifts the limit where the field says so, and is
+// invalid elsewhere (the package doc's rule).
 type Config struct {
 	// NodeID names this server in the Raft configuration. Default "node1".
 	NodeID string
@@ -45,7 +47,7 @@ type Config struct {
 	// (BootstrapExpect <= 1) must reach one within JoinTimeout.
 	Join []string
 	// JoinTimeout bounds how long a new server keeps trying Join before Open
-	// fails. Default 60s.
+	// fails. Default 60s; negative: one attempt.
 	JoinTimeout time.Duration
 	// BootstrapExpect is the number of servers to wait for before forming a
 	// new cluster: once that many new servers with the same setting see
@@ -55,13 +57,13 @@ type Config struct {
 	BootstrapExpect int
 	// DeadServerTimeout, if positive, lets the leader remove a server that
 	// gossip has seen failed (or left) for that long, never going below
-	// MinQuorum voters nor removing a majority. 0 (default): only an
-	// operator removes servers.
+	// MinQuorum voters nor removing a majority. Default off (0, or
+	// negative): only an operator removes servers.
 	DeadServerTimeout time.Duration
 	// MinQuorum is the fewest voters automatic removal leaves. Default 3.
 	MinQuorum int
 	// StabilizationTime is how long a new server must be healthy before
-	// it is promoted from non-voter to voter. Default 2s.
+	// it is promoted from non-voter to voter. Default 2s; negative: at once.
 	StabilizationTime time.Duration
 	// GossipKey, if set, encrypts gossip (16, 24 or 32 bytes; every server
 	// needs the same key).
@@ -86,8 +88,8 @@ type Config struct {
 	// GrantKeyRetention is how long the key set (GET /v1/keys) lists a
 	// key after it was retired (a rotation, or its server removed), by
 	// the cluster clock, so that grants it signed before still verify.
-	// 0: retired keys are not listed. Every server should have the same.
-	// Default 24h.
+	// Every server should have the same. Default 24h; negative: retired
+	// keys are not listed.
 	GrantKeyRetention time.Duration
 	// RaftTLS, if set, runs Raft traffic over mutual TLS: every peer must
 	// present a certificate from RaftTLS.CAs (see cluster.TLSConfig). nil:
@@ -108,9 +110,11 @@ type Config struct {
 	// WebSocket's own bound, api.ControlOptions.MaxTTL, is checked first).
 	// Default (and when 0) DefaultControlMaxTTL; at most MaxTTL.
 	ControlMaxTTL time.Duration
-	// MaxWait bounds wait_ms. Default 5m.
+	// MaxWait bounds wait_ms. Default 5m; negative: no waiting (wait_ms
+	// must be 0).
 	MaxWait time.Duration
-	// MaxLockDelay bounds lock_delay_ms. Default 1h.
+	// MaxLockDelay bounds lock_delay_ms. Default 1h; negative: no lock
+	// delay (lock_delay_ms must be 0).
 	MaxLockDelay time.Duration
 	// EventHistory is how many recent events are kept in memory for stream
 	// resumption. Default 100000.
@@ -123,12 +127,12 @@ type Config struct {
 	// StateCheckInterval is how often the leader compares the state of
 	// every server (statecheck.go): a server whose state differs from the
 	// majority's takes itself out of service. A server also compares
-	// itself with a majority of the servers when it starts. 0 turns both off. Default
-	// 5 minutes.
+	// itself with a majority of the servers when it starts. Default 5
+	// minutes; negative turns both off.
 	StateCheckInterval time.Duration
 	// TrailingLogs is how many log entries a snapshot leaves in the log
 	// for followers that lag; a follower further behind is sent the
-	// snapshot instead. 0: Raft's default, 10240.
+	// snapshot instead. Default 10240 (Raft's).
 	TrailingLogs uint64
 	// ApplyTimeout bounds how long a write may wait to be handed to Raft;
 	// a write that has not committed within twice this is reported
@@ -145,7 +149,7 @@ type Config struct {
 	// applies a tick every tick period. Default (and 0) 5s.
 	ApplyStallTimeout time.Duration
 
-	// Count limits, each 0 for none. They travel in the commands that
+	// Count limits, each negative for none. They travel in the commands that
 	// create leases and sessions and are enforced when the command is
 	// applied, so concurrent requests cannot overshoot them; a request over
 	// one is RESOURCE_EXHAUSTED naming the limit (429 over HTTP) and
@@ -257,35 +261,9 @@ type Config struct {
 	// for small clusters on one machine.
 	FastGossip bool
 
-	// Test hooks: quicker gossip, and Raft timeouts (0: cluster defaults).
-	keepGossipPort bool
-	// expireChunk replaces the records a tick or Expire entry ends (0:
-	// expireChunk).
-	expireChunk uint64
-	// lingerMax replaces how long the batcher holds an entry of acquires
-	// that will queue for a companion (0: lingerMax).
-	lingerMax time.Duration
-	// olderPeer makes the leader act as if a server of the configuration
-	// ran a version without chunked expiry.
-	olderPeer bool
-	// corruptEntry replaces the panic on a committed entry that does not
-	// decode (a checksum mismatch, say); the replica applies nothing after
-	// it either way.
-	corruptEntry func(index uint64, err error)
-	// peerHashHook and divergedHook stand in for the node-to-node requests
-	// of the state check (statecheck.go) where there are none (in-memory
-	// test clusters); skewApply may change a command before this replica
-	// applies it (a deliberately diverged replica).
-	peerHashHook func(ctx context.Context, id string, at uint64) (string, error)
-	divergedHook func(id string, d divergedNotice)
-	// logWriteHang, if > 0, replaces DefaultLogWriteHang (tests).
-	logWriteHang time.Duration
-	skewApply    func(c fsm.Command) fsm.Command
-	// holdClock, when it returns true, keeps the leader from proposing
-	// ticks and Expire entries (tests that need a lease left due).
-	holdClock func(*replica) bool
-	// diskFree replaces the statfs of the free-space guard (diskguard.go).
-	diskFree func(dir string) (int64, error)
+	// testHooks are the package's own tests' hooks (testhooks.go); zero
+	// in every other use.
+	testHooks
 }
 
 // DefaultConfig returns a single-node configuration on loopback with data in
@@ -328,12 +306,11 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first problem with the configuration.
+// Validate reports every problem with the configuration at once (nil:
+// none), its zero fields read as their defaults.
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	var errs []error
-	if c.StateCheckInterval < 0 {
-		errs = append(errs, errors.New("state check interval must not be negative"))
-	}
 	if c.NodeID == "" {
 		errs = append(errs, errors.New("node id is required"))
 	}
@@ -358,9 +335,6 @@ func (c Config) Validate() error {
 	if c.ControlMaxTTL < 0 {
 		errs = append(errs, fmt.Errorf("control max TTL %v is negative", c.ControlMaxTTL))
 	}
-	if c.MaxWait < 0 || c.MaxLockDelay < 0 {
-		errs = append(errs, errors.New("max wait and max lock delay must not be negative"))
-	}
 	if c.EventHistory < 1 {
 		errs = append(errs, errors.New("event history must be at least 1"))
 	}
@@ -373,10 +347,6 @@ func (c Config) Validate() error {
 	if c.MaxBatch < 1 || c.MaxBatch > 4096 {
 		errs = append(errs, fmt.Errorf("max batch %d outside 1-4096", c.MaxBatch))
 	}
-	if c.MaxLeases < 0 || c.MaxLeasesPerHolder < 0 || c.MaxSessions < 0 || c.MaxSessionsPerHolder < 0 || c.MaxEventStreams < 0 ||
-		c.MaxWaitersPerKey < 0 || c.MaxWaitersPerHolder < 0 || c.MaxRetained < 0 {
-		errs = append(errs, errors.New("max leases, leases per holder, sessions, sessions per holder, event streams, waiters per key, waiters per holder and retained records must not be negative (0: no limit)"))
-	}
 	if c.BootstrapExpect < 0 {
 		errs = append(errs, errors.New("bootstrap expect must not be negative"))
 	}
@@ -388,9 +358,6 @@ func (c Config) Validate() error {
 	}
 	if c.GossipAddr == "" {
 		errs = append(errs, errors.New("gossip address is required"))
-	}
-	if c.DeadServerTimeout < 0 || c.JoinTimeout < 0 || c.StabilizationTime < 0 {
-		errs = append(errs, errors.New("dead server timeout, join timeout and stabilization time must not be negative"))
 	}
 	if c.RaftTimeout < 0 {
 		errs = append(errs, errors.New("raft timeout must not be negative"))
@@ -409,13 +376,58 @@ func (c Config) Validate() error {
 	if c.GrantKey != nil && len(c.GrantKey) != ed25519.PrivateKeySize {
 		errs = append(errs, fmt.Errorf("grant key is %d bytes; want an Ed25519 private key (%d)", len(c.GrantKey), ed25519.PrivateKeySize))
 	}
-	if c.GrantKeyRetention < 0 {
-		errs = append(errs, errors.New("grant key retention must not be negative"))
-	}
 	if c.RaftTLS != nil && (c.RaftTLS.Certificate == nil || c.RaftTLS.CAs == nil) {
 		errs = append(errs, errors.New("raft TLS needs both a certificate and a CA pool"))
 	}
 	return errors.Join(errs...)
+}
+
+// withDefaults returns c with every zero numeric field set to
+// DefaultConfig's value and every negative "off" or "no limit" set to 0,
+// which the code reads as none. Open runs the node on it. Fields whose
+// code reads zero as the default itself (MinFreeDisk, MemoryLimit,
+// LogFailureTimeout, ApplyStallTimeout, ControlMaxTTL, RaftTimeout,
+// TrailingLogs, BootstrapExpect) are left as they are; a negative value
+// of a field that cannot be turned off is left for Validate to refuse.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	c.JoinTimeout = orNone(c.JoinTimeout, d.JoinTimeout)
+	c.DeadServerTimeout = max(c.DeadServerTimeout, 0)
+	c.StabilizationTime = orNone(c.StabilizationTime, d.StabilizationTime)
+	c.GrantKeyRetention = orNone(c.GrantKeyRetention, d.GrantKeyRetention)
+	c.StateCheckInterval = orNone(c.StateCheckInterval, d.StateCheckInterval)
+	c.MaxWait = orNone(c.MaxWait, d.MaxWait)
+	c.MaxLockDelay = orNone(c.MaxLockDelay, d.MaxLockDelay)
+	c.MaxLeases = orNone(c.MaxLeases, d.MaxLeases)
+	c.MaxLeasesPerHolder = orNone(c.MaxLeasesPerHolder, d.MaxLeasesPerHolder)
+	c.MaxSessions = orNone(c.MaxSessions, d.MaxSessions)
+	c.MaxSessionsPerHolder = orNone(c.MaxSessionsPerHolder, d.MaxSessionsPerHolder)
+	c.MaxWaitersPerKey = orNone(c.MaxWaitersPerKey, d.MaxWaitersPerKey)
+	c.MaxWaitersPerHolder = orNone(c.MaxWaitersPerHolder, d.MaxWaitersPerHolder)
+	c.MaxRetained = orNone(c.MaxRetained, d.MaxRetained)
+	c.MaxEventStreams = orNone(c.MaxEventStreams, d.MaxEventStreams)
+	c.MinQuorum = cmp.Or(c.MinQuorum, d.MinQuorum)
+	c.TickPeriod = cmp.Or(c.TickPeriod, d.TickPeriod)
+	c.Retention = cmp.Or(c.Retention, d.Retention)
+	c.MinTTL = cmp.Or(c.MinTTL, d.MinTTL)
+	c.MaxTTL = cmp.Or(c.MaxTTL, d.MaxTTL)
+	c.EventHistory = cmp.Or(c.EventHistory, d.EventHistory)
+	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, d.SnapshotThreshold)
+	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, d.SnapshotInterval)
+	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, d.ApplyTimeout)
+	c.MaxBatch = cmp.Or(c.MaxBatch, d.MaxBatch)
+	return c
+}
+
+// orNone is v, or def when v is 0, or 0 (none, off) when v is negative.
+func orNone[T int | time.Duration](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 // version is Version, or "dev" when unset.
@@ -425,3 +437,9 @@ func (c *Config) version() string {
 	}
 	return c.Version
 }
+
+// SealKeyBytes is the length of a sealing key.
+const SealKeyBytes = 32
+
+// DefaultApplyStallTimeout is the default of Config.ApplyStallTimeout.
+const DefaultApplyStallTimeout = 5 * time.Second

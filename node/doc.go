@@ -23,5 +23,12 @@
 // chaos suite shifts and speeds up (clock_chaos.go). Files canary_*.go hold
 // deliberate bugs that only their own build tag compiles in.
 //
+// Configuration (Config): a numeric field left zero means its default;
+// where a setting can be turned off or a limit lifted, a negative value
+// says so (StateCheckInterval -1: no state check; MaxLeases -1: no limit),
+// and elsewhere a negative value is invalid. Zero never means "off" or
+// "unlimited" unless that is the default (DeadServerTimeout's). Packages
+// cluster and api follow the same rule.
+//
 // All methods are safe for concurrent use.
 package node

@@ -56,8 +56,8 @@ func TestHostileLoad(t *testing.T) {
 
 	cfg := testConfig(t, "")
 	cfg.TickPeriod = DefaultConfig().TickPeriod // the production clock
-	cfg.MaxLeases = 0
-	cfg.MaxLeasesPerHolder = 0
+	cfg.MaxLeases = -1
+	cfg.MaxLeasesPerHolder = -1
 	cfg.MaxEventStreams = subs + 16
 	hostileConfig(&cfg, waiters)
 	n := openNode(t, cfg)

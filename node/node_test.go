@@ -482,12 +482,12 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.NodeID = "" },
 		func(c *Config) { c.DataDir = "" },
 		func(c *Config) { c.TickPeriod = time.Millisecond },
-		func(c *Config) { c.MinTTL = 0 },
+		func(c *Config) { c.MinTTL = -1 },
 		func(c *Config) { c.MaxTTL = c.MinTTL - 1 },
-		func(c *Config) { c.MaxBatch = 0 },
+		func(c *Config) { c.MaxBatch = -1 },
 		func(c *Config) { c.BootstrapExpect = 3 }, // without join addresses
 		func(c *Config) { c.GossipKey = []byte("short") },
-		func(c *Config) { c.MinQuorum = 0 },
+		func(c *Config) { c.MinQuorum = -1 },
 		func(c *Config) { c.RaftTLS = &cluster.TLSConfig{} }, // no certificate, no CAs
 	}
 	for i, mutate := range bad {

@@ -38,7 +38,7 @@ func TestServerLimitFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.node.MaxLeases != 10 || c.node.MaxLeasesPerHolder != 0 || c.node.MaxSessions != 7 || c.node.MaxSessionsPerHolder != 3 ||
+	if c.node.MaxLeases != 10 || c.node.MaxLeasesPerHolder != -1 || c.node.MaxSessions != 7 || c.node.MaxSessionsPerHolder != 3 ||
 		c.node.MaxEventStreams != 4 || c.streamsPerClient != 2 || c.bodyTimeout != 5*time.Second || c.idleTimeout != 30*time.Second {
 		t.Errorf("set: %+v", c)
 	}
@@ -112,3 +112,46 @@ func TestHTTPServerLimits(t *testing.T) {
 }
 
 type ctxKey struct{}
+
+// TestServerFlagZeros: a flag whose 0 says "no limit" or "off" reaches
+// node.Config as -1 (node's zero means the default), a negative one is
+// refused, and the flags whose 0 was refused or meant Raft's default keep
+// that meaning.
+func TestServerFlagZeros(t *testing.T) {
+	a, _, _ := testApp(nil)
+	c, err := a.parseServerFlags([]string{"--state-check-interval", "0", "--grant-key-retention", "0s", "--join-timeout", "0",
+		"--dead-server-timeout", "0", "--max-retained", "0", "--max-waiters-per-key", "0", "--snapshot-interval", "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := c.node
+	if n.StateCheckInterval != -1 || n.GrantKeyRetention != -1 || n.JoinTimeout != -1 || n.DeadServerTimeout != -1 ||
+		n.MaxRetained != -1 || n.MaxWaitersPerKey != -1 || n.SnapshotInterval != 2*time.Minute {
+		t.Errorf("zeros: state check %v, grant key retention %v, join timeout %v, dead server timeout %v, max retained %d, waiters per key %d, snapshot interval %v",
+			n.StateCheckInterval, n.GrantKeyRetention, n.JoinTimeout, n.DeadServerTimeout, n.MaxRetained, n.MaxWaitersPerKey, n.SnapshotInterval)
+	}
+	def := node.DefaultConfig()
+	a, _, _ = testApp(nil)
+	if c, err = a.parseServerFlags(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.node.StateCheckInterval != def.StateCheckInterval || c.node.JoinTimeout != def.JoinTimeout || c.node.MaxRetained != def.MaxRetained {
+		t.Errorf("defaults changed: %v %v %d", c.node.StateCheckInterval, c.node.JoinTimeout, c.node.MaxRetained)
+	}
+	for _, args := range [][]string{
+		{"--state-check-interval", "-1s"},
+		{"--grant-key-retention", "-1s"},
+		{"--join-timeout", "-1s"},
+		{"--dead-server-timeout", "-1m"},
+		{"--max-retained", "-1"},
+		{"--tick-period", "0"},
+		{"--retention", "0"},
+	} {
+		a, _, _ := testApp(nil)
+		_, err := a.parseServerFlags(args)
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%v: err = %v, want a usage error", args, err)
+		}
+	}
+}

@@ -74,7 +74,8 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return cfg, usageErrorf("--log-level %q: want debug, info, warn or error", *level)
 	}
-	return cfg, cfg.check()
+	err = cfg.check()
+	return cfg, err
 }
 
 // register defines the server's flags on fs, with def's defaults; --join
@@ -161,10 +162,59 @@ func (cfg *serverConfig) check() error {
 	if err := checkPprofAddr(cfg.pprofAddr); err != nil {
 		return err
 	}
+	if err := cfg.nodeFlags(); err != nil {
+		return err
+	}
 	// Check what node.Open would refuse now, as a usage error. HTTPAddr is
 	// settled once the listener is bound.
 	if err := cfg.node.Validate(); err != nil {
 		return usageErrorf("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return nil
+}
+
+// nodeFlags maps the flags' zeros to node.Config's rule, where zero means
+// the default. The flags whose 0 says "no limit" or "off" (--join-timeout:
+// one attempt) are refused when negative, as they always were, and their 0
+// becomes node.Config's -1; --tick-period and --retention refuse 0, which
+// was never in their bounds; --snapshot-interval 0 stays Raft's own
+// default, 2 minutes, what it has always meant.
+func (cfg *serverConfig) nodeFlags() error {
+	n := &cfg.node
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{
+		{"--max-leases", &n.MaxLeases}, {"--max-leases-per-holder", &n.MaxLeasesPerHolder},
+		{"--max-sessions", &n.MaxSessions}, {"--max-sessions-per-holder", &n.MaxSessionsPerHolder},
+		{"--max-waiters-per-key", &n.MaxWaitersPerKey}, {"--max-waiters-per-holder", &n.MaxWaitersPerHolder},
+		{"--max-retained", &n.MaxRetained}, {"--max-event-streams", &n.MaxEventStreams},
+	} {
+		if *f.v < 0 {
+			return usageErrorf("%s must not be negative (0: no limit)", f.name)
+		}
+		*f.v = orNegative(*f.v)
+	}
+	for _, f := range []struct {
+		name string
+		v    *time.Duration
+	}{
+		{"--join-timeout", &n.JoinTimeout}, {"--dead-server-timeout", &n.DeadServerTimeout},
+		{"--state-check-interval", &n.StateCheckInterval}, {"--grant-key-retention", &n.GrantKeyRetention},
+	} {
+		if *f.v < 0 {
+			return usageErrorf("%s must not be negative", f.name)
+		}
+		*f.v = orNegative(*f.v)
+	}
+	if n.TickPeriod == 0 {
+		return usageErrorf("--tick-period 0s outside 10ms-10s")
+	}
+	if n.Retention == 0 {
+		return usageErrorf("--retention 0s shorter than one tick")
+	}
+	if n.SnapshotInterval == 0 {
+		n.SnapshotInterval = 2 * time.Minute
 	}
 	return nil
 }
@@ -405,8 +455,8 @@ func apiOptions(cfg serverConfig, tokens *api.Tokens, forwardTLS *tls.Config, lo
 	return opts
 }
 
-// orNegative maps a flag's 0 ("no limit") to the -1 that says so to
-// api.Options, whose zero value means "the default".
+// orNegative maps a flag's 0 ("no limit", "off") to the -1 that says so
+// to api.Options and node.Config, whose zero value means "the default".
 func orNegative[T int | time.Duration](v T) T {
 	if v == 0 {
 		return -1
