@@ -190,6 +190,7 @@ func (e *Env) writeLatency(ctx context.Context, l int) (time.Duration, error) {
 			_, _ = e.Admin(l).Release(actx, wire.ReleaseRequest{LeaseID: lease.LeaseID, Token: lease.Token})
 		} else {
 			last = err
+			_ = sleepCtx(ctx, 300*time.Millisecond) // an election, a busy machine: try again
 		}
 		cancel()
 	}
