@@ -133,6 +133,12 @@ func (pp *pairProxy) serve(in net.Conn) {
 		in.Close()
 		return
 	}
+	if tc, ok := in.(*net.TCPConn); ok && pp.p.rates[pp.a*len(pp.p.delays)+pp.b].Load() > 0 {
+		// A throttled link: a small receive window, so that what the
+		// sender has not had read stays on its side (its socket's send
+		// buffer stays small too), as it would behind a slow link.
+		_ = tc.SetReadBuffer(32 << 10)
+	}
 	c := pp.p.c
 	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(c.proxyIP)}}
 	out, err := d.Dial("tcp4", net.JoinHostPort(c.nodeIP(pp.b), strconv.Itoa(netnsRaftPort)))

@@ -16,6 +16,16 @@ import (
 // leader's snapshot over a throttled link (seconds for the whole), and a
 // kill cuts the transfer in the middle; afterwards it must catch up.
 
+// padInterrupted leases make the snapshot about 4.5 MB: more than a TCP
+// send buffer grows to here (net.ipv4.tcp_wmem's maximum, 4 MiB), so a
+// leader killed once interruptAfter bytes have arrived cannot have handed
+// the rest to its kernel (which goes on sending what it holds after the
+// process died): the follower's read comes up short.
+const (
+	padInterrupted = 40_000
+	interruptAfter = 64 << 10
+)
+
 // throttler is a Cluster that can cap the bytes one node sends another
 // over Raft (NetnsCluster, through its delay proxy).
 type throttler interface {
@@ -25,8 +35,8 @@ type throttler interface {
 func init() {
 	builtin = append(builtin, &Scenario{Name: "snapshot-install-interrupted", Class: "snapshot", Nodes: 3, SnapshotThreshold: 64,
 		Liveness: true, StallBound: wideStall, Configuration: true,
-		Doc: "the state padded to 20,000 leases (a snapshot of megabytes); a follower cut off until the leader compacts past it, healed behind a link " +
-			"throttled so that the snapshot takes about 8 s: a quarter in, the follower is killed; the next time the leader is killed " +
+		Doc: "the state padded to 40,000 leases (a 4.5 MB snapshot); a follower cut off until the leader compacts past it, healed behind a link " +
+			"throttled so that the snapshot takes about 8 s: once 64 KiB have arrived, the follower is killed; the next time the leader is killed " +
 			"(a new leader sends it again); each time the follower must catch up; real processes only",
 		Expect: map[string]int{"installs-interrupted-follower-kill": 1, "installs-interrupted-leader-kill": 1, "installs-completed": 2},
 		Nemesis: func(ctx context.Context, e *Env) error {
@@ -34,7 +44,7 @@ func init() {
 			if !ok {
 				return fmt.Errorf("chaos: the %s tier cannot throttle a link: %w", e.Tier, ErrUnsupported)
 			}
-			file, restored, err := e.paddedSnapshot(ctx, 20_000)
+			file, restored, err := e.paddedSnapshot(ctx, padInterrupted)
 			if err != nil {
 				return err
 			}
@@ -134,8 +144,8 @@ func (e *Env) loggedSince(i int, offset int64, parts ...string) bool {
 }
 
 // interruptInstall makes a follower fall behind the leader's log, heals it
-// behind a throttled link from the leader, waits until a quarter of the
-// snapshot has arrived, and kills the follower (kill "follower") or the
+// behind a throttled link from the leader, waits until interruptAfter
+// bytes of the snapshot have arrived, and kills the follower (kill "follower") or the
 // leader ("leader"). The interruption counts ("installs-interrupted-<kill>
 // -kill") only when the follower held part of the snapshot, not all, at
 // the kill, and the failed transfer shows in a log afterwards: the
@@ -188,14 +198,14 @@ func (e *Env) interruptInstall(ctx context.Context, th throttler, kill string) e
 	var got int64
 	deadline = time.Now().Add(30 * time.Second)
 	for {
-		if name, got = receiving(fDir, before.LastIndex); name != "" && got >= snap.Size/4 {
+		if name, got = receiving(fDir, before.LastIndex); name != "" && got >= interruptAfter {
 			break
 		}
 		if ls, err := e.Local(ctx, f, 0, time.Second); err == nil && ls.SnapshotsInstalled > before.SnapshotsInstalled {
-			return fmt.Errorf("follower %d installed the snapshot before a quarter of it was seen arriving", f)
+			return fmt.Errorf("follower %d installed the snapshot before %d bytes of it were seen arriving", f, interruptAfter)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("follower %d received no quarter of snapshot %d within 30 s (%q: %d bytes)", f, snap.Index, name, got)
+			return fmt.Errorf("follower %d received no %d bytes of snapshot %d within 30 s (%q: %d bytes)", f, interruptAfter, snap.Index, name, got)
 		}
 		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
 			return err

@@ -12,7 +12,7 @@ import (
 // encode encodes a command for the log: with a checksum once every server
 // of the configuration reads one (updateEntryCRC), else as before.
 func (gc *groupCommit) encode(c fsm.Command) ([]byte, error) {
-	if gc.crcOK.Load() || gc.n.recorded(fsm.FeatureEntryCRC) {
+	if gc.crcOK.Load() || gc.recorded(fsm.FeatureEntryCRC) {
 		return fsm.EncodeChecked(c)
 	}
 	return fsm.Encode(c)
@@ -21,7 +21,7 @@ func (gc *groupCommit) encode(c fsm.Command) ([]byte, error) {
 // updateEntryCRCNow is updateEntryCRC with the current configuration, so
 // that a new term writes checksums from its first entry.
 func (gc *groupCommit) updateEntryCRCNow() {
-	if ids, err := gc.n.cl.ServerIDs(); err == nil {
+	if ids, err := gc.cl.ServerIDs(); err == nil {
 		gc.updateEntryCRC(ids)
 	}
 }
@@ -30,5 +30,5 @@ func (gc *groupCommit) updateEntryCRCNow() {
 // reads checksums: recorded in the state, or every server but this one
 // announces EntryCRC in gossip (features.go).
 func (gc *groupCommit) updateEntryCRC(ids []string) {
-	gc.crcOK.Store(gc.n.featureOK(fsm.FeatureEntryCRC, ids))
+	gc.crcOK.Store(gc.featureOK(fsm.FeatureEntryCRC, ids))
 }

@@ -192,6 +192,7 @@ func TestClusterJoinAndReplicate(t *testing.T) {
 }
 
 func TestClusterFailoverKeepsRemainingTime(t *testing.T) {
+	t.Parallel() // long and mostly waiting: runs beside the other parallel tests
 	c := threeNodes(t)
 	ctx := context.Background()
 	old := c.leader()
@@ -333,6 +334,7 @@ func TestClusterRemoveMemberKeepsLeasesAndRefusesReturn(t *testing.T) {
 // A wiped server restarted under its id (with --join) is not refused: the
 // leader replaces the old member, and it joins as a new server.
 func TestClusterWipedServerReplaced(t *testing.T) {
+	t.Parallel() // long and mostly waiting: runs beside the other parallel tests
 	c := threeNodes(t)
 	l := c.leader()
 	var victim string
@@ -432,6 +434,7 @@ func indexOf(s, sub string) int {
 }
 
 func TestClusterSnapshotInstallToLaggingFollower(t *testing.T) {
+	t.Parallel() // long and mostly waiting: runs beside the other parallel tests
 	c := newTestCluster(t)
 	small := func(id string) Config {
 		cfg := clusterConfig(id)

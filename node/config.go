@@ -437,3 +437,9 @@ func (c *Config) version() string {
 	}
 	return c.Version
 }
+
+// SealKeyBytes is the length of a sealing key.
+const SealKeyBytes = 32
+
+// DefaultApplyStallTimeout is the default of Config.ApplyStallTimeout.
+const DefaultApplyStallTimeout = 5 * time.Second

@@ -1,11 +1,68 @@
 package node
 
 import (
+	"context"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
 )
+
+// ControlKey is the reserved key of the global control lease.
+const ControlKey = ReservedKeyPrefix + "control/global"
+
+// ReservedKeyPrefix starts the keys the public lease API refuses.
+const ReservedKeyPrefix = "_leasehold/"
+
+// ControlScope is the only scope of the control lease in v1.
+const ControlScope = "global"
+
+// Control lease defaults and bounds (the control protocol's defaults).
+const (
+	DefaultControlTTL       = 5000 * time.Millisecond
+	DefaultControlHeartbeat = 1000 * time.Millisecond
+	// MaxControlNameBytes bounds clientName and clientInstanceId.
+	MaxControlNameBytes = 128
+	// DefaultControlMaxTTL is the default of Config.ControlMaxTTL (and of
+	// the WebSocket's bound, api.DefaultControlMaxTTL).
+	DefaultControlMaxTTL = time.Minute
+	// MinControlTTL is the shortest ttlMs a client may ask for.
+	MinControlTTL = time.Second
+	// MaxControlTokenBytes bounds the leaseToken of a control operation.
+	MaxControlTokenBytes = 128
+)
+
+// ControlBreakReason starts the end reason of a control lease an admin
+// broke (ControlBreak); the admin's name follows it.
+const ControlBreakReason = "broken_by_admin:"
+
+// Metadata keys of a control lease record.
+const (
+	metaClientName = "client_name"
+	metaInstanceID = "client_instance_id"
+	metaWSClientID = "ws_client_id"
+	metaHeartbeat  = "heartbeat_interval_ms"
+	metaNode       = "node"
+)
+
+// IsControlLeaseID reports whether id names a control lease.
+func IsControlLeaseID(id string) bool { return strings.HasPrefix(id, "cl_") }
+
+func errControlOnly() *wire.Error {
+	return fsm.InvalidField("lease_id", "control leases are granted, refreshed and released only over the control WebSocket")
+}
+
+// controlLease holds the control lease's helpers for one server (the
+// operations themselves are Node's).
+type controlLease struct {
+	cfg *Config
+	rep *replica
+	tk  *ticker // the tick period and the Expire chunk
+	// propose commits the control lease's entries.
+	propose func(context.Context, fsm.Command) (fsm.Result, uint64, error)
+}
 
 // What the control lease looks like to the control protocol: its state,
 // its refusals, and the events it turns into.
@@ -79,54 +136,6 @@ func controlInvalid(msg string) *ControlError {
 	return &ControlError{Err: &wire.Error{Code: wire.CodeLeaseInvalid, Message: msg}}
 }
 
-// ControlEvent turns an event of the control lease into the control protocol's
-// control.stateChanged: the event name (acquired, heartbeat, released,
-// expired, revoked or ownerDisconnected) and the state after it. ok is
-// false for events of other keys.
-func (n *Node) ControlEvent(ev wire.Event) (name string, st *ControlState, ok bool) {
-	if ev.Lease == nil || ev.Lease.Key != ControlKey {
-		return "", nil, false
-	}
-	n.rep.mu.RLock()
-	period := n.rep.period()
-	var acquiredTick, endedTick uint64
-	if l := n.rep.f.Lease(ev.Lease.LeaseID); l != nil {
-		acquiredTick, endedTick = l.AcquiredTick, l.EndedTick()
-	}
-	n.rep.mu.RUnlock()
-	v := ev.Lease
-	st = controlFromView(v.LeaseID, v.Holder, v.State, v.Metadata, v.TTLMS, v.RemainingMS)
-	st.AcquiredAtMS = clusterMS(acquiredTick, period)
-	st.EndReason = v.EndReason
-	switch ev.Type {
-	case "acquired":
-		name = "acquired"
-	case "renewed":
-		name = "heartbeat"
-	case "released":
-		name = "released"
-		switch v.EndReason {
-		case ReasonOwnerDisconnected:
-			name = "ownerDisconnected"
-		case ReasonTimedOut:
-			name = "expired"
-		}
-	case "expired":
-		name = "expired"
-	case "revoked":
-		name = "revoked"
-	default:
-		name = ev.Type
-	}
-	if st.Active {
-		st.ExpiresAtMS = clusterMS(ev.Tick, period) + uint32(v.RemainingMS)
-	} else {
-		st.EndedAtMS = clusterMS(endedTick, period)
-		st.ExpiresAtMS = st.EndedAtMS
-	}
-	return name, st, true
-}
-
 // ReasonOwnerDisconnected is the release reason when the owning connection
 // closed.
 const ReasonOwnerDisconnected = "owner_disconnected"
@@ -185,12 +194,4 @@ func (ctl *controlLease) controlStateLocked(l *fsm.Lease) *ControlState {
 func (ctl *controlLease) inactiveControlLocked() *ControlState {
 	return &ControlState{Scope: ControlScope, TTLMS: uint32(DefaultControlTTL.Milliseconds()),
 		HeartbeatIntervalMS: uint32(DefaultControlHeartbeat.Milliseconds())}
-}
-
-// ControlClock is the cluster clock in milliseconds modulo 2^32 (committed
-// ticks times the tick period), as this node has applied it.
-func (n *Node) ControlClock() uint32 {
-	n.rep.mu.RLock()
-	defer n.rep.mu.RUnlock()
-	return clusterMS(n.rep.f.Tick(), n.rep.period())
 }

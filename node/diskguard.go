@@ -33,11 +33,6 @@ const (
 	// raft-wal segment (64 MiB, preallocated when the log rotates) and a
 	// snapshot, with room to spare.
 	DefaultMinFreeDisk int64 = 256 << 20
-	// DefaultLogFailureTimeout is the default of Config.LogFailureTimeout.
-	DefaultLogFailureTimeout = 60 * time.Second
-	// RestartFreeDisk is the free space a restart needs to reopen a log
-	// whose rotation failed: a new 64 MiB segment and a margin.
-	RestartFreeDisk int64 = 65 << 20
 )
 
 // diskPoll is how often the free space is read.
@@ -268,25 +263,6 @@ func (g *diskGuard) growthRefused() error {
 	}
 	c := *e
 	return &c
-}
-
-// DiskLow reports whether this server's free disk space is below its
-// threshold (the guard's view; false when it watches no disk).
-func (n *Node) DiskLow() bool { return n.disk.low.Load() }
-
-// fmtBytes renders a byte count for messages.
-func fmtBytes(b int64) string {
-	switch {
-	case b < 0:
-		return "unknown"
-	case b >= 10<<30:
-		return fmt.Sprintf("%d GiB", b>>30)
-	case b >= 10<<20:
-		return fmt.Sprintf("%d MiB", b>>20)
-	case b >= 10<<10:
-		return fmt.Sprintf("%d KiB", b>>10)
-	}
-	return fmt.Sprintf("%d B", b)
 }
 
 func (g *diskGuard) registerDiskMetrics() {

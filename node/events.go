@@ -196,74 +196,18 @@ func (s *Subscription) Close() {
 	<-s.done
 }
 
-// Subscribe starts a subscription. It fails with EVENTS_COMPACTED when the
-// requested resume point is older than the history this node keeps, and
-// with INVALID_ARGUMENT on a malformed resume id, and with
-// RESOURCE_EXHAUSTED (field "event_streams") when Config.MaxEventStreams
-// subscriptions are open on this node.
-func (n *Node) Subscribe(ctx context.Context, f wire.EventFilter) (*Subscription, error) {
-	if err := n.Gate(); err != nil {
-		return nil, err
-	}
-	h := n.hub
-	var pos uint64
-	var after eventID // events up to this id are never delivered
-	switch {
-	case f.After != "":
-		id, ok := parseEventID(f.After)
-		if !ok {
-			return nil, fsm.InvalidField("after", "malformed event id %q (want <index>-<seq>)", f.After)
-		}
-		p, err := h.position(id)
-		if err != nil {
-			return nil, err
-		}
-		pos, after = p, id
-	case f.AfterIndex > 0:
-		after = eventID{index: f.AfterIndex, seq: ^uint32(0)}
-		p, err := h.position(after)
-		if err != nil {
-			return nil, err
-		}
-		pos = p
-	case f.FromStart:
-		// Whatever history is kept, from its oldest event.
-		h.mu.Lock()
-		pos = h.start
-		h.mu.Unlock()
-	default:
-		h.mu.Lock()
-		pos = h.end
-		h.mu.Unlock()
-	}
-	if open := h.streams.Add(1); n.cfg.MaxEventStreams > 0 && open > int64(n.cfg.MaxEventStreams) {
-		h.streams.Add(-1)
-		return nil, fsm.Exhausted("event_streams", uint64(n.cfg.MaxEventStreams),
-			"this node has %d event streams open, its limit", n.cfg.MaxEventStreams)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	s := &Subscription{ch: make(chan wire.Event, 256), cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer h.streams.Add(-1)
-		defer close(s.done)
-		defer close(s.ch)
-		s.run(ctx, n, pos, after, f)
-	}()
-	return s, nil
-}
-
 func (s *Subscription) fail(err error) { s.err.Store(&err) }
 
 // run delivers events from ring position pos. Events not after the resume
 // point are skipped: a node still replaying its log at startup may not have
 // reached that point when the subscription began. It ends with the gate's
 // error when the node goes out of service (Gate): what it would deliver
-// from then on comes from a state that is not the cluster's.
-func (s *Subscription) run(ctx context.Context, node *Node, pos uint64, after eventID, f wire.EventFilter) {
-	h := node.hub
+// from then on comes from a state that is not the cluster's; out is
+// closed when it does.
+func (s *Subscription) run(ctx context.Context, h *hub, gate func() error, out <-chan struct{}, pos uint64, after eventID, f wire.EventFilter) {
 	batch := make([]hubEvent, 0, 256)
 	for {
-		if err := node.Gate(); err != nil {
+		if err := gate(); err != nil {
 			s.fail(err)
 			return
 		}
@@ -311,7 +255,7 @@ func (s *Subscription) run(ctx context.Context, node *Node, pos uint64, after ev
 		if len(batch) == 0 {
 			select {
 			case <-notify:
-			case <-node.sc.out.ch:
+			case <-out:
 			case <-ctx.Done():
 				return
 			}

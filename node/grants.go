@@ -41,7 +41,6 @@ type grantKeys struct {
 	log *slog.Logger
 	rep *replica
 	mem *membership
-	rc  *reconciler // the member records
 	// propose commits the servers' keys (recordKeys).
 	propose func(context.Context, fsm.Command) (fsm.Result, uint64, error)
 }
@@ -140,7 +139,9 @@ func (gk *grantKeys) recordKeys(ctx context.Context, ids []string) {
 			}
 			key, inc = fsm.GrantKey(b), p.Incarnation
 		}
-		rec, ok := gk.rc.memberRecord(id)
+		gk.rep.mu.RLock()
+		rec, ok := gk.rep.f.Member(id)
+		gk.rep.mu.RUnlock()
 		if !ok || rec.Removed || rec.Incarnation != inc || key.IsZero() ||
 			rec.GrantKeys != nil && rec.GrantKeys.Current == key {
 			continue
@@ -157,98 +158,6 @@ func (gk *grantKeys) recordKeys(ctx context.Context, ids []string) {
 	}
 }
 
-// GrantKeys returns the cluster's key set (GET /v1/keys): every server's
-// current grant signing key and the keys retired less than
-// Config.GrantKeyRetention ago (by the cluster clock), each once. Linearizable
-// unless stale.
-func (n *Node) GrantKeys(ctx context.Context, stale bool) (*grant.KeySet, error) {
-	if err := n.readBarrier(ctx, stale); err != nil {
-		return nil, err
-	}
-	n.rep.mu.RLock()
-	members := n.rep.f.Members()
-	tick, period, cid := n.rep.f.Tick(), n.rep.period(), n.rep.f.ClusterID()
-	n.rep.mu.RUnlock()
-	ks := &grant.KeySet{ClusterID: cid, Keys: []grant.JWK{}}
-	seen := map[string]bool{}
-	add := func(k fsm.GrantKey, server string, retired *time.Time) {
-		jwk := grant.PublicJWK(k[:])
-		if seen[jwk.Kid] {
-			return
-		}
-		seen[jwk.Kid] = true
-		jwk.ServerID, jwk.RetiredAt = server, retired
-		ks.Keys = append(ks.Keys, jwk)
-	}
-	// Current keys first, so that a key some server still signs with is
-	// never listed as retired.
-	for _, m := range members {
-		if m.GrantKeys != nil && !m.GrantKeys.Current.IsZero() {
-			add(m.GrantKeys.Current, m.ID, nil)
-		}
-	}
-	now := wallNow()
-	for _, m := range members {
-		if m.GrantKeys == nil {
-			continue
-		}
-		for _, r := range m.GrantKeys.Retired {
-			age := time.Duration(tick-min(r.Tick, tick)) * time.Duration(period) * time.Millisecond
-			if age >= n.cfg.GrantKeyRetention {
-				continue
-			}
-			at := now.Add(-age).UTC().Truncate(time.Second)
-			add(r.Key, m.ID, &at)
-		}
-	}
-	return ks, nil
-}
-
-// LeaseGrant returns lease r.LeaseID, as GetLease does, with a grant signed
-// by this server, to its holder: r.Token must be the lease's token (or,
-// for a lease bound to a session, r.SessionToken the session's). Only an
-// active lease gets a grant; an ended one is refused with its state's code
-// (LEASE_EXPIRED, LEASE_RELEASED, LEASE_REVOKED). Linearizable unless
-// stale (a stale grant states what this server has applied).
-func (n *Node) LeaseGrant(ctx context.Context, r wire.GrantRequest, stale bool) (*wire.Lease, error) {
-	if err := checkID("lease", r.LeaseID); err != nil {
-		return nil, err
-	}
-	if r.Token == "" && r.SessionToken == "" {
-		return nil, fsm.InvalidField("token", "a grant is given to the lease's holder: the lease token (X-Lease-Token) or, for a bound lease, the session token is required")
-	}
-	if err := n.readBarrier(ctx, stale); err != nil {
-		return nil, err
-	}
-	if err := n.gk.usable(); err != nil {
-		return nil, err
-	}
-	now := wallNow()
-	n.rep.mu.RLock()
-	l := n.rep.f.Lease(r.LeaseID)
-	var v *wire.Lease
-	ok := false
-	if l != nil {
-		ok = r.Token != "" && hashToken(r.Token) == l.TokenHash
-		if !ok && r.SessionToken != "" && l.SessionID != "" {
-			s := n.rep.f.Session(l.SessionID)
-			ok = s != nil && hashToken(r.SessionToken) == s.TokenHash
-		}
-		v = n.rep.view(l, now)
-	}
-	n.rep.mu.RUnlock()
-	switch {
-	case l == nil:
-		return nil, fsm.Errorf(wire.CodeLeaseNotFound, "lease %s not found", r.LeaseID)
-	case !ok:
-		return nil, fsm.Errorf(wire.CodeLeaseTokenInvalid, "wrong lease token for lease %s", r.LeaseID)
-	case v.State != fsm.StateActive.String():
-		return nil, fsm.Errorf(endedCode(v.State), "lease %s is %s: a grant is given for an active lease only", r.LeaseID, v.State)
-	}
-	v.Grant = n.gk.sign(v, now)
-	return v, nil
-}
-
 // endedCode is the error code of an operation on a lease in an ended state.
 func endedCode(state string) wire.Code {
 	switch st, _ := fsm.ParseState(state); st {
@@ -259,7 +168,3 @@ func endedCode(state string) wire.Code {
 	}
 	return wire.CodeLeaseExpired
 }
-
-// GrantKeyID is the key id (RFC 7638 thumbprint) of this server's grant
-// signing key.
-func (n *Node) GrantKeyID() string { return n.gk.kid() }

@@ -143,17 +143,6 @@ func (n *Node) AcquireGroup(ctx context.Context, r wire.GroupAcquireRequest) (*w
 	return v, res.Replayed, nil
 }
 
-// lookupGroup returns the members of group g if it is granted and active.
-func (r *replica) lookupGroup(g string) []*fsm.Lease {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	ls := r.f.Group(g)
-	if len(ls) == 0 || ls[0].State != fsm.StateActive {
-		return nil
-	}
-	return ls
-}
-
 func (r *replica) renderGroup(ls []*fsm.Lease) *wire.LeaseGroup {
 	r.mu.RLock()
 	defer r.mu.RUnlock()

@@ -130,6 +130,7 @@ func TestStateCheckSplitRaisesAlarm(t *testing.T) {
 // (8 entries ahead) comes 20 s later: the check must wait for it, not
 // give up after a fixed 15 s.
 func TestStateCheckCompletesWithSlowTicks(t *testing.T) {
+	t.Parallel() // long and mostly waiting: runs beside the other parallel tests
 	var skewOn atomic.Bool
 	c := checkCluster(t, &skewOn, func(cfg *Config) { cfg.TickPeriod = 2500 * time.Millisecond })
 	l := c.leader()

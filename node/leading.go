@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
@@ -148,4 +149,11 @@ func untilDone(ctx context.Context, log *slog.Logger, what string, step func() e
 			return false
 		}
 	}
+}
+
+// leaderStall is how long a leader may go without committing an entry of
+// its own term before it gives leadership up: a few seconds, well above a
+// healthy commit's milliseconds and Raft's failover time.
+func (c *Config) leaderStall() time.Duration {
+	return max(3*time.Second, 3*c.TickPeriod, 4*c.RaftTimeout)
 }

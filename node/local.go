@@ -12,45 +12,6 @@ import (
 	"github.com/leasehold/leasehold/wire"
 )
 
-// LocalState is one node's own view, never forwarded: what a convergence
-// check compares across the nodes of a cluster.
-type LocalState struct {
-	NodeID string `json:"node_id"`
-	// State is the Raft state: Leader, Follower, Candidate, Shutdown.
-	State string `json:"state"`
-	Term  uint64 `json:"term"`
-	// Leader is the id of the leader this node knows of, "" for none.
-	Leader       string `json:"leader"`
-	CommitIndex  uint64 `json:"commit_index"`
-	AppliedIndex uint64 `json:"applied_index"`
-	// LastIndex is the last index in this node's log (or its latest
-	// snapshot's): past CommitIndex, entries not known committed, which a
-	// deposed leader's log may have to give up.
-	LastIndex uint64 `json:"last_index"`
-	// Tick is the last tick applied here.
-	Tick uint64 `json:"tick"`
-	// FenceHigh is the highest fencing token the cluster has issued, as
-	// applied here (the state's fencing counter): the fence floor to give
-	// a restore of this cluster's backup into another cluster (a disaster
-	// recovery, a rollback), so that no token issued here is issued again
-	// there. Read it from the leader, or the most advanced survivor.
-	FenceHigh uint64 `json:"fence_high"`
-	// SnapshotsInstalled counts the snapshots this node installed from a
-	// leader since it started; SnapshotsRestored counts every state
-	// replaced since it started (those installs and operator restores).
-	SnapshotsInstalled uint64 `json:"snapshots_installed"`
-	SnapshotsRestored  uint64 `json:"snapshots_restored"`
-	// StateHash, set when a hash was asked for, is the hex SHA-256 of the
-	// whole replicated state right after this node applied the entry at
-	// HashIndex: of the state's snapshot encoding, which is canonical
-	// (equal states give equal bytes; fsm/DESIGN.md). Replicas that applied
-	// the same log have the same hash at the same index. HashTick is the
-	// state's tick then.
-	StateHash string `json:"state_hash,omitempty"`
-	HashIndex uint64 `json:"hash_index,omitempty"`
-	HashTick  uint64 `json:"hash_tick,omitempty"`
-}
-
 // stateHash is a state hash of the state after index.
 type stateHash struct {
 	index, tick uint64

@@ -218,43 +218,26 @@ func (c *Config) logFailureTimeout() time.Duration {
 	}
 }
 
-// HealthErr is nil while the node can serve at all; otherwise it says why
-// not: Raft's log store fails its writes (a full or broken disk) or one
-// of them hangs (for DefaultLogWriteHang), or the node has failed (Failed). /healthz answers 503 with it: a process that
-// cannot write its log is not alive in any useful sense, and a restart is
-// what recovers it.
-func (n *Node) HealthErr() error {
-	if n.logs == nil {
-		return nil
-	}
-	if p := n.logs.failErr.Load(); p != nil {
-		return *p
-	}
-	if err := n.logs.failingErr(); err != nil {
-		return err
-	}
-	return n.logs.hungErr()
-}
+// Defaults of the log watch.
+const (
+	// DefaultLogFailureTimeout is the default of Config.LogFailureTimeout.
+	DefaultLogFailureTimeout = 60 * time.Second
+	// RestartFreeDisk is the free space a restart needs to reopen a log
+	// whose rotation failed: a new 64 MiB segment and a margin.
+	RestartFreeDisk int64 = 65 << 20
+)
 
-// Failed is closed when the node has failed for good: Raft's log store
-// stopped taking writes and cannot recover without reopening the log (see
-// FailedErr). The process should then stop (Close) and be restarted; the
-// server command exits with a distinct status. Acknowledged writes are on
-// disk: a restart recovers them.
-func (n *Node) Failed() <-chan struct{} {
-	if n.logs == nil {
-		return nil
+// fmtBytes renders a byte count for messages.
+func fmtBytes(b int64) string {
+	switch {
+	case b < 0:
+		return "unknown"
+	case b >= 10<<30:
+		return fmt.Sprintf("%d GiB", b>>30)
+	case b >= 10<<20:
+		return fmt.Sprintf("%d MiB", b>>20)
+	case b >= 10<<10:
+		return fmt.Sprintf("%d KiB", b>>10)
 	}
-	return n.logs.failed
-}
-
-// FailedErr says why the node failed; nil while it has not.
-func (n *Node) FailedErr() error {
-	if n.logs == nil {
-		return nil
-	}
-	if p := n.logs.failErr.Load(); p != nil {
-		return *p
-	}
-	return nil
+	return fmt.Sprintf("%d B", b)
 }

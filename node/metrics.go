@@ -1,17 +1,16 @@
 package node
 
 import (
-	"sync/atomic"
-
-	"github.com/leasehold/leasehold/cluster"
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gometrics "github.com/hashicorp/go-metrics/compat"
 	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -35,7 +34,11 @@ type nodeMetrics struct {
 // millisecond to a minute.
 var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-func newNodeMetrics(n *Node, reg *prometheus.Registry) *nodeMetrics {
+// newNodeMetrics registers the node's metrics in reg (nil: a registry of
+// its own); the gauges read cfg, the replica, the tick period, the
+// consensus once it runs, and applyStall when scraped.
+func newNodeMetrics(reg *prometheus.Registry, cfg *Config, rep *replica, tk *ticker, clP *atomic.Pointer[cluster.Cluster],
+	applyStall func() string) *nodeMetrics {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
@@ -86,18 +89,18 @@ func newNodeMetrics(n *Node, reg *prometheus.Registry) *nodeMetrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildInfo(n.cfg.version()),
+		buildInfo(cfg.version()),
 		raftSink(),
 		m.tickInterval, m.expiryLateness, m.leaderChanges, m.snapshotDuration, m.snapshotSize, m.snapshots, m.acquireWait,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_tick_period_seconds",
 			Help: "The cluster's tick period.",
-		}, func() float64 { return n.tk.period().Seconds() }),
+		}, func() float64 { return tk.period().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_apply_stalled",
 			Help: "1 while this server is a frozen follower: its applied index has not advanced for the apply stall timeout (--apply-stall-timeout, default 5s) while the cluster went on without it; /readyz then answers 503 with the reason. 0 otherwise.",
 		}, func() float64 {
-			if n.applyStall() != "" {
+			if applyStall() != "" {
 				return 1
 			}
 			return 0
@@ -106,19 +109,19 @@ func newNodeMetrics(n *Node, reg *prometheus.Registry) *nodeMetrics {
 			Name: "leasehold_fence_high",
 			Help: "The highest fencing token the cluster has issued, as applied on this server: the fence floor for a restore of this cluster's backup into another cluster (--fence-floor).",
 		}, func() float64 {
-			n.rep.mu.RLock()
-			defer n.rep.mu.RUnlock()
-			return float64(n.rep.f.Fence())
+			rep.mu.RLock()
+			defer rep.mu.RUnlock()
+			return float64(rep.f.Fence())
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_apply_idle_seconds",
 			Help: "Seconds since this server's applied index last advanced (a healthy server applies a tick every tick period).",
-		}, func() float64 { return n.rep.sinceMoved().Seconds() }),
+		}, func() float64 { return rep.sinceMoved().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_term",
 			Help: "This server's current Raft term.",
 		}, func() float64 {
-			if c := n.clP.Load(); c != nil {
+			if c := clP.Load(); c != nil {
 				return float64(c.Term())
 			}
 			return 0
@@ -180,12 +183,6 @@ func raftSink() prometheus.Collector {
 	})
 	return raftSinkC
 }
-
-// Registry is this node's Prometheus registry: Go runtime and process
-// collectors, build info, hashicorp/raft's metrics and the node's own. The
-// HTTP API serves it on /metrics together with its own; an application may
-// register more.
-func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
 
 // countLeaderChanges counts leader changes as Raft observes them, until
 // closing is closed. The first leader this server knows counts, also when

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Node is one running Leasehold server. Create it with Open.
@@ -115,13 +117,12 @@ func newNode(cfg Config) (*Node, error) {
 		waits: waitList{m: make(map[string][]chan fsm.Notice)}, ready: make(chan struct{}), closing: make(chan struct{}),
 		logs: newLogWatch(cfg.logWriteHang),
 	}
-	n.gc = groupCommit{n: n, propCh: make(chan *proposal, 4096), inflight: make(chan struct{}, entriesInFlight)}
-	n.queued = queuedAcquires{n: n}
+	n.gc = groupCommit{propCh: make(chan *proposal, 4096), inflight: make(chan struct{}, entriesInFlight)}
 	n.rep = newReplica(n.hub, n.stats, n.waits.deliver)
 	n.rep.corrupt = cfg.corruptEntry
 	n.rep.skew = cfg.skewApply
 	n.rep.skipRestore = cfg.SkipRestore
-	n.metrics = newNodeMetrics(n, cfg.Registry)
+	n.metrics = newNodeMetrics(cfg.Registry, &n.cfg, n.rep, &n.tk, &n.clP, n.applyStall)
 	n.sc = stateCheck{cfg: &n.cfg, log: n.log, rep: n.rep, closing: n.closing, metrics: newStateCheckMetrics(n.metrics.reg), out: newOutSignal()}
 	n.rot = newRotWatch(n.metrics.reg)
 	n.rep.metrics = n.metrics
@@ -167,8 +168,11 @@ func (n *Node) wireHelpers() {
 	n.sg = sealGuard{seal: &n.seal, cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, propose: n.propose}
 	n.ctl = controlLease{cfg: &n.cfg, rep: n.rep, tk: &n.tk, propose: n.propose}
 	n.lt = leaderTerm{cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, gc: &n.gc, bk: &n.bk, rc: &n.rc, sc: &n.sc, tk: &n.tk, propose: n.propose}
-	n.gk.cfg, n.gk.log, n.gk.rep, n.gk.mem, n.gk.rc, n.gk.propose = &n.cfg, n.log, n.rep, n.mem, &n.rc, n.propose
+	n.gk.cfg, n.gk.log, n.gk.rep, n.gk.mem, n.gk.propose = &n.cfg, n.log, n.rep, n.mem, n.propose
 	n.peer = peerServer{cfg: &n.cfg, closing: n.closing}
+	n.gc.cfg, n.gc.rep, n.gc.stats, n.gc.wg, n.gc.closing = &n.cfg, n.rep, n.stats, &n.wg, n.closing
+	n.gc.recorded, n.gc.featureOK = n.recorded, n.featureOK
+	n.queued = queuedAcquires{cfg: &n.cfg, rep: n.rep, waits: &n.waits, tk: &n.tk, metrics: n.metrics, closing: n.closing, propose: n.propose}
 	n.disk = diskGuard{cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, metrics: n.metrics, logs: n.logs, clP: &n.clP, wg: &n.wg, closing: n.closing}
 }
 
@@ -182,6 +186,7 @@ func (n *Node) attachCluster(cl *cluster.Cluster) {
 	n.sg.cl = cl
 	n.lt.cl = cl
 	n.peer.cl = cl
+	n.gc.cl = cl
 }
 
 // consensusConfig is the configuration of n's consensus.
@@ -359,29 +364,6 @@ func (n *Node) watchReady() {
 	}
 }
 
-// backoff is the pause before retry number try+1 of a leadership step.
-func backoff(try int) time.Duration {
-	return min(50*time.Millisecond<<min(try, 5), time.Second)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// leaderStall is how long a leader may go without committing an entry of
-// its own term before it gives leadership up: a few seconds, well above a
-// healthy commit's milliseconds and Raft's failover time.
-func (c *Config) leaderStall() time.Duration {
-	return max(3*time.Second, 3*c.TickPeriod, 4*c.RaftTimeout)
-}
-
 // Close stops the node: Raft shuts down, subscriptions end, pending
 // operations fail. Acknowledged writes are on disk already. When the log
 // holds many entries since the last snapshot, it takes one first, so that
@@ -451,3 +433,183 @@ func (n *Node) snapshotOnClose() {
 }
 
 var errClosed = errors.New("node closed")
+
+// DiskLow reports whether this server's free disk space is below its
+// threshold (the guard's view; false when it watches no disk).
+func (n *Node) DiskLow() bool { return n.disk.low.Load() }
+
+// Registry is this node's Prometheus registry: Go runtime and process
+// collectors, build info, hashicorp/raft's metrics and the node's own. The
+// HTTP API serves it on /metrics together with its own; an application may
+// register more.
+func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
+
+// HealthErr is nil while the node can serve at all; otherwise it says why
+// not: Raft's log store fails its writes (a full or broken disk) or one
+// of them hangs (for DefaultLogWriteHang), or the node has failed (Failed). /healthz answers 503 with it: a process that
+// cannot write its log is not alive in any useful sense, and a restart is
+// what recovers it.
+func (n *Node) HealthErr() error {
+	if n.logs == nil {
+		return nil
+	}
+	if p := n.logs.failErr.Load(); p != nil {
+		return *p
+	}
+	if err := n.logs.failingErr(); err != nil {
+		return err
+	}
+	return n.logs.hungErr()
+}
+
+// Failed is closed when the node has failed for good: Raft's log store
+// stopped taking writes and cannot recover without reopening the log (see
+// FailedErr). The process should then stop (Close) and be restarted; the
+// server command exits with a distinct status. Acknowledged writes are on
+// disk: a restart recovers them.
+func (n *Node) Failed() <-chan struct{} {
+	if n.logs == nil {
+		return nil
+	}
+	return n.logs.failed
+}
+
+// FailedErr says why the node failed; nil while it has not.
+func (n *Node) FailedErr() error {
+	if n.logs == nil {
+		return nil
+	}
+	if p := n.logs.failErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// GrantKeyID is the key id (RFC 7638 thumbprint) of this server's grant
+// signing key.
+func (n *Node) GrantKeyID() string { return n.gk.kid() }
+
+// ServePeer makes h the handler of the node-to-node requests other servers
+// of the cluster send this one (the last call wins). Every request h gets
+// comes from a server of this cluster (see DialPeer); none from a client.
+// With InMemory there are no such requests.
+func (n *Node) ServePeer(h http.Handler) {
+	if n.cl.PeerListener() == nil {
+		return
+	}
+	p := &n.peer
+	p.mu.Lock()
+	p.h = h
+	p.mu.Unlock()
+	n.peer.start()
+}
+
+// DialPeer opens a node-to-node stream to the server whose Raft address is
+// addr (LeaderInfo.RaftAddr): network must be "tcp" (as a
+// net.Dialer.DialContext, so that an http.Transport can use it; the
+// request's host is then the Raft address). The stream passes the checks
+// of the Raft port.
+func (n *Node) DialPeer(ctx context.Context, network, addr string) (net.Conn, error) {
+	if network != "tcp" && network != "tcp4" && network != "tcp6" {
+		return nil, errors.New("node: node-to-node streams are TCP")
+	}
+	conn, err := n.cl.DialPeer(ctx, addr)
+	if err != nil {
+		// Nothing was sent: a dial error, as the forwarders tell it apart.
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	return conn, nil
+}
+
+// applyStall is the reason this server is a frozen follower, or "".
+func (n *Node) applyStall() string {
+	r := n.clP.Load()
+	if r == nil {
+		return ""
+	}
+	timeout := n.cfg.applyStallTimeout()
+	stalled := n.rep.sinceMoved()
+	if stalled < timeout || r.IsLeader() {
+		return "" // the cheap test first: a healthy follower stops here
+	}
+	_, leader := r.Leader()
+	v := stallView{stalled: stalled, applied: n.rep.applied.Load(), commit: r.CommitIndex(),
+		lastIndex: r.LastIndex(), leader: string(leader), contact: -1}
+	if n.raftOnly(v.applied, v.commit) {
+		v.commit = v.applied // only entries the state machine never sees (a barrier) are ahead
+	}
+	if lc := r.LastContact(); !lc.IsZero() {
+		v.contact = time.Since(lc)
+	}
+	if leader != "" && n.mem.gossip != nil {
+		if p, ok := n.mem.gossip.Peer(string(leader)); ok && p.Stats != nil && time.Since(p.StatsAt) < timeout {
+			v.leaderIndex, v.leaderIndexOK = p.Stats.LastIndex, true
+		}
+	}
+	return stallReason(v, timeout)
+}
+
+// Service returns this server's service state and, unless it is serving,
+// why. It takes no lock a stuck apply could hold.
+func (n *Node) Service() (ServiceState, string) {
+	if st, why := n.outState(); st != "" {
+		return st, why
+	}
+	if err := n.HealthErr(); err != nil {
+		return ServiceDiskFull, err.Error()
+	}
+	if n.disk.low.Load() {
+		return ServiceDiskFull, "the free-space guard refuses growth: the data directory's disk is low"
+	}
+	if n.bk.restoreBusy(0) {
+		return ServiceRestoring, "a restore is being applied"
+	}
+	if !n.sc.startChecked.Load() {
+		return ServiceCatchingUp, "comparing this server's state with the others' (state check at start)"
+	}
+	if addr, _ := n.cl.Leader(); addr == "" {
+		return ServiceCatchingUp, "no leader is known"
+	}
+	if applied, commit := n.rep.applied.Load(), n.cl.CommitIndex(); applied < commit && !n.raftOnly(applied, commit) {
+		return ServiceCatchingUp, "applying the log: not caught up with the leader yet"
+	}
+	return ServiceServing, ""
+}
+
+// Gate is the one check every request path goes through: nil while this
+// server may serve, else 503 OUT_OF_SERVICE naming the state and why. It
+// costs a serving server a few atomic loads and one uncontended lock.
+func (n *Node) Gate() error {
+	if st, why := n.outState(); st != "" {
+		return errOutOfService(st, why)
+	}
+	return nil
+}
+
+// outState is the state that takes this server out of service and why,
+// or "" when none does; cheapest first.
+func (n *Node) outState() (ServiceState, string) {
+	if err := n.mem.refusedErr(); err != nil {
+		return ServiceRemoved, err.Error()
+	}
+	if msg := n.rep.broken.Load(); msg != nil {
+		return ServiceDamaged, *msg
+	}
+	if msg := n.sc.diverged.Load(); msg != nil {
+		return ServiceDiverged, *msg
+	}
+	if reason := n.applyStall(); reason != "" {
+		return ServiceFrozen, reason
+	}
+	return "", ""
+}
+
+func (n *Node) noLeader() error {
+	msg := "this node is not the leader and no leader is known"
+	if _, id := n.cl.Leader(); string(id) == n.cfg.NodeID {
+		msg = "this node was just elected leader and is still applying its predecessors' entries; retry shortly"
+	} else if addr, id := n.cl.Leader(); addr != "" {
+		msg = "this node is not the leader; the leader is " + string(id) + " at " + string(addr)
+	}
+	return &wire.Error{Code: wire.CodeNoLeader, Message: msg}
+}

@@ -173,15 +173,6 @@ func (n *Node) Acquire(ctx context.Context, r wire.AcquireRequest) (*wire.Lease,
 	return v, res.Replayed, nil
 }
 
-func (r *replica) lookupActive(id string) *fsm.Lease {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if l := r.f.Lease(id); l != nil && l.State == fsm.StateActive {
-		return l
-	}
-	return nil
-}
-
 func (r *replica) render(l *fsm.Lease) *wire.Lease {
 	r.mu.RLock()
 	defer r.mu.RUnlock()

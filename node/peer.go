@@ -1,9 +1,6 @@
 package node
 
 import (
-	"context"
-	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -55,21 +52,6 @@ func (p *peerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(w, r)
 }
 
-// ServePeer makes h the handler of the node-to-node requests other servers
-// of the cluster send this one (the last call wins). Every request h gets
-// comes from a server of this cluster (see DialPeer); none from a client.
-// With InMemory there are no such requests.
-func (n *Node) ServePeer(h http.Handler) {
-	if n.cl.PeerListener() == nil {
-		return
-	}
-	p := &n.peer
-	p.mu.Lock()
-	p.h = h
-	p.mu.Unlock()
-	n.peer.start()
-}
-
 // start starts serving node-to-node requests, once.
 func (ps *peerServer) start() {
 	ln := ps.cl.PeerListener()
@@ -115,21 +97,4 @@ func (ps *peerServer) close() {
 	if srv != nil {
 		srv.Close()
 	}
-}
-
-// DialPeer opens a node-to-node stream to the server whose Raft address is
-// addr (LeaderInfo.RaftAddr): network must be "tcp" (as a
-// net.Dialer.DialContext, so that an http.Transport can use it; the
-// request's host is then the Raft address). The stream passes the checks
-// of the Raft port.
-func (n *Node) DialPeer(ctx context.Context, network, addr string) (net.Conn, error) {
-	if network != "tcp" && network != "tcp4" && network != "tcp6" {
-		return nil, errors.New("node: node-to-node streams are TCP")
-	}
-	conn, err := n.cl.DialPeer(ctx, addr)
-	if err != nil {
-		// Nothing was sent: a dial error, as the forwarders tell it apart.
-		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
-	}
-	return conn, nil
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,7 +16,17 @@ import (
 // groupCommit is the batcher: proposals queue on propCh, and at most
 // entriesInFlight log entries carry them to Raft at a time.
 type groupCommit struct {
-	n        *Node
+	cfg     *Config
+	rep     *replica
+	stats   *counters
+	cl      *cluster.Cluster // set once Raft runs
+	wg      *sync.WaitGroup  // the node's goroutines
+	closing <-chan struct{}
+	// recorded and featureOK say whether the state records a feature,
+	// or every server of ids reads it (the entries' checksum).
+	recorded  func(fsm.Features) bool
+	featureOK func(fsm.Features, []string) bool
+
 	propCh   chan *proposal
 	inflight chan struct{}
 	// crcOK: every server of the configuration reads entries with a
@@ -103,10 +114,6 @@ func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64
 	}
 }
 
-func errShuttingDown() *wire.Error {
-	return &wire.Error{Code: wire.CodeUnavailable, Message: "node is shutting down"}
-}
-
 // drain answers every proposal still queued at shutdown: none was sent to
 // Raft, so "not applied" is certain.
 func (gc *groupCommit) drain() {
@@ -124,9 +131,9 @@ func (gc *groupCommit) drain() {
 // MaxBatch) into one log entry. At most entriesInFlight entries are in flight;
 // while they are, new proposals queue and the next entry gets them all.
 func (gc *groupCommit) run() {
-	defer gc.n.wg.Done()
+	defer gc.wg.Done()
 	defer gc.drain()
-	batch := make([]*proposal, 0, gc.n.cfg.MaxBatch)
+	batch := make([]*proposal, 0, gc.cfg.MaxBatch)
 	// held are Expire proposals taken but not yet sent (at most
 	// expireDepth: drainExpiry keeps that many in flight). An Expire goes
 	// into an entry of its own, and entries of other proposals and of
@@ -138,7 +145,7 @@ func (gc *groupCommit) run() {
 	for {
 		select {
 		case gc.inflight <- struct{}{}:
-		case <-gc.n.closing:
+		case <-gc.closing:
 			for _, p := range held {
 				p.done <- propResult{err: errShuttingDown()}
 			}
@@ -157,7 +164,7 @@ func (gc *groupCommit) run() {
 			select {
 			case p := <-gc.propCh:
 				take(p)
-			case <-gc.n.closing:
+			case <-gc.closing:
 				return
 			}
 		}
@@ -185,7 +192,7 @@ func (gc *groupCommit) run() {
 			// holder's re-acquire) does not end the wait: the release
 			// may still be on its way. A held Expire is not kept
 			// waiting.
-			timer := time.NewTimer(cmp.Or(gc.n.cfg.lingerMax, lingerMax))
+			timer := time.NewTimer(cmp.Or(gc.cfg.lingerMax, lingerMax))
 			gc.lingering.Store(true)
 		linger:
 			for {
@@ -197,7 +204,7 @@ func (gc *groupCommit) run() {
 					}
 				case <-timer.C:
 					break linger
-				case <-gc.n.closing:
+				case <-gc.closing:
 					break linger
 				}
 			}
@@ -230,7 +237,7 @@ func (gc *groupCommit) run() {
 			<-gc.inflight
 			continue
 		}
-		fut := gc.n.cl.Apply(data, gc.n.cfg.ApplyTimeout)
+		fut := gc.cl.Apply(data, gc.cfg.ApplyTimeout)
 		go gc.await(fut, append([]*proposal(nil), batch...))
 	}
 }
@@ -246,7 +253,7 @@ const lingerMax = time.Millisecond
 // without blocking, up to MaxBatch, and reports whether the batch is
 // still open (not full).
 func (gc *groupCommit) collect(take func(*proposal), batch *[]*proposal) bool {
-	for len(*batch) < gc.n.cfg.MaxBatch {
+	for len(*batch) < gc.cfg.MaxBatch {
 		select {
 		case p := <-gc.propCh:
 			take(p)
@@ -266,7 +273,7 @@ func (gc *groupCommit) lingers(batch []*proposal) bool {
 			return false
 		}
 	}
-	r := gc.n.rep
+	r := gc.rep
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for _, p := range batch {
@@ -310,7 +317,7 @@ func (gc *groupCommit) await(fut raft.ApplyFuture, batch []*proposal) {
 	results, _ := fut.Response().([]fsm.Result)
 	now := time.Now()
 	for i, p := range batch {
-		gc.n.stats.observeApply(now.Sub(p.start))
+		gc.stats.observeApply(now.Sub(p.start))
 		if i >= len(results) {
 			p.done <- propResult{err: &wire.Error{Code: wire.CodeInternal, Message: "missing apply result"}}
 			continue

@@ -50,7 +50,7 @@ func (f fakeApplyFuture) Response() any { return nil }
 // a leadership transfer answers each of its proposers UNAVAILABLE.
 func TestProposeAnswersTransferAsUnavailable(t *testing.T) {
 	n := &Node{stats: newCounters()}
-	n.gc = groupCommit{n: n, inflight: make(chan struct{}, 1)}
+	n.gc = groupCommit{stats: n.stats, inflight: make(chan struct{}, 1)}
 	n.gc.inflight <- struct{}{}
 	ps := []*proposal{{cmd: &fsm.Tick{}, start: time.Now(), done: make(chan propResult, 1)},
 		{cmd: &fsm.Tick{}, start: time.Now(), done: make(chan propResult, 1)}}

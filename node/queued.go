@@ -10,7 +10,16 @@ import (
 
 // queuedAcquires waits for queued acquires (of a lease or a lease group,
 // wait_ms > 0) and withdraws them when their callers give up.
-type queuedAcquires struct{ n *Node }
+type queuedAcquires struct {
+	cfg     *Config
+	rep     *replica
+	waits   *waitList
+	tk      *ticker // the tick period
+	metrics *nodeMetrics
+	closing <-chan struct{}
+	// propose commits the withdrawal of a queued acquire.
+	propose func(context.Context, fsm.Command) (fsm.Result, uint64, error)
+}
 
 // queuedWait is what a queued acquire (of one lease, or of a lease group)
 // waits for: the waiters' id (the lease's, or the group's), the queued
@@ -29,7 +38,7 @@ func (qa *queuedAcquires) awaitGrant(ctx context.Context, id, key string, wait c
 	no, err := qa.awaitQueued(ctx, queuedWait{waitID: id, leaseID: id, key: key, what: "acquire",
 		refusal: "no slot became free within wait_ms",
 		granted: func() (fsm.Notice, bool) {
-			l := qa.n.rep.lookupActive(id)
+			l := qa.rep.lookupActive(id)
 			return fsm.Notice{Lease: l}, l != nil
 		}}, wait, d)
 	return no.Lease, err
@@ -41,7 +50,7 @@ func (qa *queuedAcquires) awaitGroup(ctx context.Context, g, id, key string, wai
 	no, err := qa.awaitQueued(ctx, queuedWait{waitID: g, leaseID: id, key: key, what: "lease group",
 		refusal: "the lease group's keys did not all become free within wait_ms",
 		granted: func() (fsm.Notice, bool) {
-			ls := qa.n.rep.lookupGroup(g)
+			ls := qa.rep.lookupGroup(g)
 			return fsm.Notice{Leases: ls}, ls != nil
 		}}, wait, d)
 	return no.Leases, err
@@ -53,21 +62,21 @@ func (qa *queuedAcquires) awaitGroup(ctx context.Context, g, id, key string, wai
 // be confirmed the answer is INDETERMINATE, never a plain refusal, because
 // the acquire might still be granted.
 func (qa *queuedAcquires) awaitQueued(ctx context.Context, q queuedWait, wait chan fsm.Notice, d time.Duration) (fsm.Notice, error) {
-	if wait == nil || !qa.n.waits.has(q.waitID, wait) {
+	if wait == nil || !qa.waits.has(q.waitID, wait) {
 		// A replay of a queued request: listen for the original's grant.
-		wait = qa.n.waits.add(q.waitID)
+		wait = qa.waits.add(q.waitID)
 	}
 	listening := true
 	defer func() {
 		if listening {
-			qa.n.waits.drop(q.waitID, wait)
+			qa.waits.drop(q.waitID, wait)
 		}
 	}()
 	// The grant may have happened before we started listening.
 	if no, ok := q.granted(); ok {
 		return no, nil
 	}
-	local := newClockTimer(d + 3*qa.n.tk.period() + qa.n.cfg.ApplyTimeout)
+	local := newClockTimer(d + 3*qa.tk.period() + qa.cfg.ApplyTimeout)
 	defer local.Stop()
 	select {
 	case no := <-wait:
@@ -77,10 +86,10 @@ func (qa *queuedAcquires) awaitQueued(ctx context.Context, q queuedWait, wait ch
 		return no, nil
 	case <-local.C:
 	case <-ctx.Done():
-	case <-qa.n.closing:
+	case <-qa.closing:
 	}
 	listening = false
-	if qa.n.waits.drop(q.waitID, wait) > 0 {
+	if qa.waits.drop(q.waitID, wait) > 0 {
 		// Another request with the same idempotency key still waits for
 		// this grant; leave it queued for that one.
 		return fsm.Notice{}, &wire.Error{Code: wire.CodeIndeterminate,
@@ -102,9 +111,9 @@ func (qa *queuedAcquires) awaitQueued(ctx context.Context, q queuedWait, wait ch
 
 // cancelWait withdraws a queued acquire and reports whether that committed.
 func (qa *queuedAcquires) cancelWait(id, key string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), qa.n.cfg.ApplyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), qa.cfg.ApplyTimeout)
 	defer cancel()
-	_, _, err := qa.n.propose(ctx, &fsm.CancelWait{LeaseID: id, Key: key})
+	_, _, err := qa.propose(ctx, &fsm.CancelWait{LeaseID: id, Key: key})
 	return err
 }
 
@@ -115,5 +124,5 @@ func (qa *queuedAcquires) observeWait(start time.Time, err error) {
 	if err != nil {
 		outcome = "refused"
 	}
-	qa.n.metrics.acquireWait.WithLabelValues(outcome).Observe(monoNow().Sub(start).Seconds())
+	qa.metrics.acquireWait.WithLabelValues(outcome).Observe(monoNow().Sub(start).Seconds())
 }

@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"time"
 
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/wire"
+	"github.com/leasehold/leasehold/wire/grant"
 )
 
 // readBarrier makes a linearizable read possible: this node confirms it is
@@ -45,16 +47,6 @@ func (n *Node) readBarrier(ctx context.Context, stale bool) error {
 			return n.noLeader()
 		}
 	}
-}
-
-func (n *Node) noLeader() error {
-	msg := "this node is not the leader and no leader is known"
-	if _, id := n.cl.Leader(); string(id) == n.cfg.NodeID {
-		msg = "this node was just elected leader and is still applying its predecessors' entries; retry shortly"
-	} else if addr, id := n.cl.Leader(); addr != "" {
-		msg = "this node is not the leader; the leader is " + string(id) + " at " + string(addr)
-	}
-	return &wire.Error{Code: wire.CodeNoLeader, Message: msg}
 }
 
 // GetLease returns a lease in any retained state.
@@ -270,4 +262,191 @@ func (r *replica) scanSlot(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// GrantKeys returns the cluster's key set (GET /v1/keys): every server's
+// current grant signing key and the keys retired less than
+// Config.GrantKeyRetention ago (by the cluster clock), each once. Linearizable
+// unless stale.
+func (n *Node) GrantKeys(ctx context.Context, stale bool) (*grant.KeySet, error) {
+	if err := n.readBarrier(ctx, stale); err != nil {
+		return nil, err
+	}
+	n.rep.mu.RLock()
+	members := n.rep.f.Members()
+	tick, period, cid := n.rep.f.Tick(), n.rep.period(), n.rep.f.ClusterID()
+	n.rep.mu.RUnlock()
+	ks := &grant.KeySet{ClusterID: cid, Keys: []grant.JWK{}}
+	seen := map[string]bool{}
+	add := func(k fsm.GrantKey, server string, retired *time.Time) {
+		jwk := grant.PublicJWK(k[:])
+		if seen[jwk.Kid] {
+			return
+		}
+		seen[jwk.Kid] = true
+		jwk.ServerID, jwk.RetiredAt = server, retired
+		ks.Keys = append(ks.Keys, jwk)
+	}
+	// Current keys first, so that a key some server still signs with is
+	// never listed as retired.
+	for _, m := range members {
+		if m.GrantKeys != nil && !m.GrantKeys.Current.IsZero() {
+			add(m.GrantKeys.Current, m.ID, nil)
+		}
+	}
+	now := wallNow()
+	for _, m := range members {
+		if m.GrantKeys == nil {
+			continue
+		}
+		for _, r := range m.GrantKeys.Retired {
+			age := time.Duration(tick-min(r.Tick, tick)) * time.Duration(period) * time.Millisecond
+			if age >= n.cfg.GrantKeyRetention {
+				continue
+			}
+			at := now.Add(-age).UTC().Truncate(time.Second)
+			add(r.Key, m.ID, &at)
+		}
+	}
+	return ks, nil
+}
+
+// LeaseGrant returns lease r.LeaseID, as GetLease does, with a grant signed
+// by this server, to its holder: r.Token must be the lease's token (or,
+// for a lease bound to a session, r.SessionToken the session's). Only an
+// active lease gets a grant; an ended one is refused with its state's code
+// (LEASE_EXPIRED, LEASE_RELEASED, LEASE_REVOKED). Linearizable unless
+// stale (a stale grant states what this server has applied).
+func (n *Node) LeaseGrant(ctx context.Context, r wire.GrantRequest, stale bool) (*wire.Lease, error) {
+	if err := checkID("lease", r.LeaseID); err != nil {
+		return nil, err
+	}
+	if r.Token == "" && r.SessionToken == "" {
+		return nil, fsm.InvalidField("token", "a grant is given to the lease's holder: the lease token (X-Lease-Token) or, for a bound lease, the session token is required")
+	}
+	if err := n.readBarrier(ctx, stale); err != nil {
+		return nil, err
+	}
+	if err := n.gk.usable(); err != nil {
+		return nil, err
+	}
+	now := wallNow()
+	n.rep.mu.RLock()
+	l := n.rep.f.Lease(r.LeaseID)
+	var v *wire.Lease
+	ok := false
+	if l != nil {
+		ok = r.Token != "" && hashToken(r.Token) == l.TokenHash
+		if !ok && r.SessionToken != "" && l.SessionID != "" {
+			s := n.rep.f.Session(l.SessionID)
+			ok = s != nil && hashToken(r.SessionToken) == s.TokenHash
+		}
+		v = n.rep.view(l, now)
+	}
+	n.rep.mu.RUnlock()
+	switch {
+	case l == nil:
+		return nil, fsm.Errorf(wire.CodeLeaseNotFound, "lease %s not found", r.LeaseID)
+	case !ok:
+		return nil, fsm.Errorf(wire.CodeLeaseTokenInvalid, "wrong lease token for lease %s", r.LeaseID)
+	case v.State != fsm.StateActive.String():
+		return nil, fsm.Errorf(endedCode(v.State), "lease %s is %s: a grant is given for an active lease only", r.LeaseID, v.State)
+	}
+	v.Grant = n.gk.sign(v, now)
+	return v, nil
+}
+
+// Subscribe starts a subscription. It fails with EVENTS_COMPACTED when the
+// requested resume point is older than the history this node keeps, and
+// with INVALID_ARGUMENT on a malformed resume id, and with
+// RESOURCE_EXHAUSTED (field "event_streams") when Config.MaxEventStreams
+// subscriptions are open on this node.
+func (n *Node) Subscribe(ctx context.Context, f wire.EventFilter) (*Subscription, error) {
+	if err := n.Gate(); err != nil {
+		return nil, err
+	}
+	h := n.hub
+	var pos uint64
+	var after eventID // events up to this id are never delivered
+	switch {
+	case f.After != "":
+		id, ok := parseEventID(f.After)
+		if !ok {
+			return nil, fsm.InvalidField("after", "malformed event id %q (want <index>-<seq>)", f.After)
+		}
+		p, err := h.position(id)
+		if err != nil {
+			return nil, err
+		}
+		pos, after = p, id
+	case f.AfterIndex > 0:
+		after = eventID{index: f.AfterIndex, seq: ^uint32(0)}
+		p, err := h.position(after)
+		if err != nil {
+			return nil, err
+		}
+		pos = p
+	case f.FromStart:
+		// Whatever history is kept, from its oldest event.
+		h.mu.Lock()
+		pos = h.start
+		h.mu.Unlock()
+	default:
+		h.mu.Lock()
+		pos = h.end
+		h.mu.Unlock()
+	}
+	if open := h.streams.Add(1); n.cfg.MaxEventStreams > 0 && open > int64(n.cfg.MaxEventStreams) {
+		h.streams.Add(-1)
+		return nil, fsm.Exhausted("event_streams", uint64(n.cfg.MaxEventStreams),
+			"this node has %d event streams open, its limit", n.cfg.MaxEventStreams)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Subscription{ch: make(chan wire.Event, 256), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer h.streams.Add(-1)
+		defer close(s.done)
+		defer close(s.ch)
+		s.run(ctx, n.hub, n.Gate, n.sc.out.ch, pos, after, f)
+	}()
+	return s, nil
+}
+
+// LocalState is one node's own view, never forwarded: what a convergence
+// check compares across the nodes of a cluster.
+type LocalState struct {
+	NodeID string `json:"node_id"`
+	// State is the Raft state: Leader, Follower, Candidate, Shutdown.
+	State string `json:"state"`
+	Term  uint64 `json:"term"`
+	// Leader is the id of the leader this node knows of, "" for none.
+	Leader       string `json:"leader"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	// LastIndex is the last index in this node's log (or its latest
+	// snapshot's): past CommitIndex, entries not known committed, which a
+	// deposed leader's log may have to give up.
+	LastIndex uint64 `json:"last_index"`
+	// Tick is the last tick applied here.
+	Tick uint64 `json:"tick"`
+	// FenceHigh is the highest fencing token the cluster has issued, as
+	// applied here (the state's fencing counter): the fence floor to give
+	// a restore of this cluster's backup into another cluster (a disaster
+	// recovery, a rollback), so that no token issued here is issued again
+	// there. Read it from the leader, or the most advanced survivor.
+	FenceHigh uint64 `json:"fence_high"`
+	// SnapshotsInstalled counts the snapshots this node installed from a
+	// leader since it started; SnapshotsRestored counts every state
+	// replaced since it started (those installs and operator restores).
+	SnapshotsInstalled uint64 `json:"snapshots_installed"`
+	SnapshotsRestored  uint64 `json:"snapshots_restored"`
+	// StateHash, set when a hash was asked for, is the hex SHA-256 of the
+	// whole replicated state right after this node applied the entry at
+	// HashIndex: of the state's snapshot encoding, which is canonical
+	// (equal states give equal bytes; fsm/DESIGN.md). Replicas that applied
+	// the same log have the same hash at the same index. HashTick is the
+	// state's tick then.
+	StateHash string `json:"state_hash,omitempty"`
+	HashIndex uint64 `json:"hash_index,omitempty"`
+	HashTick  uint64 `json:"hash_tick,omitempty"`
 }

@@ -459,3 +459,23 @@ func (ss *snapshotSums) get(id string) (snapshotSum, bool) {
 	}
 	return snapshotSum{}, false
 }
+
+func (r *replica) lookupActive(id string) *fsm.Lease {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if l := r.f.Lease(id); l != nil && l.State == fsm.StateActive {
+		return l
+	}
+	return nil
+}
+
+// lookupGroup returns the members of group g if it is granted and active.
+func (r *replica) lookupGroup(g string) []*fsm.Lease {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	ls := r.f.Group(g)
+	if len(ls) == 0 || ls[0].State != fsm.StateActive {
+		return nil
+	}
+	return ls
+}

@@ -35,9 +35,6 @@ import (
 // server whose key gives another value refuses to serve. Without any key
 // the legacy unkeyed values are used.
 
-// SealKeyBytes is the length of a sealing key.
-const SealKeyBytes = 32
-
 // sealCheckBytes is the length of the recorded check value.
 const sealCheckBytes = 8
 

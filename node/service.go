@@ -56,61 +56,6 @@ func (s ServiceState) OutOfService() bool {
 	return false
 }
 
-// Service returns this server's service state and, unless it is serving,
-// why. It takes no lock a stuck apply could hold.
-func (n *Node) Service() (ServiceState, string) {
-	if st, why := n.outState(); st != "" {
-		return st, why
-	}
-	if err := n.HealthErr(); err != nil {
-		return ServiceDiskFull, err.Error()
-	}
-	if n.disk.low.Load() {
-		return ServiceDiskFull, "the free-space guard refuses growth: the data directory's disk is low"
-	}
-	if n.bk.restoreBusy(0) {
-		return ServiceRestoring, "a restore is being applied"
-	}
-	if !n.sc.startChecked.Load() {
-		return ServiceCatchingUp, "comparing this server's state with the others' (state check at start)"
-	}
-	if addr, _ := n.cl.Leader(); addr == "" {
-		return ServiceCatchingUp, "no leader is known"
-	}
-	if applied, commit := n.rep.applied.Load(), n.cl.CommitIndex(); applied < commit && !n.raftOnly(applied, commit) {
-		return ServiceCatchingUp, "applying the log: not caught up with the leader yet"
-	}
-	return ServiceServing, ""
-}
-
-// Gate is the one check every request path goes through: nil while this
-// server may serve, else 503 OUT_OF_SERVICE naming the state and why. It
-// costs a serving server a few atomic loads and one uncontended lock.
-func (n *Node) Gate() error {
-	if st, why := n.outState(); st != "" {
-		return errOutOfService(st, why)
-	}
-	return nil
-}
-
-// outState is the state that takes this server out of service and why,
-// or "" when none does; cheapest first.
-func (n *Node) outState() (ServiceState, string) {
-	if err := n.mem.refusedErr(); err != nil {
-		return ServiceRemoved, err.Error()
-	}
-	if msg := n.rep.broken.Load(); msg != nil {
-		return ServiceDamaged, *msg
-	}
-	if msg := n.sc.diverged.Load(); msg != nil {
-		return ServiceDiverged, *msg
-	}
-	if reason := n.applyStall(); reason != "" {
-		return ServiceFrozen, reason
-	}
-	return "", ""
-}
-
 func errOutOfService(s ServiceState, reason string) *wire.Error {
 	return &wire.Error{Code: wire.CodeOutOfService, ServiceState: string(s),
 		Message: "this server is out of service (" + string(s) + "): " + reason + "; try another server"}

@@ -6,9 +6,6 @@ import (
 	"time"
 )
 
-// DefaultApplyStallTimeout is the default of Config.ApplyStallTimeout.
-const DefaultApplyStallTimeout = 5 * time.Second
-
 // A frozen follower. Raft alone does not make a stuck server look unready:
 // one whose log store hangs (a stalled disk) holds its Raft loop in an
 // append, keeps naming its leader, has applied everything it knows to be
@@ -61,32 +58,4 @@ func stallReason(v stallView, timeout time.Duration) string {
 // applyStallTimeout is Config.ApplyStallTimeout or its default.
 func (c *Config) applyStallTimeout() time.Duration {
 	return cmp.Or(c.ApplyStallTimeout, DefaultApplyStallTimeout)
-}
-
-// applyStall is the reason this server is a frozen follower, or "".
-func (n *Node) applyStall() string {
-	r := n.clP.Load()
-	if r == nil {
-		return ""
-	}
-	timeout := n.cfg.applyStallTimeout()
-	stalled := n.rep.sinceMoved()
-	if stalled < timeout || r.IsLeader() {
-		return "" // the cheap test first: a healthy follower stops here
-	}
-	_, leader := r.Leader()
-	v := stallView{stalled: stalled, applied: n.rep.applied.Load(), commit: r.CommitIndex(),
-		lastIndex: r.LastIndex(), leader: string(leader), contact: -1}
-	if n.raftOnly(v.applied, v.commit) {
-		v.commit = v.applied // only entries the state machine never sees (a barrier) are ahead
-	}
-	if lc := r.LastContact(); !lc.IsZero() {
-		v.contact = time.Since(lc)
-	}
-	if leader != "" && n.mem.gossip != nil {
-		if p, ok := n.mem.gossip.Peer(string(leader)); ok && p.Stats != nil && time.Since(p.StatsAt) < timeout {
-			v.leaderIndex, v.leaderIndexOK = p.Stats.LastIndex, true
-		}
-	}
-	return stallReason(v, timeout)
 }

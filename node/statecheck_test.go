@@ -161,6 +161,7 @@ func TestStateCheckFindsDivergedServer(t *testing.T) {
 // replays its log differently) is found by its own check against the
 // leader before it reports ready.
 func TestStateCheckAtStart(t *testing.T) {
+	t.Parallel() // long and mostly waiting: runs beside the other parallel tests
 	var skewOn atomic.Bool
 	c := checkCluster(t, &skewOn)
 	ctx := context.Background()
