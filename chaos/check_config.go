@@ -33,6 +33,11 @@ import (
 //     before it). A voter set no leader appended that differs from its
 //     predecessor by more than one voter came from outside the log (a
 //     configuration rewritten by hand, a second bootstrap): a violation.
+//     Each server also logs the configuration it starts with ("initial
+//     configuration"): it must be within a voter of one the cluster had
+//     (the first sampled on a node, or one a leader appended), as it comes
+//     from the server's own log and snapshots; this catches a rewrite that
+//     the log's next entries overwrite before a sample sees it.
 
 // configSample is one node's voter set as it answered at harness time at.
 type configSample struct {
@@ -112,6 +117,7 @@ func (w *configWatch) all() []configSample {
 var (
 	electionWonRe  = regexp.MustCompile(`msg="election won".* term=(\d+)`)
 	updatingConfRe = regexp.MustCompile(`msg="updating configuration"`)
+	initialConfRe  = regexp.MustCompile(`msg="initial configuration"`)
 	confServerRe   = regexp.MustCompile(`\{Suffrage:(\w+) ID:([^ ]+) Address:`)
 )
 
@@ -147,6 +153,7 @@ func CheckConfiguration(logs map[string]string, samples []configSample) Verdict 
 	sort.Strings(names)
 	winners := map[uint64][]string{}
 	appended := map[string]bool{}
+	var starts [][2]string // node, voters it started with
 	for _, name := range names {
 		for _, line := range strings.Split(logs[name], "\n") {
 			if m := electionWonRe.FindStringSubmatch(line); m != nil {
@@ -156,15 +163,13 @@ func CheckConfiguration(logs map[string]string, samples []configSample) Verdict 
 				continue
 			}
 			if updatingConfRe.MatchString(line) {
-				var ids []string
-				for _, s := range confServerRe.FindAllStringSubmatch(line, -1) {
-					if s[1] == "Voter" {
-						ids = append(ids, s[2])
-					}
-				}
-				sort.Strings(ids)
-				appended[strings.Join(ids, " ")] = true
+				appended[lineVoters(line)] = true
 				v.Counts["appended"]++
+			}
+			if initialConfRe.MatchString(line) {
+				if set := lineVoters(line); set != "" {
+					starts = append(starts, [2]string{strings.TrimSuffix(name, ".log"), set})
+				}
 			}
 		}
 	}
@@ -181,6 +186,7 @@ func CheckConfiguration(logs map[string]string, samples []configSample) Verdict 
 	}
 
 	prev := map[int]string{}
+	first := map[int]string{}
 	changes := map[[2]string]bool{}
 	for _, s := range samples {
 		p, seen := prev[s.node]
@@ -195,6 +201,30 @@ func CheckConfiguration(logs map[string]string, samples []configSample) Verdict 
 				s.node, p, s.voters, fmtT(s.at), d)
 		}
 	}
+	// What a server starts with comes from its own log and snapshots:
+	// a configuration the cluster had (the first one sampled on a node,
+	// or one a leader appended), give or take a voter.
+	known := map[string]bool{}
+	for k := range appended {
+		known[k] = true
+	}
+	for _, s := range samples {
+		if _, ok := first[s.node]; !ok {
+			first[s.node] = s.voters
+			known[s.voters] = true
+		}
+	}
+	for _, st := range starts {
+		near := known[st[1]]
+		for k := range known {
+			near = near || voterDiff(k, st[1]) <= 1
+		}
+		if !near {
+			v.Counts["multi-voter-changes"]++
+			v.fail("%s started with voters [%s]: more than one voter away from every configuration the cluster had", st[0], st[1])
+		}
+	}
+	v.Counts["starts"] = len(starts)
 	v.Counts["voter-changes"] = len(changes)
 	v.Counts["samples"] = len(samples)
 	if v.Counts["elections"] == 0 {
@@ -214,4 +244,17 @@ func (e *Env) checkConfig(w *configWatch) Verdict {
 	v := CheckConfiguration(readLogs(e.C), w.all())
 	e.Count("voter-changes", v.Counts["voter-changes"])
 	return v
+}
+
+// lineVoters is the sorted voter ids of a configuration hashicorp/raft
+// logged (servers=[{Suffrage:Voter ID:... Address:...} ...]).
+func lineVoters(line string) string {
+	var ids []string
+	for _, s := range confServerRe.FindAllStringSubmatch(line, -1) {
+		if s[1] == "Voter" {
+			ids = append(ids, s[2])
+		}
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, " ")
 }

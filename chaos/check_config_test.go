@@ -18,6 +18,9 @@ func TestCheckConfiguration(t *testing.T) {
 		return `time=2026-01-01T00:00:00Z level=INFO msg="updating configuration" component=raft command=RemoveServer server-id=n2 servers="[` +
 			strings.TrimSpace(b.String()) + `]"` + "\n"
 	}
+	start := func(servers ...string) string {
+		return strings.Replace(strings.Replace(conf(servers...), "updating configuration", "initial configuration", 1), "command=RemoveServer server-id=n2 ", "index=9 ", 1)
+	}
 	s := func(node int, voters string) configSample { return configSample{node: node, voters: voters} }
 	for _, tc := range []struct {
 		name    string
@@ -37,6 +40,12 @@ func TestCheckConfiguration(t *testing.T) {
 		{name: "a jump by two voters to a configuration no leader appended",
 			logs:    map[string]string{"n0.log": won("2") + conf("Voter:n0", "Voter:n1")},
 			samples: []configSample{s(2, "n0 n1 n2"), s(2, "n2")}, count: "multi-voter-changes"},
+		{name: "a restart with the configuration the cluster had",
+			logs:    map[string]string{"n0.log": won("2") + start("Voter:n0", "Voter:n1", "Voter:n2")},
+			samples: []configSample{s(1, "n0 n1 n2")}, valid: true},
+		{name: "a start with a configuration the cluster never had",
+			logs:    map[string]string{"n0.log": won("2") + start("Voter:n0")},
+			samples: []configSample{s(1, "n0 n1 n2")}, count: "multi-voter-changes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := CheckConfiguration(tc.logs, tc.samples)

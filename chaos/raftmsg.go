@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -299,8 +300,33 @@ func (e *Env) raftDupReorder(ctx context.Context) error {
 	}()
 	f := e.Others(l)[e.Rng.IntN(e.C.Size()-1)]
 	before, _ := e.Local(ctx, f, 0, time.Second)
+	var cutAt uint64 // f's last index once cut off
 	if err := e.Fault(ctx, "partition", fmt.Sprintf("follower %d alone while the leader compacts", f), faultFor,
-		func() error { return e.C.Partition([][]int{{f}, e.Others(f)}) }, e.C.Heal); err != nil {
+		func() error {
+			if err := e.C.Partition([][]int{{f}, e.Others(f)}); err != nil {
+				return err
+			}
+			if ls, err := e.Local(ctx, f, 0, time.Second); err == nil {
+				cutAt = ls.LastIndex
+			}
+			return nil
+		}, func() error {
+			// Cut off until the cluster has committed far enough past f
+			// (a busy machine commits slowly) that the leader's snapshots
+			// (every 64 entries, 32 kept behind) left f's log behind: up
+			// to 14 s more.
+			for end := time.Now().Add(14 * time.Second); cutAt > 0 && time.Now().Before(end); {
+				if l := e.Leader(ctx); l >= 0 && l != f {
+					if ls, err := e.Local(ctx, l, 0, time.Second); err == nil && ls.CommitIndex >= cutAt+3*64 {
+						break
+					}
+				}
+				if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+					return errors.Join(err, e.C.Heal())
+				}
+			}
+			return e.C.Heal()
+		}); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(20 * time.Second)

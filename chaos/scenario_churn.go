@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -52,7 +53,7 @@ var churnScenarios = []*Scenario{
 			perm := e.Rng.Perm(len(fs))
 			f, k := fs[perm[0]], fs[perm[1]]
 			if canaryRecoverAlone {
-				return e.recoverAlone(ctx, f)
+				return e.recoverAlone(ctx, e.neverAlone(fs))
 			}
 			removed := make(chan error, 1)
 			go func() { removed <- e.remove(ctx, f) }()
@@ -359,4 +360,25 @@ func (e *Env) removeID(ctx context.Context, id string, skip int) error {
 			return err
 		}
 	}
+}
+
+// neverAlone picks, of the nodes, one that no leader ever appended a
+// configuration with as the one voter (the server that formed the
+// cluster was: a rewrite to it alone is a configuration the cluster once
+// had, which the configuration checker accepts as a jump).
+func (e *Env) neverAlone(nodes []int) int {
+	alone := map[string]bool{}
+	for _, l := range readLogs(e.C) {
+		for _, line := range strings.Split(l, "\n") {
+			if updatingConfRe.MatchString(line) {
+				alone[lineVoters(line)] = true
+			}
+		}
+	}
+	for _, n := range nodes {
+		if !alone[e.C.NodeID(n)] {
+			return n
+		}
+	}
+	return nodes[0]
 }

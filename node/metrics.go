@@ -36,7 +36,7 @@ var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0
 // newNodeMetrics registers the node's metrics in reg (nil: a registry of
 // its own); the gauges read cfg, the replica, the tick period, the
 // consensus once it runs, and applyStall when scraped.
-func newNodeMetrics(reg *prometheus.Registry, cfg *Config, rep *replica, tk *ticker, clP *atomic.Pointer[cluster.Cluster],
+func newNodeMetrics(reg *prometheus.Registry, cfg *Config, rep *replica, period func() time.Duration, clP *atomic.Pointer[cluster.Cluster],
 	applyStall func() string) *nodeMetrics {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -94,7 +94,7 @@ func newNodeMetrics(reg *prometheus.Registry, cfg *Config, rep *replica, tk *tic
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_tick_period_seconds",
 			Help: "The cluster's tick period.",
-		}, func() float64 { return tk.period().Seconds() }),
+		}, func() float64 { return period().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_apply_stalled",
 			Help: "1 while this server is a frozen follower: its applied index has not advanced for the apply stall timeout (--apply-stall-timeout, default 5s) while the cluster went on without it; /readyz then answers 503 with the reason. 0 otherwise.",

@@ -119,7 +119,7 @@ func newNode(cfg Config) (*Node, error) {
 	n.rep.corrupt = cfg.corruptEntry
 	n.rep.skew = cfg.skewApply
 	n.rep.skipRestore = cfg.SkipRestore
-	n.metrics = newNodeMetrics(cfg.Registry, &n.cfg, n.rep, &n.tk, &n.clP, n.applyStall)
+	n.metrics = newNodeMetrics(cfg.Registry, &n.cfg, n.rep, n.tk.period, &n.clP, n.applyStall)
 	n.sc = stateCheck{cfg: &n.cfg, log: n.log, rep: n.rep, closing: n.closing, metrics: newStateCheckMetrics(n.metrics.reg), out: newOutSignal()}
 	n.rot = newRotWatch(n.metrics.reg)
 	n.rep.metrics = n.metrics

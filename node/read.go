@@ -450,3 +450,41 @@ type LocalState struct {
 	HashIndex uint64 `json:"hash_index,omitempty"`
 	HashTick  uint64 `json:"hash_tick,omitempty"`
 }
+
+// LocalState returns this node's view. With hashAt > 0 it also returns the
+// hash of the state right after the entry at index hashAt is applied: it
+// waits for that entry (until ctx ends: UNAVAILABLE, with the applied index),
+// and answers INDEX_PASSED when this node is already past it. The state is
+// captured in the apply path right after that entry (collecting the
+// records' pointers: about 4 ms per 10,000 leases) and encoded and hashed
+// outside it, as a snapshot is; nothing at all happens in the apply path
+// when no hash is pending.
+//
+// A leader appends tick entries continuously, so hashes "now" are never
+// comparable across nodes; hashes at the same future index are.
+func (n *Node) LocalState(ctx context.Context, hashAt uint64) (*LocalState, error) {
+	var h *stateHash
+	if hashAt > 0 {
+		var err error
+		if h, err = n.rep.hashAt(ctx, hashAt); err != nil {
+			return nil, err
+		}
+	}
+	r := n.cl
+	_, leader := r.Leader()
+	n.rep.mu.RLock()
+	tick, fence := n.rep.f.Tick(), n.rep.f.Fence()
+	n.rep.mu.RUnlock()
+	st := &LocalState{FenceHigh: fence,
+		NodeID: n.cfg.NodeID, State: string(r.State()), Term: r.Term(), Leader: string(leader),
+		CommitIndex: r.CommitIndex(), AppliedIndex: n.rep.applied.Load(), LastIndex: r.LastIndex(), Tick: tick,
+		SnapshotsInstalled: n.rep.installed.Load(), SnapshotsRestored: n.rep.restores.Load(),
+	}
+	if h != nil {
+		st.StateHash, st.HashIndex, st.HashTick = h.sum, h.index, h.tick
+		// The hash is taken in the apply path, in the middle of a batch
+		// whose last index is stored once the whole batch has applied.
+		st.AppliedIndex = max(st.AppliedIndex, h.index)
+	}
+	return st, nil
+}
