@@ -27,6 +27,11 @@ var errNoBody = errors.New("no body")
 // is errNoBody when optional and INVALID_ARGUMENT otherwise. Every failure is
 // a *wire.Error (400, or 413 for a body over the limit whatever its content).
 func (s *core) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	if optional && (r.Body == nil || r.Body == http.NoBody) {
+		// No body at all (net/http's NoBody for a request without one, as
+		// a renewal usually is): nothing to read or decode.
+		return errNoBody
+	}
 	// Read whole (it is at most s.maxBody bytes): encoding/json would
 	// silently turn invalid UTF-8 in a string into U+FFFD.
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))

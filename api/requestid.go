@@ -39,11 +39,16 @@ func validRequestID(id string) bool {
 // it.
 func tagRequest(w http.ResponseWriter, r *http.Request) *http.Request {
 	id := r.Header.Get(headerRequestID)
+	var v []string
 	if !validRequestID(id) {
 		id = rand.Text()
-		r.Header.Set(headerRequestID, id)
+		v = []string{id}
+		r.Header[headerRequestID] = v // headerRequestID is canonical
+	} else {
+		v = r.Header[headerRequestID][:1:1]
 	}
-	w.Header().Set(headerRequestID, id)
+	// One slice for both headers: nothing changes a header value in place.
+	w.Header()[headerRequestID] = v
 	return r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 }
 

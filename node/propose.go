@@ -54,6 +54,34 @@ type proposal struct {
 	cmd   fsm.Command
 	start time.Time
 	done  chan propResult
+	// timer bounds the proposer's wait (propose); reused with p.
+	timer *time.Timer
+}
+
+// proposals reuses a proposal, its answer channel and its timer once its
+// answer has been received (a proposal abandoned with an answer still to
+// come is left to the garbage collector). Each renewal is a proposal: this
+// saves four allocations of each.
+var proposals = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &proposal{done: make(chan propResult, 1), timer: t}
+}}
+
+// newProposal is a proposal of cmd for ctx, from the pool.
+func newProposal(ctx context.Context, cmd fsm.Command) *proposal {
+	p := proposals.Get().(*proposal)
+	p.ctx, p.cmd, p.start = ctx, cmd, time.Now()
+	return p
+}
+
+// recycle puts p back in the pool: only once nothing will send on p.done
+// (its answer was received, or it never reached the batcher) and its timer
+// is stopped (timers since Go 1.23 deliver nothing stale after Stop).
+func (p *proposal) recycle() {
+	p.timer.Stop()
+	p.ctx, p.cmd = nil, nil
+	proposals.Put(p)
 }
 
 type propResult struct {
@@ -75,7 +103,6 @@ func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64
 		// or log is not the cluster's commits nothing from it.
 		return fsm.Result{}, 0, err
 	}
-	p := &proposal{ctx: ctx, cmd: cmd, start: time.Now(), done: make(chan propResult, 1)}
 	select {
 	case <-n.closing:
 		return fsm.Result{}, 0, errShuttingDown()
@@ -84,28 +111,36 @@ func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64
 	if err := ctx.Err(); err != nil {
 		return fsm.Result{}, 0, err
 	}
+	p := newProposal(ctx, cmd)
 	select {
 	case n.gc.propCh <- p:
 	case <-ctx.Done():
+		p.recycle()
 		return fsm.Result{}, 0, ctx.Err()
 	case <-n.closing:
+		p.recycle()
 		return fsm.Result{}, 0, errShuttingDown()
 	}
 	// Commit normally takes milliseconds; a stalled disk or a lost quorum
 	// must not hold the caller forever.
-	timer := time.NewTimer(2 * n.cfg.ApplyTimeout)
-	defer timer.Stop()
+	p.timer.Reset(2 * n.cfg.ApplyTimeout)
 	select {
 	case r := <-p.done:
+		// Answered: the batcher is done with p (it sends one answer).
+		p.recycle()
 		return r.res, r.index, r.err
 	case <-ctx.Done():
+		// Not answered: p is not recycled, as its answer may still come.
+		p.timer.Stop()
 		return fsm.Result{}, 0, &wire.Error{Code: wire.CodeIndeterminate, Message: "the request was abandoned after it was proposed; it may or may not have been applied"}
-	case <-timer.C:
+	case <-p.timer.C:
 		return fsm.Result{}, 0, &wire.Error{Code: wire.CodeIndeterminate, Message: "the write was not committed in time; it may or may not be applied later"}
 	case <-n.closing:
+		p.timer.Stop()
 		// The batcher answers what it never sent; this one may be in Raft.
 		select {
 		case r := <-p.done:
+			p.recycle()
 			return r.res, r.index, r.err
 		case <-time.After(n.cfg.ApplyTimeout):
 			return fsm.Result{}, 0, &wire.Error{Code: wire.CodeIndeterminate, Message: "node shut down while the write was in flight; it may or may not have been applied"}
