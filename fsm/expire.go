@@ -50,7 +50,7 @@ type expiry struct {
 	sess *sessionBook
 	grp  *groupBook
 
-	buckets map[uint64][]timer
+	buckets map[uint64]*bucket
 	// backlog holds the timers due at or before the current tick that a
 	// limited tick or Expire has not processed yet, in processing order.
 	// Empty between entries unless ticks are limited.
@@ -71,6 +71,29 @@ func (c *Expire) decode(d *dec) {
 	if d.err == nil && c.Max == 0 {
 		d.fail("expire: max must be positive")
 	}
+}
+
+// bucket holds the timers set for one tick. A standalone lease's timer,
+// most of them at a million leases, is its id alone (16 bytes; a timer
+// with its kind takes 24): the kind is the list's.
+type bucket struct {
+	leases []string // kindLease timers' ids
+	other  []timer  // every other kind's
+}
+
+// len is the number of timers in b.
+func (b *bucket) len() int { return len(b.leases) + len(b.other) }
+
+// timers returns b's timers, leases first (the caller sorts them).
+func (b *bucket) timers() []timer {
+	if b == nil {
+		return nil
+	}
+	out := make([]timer, 0, b.len())
+	for _, id := range b.leases {
+		out = append(out, timer{kind: kindLease, id: id})
+	}
+	return append(out, b.other...)
 }
 
 // limitedMarker is the ExpireMax newBody gives a TypeTickLimited command,

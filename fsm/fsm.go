@@ -240,7 +240,7 @@ func New() *FSM {
 		},
 		sessionBook: sessionBook{sessions: make(map[string]*Session)},
 		groupBook:   groupBook{groups: make(map[string][]string), groupWaits: make(map[string][]waiter)},
-		expiry:      expiry{buckets: make(map[uint64][]timer)},
+		expiry:      expiry{buckets: make(map[uint64]*bucket)},
 		registry:    registry{members: make(map[string]MemberRecord)},
 	}
 	f.link()
@@ -382,7 +382,16 @@ func (e *expiry) schedule(at uint64, kind uint8, id string) {
 		e.backlog = append(e.backlog, timer{kind: kind, id: id})
 		return
 	}
-	e.buckets[at] = append(e.buckets[at], timer{kind: kind, id: id})
+	b := e.buckets[at]
+	if b == nil {
+		b = &bucket{}
+		e.buckets[at] = b
+	}
+	if kind == kindLease {
+		b.leases = append(b.leases, id)
+	} else {
+		b.other = append(b.other, timer{kind: kind, id: id})
+	}
 }
 
 func (c *core) nextFence() uint64 {

@@ -18,7 +18,7 @@ func (f *FSM) applyTick(c *Tick) {
 	if f.periodMS == 0 {
 		f.periodMS = c.PeriodMS
 	}
-	due := f.buckets[f.tick]
+	due := f.buckets[f.tick].timers()
 	delete(f.buckets, f.tick)
 	// Most due timers end something, with an event and a prune entry
 	// each: make room once.

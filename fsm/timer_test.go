@@ -17,7 +17,7 @@ func TestOneTimerPerRecord(t *testing.T) {
 	timers := func() int {
 		n := 0
 		for _, b := range f.buckets {
-			n += len(b)
+			n += b.len()
 		}
 		return n
 	}
