@@ -35,9 +35,17 @@ import (
 //     configuration rewritten by hand, a second bootstrap): a violation.
 //     Each server also logs the configuration it starts with ("initial
 //     configuration"): it must be within a voter of one the cluster had
-//     (the first sampled on a node, or one a leader appended), as it comes
-//     from the server's own log and snapshots; this catches a rewrite that
-//     the log's next entries overwrite before a sample sees it.
+//     before that start (the first sampled on a node, or one a leader
+//     appended earlier: the leader logs the entry before it sends or
+//     stores it, so it precedes any start that reads it back), as it comes
+//     from the server's own log and snapshots. This catches a rewrite that
+//     the log's next entries overwrite before a sample sees it, and one the
+//     rewritten server makes look appended: started as the one voter of its
+//     configuration it elects itself, and its reconciler's first change
+//     (the other servers added back as non-voters) is an entry it appends
+//     with that voter set, after its start. The times are the log lines'
+//     (every node's log is stamped by the one host clock; the chaos clock
+//     faults shift only what the servers report, not their log lines).
 
 // configSample is one node's voter set as it answered at harness time at.
 type configSample struct {
@@ -118,6 +126,7 @@ var (
 	electionWonRe  = regexp.MustCompile(`msg="election won".* term=(\d+)`)
 	updatingConfRe = regexp.MustCompile(`msg="updating configuration"`)
 	initialConfRe  = regexp.MustCompile(`msg="initial configuration"`)
+	lineTimeRe     = regexp.MustCompile(`^time=(\S+)`)
 	confServerRe   = regexp.MustCompile(`\{Suffrage:(\w+) ID:([^ ]+) Address:`)
 )
 
@@ -153,7 +162,12 @@ func CheckConfiguration(logs map[string]string, samples []configSample) Verdict 
 	sort.Strings(names)
 	winners := map[uint64][]string{}
 	appended := map[string]bool{}
-	var starts [][2]string // node, voters it started with
+	firstAppended := map[string]time.Time{} // the earliest line that appended a voter set
+	type start struct {
+		node, voters string
+		at           time.Time
+	}
+	var starts []start
 	for _, name := range names {
 		for _, line := range strings.Split(logs[name], "\n") {
 			if m := electionWonRe.FindStringSubmatch(line); m != nil {
@@ -163,12 +177,16 @@ func CheckConfiguration(logs map[string]string, samples []configSample) Verdict 
 				continue
 			}
 			if updatingConfRe.MatchString(line) {
-				appended[lineVoters(line)] = true
+				set, at := lineVoters(line), lineTime(line)
+				if t, ok := firstAppended[set]; !ok || at.Before(t) {
+					firstAppended[set] = at
+				}
+				appended[set] = true
 				v.Counts["appended"]++
 			}
 			if initialConfRe.MatchString(line) {
 				if set := lineVoters(line); set != "" {
-					starts = append(starts, [2]string{strings.TrimSuffix(name, ".log"), set})
+					starts = append(starts, start{strings.TrimSuffix(name, ".log"), set, lineTime(line)})
 				}
 			}
 		}
@@ -202,26 +220,38 @@ func CheckConfiguration(logs map[string]string, samples []configSample) Verdict 
 		}
 	}
 	// What a server starts with comes from its own log and snapshots:
-	// a configuration the cluster had (the first one sampled on a node,
-	// or one a leader appended), give or take a voter.
-	known := map[string]bool{}
-	for k := range appended {
-		known[k] = true
-	}
+	// a configuration the cluster had before it started (the first one
+	// sampled on a node, or one a leader appended earlier), give or take
+	// a voter. A line without a readable time counts as earlier.
+	sampled := map[string]bool{}
 	for _, s := range samples {
 		if _, ok := first[s.node]; !ok {
 			first[s.node] = s.voters
-			known[s.voters] = true
+			sampled[s.voters] = true
 		}
 	}
 	for _, st := range starts {
-		near := known[st[1]]
-		for k := range known {
-			near = near || voterDiff(k, st[1]) <= 1
+		near, later := false, false
+		for k := range sampled {
+			near = near || voterDiff(k, st.voters) <= 1
+		}
+		for k, at := range firstAppended {
+			if voterDiff(k, st.voters) > 1 {
+				continue
+			}
+			if at.IsZero() || st.at.IsZero() || !at.After(st.at) {
+				near = true
+			} else {
+				later = true
+			}
 		}
 		if !near {
 			v.Counts["multi-voter-changes"]++
-			v.fail("%s started with voters [%s]: more than one voter away from every configuration the cluster had", st[0], st[1])
+			why := "more than one voter away from every configuration the cluster had"
+			if later {
+				why += " before it started (a leader appended a configuration near it only afterwards)"
+			}
+			v.fail("%s started with voters [%s] at %s: %s", st.node, st.voters, st.at.UTC().Format("15:04:05.000"), why)
 		}
 	}
 	v.Counts["starts"] = len(starts)
@@ -244,6 +274,20 @@ func (e *Env) checkConfig(w *configWatch) Verdict {
 	v := CheckConfiguration(readLogs(e.C), w.all())
 	e.Count("voter-changes", v.Counts["voter-changes"])
 	return v
+}
+
+// lineTime is the time a log line was written (its time= field), zero if
+// it has none that parses.
+func lineTime(line string) time.Time {
+	m := lineTimeRe.FindStringSubmatch(line)
+	if m == nil {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, m[1])
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // lineVoters is the sorted voter ids of a configuration hashicorp/raft

@@ -22,6 +22,10 @@ func TestCheckConfiguration(t *testing.T) {
 		return strings.Replace(strings.Replace(conf(servers...), "updating configuration", "initial configuration", 1), "command=RemoveServer server-id=n2 ", "index=9 ", 1)
 	}
 	s := func(node int, voters string) configSample { return configSample{node: node, voters: voters} }
+	// at stamps a line with another time (of 2026-01-01T00:00:SS).
+	at := func(sec, line string) string {
+		return strings.Replace(line, "time=2026-01-01T00:00:00Z", "time=2026-01-01T00:00:"+sec+"Z", 1)
+	}
 	for _, tc := range []struct {
 		name    string
 		logs    map[string]string
@@ -46,6 +50,19 @@ func TestCheckConfiguration(t *testing.T) {
 		{name: "a start with a configuration the cluster never had",
 			logs:    map[string]string{"n0.log": won("2") + start("Voter:n0")},
 			samples: []configSample{s(1, "n0 n1 n2")}, count: "multi-voter-changes"},
+		{name: "a restart with a configuration a leader appended before it",
+			logs: map[string]string{"n0.log": won("2") + at("05", conf("Voter:n0", "Voter:n1", "Voter:n2", "Voter:n3")),
+				"n3.log": at("09", start("Voter:n0", "Voter:n1", "Voter:n2", "Voter:n3"))},
+			samples: []configSample{s(1, "n0 n1 n2"), s(1, "n0 n1 n2 n3")}, valid: true},
+		// canary_config_recover when the rewritten server elects itself
+		// before a leader reaches it: as the one voter it adds the others
+		// back as non-voters, so a leader appended its voter set, but only
+		// after it started with it.
+		{name: "a rewritten server that appends its own configuration after it starts",
+			logs: map[string]string{"n0.log": won("2"),
+				"n3.log": at("09", start("Voter:n3")) + at("10", won("3")) + at("11", conf("Voter:n3", "Nonvoter:n0")) +
+					at("12", conf("Voter:n3", "Nonvoter:n0", "Nonvoter:n1"))},
+			samples: []configSample{s(3, "n0 n1 n2 n3 n4"), s(3, "n3")}, count: "multi-voter-changes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := CheckConfiguration(tc.logs, tc.samples)
