@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
 	"github.com/leasehold/leasehold/wire"
 )
@@ -153,4 +155,49 @@ func BenchmarkHandlerRenew(b *testing.B) {
 			b.Fatalf("renew: %d %s", w.status, w.body.String())
 		}
 	})
+}
+
+// BenchmarkKeepAliveStream is renewals over keep-alive streams, as
+// `leasehold bench --workload keepalive` sends them: 64 goroutines, eight
+// to a stream, each renewing a lease of its own, through the Go client
+// and a loopback HTTP server (so cpu-µs/op is the client's and the
+// server's together).
+func BenchmarkKeepAliveStream(b *testing.B) {
+	h := benchAPI(b)
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	c, err := client.New([]string{srv.URL}, client.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	const goroutines, perStream = 64, 8
+	leases := make([]*wire.Lease, goroutines)
+	streams := make([]*client.RenewStream, goroutines/perStream)
+	for i := range leases {
+		if leases[i], err = c.Acquire(ctx, wire.AcquireRequest{Key: fmt.Sprintf("ka/%d", i), Holder: "bench", TTLMS: 600000}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range streams {
+		if streams[i], err = c.KeepAliveStream(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { streams[i].Close() })
+	}
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(goroutines / 2) // GOMAXPROCS is 2 here
+	b.ResetTimer()
+	cpu0 := cpuNow()
+	b.RunParallel(func(pb *testing.PB) {
+		g := int(seq.Add(1)-1) % goroutines
+		l, rs := leases[g], streams[g/perStream]
+		for pb.Next() {
+			if a, err := rs.Renew(ctx, l.LeaseID, l.Token, 0); err != nil || !a.OK {
+				b.Fatalf("renew: %+v %v", a, err)
+			}
+		}
+	})
+	b.ReportMetric(float64((cpuNow()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 }

@@ -112,7 +112,9 @@ func (ks *keepAliveStream) read() {
 // start decodes one line and renews its lease in the background.
 func (ks *keepAliveStream) start(line []byte) {
 	var req wire.KeepAliveRenewal
-	if err := json.Unmarshal(line, &req); err != nil {
+	if parseKeepAliveLine(line, &req) {
+		// The Go client's usual line, read without reflection.
+	} else if err := json.Unmarshal(line, &req); err != nil {
 		ks.answer(&wire.KeepAliveAnswer{Status: http.StatusBadRequest, Error: &wire.Error{Code: wire.CodeInvalidArgument,
 			Message: "a keep-alive line must be one JSON object {\"id\", \"lease_id\", \"token\", \"ttl_ms\"}: " + err.Error()}})
 		return
@@ -170,9 +172,14 @@ func (ks *keepAliveStream) write() {
 	failed := false
 	for a := range ks.out {
 		if !failed {
-			b, err := json.Marshal(a)
-			if err != nil {
-				b = []byte(`{"id":` + strconv.FormatUint(a.ID, 10) + `,"ok":false,"status":500,"error":{"code":"INTERNAL","message":"internal error"}}`)
+			// A renewal's answer is encoded without reflection, into
+			// bw's own buffer; an error's with encoding/json.
+			b, ok := appendKeepAliveJSON(bw.AvailableBuffer(), a)
+			if !ok {
+				var err error
+				if b, err = json.Marshal(a); err != nil {
+					b = []byte(`{"id":` + strconv.FormatUint(a.ID, 10) + `,"ok":false,"status":500,"error":{"code":"INTERNAL","message":"internal error"}}`)
+				}
 			}
 			bw.Write(append(b, '\n'))
 		}

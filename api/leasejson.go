@@ -119,3 +119,159 @@ func appendJSONTime(b []byte, t time.Time) ([]byte, bool) {
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"'), true
 }
+
+// appendKeepAliveJSON appends a keep-alive answer as encoding/json encodes
+// it (the same bytes), without reflection, when it carries no error: a
+// renewal's answer on a keep-alive stream. ok is false (nothing appended
+// that counts) for an answer with an error or a time encoding/json would
+// refuse: the caller then encodes with encoding/json.
+func appendKeepAliveJSON(b []byte, a *wire.KeepAliveAnswer) (_ []byte, ok bool) {
+	if a.Error != nil {
+		return b, false
+	}
+	b = append(b, `{"id":`...)
+	b = strconv.AppendUint(b, a.ID, 10)
+	if a.LeaseID != "" {
+		b = append(b, `,"lease_id":`...)
+		b = appendJSONString(b, a.LeaseID)
+	}
+	b = append(b, `,"ok":`...)
+	b = strconv.AppendBool(b, a.OK)
+	if a.FencingToken != 0 {
+		b = append(b, `,"fencing_token":`...)
+		b = strconv.AppendUint(b, a.FencingToken, 10)
+	}
+	if a.TTLMS != 0 {
+		b = append(b, `,"ttl_ms":`...)
+		b = strconv.AppendInt(b, a.TTLMS, 10)
+	}
+	if a.RemainingMS != 0 {
+		b = append(b, `,"remaining_ms":`...)
+		b = strconv.AppendInt(b, a.RemainingMS, 10)
+	}
+	if a.ExpiresAt != nil {
+		b = append(b, `,"expires_at":`...)
+		if b, ok = appendJSONTime(b, *a.ExpiresAt); !ok {
+			return b, false
+		}
+	}
+	if a.RenewalCount != 0 {
+		b = append(b, `,"renewal_count":`...)
+		b = strconv.AppendUint(b, uint64(a.RenewalCount), 10)
+	}
+	if a.Status != 0 {
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(a.Status), 10)
+	}
+	return append(b, '}'), true
+}
+
+// parseKeepAliveLine reads a keep-alive line of the form the Go client
+// writes ({"id":1,"lease_id":"…","token":"…"} with an optional "ttl_ms",
+// no white space, strings of printable ASCII without escapes, plain
+// integers) into req, without reflection. ok is false for anything else
+// (other fields, escapes, white space, a repeated field, a number
+// encoding/json would read otherwise or refuse): the caller then decodes
+// the line with encoding/json, so the two read every line alike.
+func parseKeepAliveLine(line []byte, req *wire.KeepAliveRenewal) (ok bool) {
+	var r wire.KeepAliveRenewal
+	var seen [4]bool
+	i := 0
+	next := func(c byte) bool {
+		if i < len(line) && line[i] == c {
+			i++
+			return true
+		}
+		return false
+	}
+	// str reads a string of printable ASCII other than '"' and '\\'.
+	raw := func() ([]byte, bool) {
+		if !next('"') {
+			return nil, false
+		}
+		start := i
+		for ; i < len(line); i++ {
+			c := line[i]
+			if c == '"' {
+				s := line[start:i]
+				i++
+				return s, true
+			}
+			if c < 0x20 || c > 0x7e || c == '\\' {
+				return nil, false
+			}
+		}
+		return nil, false
+	}
+	// str is raw's string (a key is compared as raw bytes, without one).
+	str := func() (string, bool) {
+		b, ok := raw()
+		return string(b), ok
+	}
+	// num reads a plain non-negative integer (no sign, no leading zero,
+	// no fraction or exponent) of at most 18 digits.
+	num := func() (uint64, bool) {
+		start := i
+		var n uint64
+		for ; i < len(line) && line[i] >= '0' && line[i] <= '9'; i++ {
+			n = n*10 + uint64(line[i]-'0')
+		}
+		d := i - start
+		if d == 0 || d > 18 || (d > 1 && line[start] == '0') {
+			return 0, false
+		}
+		return n, true
+	}
+	if !next('{') {
+		return false
+	}
+	for {
+		key, ok := raw()
+		if !ok || !next(':') {
+			return false
+		}
+		var f int
+		switch string(key) {
+		case "id":
+			f = 0
+			n, ok := num()
+			if !ok {
+				return false
+			}
+			r.ID = n
+		case "lease_id":
+			f = 1
+			if r.LeaseID, ok = str(); !ok {
+				return false
+			}
+		case "token":
+			f = 2
+			if r.Token, ok = str(); !ok {
+				return false
+			}
+		case "ttl_ms":
+			f = 3
+			n, ok := num()
+			if !ok {
+				return false
+			}
+			r.TTLMS = int64(n)
+		default:
+			return false
+		}
+		if seen[f] {
+			return false
+		}
+		seen[f] = true
+		if next('}') {
+			if i != len(line) {
+				return false
+			}
+			*req = r
+			return true
+		}
+		if !next(',') {
+			return false
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,5 +77,110 @@ func TestLeaseJSONIsEncodingJSONs(t *testing.T) {
 	want, _ := json.Marshal(nilLease)
 	if got, ok := appendLeaseJSON(nil, nil); !ok || !bytes.Equal(got, want) {
 		t.Fatalf("nil lease: %s, want %s", got, want)
+	}
+}
+
+// TestKeepAliveJSONIsEncodingJSONs: appendKeepAliveJSON writes the bytes
+// encoding/json writes for any answer without an error, and leaves those
+// with one (and times encoding/json refuses) to encoding/json.
+func TestKeepAliveJSONIsEncodingJSONs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	strs := []string{"", "ls_0123456789abcdef", `quo"te`, "<&>", "é", "bad\xffutf8", "\u2028"}
+	written, refused := 0, 0
+	for i := range 20000 {
+		a := &wire.KeepAliveAnswer{ID: rng.Uint64() >> rng.IntN(64), LeaseID: strs[rng.IntN(len(strs))], OK: rng.IntN(2) == 0}
+		if rng.IntN(4) > 0 {
+			a.FencingToken, a.TTLMS, a.RemainingMS, a.RenewalCount = rng.Uint64()>>rng.IntN(64), rng.Int64()-rng.Int64(), rng.Int64N(3)-1, rng.Uint32()>>rng.IntN(32)
+		}
+		switch rng.IntN(4) {
+		case 0:
+			at := time.Unix(rng.Int64N(4e9), rng.Int64N(1e9)).UTC()
+			a.ExpiresAt = &at
+		case 1:
+			at := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+			a.ExpiresAt = &at
+		}
+		if rng.IntN(5) == 0 {
+			a.Status, a.Error = 400+rng.IntN(200), &wire.Error{Code: wire.CodeInvalidArgument, Message: "m"}
+		} else if rng.IntN(5) == 0 {
+			a.Status = 200
+		}
+		want, err := json.Marshal(a)
+		got, ok := appendKeepAliveJSON([]byte("prefix"), a)
+		if !ok {
+			if err == nil && a.Error == nil {
+				t.Fatalf("answer %d: refused an answer encoding/json writes: %s", i, want)
+			}
+			refused++
+			continue
+		}
+		if err != nil || a.Error != nil {
+			t.Fatalf("answer %d: wrote %s for an answer with an error or that encoding/json refuses (%v)", i, got, err)
+		}
+		if !bytes.Equal(got, append([]byte("prefix"), want...)) {
+			t.Fatalf("answer %d:\n got %s\nwant prefix%s", i, got, want)
+		}
+		written++
+	}
+	if written < 10000 || refused < 1000 {
+		t.Fatalf("%d written, %d refused of 20000: the cases are not exercised", written, refused)
+	}
+}
+
+// TestKeepAliveLineReadsAsEncodingJSON: parseKeepAliveLine reads the Go
+// client's lines itself, and every line it accepts (among random edits of
+// such lines) reads as encoding/json reads it; what it refuses is left to
+// encoding/json.
+func TestKeepAliveLineReadsAsEncodingJSON(t *testing.T) {
+	for _, r := range []wire.KeepAliveRenewal{
+		{ID: 1, LeaseID: "ls_0123456789abcdef", Token: "tok-abc_DEF"},
+		{ID: 123456789012, LeaseID: "ls_x", Token: "t", TTLMS: 30000},
+		{ID: 0, LeaseID: "", Token: ""},
+	} {
+		line, _ := json.Marshal(r)
+		var got wire.KeepAliveRenewal
+		if ok := parseKeepAliveLine(line, &got); !ok || got.ID != r.ID || got.LeaseID != r.LeaseID || got.Token != r.Token || got.TTLMS != r.TTLMS {
+			t.Fatalf("%s: read %+v (accepted: %v), want %+v", line, got, ok, r)
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	alphabet := []byte(`{}":,0123456789-.eE \\/tuabcdefghijklmnopqrsxyzI_\x00` + "\xff\xc3")
+	fields := []string{`"id":7`, `"id":0`, `"id":01`, `"id":-1`, `"id":1.5`, `"id":1e3`, `"id":18446744073709551615`, `"id":99999999999999999999`,
+		`"lease_id":"ls_a"`, `"lease_id":"a\"b"`, `"lease_id":"\u0041"`, `"lease_id":"é"`, `"lease_id":null`, `"lease_id":5`,
+		`"token":"t"`, `"token":""`, `"Token":"T"`, `"ttl_ms":1000`, `"ttl_ms":-5`, `"ttl_ms":0`, `"metadata":{"a":"b"}`, `"metadata":null`, `"other":1`}
+	accepted := 0
+	for i := range 50000 {
+		parts := make([]string, 1+rng.IntN(5))
+		for j := range parts {
+			parts[j] = fields[rng.IntN(len(fields))]
+		}
+		line := []byte("{" + strings.Join(parts, ",") + "}")
+		for range rng.IntN(3) {
+			switch k := rng.IntN(len(line)); rng.IntN(3) {
+			case 0:
+				line[k] = alphabet[rng.IntN(len(alphabet))]
+			case 1:
+				line = append(line[:k], line[k+1:]...)
+			default:
+				line = append(line[:k], append([]byte{alphabet[rng.IntN(len(alphabet))]}, line[k:]...)...)
+			}
+			if len(line) == 0 {
+				line = []byte("{")
+			}
+		}
+		var fast, slow wire.KeepAliveRenewal
+		if !parseKeepAliveLine(line, &fast) {
+			continue
+		}
+		accepted++
+		if err := json.Unmarshal(line, &slow); err != nil {
+			t.Fatalf("line %d %q: accepted, but encoding/json refuses it: %v", i, line, err)
+		}
+		if slow.Metadata != nil || fast.ID != slow.ID || fast.LeaseID != slow.LeaseID || fast.Token != slow.Token || fast.TTLMS != slow.TTLMS {
+			t.Fatalf("line %d %q: read %+v, encoding/json reads %+v", i, line, fast, slow)
+		}
+	}
+	if accepted < 1000 {
+		t.Fatalf("%d of 50000 lines accepted: the fast path is not exercised", accepted)
 	}
 }

@@ -79,9 +79,13 @@ func (rs *RenewStream) RenewWith(ctx context.Context, req wire.RenewRequest) (*w
 	rs.nextID++
 	id := rs.nextID
 	rs.mu.Unlock()
-	line, err := json.Marshal(wire.KeepAliveRenewal{ID: id, LeaseID: leaseID, Token: req.Token, TTLMS: req.TTLMS, Metadata: req.Metadata})
-	if err != nil {
-		return nil, fmt.Errorf("client: encode renewal: %w", err)
+	r := wire.KeepAliveRenewal{ID: id, LeaseID: leaseID, Token: req.Token, TTLMS: req.TTLMS, Metadata: req.Metadata}
+	line, ok := appendRenewalLine(make([]byte, 0, 128), r)
+	var err error
+	if !ok {
+		if line, err = json.Marshal(r); err != nil {
+			return nil, fmt.Errorf("client: encode renewal: %w", err)
+		}
 	}
 	line = append(line, '\n')
 	if len(line) > keepAliveMaxLine {
@@ -334,7 +338,9 @@ func (rc *renewConn) read() {
 // deliver hands one answer line to its renewal.
 func (rc *renewConn) deliver(line []byte) {
 	var a wire.KeepAliveAnswer
-	if err := json.Unmarshal(line, &a); err != nil {
+	if b := trimLine(line); parseAnswerLine(b, &a) {
+		// The usual answer, read without reflection.
+	} else if err := json.Unmarshal(line, &a); err != nil {
 		rc.fail(fmt.Errorf("bad answer line: %w", err))
 		return
 	}
@@ -361,6 +367,17 @@ func (rc *renewConn) deliver(line []byte) {
 		return
 	}
 	done <- streamResult{ans: &a}
+}
+
+// trimLine is line without its line end ("\n" or "\r\n").
+func trimLine(line []byte) []byte {
+	if n := len(line); n > 0 && line[n-1] == '\n' {
+		line = line[:n-1]
+		if n := len(line); n > 0 && line[n-1] == '\r' {
+			line = line[:n-1]
+		}
+	}
+	return line
 }
 
 // fail marks the connection lost and fails every renewal in flight
