@@ -77,11 +77,12 @@ func countRefs(counts map[string]int32) []keyRef {
 // keys strictly increasing, counts positive, n the number of keys.
 func (x *keyIndex) check() error {
 	n, prev := 0, ""
-	for i, r := range x.runs {
-		if len(r) == 0 || len(r) > idChunk {
-			return fmt.Errorf("run %d of %d keys", i, len(r))
+	for i, run := range x.runs {
+		if run.len() == 0 || run.len() > idChunk || len(run.ns) != run.len() {
+			return fmt.Errorf("run %d of %d keys, %d counts", i, run.len(), len(run.ns))
 		}
-		for _, e := range r {
+		for j := range run.keys {
+			e := run.at(j)
 			if n > 0 && e.key <= prev || e.n <= 0 {
 				return fmt.Errorf("run %d: key %q (count %d) after %q", i, e.key, e.n, prev)
 			}
@@ -99,7 +100,9 @@ func (x *keyIndex) check() error {
 func (x *keyIndex) flatten() []keyRef {
 	var out []keyRef
 	for _, r := range x.runs {
-		out = append(out, r...)
+		for j := range r.keys {
+			out = append(out, r.at(j))
+		}
 	}
 	return out
 }
