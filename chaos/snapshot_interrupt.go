@@ -154,63 +154,12 @@ func (e *Env) loggedSince(i int, offset int64, parts ...string) bool {
 // the leader's commit index) with a completed install
 // ("installs-completed").
 func (e *Env) interruptInstall(ctx context.Context, th throttler, kill string) error {
-	l, err := e.WaitLeader(ctx, 15*time.Second)
+	in, err := e.throttledInstall(ctx, th)
 	if err != nil {
 		return err
 	}
-	fs := e.Others(l)
-	f := fs[e.Rng.IntN(len(fs))]
-	before, err := e.Local(ctx, f, 0, time.Second)
-	if err != nil {
-		return err
-	}
-	lDir, fDir := e.C.DataDir(l), e.C.DataDir(f)
-	if err := e.C.Partition([][]int{{f}, e.Others(f)}); err != nil {
-		return err
-	}
-	e.H.Note(Event{Type: "nemesis", Name: "partition", Phase: "start", Detail: fmt.Sprintf("follower %d alone until the leader compacts past it", f)})
-	var snap snapMeta
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var ok bool
-		if snap, ok = newestSnapshot(lDir); ok && snap.Index > before.LastIndex+64 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("leader %d took no snapshot past index %d within 60 s (newest: %d)", l, before.LastIndex+64, snap.Index)
-		}
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
-			return err
-		}
-	}
-	rate := max(snap.Size/8, 4096)
-	if err := th.Throttle(l, f, rate); err != nil {
-		return err
-	}
-	lOff, fOff := e.logSize(l), e.logSize(f)
-	// One group: the partition ends, the throttle stays.
-	if err := e.C.Partition([][]int{e.Others()}); err != nil {
-		return err
-	}
-	e.H.Note(Event{Type: "nemesis", Name: "partition", Phase: "stop",
-		Detail: fmt.Sprintf("follower %d alone until the leader compacts past it; leader %d -> it throttled to %d B/s (snapshot %d: %d bytes)", f, l, rate, snap.Index, snap.Size)})
-	var name string
-	var got int64
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		if name, got = receiving(fDir, before.LastIndex); name != "" && got >= interruptAfter {
-			break
-		}
-		if ls, err := e.Local(ctx, f, 0, time.Second); err == nil && ls.SnapshotsInstalled > before.SnapshotsInstalled {
-			return fmt.Errorf("follower %d installed the snapshot before %d bytes of it were seen arriving", f, interruptAfter)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("follower %d received no %d bytes of snapshot %d within 30 s (%q: %d bytes)", f, interruptAfter, snap.Index, name, got)
-		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	l, f, before, snap, name := in.l, in.f, in.before, in.snap, in.name
+	fDir, lOff, fOff := e.C.DataDir(f), in.lOff, in.fOff
 	victim := f
 	if kill == "leader" {
 		victim = l
@@ -260,7 +209,7 @@ func (e *Env) interruptInstall(ctx context.Context, th throttler, kill string) e
 		e.Count("installs-interrupted-"+kill+"-kill", 1)
 	}
 	// Caught up: applied up to what the leader had committed once healed.
-	deadline = time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		nl := e.Leader(ctx)
 		var target uint64
@@ -286,4 +235,80 @@ func (e *Env) interruptInstall(ctx context.Context, th throttler, kill string) e
 			return err
 		}
 	}
+}
+
+// install is a snapshot transfer under way to a follower behind a
+// throttled link (throttledInstall).
+type install struct {
+	l, f       int         // the leader sending, the follower receiving
+	before     *LocalState // the follower's view before it was cut off
+	snap       snapMeta    // the leader's snapshot being sent
+	name       string      // its .tmp directory on the follower
+	lOff, fOff int64       // the leader's and follower's log sizes at the heal
+}
+
+// throttledInstall makes a follower fall behind the leader's log (cut off
+// until the leader's newest snapshot is 64 entries past it), heals it
+// behind a link from the leader throttled so that the snapshot takes about
+// 8 s, and waits until interruptAfter bytes of it have arrived (the
+// follower's snapshots/*.tmp). The throttle stays on.
+func (e *Env) throttledInstall(ctx context.Context, th throttler) (*install, error) {
+	l, err := e.WaitLeader(ctx, 15*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	fs := e.Others(l)
+	f := fs[e.Rng.IntN(len(fs))]
+	before, err := e.Local(ctx, f, 0, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	lDir, fDir := e.C.DataDir(l), e.C.DataDir(f)
+	if err := e.C.Partition([][]int{{f}, e.Others(f)}); err != nil {
+		return nil, err
+	}
+	e.H.Note(Event{Type: "nemesis", Name: "partition", Phase: "start", Detail: fmt.Sprintf("follower %d alone until the leader compacts past it", f)})
+	var snap snapMeta
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var ok bool
+		if snap, ok = newestSnapshot(lDir); ok && snap.Index > before.LastIndex+64 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("leader %d took no snapshot past index %d within 60 s (newest: %d)", l, before.LastIndex+64, snap.Index)
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	rate := max(snap.Size/8, 4096)
+	if err := th.Throttle(l, f, rate); err != nil {
+		return nil, err
+	}
+	lOff, fOff := e.logSize(l), e.logSize(f)
+	// One group: the partition ends, the throttle stays.
+	if err := e.C.Partition([][]int{e.Others()}); err != nil {
+		return nil, err
+	}
+	e.H.Note(Event{Type: "nemesis", Name: "partition", Phase: "stop",
+		Detail: fmt.Sprintf("follower %d alone until the leader compacts past it; leader %d -> it throttled to %d B/s (snapshot %d: %d bytes)", f, l, rate, snap.Index, snap.Size)})
+	var name string
+	var got int64
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		if name, got = receiving(fDir, before.LastIndex); name != "" && got >= interruptAfter {
+			break
+		}
+		if ls, err := e.Local(ctx, f, 0, time.Second); err == nil && ls.SnapshotsInstalled > before.SnapshotsInstalled {
+			return nil, fmt.Errorf("follower %d installed the snapshot before %d bytes of it were seen arriving", f, interruptAfter)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("follower %d received no %d bytes of snapshot %d within 30 s (%q: %d bytes)", f, interruptAfter, snap.Index, name, got)
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	return &install{l: l, f: f, before: before, snap: snap, name: name, lOff: lOff, fOff: fOff}, nil
 }
