@@ -51,6 +51,15 @@ type Config struct {
 	// HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout: Raft timing,
 	// tuned for a LAN. Defaults 500ms, 500ms, 250ms.
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
+	// StallTimeout bounds how long a Raft message this server has started
+	// to receive may go without a byte arriving: then the connection is
+	// dropped (stall.go). It frees a follower whose leader vanished in the
+	// middle of sending a snapshot without closing the connection (its
+	// network cut, its power lost): Raft's main loop reads the snapshot
+	// from the connection. Connections idle between messages are never
+	// timed. Zero: 10 × HeartbeatTimeout (5 s by default); negative: no
+	// limit. Not used with InMemory.
+	StallTimeout time.Duration
 	// Logger receives Raft's logs.
 	Logger *slog.Logger
 	// TLS, if set, runs Raft traffic over mutual TLS (see TLSConfig);
@@ -178,6 +187,7 @@ func (c Config) withDefaults() Config {
 	c.ElectionTimeout = cmp.Or(c.ElectionTimeout, d.ElectionTimeout)
 	c.LeaderLeaseTimeout = cmp.Or(c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
 	c.TrailingLogs = cmp.Or(c.TrailingLogs, d.TrailingLogs)
+	c.StallTimeout = cmp.Or(c.StallTimeout, 10*c.HeartbeatTimeout)
 	return c
 }
 
@@ -386,8 +396,7 @@ func (c *Cluster) openTransport() (raft.ServerAddress, error) {
 	// that rejects an append from wedging its replication stream
 	// (hashicorp/raft#612; the chaos suite's leadership-transfer storm
 	// hit it before, and TestPipelineSurvivesRejectedAppends does).
-	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: wrapped, MaxPool: 8,
-		MaxRPCsInFlight: raftMaxRPCsInFlight, Timeout: 10 * time.Second, Logger: newHCLogger("transport", cfg.Logger)})
+	nt := newNetworkTransport(wrapped, cfg)
 	c.trans, c.stream = &pipelineTransport{nt}, stream
 	if cfg.WrapTransport != nil {
 		c.trans = cfg.WrapTransport(c.trans)
