@@ -57,11 +57,11 @@ func init() {
 }
 
 // installLeaderLost starts a throttled install (throttledInstall), then
-// cuts the leader off from every peer and, a second later (what the delay
-// proxy had read from it delivered), kills it. The effect
-// ("installs-cut-leader-lost") counts when the follower held part of the
-// snapshot, not all, at the cut and still at the kill, with no install
-// completed. Then, the cut and the throttle still in force, it waits (up
+// cuts the leader off from every peer and, 1.5 s later, kills it. The
+// effect ("installs-cut-leader-lost") counts when the follower held part
+// of the snapshot, not all, at the cut, and its part stood still for the
+// last second before the kill (the leader still running: the cut
+// stopped it), with no install completed. Then, the cut and the throttle still in force, it waits (up
 // to leaderLostHold) for a leader among the others and the follower to
 // have applied up to that leader's commit index; it heals, restarts the
 // old leader, and fails if that took longer than leaderLostBound.
@@ -73,7 +73,7 @@ func (e *Env) installLeaderLost(ctx context.Context, th throttler) error {
 	l, f, snap := in.l, in.f, in.snap
 	fDir := e.C.DataDir(f)
 	var cutAt time.Time
-	partialAtCut, partialAtKill := false, false
+	partialAtCut, stoodStill := false, false
 	usable := time.Duration(-1)
 	var last string
 	detail := fmt.Sprintf("leader %d cut off from every peer (no FIN or RST reaches follower %d) and killed while follower %d receives snapshot %d",
@@ -89,17 +89,25 @@ func (e *Env) installLeaderLost(ctx context.Context, th throttler) error {
 			e.Note("install-at-cut", fmt.Sprintf("follower %d had %d of %d bytes of snapshot %d (%s)", f, now, snap.Size, snap.Index, in.name), nil)
 			return nil
 		}, func() error {
+			// What the proxy had read from the leader arrives within a
+			// fraction of a second; after that, with the leader still
+			// running, the transfer stands still only if the cut landed
+			// (throttled, it moves an eighth of the snapshot a second).
+			if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+				return err
+			}
+			_, drained := receiving(fDir, in.before.LastIndex)
 			if err := sleepCtx(ctx, time.Second); err != nil {
 				return err
 			}
 			name, now := receiving(fDir, in.before.LastIndex)
 			ls, lerr := e.Local(ctx, f, 0, time.Second)
-			partialAtKill = name == in.name && now < snap.Size && lerr == nil && ls.SnapshotsInstalled == in.before.SnapshotsInstalled
+			stoodStill = name == in.name && now == drained && now < snap.Size && lerr == nil && ls.SnapshotsInstalled == in.before.SnapshotsInstalled
 			if err := e.C.Kill(l); err != nil {
 				return err
 			}
-			e.Note("install-at-kill", fmt.Sprintf("leader %d killed, cut off; follower %d had %d of %d bytes of snapshot %d (%s), installs %v",
-				l, f, now, snap.Size, snap.Index, name, installsOf(ls, lerr)), nil)
+			e.Note("install-at-kill", fmt.Sprintf("leader %d killed, cut off; follower %d had %d of %d bytes of snapshot %d (%s; %d a second before), installs %v",
+				l, f, now, snap.Size, snap.Index, name, drained, installsOf(ls, lerr)), nil)
 			for usable < 0 && time.Since(cutAt) < leaderLostHold {
 				last = e.followerCaughtUp(ctx, f, l)
 				if last == "" {
@@ -132,7 +140,7 @@ func (e *Env) installLeaderLost(ctx context.Context, th throttler) error {
 	if err != nil {
 		return err
 	}
-	if partialAtCut && partialAtKill {
+	if partialAtCut && stoodStill {
 		e.Count("installs-cut-leader-lost", 1)
 	}
 	switch {
