@@ -581,41 +581,64 @@ func followerCatchesUp(t *testing.T, kind string) {
 	wrap := func(l raft.LogStore, s raft.StableStore) (raft.LogStore, raft.StableStore) {
 		return hidingLogs{l}, s
 	}
-	a, err := Open(Config{NodeID: "a", Dir: t.TempDir(), BindAddr: "127.0.0.1:0", Bootstrap: true,
-		TrailingLogs: 5, LogStore: kind}, &countFSM{})
+	// Slower than the LAN defaults (a 250 ms leader lease): with b down,
+	// a loaded machine that delays one heartbeat to c deposes a. Should
+	// it happen anyway, the writes go to whichever of a and c leads, and
+	// both compact their logs (TrailingLogs 5, snapshots taken on each):
+	// b must get a snapshot from either.
+	timing := func(cfg Config) Config {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 1500*time.Millisecond, 1500*time.Millisecond, 750*time.Millisecond
+		return cfg
+	}
+	a, err := Open(timing(Config{NodeID: "a", Dir: t.TempDir(), BindAddr: "127.0.0.1:0", Bootstrap: true,
+		TrailingLogs: 5, LogStore: kind}), &countFSM{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
 	waitLeader(t, a)
-	join := func(id string) (*Cluster, Config) {
+	join := func(cfg Config) *Cluster {
 		t.Helper()
-		// The default TrailingLogs: installing a snapshot leaves the
-		// follower's log untouched unless Raft knows it cannot hold a gap.
-		cfg := Config{NodeID: id, Dir: t.TempDir(), BindAddr: "127.0.0.1:0", WrapStores: wrap, LogStore: kind}
-		c, err := Open(cfg, &countFSM{})
+		c, err := Open(timing(cfg), &countFSM{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := a.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(c.Addr), 0, 10*time.Second).Error(); err != nil {
+		if err := a.raft.AddVoter(raft.ServerID(cfg.NodeID), raft.ServerAddress(c.Addr), 0, 10*time.Second).Error(); err != nil {
 			t.Fatal(err)
 		}
-		cfg.BindAddr = string(c.Addr)
-		return c, cfg
+		return c
 	}
-	c, _ := join("c")
+	c := join(Config{NodeID: "c", Dir: t.TempDir(), BindAddr: "127.0.0.1:0", TrailingLogs: 5, LogStore: kind})
 	defer c.Close()
-	b, bcfg := join("b")
+	// b: the default TrailingLogs: installing a snapshot leaves the
+	// follower's log untouched unless Raft knows it cannot hold a gap.
+	bcfg := Config{NodeID: "b", Dir: t.TempDir(), BindAddr: "127.0.0.1:0", WrapStores: wrap, LogStore: kind}
+	b := join(bcfg)
+	bcfg.BindAddr = string(b.Addr)
+	// apply writes n entries through the leader (again, through the new
+	// one, if leadership moved meanwhile) and returns the last's index.
 	apply := func(n int) uint64 {
 		t.Helper()
-		var f raft.ApplyFuture
-		for range n {
-			f = a.raft.Apply([]byte("x"), 10*time.Second)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			l := a
+			if c.raft.State() == raft.Leader {
+				l = c
+			}
+			var f raft.ApplyFuture
+			for range n {
+				f = l.raft.Apply([]byte("x"), 10*time.Second)
+			}
+			err := f.Error()
+			if err == nil {
+				return f.Index()
+			}
+			if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) || time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			t.Logf("%s lost the leadership (%v): again", l.cfg.NodeID, err)
+			<-time.After(50 * time.Millisecond)
 		}
-		if err := f.Error(); err != nil {
-			t.Fatal(err)
-		}
-		return f.Index()
 	}
 	waitApplied := func(c *Cluster, idx uint64) {
 		t.Helper()
@@ -627,21 +650,27 @@ func followerCatchesUp(t *testing.T, kind string) {
 			<-time.After(10 * time.Millisecond)
 		}
 	}
+	snapshot := func() {
+		t.Helper()
+		for _, s := range []*Cluster{a, c} {
+			if err := s.raft.Snapshot().Error(); err != nil {
+				t.Fatalf("snapshot on %s: %v", s.cfg.NodeID, err)
+			}
+		}
+	}
 	waitApplied(b, apply(10))
-	// b stops with entries in its log; a moves on, snapshots and drops
+	// b stops with entries in its log; a and c move on, snapshot and drop
 	// the entries b lacks.
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	apply(50)
-	if err := a.raft.Snapshot().Error(); err != nil {
-		t.Fatal(err)
+	for range 2 {
+		idx := apply(50)
+		waitApplied(a, idx)
+		waitApplied(c, idx)
+		snapshot()
 	}
-	apply(50)
-	if err := a.raft.Snapshot().Error(); err != nil {
-		t.Fatal(err)
-	}
-	b, err = Open(bcfg, &countFSM{})
+	b, err = Open(timing(bcfg), &countFSM{})
 	if err != nil {
 		t.Fatal(err)
 	}
