@@ -171,10 +171,16 @@ func TestStateCheckAtStart(t *testing.T) {
 		l = c.leader("n3")
 	}
 	n3 := c.node("n3")
-	waitFor(t, 10*time.Second, func() bool { return n3.sc.startChecked.Load() && n3.ReadyErr() == nil })
+	// The check at start ends by itself, with a verdict or, without a
+	// majority's answer, after startupCheckFor and the round under way:
+	// wait for its end, not for a guess of its length (10 s here, and 40 s
+	// below, were shorter than what a loaded machine may take).
+	checkEnds := max(startupCheckFor, 2*n3.cfg.hashWait(8)) + 10*time.Second + n3.cfg.hashWait(8) + 10*time.Second
+	waitFor(t, checkEnds, func() bool { return n3.sc.startChecked.Load() })
 	if n3.sc.diverged.Load() != nil {
 		t.Fatalf("a healthy server found itself diverged at start: %s", *n3.sc.diverged.Load())
 	}
+	waitFor(t, 10*time.Second, func() bool { return n3.ReadyErr() == nil })
 	if _, _, err := l.Acquire(ctx, wire.AcquireRequest{Key: "diverge-me", Holder: "w", TTLMS: 600000}); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +192,10 @@ func TestStateCheckAtStart(t *testing.T) {
 	skewOn.Store(true)
 	defer skewOn.Store(false)
 	n3 = c.start(cfg)
-	waitFor(t, 40*time.Second, func() bool { return n3.sc.diverged.Load() != nil })
+	waitFor(t, checkEnds, func() bool { return n3.sc.startChecked.Load() || n3.sc.diverged.Load() != nil })
+	if n3.sc.diverged.Load() == nil {
+		t.Fatal("the check at start ended without finding that the server differs")
+	}
 	// Found by its own check at start, or by the leader's first check of
 	// the term if that came first: either way out of service, saying why.
 	if err := n3.ReadyErr(); err == nil || !strings.Contains(err.Error(), "differs from the cluster's") {
