@@ -245,6 +245,7 @@ func TestClusterFailoverKeepsRemainingTime(t *testing.T) {
 }
 
 func TestClusterDeposedLeaderNeitherGrantsNorReads(t *testing.T) {
+	t.Parallel() // its own three-server cluster; mostly waiting on it
 	c := threeNodes(t)
 	ctx := context.Background()
 	old := c.leader()
@@ -294,6 +295,7 @@ func TestClusterDeposedLeaderNeitherGrantsNorReads(t *testing.T) {
 }
 
 func TestClusterRemoveMemberKeepsLeasesAndRefusesReturn(t *testing.T) {
+	t.Parallel() // its own three-server cluster; mostly waiting on it
 	c := threeNodes(t)
 	ctx := context.Background()
 	l := c.leader()
