@@ -11,6 +11,7 @@ import (
 // binary built with the `chaos` tag. The marker symbol is looked for in both
 // builds, so the check fails if the tag stops mattering either way.
 func TestChaosClockOnlyInChaosBuild(t *testing.T) {
+	t.Parallel() // a build and a link: beside the disk tests, which wait on their servers
 	if testing.Short() {
 		t.Skip("builds the binary twice; skipped in -short mode")
 	}

@@ -134,6 +134,7 @@ func metricValue(t *testing.T, s *server, name string) string {
 // min_free_disk, /healthz stays 200; once a ballast file is removed,
 // acquires resume.
 func TestProcessDiskGuardRefusesGrowth(t *testing.T) {
+	t.Parallel() // its own tmpfs and server; mostly waiting on them
 	mnt := mountTmpfs(t, "96m")
 	const minFree = 24 << 20
 	s := newServer(t, "--min-free-disk", "24MiB", "--snapshot-threshold", "200", "--snapshot-interval", "500ms")
@@ -267,6 +268,7 @@ func TestProcessDiskGuardRefusesGrowth(t *testing.T) {
 // space is freed the server exits with status 74 and a message saying
 // what happened, and a restart recovers every acknowledged lease.
 func TestProcessDiskFullLogWedgeExits(t *testing.T) {
+	t.Parallel() // its own tmpfs and server; mostly waiting on them
 	mnt := mountTmpfs(t, "160m")
 	// raft-wal's wedge: with raft.db's log (the default) the append
 	// fails and the next one succeeds once there is room.
@@ -436,6 +438,7 @@ func TestProcessDiskFullLogWedgeExits(t *testing.T) {
 // acquires before the disk filled, and only the leader's ticks would fill
 // the rest, in minutes (TestProcessDiskGuardRefusesGrowth tests the guard).
 func TestProcessDiskFullBoltRecovers(t *testing.T) {
+	t.Parallel() // its own tmpfs and server; mostly waiting on them
 	mnt := mountTmpfs(t, "64m")
 	s := newServer(t, "--min-free-disk", "-1", "--retention", "100ms", "--log-failure-timeout", "10m")
 	s.dataDir = filepath.Join(mnt, "data")
