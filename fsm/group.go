@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -468,9 +469,7 @@ func (gb *groupBook) releaseGroup(c *ReleaseGroup) Result {
 		return Result{Err: err}
 	}
 	reason := c.Reason
-	if reason == "" {
-		reason = ReasonReleased
-	}
+	reason = cmp.Or(reason, ReasonReleased)
 	res, _ := gb.endGroup(c.GroupID, ls[0].ID, endOpts{state: StateReleased, reason: reason, wallMS: c.WallMS})
 	res.Lease = nil
 	return res

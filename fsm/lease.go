@@ -647,9 +647,7 @@ func (lb *leaseBook) release(c *Release) Result {
 		return Result{Err: InvalidField("lease_id", "lease %s is a member of lease group %s: release the group", c.LeaseID, g)}
 	}
 	reason := c.Reason
-	if reason == "" {
-		reason = ReasonReleased
-	}
+	reason = cmp.Or(reason, ReasonReleased)
 	if canaryFenceReset {
 		lb.fence = l.Fence - 1
 	}
@@ -677,9 +675,7 @@ func (lb *leaseBook) revoke(c *Revoke) Result {
 		return Result{Err: terminalError(l)}
 	}
 	reason := c.Reason
-	if reason == "" {
-		reason = ReasonRevoked
-	}
+	reason = cmp.Or(reason, ReasonRevoked)
 	o := endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS, delay: true, midTick: true}
 	if g := l.GroupID(); g != "" {
 		res, _ := lb.grp.endGroup(g, l.ID, o) // a group ends whole
@@ -696,9 +692,7 @@ func (lb *leaseBook) releaseHolder(c *ReleaseHolder) Result {
 		return Result{Err: err}
 	}
 	reason := c.Reason
-	if reason == "" {
-		reason = ReasonHolderReleased
-	}
+	reason = cmp.Or(reason, ReasonHolderReleased)
 	n := lb.dropWaitersOf(c.Holder)
 	hi := lb.holders[c.Holder]
 	if hi == nil {

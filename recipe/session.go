@@ -1,6 +1,7 @@
 package recipe
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,9 +45,7 @@ type Session struct {
 // NewSession creates a session and starts its heartbeat. ctx bounds the
 // creation only; the session lives until Close or its loss.
 func NewSession(ctx context.Context, b Backend, opts SessionOptions) (*Session, error) {
-	if opts.TTL == 0 {
-		opts.TTL = DefaultSessionTTL
-	}
+	opts.TTL = cmp.Or(opts.TTL, DefaultSessionTTL)
 	sent := time.Now()
 	s, err := b.CreateSession(ctx, wire.SessionRequest{Holder: opts.Holder, TTLMS: opts.TTL.Milliseconds(), Metadata: opts.Metadata})
 	if err != nil {

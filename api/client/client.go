@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -85,9 +86,7 @@ func New(addrs []string, opts Options) (*Client, error) {
 		t.TLSClientConfig = opts.TLSConfig
 		c.hc = &http.Client{Transport: t}
 	}
-	if c.timeout == 0 {
-		c.timeout = DefaultTimeout
-	}
+	c.timeout = cmp.Or(c.timeout, DefaultTimeout)
 	return c, nil
 }
 

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -135,9 +136,7 @@ func (c *Client) watchOnce(ctx context.Context, opts WatchOptions, last *string,
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return fmt.Errorf("client: decode event: %w", err)
 		}
-		if ev.ID == "" {
-			ev.ID = id
-		}
+		ev.ID = cmp.Or(ev.ID, id)
 		if err := fn(ev); err != nil {
 			return fnError{err}
 		}

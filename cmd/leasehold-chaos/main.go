@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -134,9 +135,7 @@ func listScenarios(stdout io.Writer) error {
 	fmt.Fprintln(tw, "SCENARIO\tCLASS\tNODES\tDESCRIPTION")
 	for _, s := range chaos.Scenarios() {
 		n := s.Nodes
-		if n == 0 {
-			n = 5
-		}
+		n = cmp.Or(n, 5)
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", s.Name, s.Class, n, s.Doc)
 	}
 	return tw.Flush()

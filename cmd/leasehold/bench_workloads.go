@@ -36,9 +36,7 @@ type benchWorker struct {
 
 func (w *benchWorker) fail(err error) {
 	code := string(client.ErrorCode(err))
-	if code == "" {
-		code = "transport"
-	}
+	code = cmp.Or(code, "transport")
 	w.errs[code]++
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -134,9 +135,7 @@ func printCluster(w io.Writer, st *wire.ClusterStatus) error {
 	p.add("node", st.NodeID)
 	p.add("state", st.State)
 	leader := st.Leader
-	if leader == "" {
-		leader = "(none known)"
-	}
+	leader = cmp.Or(leader, "(none known)")
 	if st.LeaderAddr != "" {
 		leader += " at " + st.LeaderAddr
 	}
@@ -167,17 +166,11 @@ func printMembers(w io.Writer, ms []wire.Member) error {
 			role = "voter"
 		}
 		httpAddr := m.HTTPAddr
-		if httpAddr == "" {
-			httpAddr = "-"
-		}
+		httpAddr = cmp.Or(httpAddr, "-")
 		last := timeString(m.LastContact)
-		if last == "" {
-			last = "-"
-		}
+		last = cmp.Or(last, "-")
 		gossip := m.Gossip
-		if gossip == "" {
-			gossip = "-"
-		}
+		gossip = cmp.Or(gossip, "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.RaftAddr, httpAddr, role, m.Health, gossip, last)
 	}
 	return tw.Flush()

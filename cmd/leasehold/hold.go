@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -188,9 +189,7 @@ func keepAliveUntilDone(ctx context.Context, start func(context.Context) (*clien
 // to the command's environment.
 func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []string, sigs <-chan os.Signal, logf func(string, ...any)) error {
 	prog := o.prog
-	if prog == "" {
-		prog = "hold"
-	}
+	prog = cmp.Or(prog, "hold")
 	release := func(reason string, timeout time.Duration) {
 		releaseHeld(ctx, ka, o.stderr, prog, reason, timeout, logf)
 	}
@@ -330,9 +329,7 @@ func writeGrantFile(path, grant string) error {
 		return errors.New("the answer carried no grant")
 	}
 	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
+	dir = cmp.Or(dir, ".")
 	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
 		return err

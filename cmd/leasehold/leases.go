@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -262,9 +263,7 @@ func printLeaseList(w io.Writer, l *wire.LeaseList) error {
 			rem = msString(x.RemainingMS)
 		}
 		sess := x.SessionID
-		if sess == "" {
-			sess = "-"
-		}
+		sess = cmp.Or(sess, "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", x.LeaseID, x.Key, x.Holder, x.State, x.FencingToken, rem, sess)
 	}
 	if err := tw.Flush(); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -213,9 +214,7 @@ func (cfg *serverConfig) nodeFlags() error {
 	if n.Retention == 0 {
 		return usageErrorf("--retention 0s shorter than one tick")
 	}
-	if n.SnapshotInterval == 0 {
-		n.SnapshotInterval = 2 * time.Minute
-	}
+	n.SnapshotInterval = cmp.Or(n.SnapshotInterval, 2*time.Minute)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
@@ -62,12 +63,8 @@ func stampedVersion(ver, rev string, bi *debug.BuildInfo) (string, string) {
 			ver += "+dirty"
 		}
 	}
-	if ver == "" {
-		ver = "devel"
-	}
-	if rev == "" {
-		rev = "unknown"
-	}
+	ver = cmp.Or(ver, "devel")
+	rev = cmp.Or(rev, "unknown")
 	return ver, rev
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,9 +67,7 @@ func printEvent(w io.Writer, ev wire.Event) error {
 	}
 	key := ev.Key
 	if l := ev.Lease; l != nil {
-		if key == "" {
-			key = l.Key
-		}
+		key = cmp.Or(key, l.Key)
 		field("key", key)
 		field("lease", l.LeaseID)
 		field("holder", l.Holder)

@@ -12,6 +12,7 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,9 +86,7 @@ type inmem interface {
 
 // New returns an empty cluster.
 func New[C any, S Server](opts Options[C, S]) *Cluster[C, S] {
-	if opts.TailLines == 0 {
-		opts.TailLines = 400
-	}
+	opts.TailLines = cmp.Or(opts.TailLines, 400)
 	return &Cluster[C, S]{opts: opts, tail: &tail{max: opts.TailLines},
 		servers: map[string]S{}, links: map[string]inmem{}, cut: map[[2]string]bool{}}
 }

@@ -2,6 +2,7 @@ package grant
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
@@ -250,9 +251,7 @@ type VerifyOptions struct {
 // cluster id.
 func (opts *VerifyOptions) checkClaims(c *Claims, cluster string) error {
 	want := opts.ClusterID
-	if want == "" {
-		want = cluster
-	}
+	want = cmp.Or(want, cluster)
 	if want == "" {
 		return fmt.Errorf("%w: no cluster id to check the grant against (the key set names none; set VerifyOptions.ClusterID)", ErrOtherCluster)
 	}

@@ -1,6 +1,7 @@
 package grant
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -145,9 +146,7 @@ func (v *Verifier) refresh(ctx context.Context, old *KeySet, minGap time.Duratio
 		}
 		return nil, fmt.Errorf("grant: fetch the key set: %w", err)
 	}
-	if v.cluster == "" {
-		v.cluster = ks.ClusterID
-	}
+	v.cluster = cmp.Or(v.cluster, ks.ClusterID)
 	v.set, v.fetchedAt = ks, v.triedAt
 	return ks, nil
 }
