@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -242,10 +243,7 @@ func (cc *controlConn) handle(m *controlMessage) {
 			ExpiresAtMS uint32 `json:"expiresAtMs"`
 		}{st.LeaseID, st.TTLMS, st.RemainingMS, st.ExpiresAtMS}})
 	case "control.release":
-		reason := m.Reason
-		if reason == "" {
-			reason = controlReleaseReason
-		}
+		reason := cmp.Or(m.Reason, controlReleaseReason)
 		st, err := c.do(ctx, cc.req, &controlOp{Op: "release", Holder: cc.holder, LeaseID: m.LeaseID, Token: m.LeaseToken, Reason: reason})
 		if err != nil {
 			cc.replyError(m.RequestID, err)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -108,15 +109,9 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.MaxBodyBytes == 0 {
-		o.MaxBodyBytes = def.MaxBodyBytes
-	}
-	if o.KeepAlive == 0 {
-		o.KeepAlive = def.KeepAlive
-	}
-	if o.ForwardTimeout == 0 {
-		o.ForwardTimeout = def.ForwardTimeout
-	}
+	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, def.MaxBodyBytes)
+	o.KeepAlive = cmp.Or(o.KeepAlive, def.KeepAlive)
+	o.ForwardTimeout = cmp.Or(o.ForwardTimeout, def.ForwardTimeout)
 	o.BodyTimeout = orNone(o.BodyTimeout, def.BodyTimeout)
 	o.WriteTimeout = orNone(o.WriteTimeout, def.WriteTimeout)
 	o.MaxStreamsPerClient = orNone(o.MaxStreamsPerClient, def.MaxStreamsPerClient)
@@ -199,14 +194,8 @@ func (o ControlOptions) withDefaults() ControlOptions {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.MaxMessageBytes == 0 {
-		o.MaxMessageBytes = def.MaxMessageBytes
-	}
-	if o.MaxSockets == 0 {
-		o.MaxSockets = def.MaxSockets
-	}
-	if o.MaxTTL == 0 {
-		o.MaxTTL = def.MaxTTL
-	}
+	o.MaxMessageBytes = cmp.Or(o.MaxMessageBytes, def.MaxMessageBytes)
+	o.MaxSockets = cmp.Or(o.MaxSockets, def.MaxSockets)
+	o.MaxTTL = cmp.Or(o.MaxTTL, def.MaxTTL)
 	return o
 }

@@ -178,33 +178,12 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (*SnapshotInfo, er
 // every server at one index, or on none. Writes go on meanwhile; the
 // restore rebases the file against the state as of the commit.
 //
-// A restore never goes backwards (fsm.FSM.Rebase decides):
-//   - what is live just before the restore stays as it is: every active
-//     lease and session keeps its record, fencing token and deadline, and a
-//     key in use (an active lease or a pending lock-delay) keeps its state,
-//     so nobody else can take it while its holder may still believe it
-//     holds it;
-//   - the file's other leases come back, with the remaining time they had
-//     when the file was saved, but each with a new fencing token above
-//     every token issued before the restore: a token issued before the
-//     restore is never valid again on a lease that was not live just
-//     before it. The file's leases on keys in use (or bound to a session
-//     that is live) do not come back: they end as revoked, reason
-//     "restore". Sessions of the file that are not live come back too;
-//     what was due (past its end, not yet ended) in either state ends;
-//   - the clock: the tick never goes back (the file's deadlines move with
-//     it);
-//   - fencing tokens: the restored fencing counter is above every token
-//     this cluster granted before the restore, the file's counter, the
-//     fence floor (RestoreSnapshotWith) and every re-fenced one, so a
-//     lease granted afterwards gets a higher token than any lease this
-//     cluster ever had. Tokens that the file's cluster issued after the
-//     save are above it only if the floor covers them (its fence_high);
-//   - event ids: events after the restore have higher ids than every
-//     event before; live event streams end with EVENTS_COMPACTED and a
-//     resume from before the restore is refused the same way, since the
-//     state they followed is gone;
-//   - the member registry, which stays the cluster's current one.
+// A restore never goes backwards (fsm.FSM.Rebase decides, and lists how;
+// docs/operations.md tells operators): what is live just before it stays
+// as it is, the file's other leases come back with new fencing tokens
+// above every token issued before (and above the fence floor,
+// RestoreSnapshotWith), and the tick, the fencing counter and event ids
+// only move forward (live event streams end with EVENTS_COMPACTED).
 //
 // Queued acquires (wait_ms) are not restored: those in the file are
 // withdrawn, and those waiting when the restore applies fail with

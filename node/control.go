@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"strconv"
@@ -290,9 +291,7 @@ func truncateID(id string) string {
 // lease token. With no active control lease the answer is
 // LEASE_NOT_FOUND. Writes need the leader: a follower answers NO_LEADER.
 func (n *Node) ControlBreak(ctx context.Context, by string) (*ControlState, error) {
-	if by == "" {
-		by = "anonymous"
-	}
+	by = cmp.Or(by, "anonymous")
 	if fsm.ValidHolder(by) != nil { // control characters, invalid UTF-8
 		by = strconv.Quote(by)
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -28,9 +29,7 @@ func (c *Config) validateGroup(r *wire.GroupAcquireRequest) *wire.Error {
 	seen := make(map[string]bool, len(r.Keys))
 	for i := range r.Keys {
 		k := &r.Keys[i]
-		if k.Limit == 0 {
-			k.Limit = 1
-		}
+		k.Limit = cmp.Or(k.Limit, 1)
 		a := wire.AcquireRequest{Key: k.Key, Holder: r.Holder, TTLMS: r.TTLMS, SessionID: r.SessionID,
 			SessionToken: r.SessionToken, Limit: k.Limit, Metadata: r.Metadata, IdempotencyKey: r.IdempotencyKey,
 			WaitMS: r.WaitMS, LockDelayMS: r.LockDelayMS}
@@ -76,7 +75,7 @@ func (n *Node) AcquireGroup(ctx context.Context, r wire.GroupAcquireRequest) (*w
 	if err := n.cfg.validateGroup(&r); err != nil {
 		return nil, false, err
 	}
-	if err := n.groupsSupported(); err != nil {
+	if err := n.serversRead("lease groups", func(p cluster.Peer) bool { return p.LeaseGroups }); err != nil {
 		return nil, false, err
 	}
 	if err := n.disk.growthRefused(); err != nil {
@@ -187,7 +186,7 @@ func (n *Node) RenewGroup(ctx context.Context, r wire.GroupRenewRequest) (*wire.
 		}
 		cmd.TTLMS, cmd.TTLTicks = r.TTLMS, ticks(r.TTLMS, n.tk.period())
 	}
-	if err := n.groupsSupported(); err != nil {
+	if err := n.serversRead("lease groups", func(p cluster.Peer) bool { return p.LeaseGroups }); err != nil {
 		return nil, err
 	}
 	res, _, err := n.propose(ctx, cmd)
@@ -213,7 +212,7 @@ func (n *Node) ReleaseGroup(ctx context.Context, r wire.GroupReleaseRequest) (*w
 	if err := fsm.ValidReason(r.Reason); err != nil {
 		return nil, err
 	}
-	if err := n.groupsSupported(); err != nil {
+	if err := n.serversRead("lease groups", func(p cluster.Peer) bool { return p.LeaseGroups }); err != nil {
 		return nil, err
 	}
 	res, _, err := n.propose(ctx, &fsm.ReleaseGroup{GroupID: r.GroupID, TokenHash: hashToken(r.Token),
@@ -243,19 +242,4 @@ func (n *Node) GetGroup(ctx context.Context, id string, stale bool) (*wire.Lease
 		return nil, fsm.Errorf(wire.CodeLeaseNotFound, "lease group %s not found", id)
 	}
 	return n.rep.groupView(ls, wallNow()), nil
-}
-
-// groupsSupported refuses lease group entries while a server of the
-// configuration runs a version that does not read them (it would stop on
-// them): gossip says which do, as for renewMetaSupported.
-func (n *Node) groupsSupported() error {
-	ids, err := n.cl.ServerIDs()
-	if err != nil {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: "read the configuration: " + err.Error()}
-	}
-	if n.cfg.olderPeer || !n.mem.EveryServer(ids, func(p cluster.Peer) bool { return p.LeaseGroups }) {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: "a server of the cluster runs an older version that cannot apply " +
-			"lease groups (or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
-	}
-	return nil
 }

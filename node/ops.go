@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -93,9 +94,7 @@ func (c *Config) validateAcquire(r *wire.AcquireRequest) *wire.Error {
 // Business refusals are *Error values
 // (LEASE_HELD with the holders, LIMIT_MISMATCH, LOCK_DELAY, ...).
 func (n *Node) Acquire(ctx context.Context, r wire.AcquireRequest) (*wire.Lease, bool, error) {
-	if r.Limit == 0 {
-		r.Limit = 1
-	}
+	r.Limit = cmp.Or(r.Limit, 1)
 	if err := n.cfg.validateAcquire(&r); err != nil {
 		return nil, false, err
 	}
@@ -196,7 +195,7 @@ func (n *Node) Renew(ctx context.Context, id, token string, ttlMS int64) (*wire.
 // lease bound to a session takes a renewal only with metadata (and no TTL):
 // it changes its metadata, and its session keeps it alive. Metadata needs
 // every server of the cluster to run a version that reads it
-// (renewMetaSupported), else the renewal is refused with UNAVAILABLE.
+// (serversRead), else the renewal is refused with UNAVAILABLE.
 func (n *Node) RenewWith(ctx context.Context, r wire.RenewRequest) (*wire.Lease, error) {
 	if err := checkID("lease", r.LeaseID); err != nil {
 		return nil, err
@@ -218,7 +217,7 @@ func (n *Node) RenewWith(ctx context.Context, r wire.RenewRequest) (*wire.Lease,
 		if err := fsm.ValidMetadata(r.Metadata); err != nil {
 			return nil, err
 		}
-		if err := n.renewMetaSupported(); err != nil {
+		if err := n.serversRead("a renewal with metadata", func(p cluster.Peer) bool { return p.RenewMeta }); err != nil {
 			return nil, err
 		}
 		cmd.Metadata, cmd.SetMetadata = r.Metadata, true
@@ -242,32 +241,17 @@ func (n *Node) RenewWith(ctx context.Context, r wire.RenewRequest) (*wire.Lease,
 	return v, nil
 }
 
-// renewMetaSupported refuses metadata in a renewal while a server of the
-// configuration runs a version that does not read such entries (it would
-// stop on them): gossip says which do.
-func (n *Node) renewMetaSupported() error {
+// serversRead refuses an entry (what) while a server of the configuration
+// runs a version that does not read such entries (it would stop on them):
+// gossip says which do (reads).
+func (n *Node) serversRead(what string, reads func(cluster.Peer) bool) error {
 	ids, err := n.cl.ServerIDs()
 	if err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "read the configuration: " + err.Error()}
 	}
-	if n.cfg.olderPeer || !n.mem.EveryServer(ids, func(p cluster.Peer) bool { return p.RenewMeta }) {
+	if n.cfg.olderPeer || !n.mem.EveryServer(ids, reads) {
 		return &wire.Error{Code: wire.CodeUnavailable, Message: "a server of the cluster runs an older version that cannot apply " +
-			"a renewal with metadata (or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
-	}
-	return nil
-}
-
-// sessionMetaSupported refuses metadata in a session heartbeat while a
-// server of the configuration runs a version that does not read such
-// entries (it would stop on them), as renewMetaSupported does.
-func (n *Node) sessionMetaSupported() error {
-	ids, err := n.cl.ServerIDs()
-	if err != nil {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: "read the configuration: " + err.Error()}
-	}
-	if n.cfg.olderPeer || !n.mem.EveryServer(ids, func(p cluster.Peer) bool { return p.SessionMeta }) {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: "a server of the cluster runs an older version that cannot apply " +
-			"a session heartbeat with metadata (or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
+			what + " (or is not known to gossip yet); upgrade every server first, or retry shortly; nothing changed"}
 	}
 	return nil
 }
@@ -347,7 +331,7 @@ func (n *Node) Heartbeat(ctx context.Context, items []wire.HeartbeatItem) ([]wir
 		}
 	}
 	if meta {
-		if err := n.renewMetaSupported(); err != nil {
+		if err := n.serversRead("a renewal with metadata", func(p cluster.Peer) bool { return p.RenewMeta }); err != nil {
 			return nil, err
 		}
 	}
@@ -429,7 +413,7 @@ func (n *Node) SessionHeartbeatWith(ctx context.Context, req wire.SessionHeartbe
 		if err := fsm.ValidMetadata(req.Metadata); err != nil {
 			return nil, err
 		}
-		if err := n.sessionMetaSupported(); err != nil {
+		if err := n.serversRead("a session heartbeat with metadata", func(p cluster.Peer) bool { return p.SessionMeta }); err != nil {
 			return nil, err
 		}
 		cmd.Metadata, cmd.SetMetadata = req.Metadata, true

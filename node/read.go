@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -77,9 +78,7 @@ func (n *Node) ListLeases(ctx context.Context, r wire.ListRequest, stale bool) (
 	if r.Limit < 0 || r.Limit > 1000 {
 		return nil, wire.OutOfRange("limit", 1, 1000, int64(r.Limit), "")
 	}
-	if r.Limit == 0 {
-		r.Limit = 100
-	}
+	r.Limit = cmp.Or(r.Limit, 100)
 	if err := n.readBarrier(ctx, stale); err != nil {
 		return nil, err
 	}
@@ -140,9 +139,7 @@ func (n *Node) ListSessions(ctx context.Context, holder, after string, limit int
 	if limit < 0 || limit > 1000 {
 		return nil, wire.OutOfRange("limit", 1, 1000, int64(limit), "")
 	}
-	if limit == 0 {
-		limit = 100
-	}
+	limit = cmp.Or(limit, 100)
 	if err := n.readBarrier(ctx, stale); err != nil {
 		return nil, err
 	}
