@@ -134,8 +134,7 @@ func listScenarios(stdout io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tCLASS\tNODES\tDESCRIPTION")
 	for _, s := range chaos.Scenarios() {
-		n := s.Nodes
-		n = cmp.Or(n, 5)
+		n := cmp.Or(s.Nodes, 5)
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", s.Name, s.Class, n, s.Doc)
 	}
 	return tw.Flush()

@@ -35,8 +35,7 @@ type benchWorker struct {
 }
 
 func (w *benchWorker) fail(err error) {
-	code := string(client.ErrorCode(err))
-	code = cmp.Or(code, "transport")
+	code := cmp.Or(string(client.ErrorCode(err)), "transport")
 	w.errs[code]++
 }
 

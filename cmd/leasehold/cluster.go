@@ -34,8 +34,7 @@ func (a *app) clusterCmd(ctx context.Context, args []string) error {
 // clusterShow is "cluster status" and "cluster members" (sub).
 func (a *app) clusterShow(ctx context.Context, sub string, args []string) error {
 	fs := a.newFlagSet("cluster "+sub, "", "Show the cluster as the contacted node sees it.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	pos, err := a.parse(fs, args, clientEnv(), 0)
 	if err != nil {
 		return err
@@ -75,8 +74,7 @@ func (a *app) clusterShow(ctx context.Context, sub string, args []string) error 
 // clusterRemove is "cluster remove ID".
 func (a *app) clusterRemove(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("cluster remove", "ID", "Remove a server from the cluster (admin scope).")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	id, err := a.parseOne(fs, args)
 	if err != nil {
 		return err
@@ -94,8 +92,7 @@ func (a *app) clusterRemove(ctx context.Context, args []string) error {
 // clusterTransferLeadership is "cluster transfer-leadership [ID]".
 func (a *app) clusterTransferLeadership(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("cluster transfer-leadership", "[ID]", "Hand leadership to the voter ID, or to any voter (admin scope).")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	pos, err := a.parse(fs, args, clientEnv(), 0)
 	if err != nil {
 		return err
@@ -134,8 +131,7 @@ func printCluster(w io.Writer, st *wire.ClusterStatus) error {
 	p := newKV(w)
 	p.add("node", st.NodeID)
 	p.add("state", st.State)
-	leader := st.Leader
-	leader = cmp.Or(leader, "(none known)")
+	leader := cmp.Or(st.Leader, "(none known)")
 	if st.LeaderAddr != "" {
 		leader += " at " + st.LeaderAddr
 	}
@@ -165,12 +161,9 @@ func printMembers(w io.Writer, ms []wire.Member) error {
 		case m.Voter:
 			role = "voter"
 		}
-		httpAddr := m.HTTPAddr
-		httpAddr = cmp.Or(httpAddr, "-")
-		last := timeString(m.LastContact)
-		last = cmp.Or(last, "-")
-		gossip := m.Gossip
-		gossip = cmp.Or(gossip, "-")
+		httpAddr := cmp.Or(m.HTTPAddr, "-")
+		last := cmp.Or(timeString(m.LastContact), "-")
+		gossip := cmp.Or(m.Gossip, "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.RaftAddr, httpAddr, role, m.Health, gossip, last)
 	}
 	return tw.Flush()

@@ -183,8 +183,7 @@ func jsonRequested(args []string) bool {
 func globalFlags(args []string) (set [][2]string, rest []string, err error) {
 	fs := flag.NewFlagSet("leasehold", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var cf clientFlags
-	cf.register(fs)
+	newClientFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, usageErrorf("%v (before the command, only the client flags: %s)", err, strings.Join(flagNames(fs), " "))
 	}

@@ -38,8 +38,7 @@ func (a *app) grantCmd(ctx context.Context, args []string) error {
 		"that a resource verifies offline against the cluster's keys ('leasehold verify').\n"+
 		"Needs the lease's token, or the session's for a lease bound to a session. --json prints\n"+
 		"the lease with its grant.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	token := fs.String("lease-token", "", "the lease's token (env LEASEHOLD_LEASE_TOKEN)")
 	sessionToken := fs.String("session-token", "", "the session's token, for a bound lease (env LEASEHOLD_SESSION_TOKEN)")
 	stale := fs.Bool("stale", false, "answer (and sign) at the contacted node, not through the leader")
@@ -70,8 +69,7 @@ func (a *app) keysCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("keys", "", "Print the cluster's grant verification keys (GET /v1/keys): each key's id, server and\n"+
 		"whether it is retired. --json prints the key set itself (a JWK Set), to save for\n"+
 		"'leasehold verify --keys FILE' or for a resource's own verifier.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
 	pos, err := a.parse(fs, args, clientEnv(), 0)
 	if err != nil {
@@ -114,8 +112,7 @@ func (a *app) verifyCmd(ctx context.Context, args []string) error {
 		"saved with 'leasehold keys --json'), and so does the cluster id a grant must name\n"+
 		"unless --cluster-id is given. The time claims are estimates: see --leeway and\n"+
 		"--ignore-expiry. Exit status 0 when the grant verifies, 1 when not.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	keysFile := fs.String("keys", "", "key set file (JSON); default: fetch it from --addr")
 	var opts grant.VerifyOptions
 	fs.StringVar(&opts.ClusterID, "cluster-id", "", "the cluster the grant must name (default: the key set's)")

@@ -60,8 +60,7 @@ func (a *app) holdCmd(ctx context.Context, args []string) error {
 		"SIGKILL, before the lease can expire, and hold exits 1. SIGINT and SIGTERM are forwarded to CMD.\n"+
 		"Otherwise hold exits with CMD's status. With --grant-file PATH, PATH holds the lease's current\n"+
 		"grant (rewritten atomically at each renewal; LEASEHOLD_GRANT_FILE names it) for CMD to present.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	holder := fs.String("holder", fmt.Sprintf("%s-%d", defaultHolder(), os.Getpid()), "holder name")
 	ttl := fs.Duration("ttl", 10*time.Second, "lease TTL; renewed every TTL/3")
 	wait := fs.Duration("wait", 0, "wait up to this long for the lease")
@@ -188,8 +187,7 @@ func keepAliveUntilDone(ctx context.Context, start func(context.Context) (*clien
 // it when ka is lost, and releases ka when the command is done. env is added
 // to the command's environment.
 func runUnder(ctx context.Context, ka *client.KeepAlive, o holdOptions, env []string, sigs <-chan os.Signal, logf func(string, ...any)) error {
-	prog := o.prog
-	prog = cmp.Or(prog, "hold")
+	prog := cmp.Or(o.prog, "hold")
 	release := func(reason string, timeout time.Duration) {
 		releaseHeld(ctx, ka, o.stderr, prog, reason, timeout, logf)
 	}

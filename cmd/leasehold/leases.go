@@ -25,8 +25,7 @@ func defaultHolder() string {
 func (a *app) acquireCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("acquire", "KEY [KEY...]", "Acquire a lease on KEY and print it with its secret token (shown only here). "+
 		"With several KEYs, one lease on each in one request, all or nothing (a lease group: renew, release and get it by its lg_ id).")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	holder := fs.String("holder", defaultHolder(), "holder name")
 	ttl := fs.Duration("ttl", 30*time.Second, "TTL of a standalone lease")
 	session := fs.String("session", "", "bind the lease to this session instead of a TTL")
@@ -86,8 +85,7 @@ func (a *app) acquireCmd(ctx context.Context, args []string) error {
 
 func (a *app) renewCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("renew", "LEASE_ID", "Renew a standalone lease (every lease of a group, given its lg_ id).")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	token := fs.String("lease-token", "", "the lease's token (env LEASEHOLD_LEASE_TOKEN)")
 	ttl := fs.Duration("ttl", 0, "new TTL (default: keep the lease's)")
 	withGrant := fs.Bool("grant", false, "ask for a grant of the renewed lease")
@@ -122,8 +120,7 @@ func (a *app) renewCmd(ctx context.Context, args []string) error {
 func (a *app) releaseCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("release", "LEASE_ID", "Release a lease with its lease token (or, if bound to a session, the session token); "+
 		"every lease of a group, given its lg_ id.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	token := fs.String("lease-token", "", "the lease's token (env LEASEHOLD_LEASE_TOKEN)")
 	sessionToken := fs.String("session-token", "", "the session's token, for a bound lease (env LEASEHOLD_SESSION_TOKEN)")
 	reason := fs.String("reason", "", "why (kept as the lease's end_reason)")
@@ -157,8 +154,7 @@ func (a *app) releaseCmd(ctx context.Context, args []string) error {
 
 func (a *app) revokeCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("revoke", "LEASE_ID", "Force-release a lease as an operator (admin scope).")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	reason := fs.String("reason", "", "why (kept as the lease's end_reason)")
 	id, err := a.parseOne(fs, args)
 	if err != nil {
@@ -195,8 +191,7 @@ func (a *app) getCmd(ctx context.Context, args []string) error {
 func showOne[T any](a *app, ctx context.Context, args []string, name, arg, help string,
 	get func(*client.Client, context.Context, string) (T, error), print func(io.Writer, T) error) error {
 	fs := a.newFlagSet(name, arg, help)
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
 	id, err := a.parseOne(fs, args)
 	if err != nil {
@@ -215,8 +210,7 @@ func showOne[T any](a *app, ctx context.Context, args []string, name, arg, help 
 
 func (a *app) listCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("list", "", "List leases. Filters combine; --all follows the pages to the end.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	var req wire.ListRequest
 	fs.StringVar(&req.Key, "key", "", "only this key")
 	fs.StringVar(&req.Prefix, "prefix", "", "only keys with this prefix")
@@ -262,8 +256,7 @@ func printLeaseList(w io.Writer, l *wire.LeaseList) error {
 		if x.State == "active" {
 			rem = msString(x.RemainingMS)
 		}
-		sess := x.SessionID
-		sess = cmp.Or(sess, "-")
+		sess := cmp.Or(x.SessionID, "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", x.LeaseID, x.Key, x.Holder, x.State, x.FencingToken, rem, sess)
 	}
 	if err := tw.Flush(); err != nil {
@@ -277,8 +270,7 @@ func printLeaseList(w io.Writer, l *wire.LeaseList) error {
 
 func (a *app) validateCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("validate", "", "Check a fencing token (--key, --fencing-token) or a lease token (--lease-id, --lease-token).\nExit status 0 when valid, 1 when not.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	var req wire.ValidateRequest
 	fs.StringVar(&req.Key, "key", "", "the key the fencing token is for")
 	fs.Uint64Var(&req.FencingToken, "fencing-token", 0, "the fencing token to check")
@@ -324,8 +316,7 @@ func (a *app) validateCmd(ctx context.Context, args []string) error {
 
 func (a *app) holderReleaseCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("holder-release", "HOLDER", "End every lease and session of HOLDER (admin scope, or a write token scoped to HOLDER): crash recovery of a restarted worker.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	reason := fs.String("reason", "", "why (kept as each lease's end_reason)")
 	holder, err := a.parseOne(fs, args)
 	if err != nil {

@@ -27,8 +27,7 @@ func (a *app) lockCmd(ctx context.Context, args []string) error {
 		"semaphore of N slots. CMD gets LEASEHOLD_FENCING_TOKEN, LEASEHOLD_LEASE_ID, LEASEHOLD_KEY and\n"+
 		"LEASEHOLD_SESSION_ID; if the session cannot be kept alive, CMD's group gets SIGTERM, then SIGKILL,\n"+
 		"before the server could end it, and lock exits 1. Otherwise lock exits with CMD's status.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	holder := fs.String("holder", fmt.Sprintf("%s-%d", defaultHolder(), os.Getpid()), "holder name")
 	ttl := fs.Duration("ttl", recipe.DefaultSessionTTL, "session TTL: how soon the lock is freed if lock dies")
 	wait := fs.Duration("wait", 0, "give up after waiting this long (default: wait as long as it takes)")
@@ -147,8 +146,7 @@ func (a *app) keepAliveCmd(ctx context.Context, args []string) error {
 		"--session-token) alive until interrupted, renewing it as the client's KeepAlive does. Exits 0\n"+
 		"when interrupted (the lease or session is left to expire unless --release), 1 as soon as it is\n"+
 		"lost: before the server could end it, counted from the send time of the last renewal.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	token := fs.String("lease-token", "", "the lease's token (env LEASEHOLD_LEASE_TOKEN)")
 	session := fs.String("session", "", "keep this session alive instead of a lease")
 	sessionToken := fs.String("session-token", "", "the session's token (env LEASEHOLD_SESSION_TOKEN)")

@@ -33,6 +33,13 @@ func clientEnv(extra ...string) []envVar {
 	return append(append(envVars("addr", "token", "token-file"), clientTLSEnv...), envVars(extra...)...)
 }
 
+// newClientFlags registers the client flags on fs.
+func newClientFlags(fs *flag.FlagSet) *clientFlags {
+	cf := new(clientFlags)
+	cf.register(fs)
+	return cf
+}
+
 func (cf *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&cf.addr, "addr", "127.0.0.1:7700", "comma-separated node addresses (env LEASEHOLD_ADDR)")
 	fs.StringVar(&cf.token, "token", "", "bearer token (env LEASEHOLD_TOKEN)")

@@ -31,8 +31,7 @@ func (a *app) sessionCmd(ctx context.Context, args []string) error {
 
 func (a *app) sessionCreate(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("session create", "", "Create a session and print it with its secret token (shown only here).")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	holder := fs.String("holder", defaultHolder(), "holder name")
 	ttl := fs.Duration("ttl", 30*time.Second, "session TTL")
 	md := metadataFlag{}
@@ -66,8 +65,7 @@ func (a *app) sessionGet(ctx context.Context, args []string) error {
 
 func (a *app) sessionList(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("session list", "", "List sessions; --all follows the pages to the end.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	holder := fs.String("holder", "", "only this holder")
 	after := fs.String("after", "", "start after this cursor")
 	all := fs.Bool("all", false, "follow the pages to the end")
@@ -121,8 +119,7 @@ func printSessionList(w io.Writer, l *wire.SessionList) error {
 
 func (a *app) sessionHeartbeat(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("session heartbeat", "SESSION_ID", "Renew a session and every lease bound to it.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	token := fs.String("session-token", "", "the session's token (env LEASEHOLD_SESSION_TOKEN)")
 	id, err := a.parseOne(fs, args, "session-token")
 	if err != nil {
@@ -144,8 +141,7 @@ func (a *app) sessionHeartbeat(ctx context.Context, args []string) error {
 
 func (a *app) sessionEnd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("session end", "SESSION_ID", "End a session; its leases end with reason session_ended.\nWithout --session-token an operator forces the end (admin scope).")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	token := fs.String("session-token", "", "the session's token (env LEASEHOLD_SESSION_TOKEN); none: forced end")
 	id, err := a.parseOne(fs, args, "session-token")
 	if err != nil {

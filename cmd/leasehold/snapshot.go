@@ -50,8 +50,7 @@ func (a *app) snapshotSave(ctx context.Context, args []string) error {
 			"DIR/leasehold-<UTC time>.snap, and with --keep N only the newest N such\n"+
 			"files stay: older ones are deleted once the new one is saved and checked.\n"+
 			"Other files in DIR are never touched.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	keep := fs.Int("keep", 0, "with a directory: keep the newest N snapshots in it, delete older ones (0: keep all)")
 	target, err := a.parseOne(fs, args)
 	if err != nil {
@@ -160,8 +159,7 @@ func (a *app) snapshotRestore(ctx context.Context, args []string) error {
 			"fencing tokens only go forward. The file is checked here and again by the\n"+
 			"server before anything changes. --yes is required: nothing is asked\n"+
 			"interactively.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	yes := fs.Bool("yes", false, "confirm that the whole cluster state is to be replaced")
 	floor := fs.Uint64("fence-floor", 0, "the restored fencing tokens start above this one too: the fence_high of the cluster the file was saved from (GET /v1/cluster/local), when it issued tokens after the save; 0: none")
 	file, err := a.parseOne(fs, args)

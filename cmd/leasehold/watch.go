@@ -16,8 +16,7 @@ import (
 
 func (a *app) watchCmd(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("watch", "", "Stream lease and session events until interrupted, reconnecting (and resuming) when a stream breaks.\nWith --json, one JSON event per line.")
-	var cf clientFlags
-	cf.register(fs)
+	cf := newClientFlags(fs)
 	var opts client.WatchOptions
 	fs.StringVar(&opts.Key, "key", "", "only events of this key")
 	fs.StringVar(&opts.Prefix, "prefix", "", "only events of keys with this prefix")

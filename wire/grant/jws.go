@@ -250,8 +250,7 @@ type VerifyOptions struct {
 // checkClaims applies opts to verified claims; cluster is the key set's
 // cluster id.
 func (opts *VerifyOptions) checkClaims(c *Claims, cluster string) error {
-	want := opts.ClusterID
-	want = cmp.Or(want, cluster)
+	want := cmp.Or(opts.ClusterID, cluster)
 	if want == "" {
 		return fmt.Errorf("%w: no cluster id to check the grant against (the key set names none; set VerifyOptions.ClusterID)", ErrOtherCluster)
 	}
