@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -360,141 +358,13 @@ func (e *Env) flipLogBits(dir string, n int) (int, []string, error) {
 // entries were below its snapshot); it never serves as ready a state that
 // lost those commands. Then as bitflip. Real processes only, as bitflip.
 func (e *Env) bitflipType(ctx context.Context) error {
-	if e.Tier != "netns" {
-		return ErrUnsupported
-	}
-	l, err := e.WaitLeader(ctx, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	f := e.Others(l)[e.Rng.IntN(e.C.Size()-1)]
-	if err := e.C.Kill(f); err != nil {
-		return err
-	}
-	e.damaged[f] = true
-	flips, files, err := e.flipEntryTypes(e.C.DataDir(f), 5)
-	if err != nil {
-		return err
-	}
-	e.Count("type-flips", flips)
-	e.Note("bitflip-type", fmt.Sprintf("node %d killed; its 5 latest commands turned into no-ops (%d copies: %s)", f, flips, strings.Join(files, ", ")), nil)
-	var from int64
-	if st, err := os.Stat(e.C.LogPath(f)); err == nil {
-		from = st.Size()
-	}
-	refused, err := e.restartDamaged(ctx, "bitflip-type", f, l)
-	if err != nil || !refused {
-		return err
-	}
 	// Out of service is not enough: with more of the cluster damaged the
 	// state check's majority could convict a healthy server instead. The
 	// damaged server must have refused the entries itself.
-	b, err := os.ReadFile(e.C.LogPath(f))
-	if err != nil {
-		return err
-	}
-	if !bytes.Contains(b[min(from, int64(len(b))):], []byte("index or type damaged")) {
-		return fmt.Errorf("bitflip-type: node %d was taken out of service, but did not refuse a no-op that carries a command itself (no damaged entry named in %s)", f, e.C.LogPath(f))
-	}
-	e.Count("bitflip-type-named", 1)
-	return nil
-}
-
-// flipEntryTypes turns the n most recent command entries of the workload
-// (their data holds "chaos-") into no-ops (type 0 -> 1, one bit), every
-// copy of each in the log files under dir, and returns how many bytes it
-// changed and where. The most recent: older ones may be below the latest
-// snapshot, where nothing reads them. raft.db keeps an entry as a msgpack
-// map with sorted keys (..., "Data", "Extensions", "Index", "Term", "Type":
-// 0); a raft-wal segment as varints (index, term, type 0, data length)
-// before the data, whose first byte is the command's version (5, with a
-// checksum), in index order, segment after segment.
-func (e *Env) flipEntryTypes(dir string, n int) (int, []string, error) {
-	type spot struct {
-		path string
-		off  int
-		rank uint64 // orders entries by index
-	}
-	var spots []spot
-	var segments []string
-	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".wal") {
-			segments = append(segments, path)
-		}
-		return nil
-	})
-	sort.Strings(segments)
-	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		wal := strings.HasSuffix(path, ".wal")
-		if err != nil || d.IsDir() || !(wal || filepath.Base(path) == "raft.db") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil
-		}
-		seen := map[int]bool{}
-		for i := 0; ; {
-			j := bytes.Index(b[i:], []byte("chaos-"))
-			if j < 0 {
-				break
-			}
-			at := i + j
-			i = at + 1
-			off := typeByteOf(b, at, wal)
-			if off < 0 || seen[off] {
-				continue
-			}
-			seen[off] = true
-			var rank uint64
-			if wal {
-				rank = uint64(sort.SearchStrings(segments, path))<<40 | uint64(off)
-			} else if rank = boltEntryIndex(b, off); rank == 0 {
-				continue
-			}
-			spots = append(spots, spot{path, off, rank})
-		}
-		return nil
-	})
-	if len(spots) == 0 {
-		return 0, nil, fmt.Errorf("bitflip-type: no command entry of the workload under %s", dir)
-	}
-	ranks := map[uint64]bool{}
-	for _, s := range spots {
-		ranks[s.rank] = true
-	}
-	var order []uint64
-	for r := range ranks {
-		order = append(order, r)
-	}
-	slices.Sort(order)
-	pick := map[uint64]bool{}
-	for _, r := range order[max(0, len(order)-n):] {
-		pick[r] = true
-	}
-	flipped := 0
-	var touched []string
-	for _, s := range spots {
-		if !pick[s.rank] {
-			continue
-		}
-		fh, err := os.OpenFile(s.path, os.O_RDWR, 0)
-		if err != nil {
-			return flipped, touched, err
-		}
-		var b [1]byte
-		if _, err = fh.ReadAt(b[:], int64(s.off)); err == nil && b[0] == 0 {
-			b[0] = 1
-			_, err = fh.WriteAt(b[:], int64(s.off))
-		}
-		fh.Close()
-		if err != nil {
-			return flipped, touched, err
-		}
-		flipped++
-		touched = append(touched, fmt.Sprintf("%s@%d", filepath.Base(s.path), s.off))
-	}
-	return flipped, touched, nil
+	return e.damageLatest(ctx, latestDamage{name: "bitflip-type", flips: "type-flips", named: "bitflip-type-named",
+		what: "its 5 latest commands turned into no-ops", mark: "index or type damaged",
+		unnamed: "was taken out of service, but did not refuse a no-op that carries a command itself (no damaged entry named in %s)",
+		flip:    func(s cmdSpot) (int, byte, byte) { return s.typeAt, 0, 1 }})
 }
 
 // boltEntryIndex reads the "Index" of the raft.db entry whose "Type" value

@@ -24,6 +24,30 @@ import (
 // turns the guard off (canary_no_guard) applies the changed key and serves
 // a state that differs. Real processes only, as bitflip.
 func (e *Env) bitflipPayload(ctx context.Context) error {
+	// Refused by its checksum, not by anything else (a state check, a
+	// framing test): the entry decodes, so only the checksum sees it.
+	return e.damageLatest(ctx, latestDamage{name: "bitflip-payload", flips: "payload-flips", named: "bitflip-payload-checksum",
+		what: "one bit of a key in each of its 5 latest commands flipped", mark: "checksum mismatch",
+		unnamed: "did not serve, but its log names no checksum mismatch (%s): the damaged entries were not refused by their checksum",
+		flip:    func(s cmdSpot) (int, byte, byte) { return s.keyAt, 'c', 'C' }})
+}
+
+// latestDamage is what bitflipType and bitflipPayload do to the latest
+// commands of a stopped follower, and what its log must name once it
+// refused them.
+type latestDamage struct {
+	name, flips, named string // the scenario; its counts of bytes changed and of refusals its log names
+	what               string // what became of the commands
+	mark, unnamed      string // what the log must name; the failure (of the log's path) when it does not
+	// flip gives the byte of an entry's copy to change: at off, from
+	// becomes to (a byte that is not from stays).
+	flip func(cmdSpot) (off int, from, to byte)
+}
+
+// damageLatest kills a follower, changes every copy of its 5 latest
+// command entries (d.flip), restarts it (restartDamaged) and, if it
+// refused, requires its log to name d.mark.
+func (e *Env) damageLatest(ctx context.Context, d latestDamage) error {
 	if e.Tier != "netns" {
 		return ErrUnsupported
 	}
@@ -36,48 +60,60 @@ func (e *Env) bitflipPayload(ctx context.Context) error {
 		return err
 	}
 	e.damaged[f] = true
-	flips, files, err := flipPayloads(e.C.DataDir(f), 5)
+	spots, err := latestCommands(d.name, e.C.DataDir(f), 5)
 	if err != nil {
 		return err
 	}
-	e.Count("payload-flips", flips)
-	e.Note("bitflip-payload", fmt.Sprintf("node %d killed; one bit of a key in each of its 5 latest commands flipped (%d copies: %s)",
-		f, flips, strings.Join(files, ", ")), nil)
+	var files []string
+	for _, s := range spots {
+		off, from, to := d.flip(s)
+		if changed, err := patchByte(s.path, off, from, to); err != nil {
+			return err
+		} else if changed {
+			files = append(files, fmt.Sprintf("%s@%d", filepath.Base(s.path), off))
+		}
+	}
+	e.Count(d.flips, len(files))
+	e.Note(d.name, fmt.Sprintf("node %d killed; %s (%d copies: %s)", f, d.what, len(files), strings.Join(files, ", ")), nil)
 	var from int64
 	if st, err := os.Stat(e.C.LogPath(f)); err == nil {
 		from = st.Size()
 	}
-	refused, err := e.restartDamaged(ctx, "bitflip-payload", f, l)
+	refused, err := e.restartDamaged(ctx, d.name, f, l)
 	if err != nil || !refused {
 		return err
 	}
-	// Refused by its checksum, not by anything else (a state check, a
-	// framing test): the entry decodes, so only the checksum sees it.
 	b, err := os.ReadFile(e.C.LogPath(f))
 	if err != nil {
 		return err
 	}
-	if !bytes.Contains(b[min(from, int64(len(b))):], []byte("checksum mismatch")) {
-		return fmt.Errorf("bitflip-payload: node %d did not serve, but its log names no checksum mismatch (%s): the damaged entries were not refused by their checksum",
-			f, e.C.LogPath(f))
+	if !bytes.Contains(b[min(from, int64(len(b))):], []byte(d.mark)) {
+		return fmt.Errorf("%s: node %d "+d.unnamed, d.name, f, e.C.LogPath(f))
 	}
-	e.Count("bitflip-payload-checksum", 1)
+	e.Count(d.named, 1)
 	return nil
 }
 
-// flipPayloads flips one bit (0x20: 'c' to 'C') at the start of the
-// workload key in each of the n most recent command entries under dir
-// (raft.db or raft-wal segments; every copy bbolt keeps of each), and
-// returns how many bytes it changed and where. The most recent: a restart
-// replays them (no snapshot covers them yet). The entries still decode: a
-// key's letter changes, not its length.
-func flipPayloads(dir string, n int) (int, []string, error) {
-	type spot struct {
-		path string
-		at   int    // the key's first byte
-		rank uint64 // orders entries by index
-	}
-	var spots []spot
+// cmdSpot is one copy of a command entry of the workload in a log file:
+// where its first workload key starts and where its type byte is (0, a
+// command); rank orders entries by index.
+type cmdSpot struct {
+	path          string
+	keyAt, typeAt int
+	rank          uint64
+}
+
+// latestCommands finds every copy of the n most recent command entries
+// of the workload (their data holds "chaos-") in the log files under dir
+// (raft.db or raft-wal segments; every copy bbolt keeps of each). The
+// most recent: a restart replays them (no snapshot covers them yet).
+// raft.db keeps an entry as a msgpack map with sorted keys (..., "Data",
+// "Extensions", "Index", "Term", "Type": 0); a raft-wal segment as
+// varints (index, term, type 0, data length) before the data, whose first
+// byte is the command's version (5, with a checksum), in index order,
+// segment after segment.
+func latestCommands(name, dir string, n int) ([]cmdSpot, error) {
+	var spots []cmdSpot
 	var segments []string
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".wal") {
@@ -114,12 +150,12 @@ func flipPayloads(dir string, n int) (int, []string, error) {
 			} else if rank = boltEntryIndex(b, off); rank == 0 {
 				continue
 			}
-			spots = append(spots, spot{path, at, rank})
+			spots = append(spots, cmdSpot{path, at, off, rank})
 		}
 		return nil
 	})
 	if len(spots) == 0 {
-		return 0, nil, fmt.Errorf("bitflip-payload: no command entry of the workload under %s", dir)
+		return nil, fmt.Errorf("%s: no command entry of the workload under %s", name, dir)
 	}
 	var order []uint64
 	for _, s := range spots {
@@ -127,33 +163,22 @@ func flipPayloads(dir string, n int) (int, []string, error) {
 	}
 	slices.Sort(order)
 	order = slices.Compact(order)
-	pick := map[uint64]bool{}
-	for _, r := range order[max(0, len(order)-n):] {
-		pick[r] = true
+	latest := order[max(0, len(order)-n):]
+	return slices.DeleteFunc(spots, func(s cmdSpot) bool { _, found := slices.BinarySearch(latest, s.rank); return !found }), nil
+}
+
+// patchByte sets the byte at off of the file at path to to if it is from,
+// and reports whether it did.
+func patchByte(path string, off int, from, to byte) (bool, error) {
+	fh, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return false, err
 	}
-	flipped := 0
-	var touched []string
-	for _, s := range spots {
-		if !pick[s.rank] {
-			continue
-		}
-		fh, err := os.OpenFile(s.path, os.O_RDWR, 0)
-		if err != nil {
-			return flipped, touched, err
-		}
-		var b [1]byte
-		if _, err = fh.ReadAt(b[:], int64(s.at)); err == nil && b[0] == 'c' {
-			b[0] ^= 0x20
-			_, err = fh.WriteAt(b[:], int64(s.at))
-			if err == nil {
-				flipped++
-				touched = append(touched, fmt.Sprintf("%s@%d", filepath.Base(s.path), s.at))
-			}
-		}
-		fh.Close()
-		if err != nil {
-			return flipped, touched, err
-		}
+	defer fh.Close()
+	var b [1]byte
+	if _, err := fh.ReadAt(b[:], int64(off)); err != nil || b[0] != from {
+		return false, err
 	}
-	return flipped, touched, nil
+	_, err = fh.WriteAt([]byte{to}, int64(off))
+	return err == nil, err
 }

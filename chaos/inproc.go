@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -110,21 +111,15 @@ var _ Cluster = (*InprocCluster)(nil)
 // once every node is ready and the leader's configuration holds all of them
 // as voters (or ctx ends).
 func NewInprocCluster(ctx context.Context, opts InprocOptions) (*InprocCluster, error) {
-	if opts.Nodes == 0 {
-		opts.Nodes = 3
-	}
+	opts.Nodes = cmp.Or(opts.Nodes, 3)
 	if opts.Nodes < 1 || opts.Nodes > 9 {
 		return nil, fmt.Errorf("chaos: %d nodes; want 1-9", opts.Nodes)
 	}
 	if opts.Dir == "" {
 		return nil, errors.New("chaos: InprocOptions.Dir is required")
 	}
-	if opts.RaftTimeout == 0 {
-		opts.RaftTimeout = 400 * time.Millisecond
-	}
-	if opts.TickPeriod == 0 {
-		opts.TickPeriod = 100 * time.Millisecond
-	}
+	opts.RaftTimeout = cmp.Or(opts.RaftTimeout, 400*time.Millisecond)
+	opts.TickPeriod = cmp.Or(opts.TickPeriod, 100*time.Millisecond)
 	if err := os.MkdirAll(filepath.Join(opts.Dir, "logs"), 0o755); err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}

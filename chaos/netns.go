@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,9 +94,7 @@ type clockFault struct {
 }
 
 func (o *NetnsOptions) setDefaults() error {
-	if o.Nodes == 0 {
-		o.Nodes = 5
-	}
+	o.Nodes = cmp.Or(o.Nodes, 5)
 	if o.Nodes < 1 || o.Nodes > netnsMaxNodes {
 		return fmt.Errorf("chaos: Nodes %d: want 1 to %d", o.Nodes, netnsMaxNodes)
 	}

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -219,24 +220,16 @@ func writeRunFiles(rc RunConfig, info porcupine.LinearizationInfo, windows []win
 
 // defaults fills in what rc leaves zero.
 func (rc *RunConfig) defaults() {
-	if rc.Warmup == 0 {
-		rc.Warmup = 3 * time.Second
-	}
-	if rc.Recovery == 0 {
-		rc.Recovery = 4 * time.Second
-	}
+	rc.Warmup = cmp.Or(rc.Warmup, 3*time.Second)
+	rc.Recovery = cmp.Or(rc.Recovery, 4*time.Second)
 	if rc.Eps == 0 {
 		rc.Eps = 0.01
 		if rc.Scenario.Eps > 0 {
 			rc.Eps = rc.Scenario.Eps
 		}
 	}
-	if rc.CheckTimeout == 0 {
-		rc.CheckTimeout = 60 * time.Second
-	}
-	if rc.MinOpsBeforeFault == 0 {
-		rc.MinOpsBeforeFault = 30
-	}
+	rc.CheckTimeout = cmp.Or(rc.CheckTimeout, 60*time.Second)
+	rc.MinOpsBeforeFault = cmp.Or(rc.MinOpsBeforeFault, 30)
 }
 
 // startLoad starts the workloads (lease and counter workers) and the tick

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,9 +82,7 @@ type SuiteResult struct {
 // RunSuite runs the scenarios in turn, each in its own directory under Dir,
 // and writes Dir/suite.json and a table to Out.
 func RunSuite(ctx context.Context, sc SuiteConfig) (*SuiteResult, error) {
-	if sc.Runs == 0 {
-		sc.Runs = 1
-	}
+	sc.Runs = cmp.Or(sc.Runs, 1)
 	if err := os.MkdirAll(sc.Dir, 0o755); err != nil {
 		return nil, err
 	}

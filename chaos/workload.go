@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -45,27 +46,15 @@ type WorkloadConfig struct {
 }
 
 func (c *WorkloadConfig) defaults() {
-	if c.LeaseWorkers == 0 {
-		c.LeaseWorkers = 8
-	}
-	if c.CounterWorkers == 0 {
-		c.CounterWorkers = 3
-	}
-	if c.Keys == 0 {
-		c.Keys = 3
-	}
-	if c.RotateEvery == 0 {
-		c.RotateEvery = 300
-	}
+	c.LeaseWorkers = cmp.Or(c.LeaseWorkers, 8)
+	c.CounterWorkers = cmp.Or(c.CounterWorkers, 3)
+	c.Keys = cmp.Or(c.Keys, 3)
+	c.RotateEvery = cmp.Or(c.RotateEvery, 300)
 	if len(c.TTLs) == 0 {
 		c.TTLs = []int64{1000, 1500, 2000}
 	}
-	if c.OpTimeout == 0 {
-		c.OpTimeout = 2500 * time.Millisecond
-	}
-	if c.Pace == 0 {
-		c.Pace = 10 * time.Millisecond
-	}
+	c.OpTimeout = cmp.Or(c.OpTimeout, 2500*time.Millisecond)
+	c.Pace = cmp.Or(c.Pace, 10*time.Millisecond)
 }
 
 // classify turns a client error into an operation status.
