@@ -14,7 +14,6 @@ import (
 // follower, keeps the member registry and the leases live before it, and
 // fencing tokens stay above every earlier one after a failover too.
 func TestClusterSnapshotRestore(t *testing.T) {
-	t.Parallel() // its own three-server cluster; mostly waiting on it
 	c := threeNodes(t)
 	ctx := context.Background()
 	l := c.leader()
@@ -84,7 +83,6 @@ func TestClusterSnapshotRestore(t *testing.T) {
 // raft.Restore, the old leader kept a restored state nobody else had and
 // rejected every append at the index Restore burned.)
 func TestClusterRestoreLostToAnotherLeader(t *testing.T) {
-	t.Parallel() // its own three-server cluster; mostly waiting on it
 	for _, step := range []string{"first-chunk", "chunks-sent"} {
 		t.Run(step, func(t *testing.T) {
 			c := threeNodes(t)

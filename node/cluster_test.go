@@ -245,7 +245,6 @@ func TestClusterFailoverKeepsRemainingTime(t *testing.T) {
 }
 
 func TestClusterDeposedLeaderNeitherGrantsNorReads(t *testing.T) {
-	t.Parallel() // its own three-server cluster; mostly waiting on it
 	c := threeNodes(t)
 	ctx := context.Background()
 	old := c.leader()
@@ -295,7 +294,6 @@ func TestClusterDeposedLeaderNeitherGrantsNorReads(t *testing.T) {
 }
 
 func TestClusterRemoveMemberKeepsLeasesAndRefusesReturn(t *testing.T) {
-	t.Parallel() // its own three-server cluster; mostly waiting on it
 	c := threeNodes(t)
 	ctx := context.Background()
 	l := c.leader()
