@@ -109,9 +109,12 @@ func (c *Cluster) Reconcile(ctx context.Context, conf Configuration, m Membershi
 				c.replaceWiped(ctx, p, rec, m)
 			}
 			// The same server (its data directory, as recorded) at
-			// another address: a new IP after a restart.
+			// another address: a new IP after a restart. This one too: a
+			// server that came back at another address and won an election
+			// before a leader updated it must update its own entry, or the
+			// others dial the address it left once it no longer leads.
 			if p.Status == "alive" && p.Raft != "" && known && !rec.Removed && rec.Incarnation == p.Incarnation &&
-				p.ID != c.cfg.NodeID && p.Raft != addrOf[p.ID] &&
+				p.Raft != addrOf[p.ID] &&
 				(p.ClusterID == "" || ours == "" || p.ClusterID == ours) {
 				c.updateAddress(p, addrOf[p.ID], m)
 			}
