@@ -147,6 +147,15 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 	return decodeBody(resp, out)
 }
 
+// doNew is do into a new T: the T, or nil and the error.
+func doNew[T any](ctx context.Context, c *Client, cl call) (*T, error) {
+	v := new(T)
+	if err := c.do(ctx, cl, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
 // send performs the request and returns a 2xx response whose body the
 // caller must close, and cancel, which releases the attempt's timeout.
 func (c *Client) send(ctx context.Context, cl call) (*http.Response, context.CancelFunc, error) {

@@ -25,13 +25,8 @@ func (c *Client) Keys(ctx context.Context) (*grant.KeySet, error) {
 // gets one. With Options.StaleReads the contacted node answers and signs
 // from its own state.
 func (c *Client) LeaseGrant(ctx context.Context, req wire.GrantRequest) (*wire.Lease, error) {
-	var l wire.Lease
-	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/leases/" + escape(req.LeaseID), retry: retrySafe, read: true,
-		header: headers("X-Lease-Token", req.Token, "X-Session-Token", req.SessionToken)}, &l)
-	if err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return doNew[wire.Lease](ctx, c, call{method: http.MethodGet, path: "/v1/leases/" + escape(req.LeaseID), retry: retrySafe, read: true,
+		header: headers("X-Lease-Token", req.Token, "X-Session-Token", req.SessionToken)})
 }
 
 // GrantVerifier returns a verifier of grants against the cluster's key set,

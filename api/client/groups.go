@@ -36,17 +36,12 @@ func (c *Client) RenewGroup(ctx context.Context, groupID, token string, ttlMS in
 			TTLMS int64 `json:"ttl_ms"`
 		}{ttlMS}
 	}
-	var g wire.LeaseGroup
-	err := c.do(ctx, call{
+	return doNew[wire.LeaseGroup](ctx, c, call{
 		method: http.MethodPost,
 		path:   "/v1/groups/" + escape(groupID) + "/renew",
 		body:   body,
 		header: headers("X-Lease-Token", token),
-	}, &g)
-	if err != nil {
-		return nil, err
-	}
-	return &g, nil
+	})
 }
 
 // ReleaseGroup releases every lease of a lease group (DELETE

@@ -499,19 +499,14 @@ func (c *Client) renewRetrying(ctx context.Context, leaseID, token string, attem
 	if grant { // a grant changes nothing on the server: as safe to resend
 		body = map[string]bool{"grant": true}
 	}
-	var l wire.Lease
-	err := c.do(ctx, call{
+	return doNew[wire.Lease](ctx, c, call{
 		method:  http.MethodPost,
 		path:    "/v1/leases/" + escape(leaseID) + "/renew",
 		header:  headers("X-Lease-Token", token),
 		body:    body,
 		retry:   retrySafe,
 		timeout: attempt,
-	}, &l)
-	if err != nil {
-		return nil, err
-	}
-	return &l, nil
+	})
 }
 
 // leaseGone reports whether a renewal error means the lease is over for

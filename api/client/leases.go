@@ -87,17 +87,12 @@ func (c *Client) RenewWith(ctx context.Context, req wire.RenewRequest) (*wire.Le
 			Grant    bool              `json:"grant,omitempty"`
 		}{req.TTLMS, req.Metadata, req.Grant}
 	}
-	var l wire.Lease
-	err := c.do(ctx, call{
+	return doNew[wire.Lease](ctx, c, call{
 		method: http.MethodPost,
 		path:   "/v1/leases/" + escape(req.LeaseID) + "/renew",
 		body:   body,
 		header: headers("X-Lease-Token", req.Token),
-	}, &l)
-	if err != nil {
-		return nil, err
-	}
-	return &l, nil
+	})
 }
 
 // Release ends a lease (DELETE /v1/leases/:id) with its lease token or, for
@@ -191,15 +186,10 @@ type ReleaseHolderResult struct {
 // ReleaseHolder ends every lease and session of a holder (admin scope, or
 // a write token scoped to that holder).
 func (c *Client) ReleaseHolder(ctx context.Context, holder, reason string) (*ReleaseHolderResult, error) {
-	var out ReleaseHolderResult
-	err := c.do(ctx, call{
+	return doNew[ReleaseHolderResult](ctx, c, call{
 		method: http.MethodPost,
 		path:   "/v1/holders/" + escape(holder) + "/release",
 		body:   reasonBody{reason},
 		admin:  true,
-	}, &out)
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
+	})
 }

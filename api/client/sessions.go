@@ -38,16 +38,11 @@ func (c *Client) ListSessions(ctx context.Context, holder, after string) (*wire.
 // SessionHeartbeat renews a session and so every lease bound to it (POST
 // /v1/sessions/:id/heartbeat, X-Session-Token).
 func (c *Client) SessionHeartbeat(ctx context.Context, sessionID, token string) (*wire.Session, error) {
-	var s wire.Session
-	err := c.do(ctx, call{
+	return doNew[wire.Session](ctx, c, call{
 		method: http.MethodPost,
 		path:   "/v1/sessions/" + escape(sessionID) + "/heartbeat",
 		header: headers("X-Session-Token", token),
-	}, &s)
-	if err != nil {
-		return nil, err
-	}
-	return &s, nil
+	})
 }
 
 // SessionHeartbeatWith is SessionHeartbeat with the request's Metadata: if
@@ -60,17 +55,12 @@ func (c *Client) SessionHeartbeatWith(ctx context.Context, req wire.SessionHeart
 			Metadata map[string]string `json:"metadata"`
 		}{req.Metadata}
 	}
-	var s wire.Session
-	err := c.do(ctx, call{
+	return doNew[wire.Session](ctx, c, call{
 		method: http.MethodPost,
 		path:   "/v1/sessions/" + escape(req.SessionID) + "/heartbeat",
 		header: headers("X-Session-Token", req.Token),
 		body:   body,
-	}, &s)
-	if err != nil {
-		return nil, err
-	}
-	return &s, nil
+	})
 }
 
 // EndSession ends a session and all its leases (DELETE /v1/sessions/:id).
