@@ -336,7 +336,8 @@ func (e *Env) flipLogBits(dir string, n int) (int, []string, error) {
 			return flipped, touched, err
 		}
 		var b [1]byte
-		if _, err := fh.ReadAt(b[:], int64(s.off)); err == nil {
+		_, err = fh.ReadAt(b[:], int64(s.off))
+		if err == nil {
 			b[0] ^= 1 << e.Rng.IntN(8)
 			_, err = fh.WriteAt(b[:], int64(s.off))
 		}
