@@ -9,7 +9,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo un
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: run build test test-packages test-chaos test-chaos-clock test-python test-short bench bench-scale bench-scale-server hostile hostile-ci lint fuzz fuzz-ci image clean chaos chaos-ci canaries
+.PHONY: run build test test-chaos test-chaos-clock test-python test-short bench bench-scale bench-scale-server hostile hostile-ci lint fuzz fuzz-ci image clean chaos chaos-ci canaries
 
 # A single node on 127.0.0.1:7700 (HTTP), :7701 (Raft), :7702 (gossip),
 # data in ./leasehold-data. Ctrl-C stops it gracefully.
@@ -19,26 +19,21 @@ run: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/leasehold
 
-# Every test, under the race detector, in two phases of targets side by
-# side, each printing its output whole when it ends (make -O). First every
-# package but chaos (twice as many packages at once as there are cores:
-# their tests mostly wait on servers, elections and timers; node's took
-# 43 s of CPU in 412 s) beside the chaos package (the suite's in-process
-# tier: three-server clusters under faults, two at a time, mostly waiting
-# on the phases' timers): the longest of those packages and the chaos tier
-# take about as long, so neither waits for the other. Then the chaos
-# clock's own tests (only a build with the `chaos` tag has them) and the
-# Python client's (waiting on real servers). The chaos suite's
-# real-process tier (its harness's own tests and every scenario) and the
-# canaries are `make chaos-ci` (CI runs both).
+# Every test, under the race detector: every package but chaos, twice as
+# many packages at once as there are cores (their tests mostly wait on
+# servers, elections and timers); then, side by side, the chaos package
+# (the suite's in-process tier: three-server clusters under faults, two
+# at a time, mostly waiting on the phases' timers), the chaos clock's own
+# tests (only a build with the `chaos` tag has them) and the Python
+# client's (waiting on real servers). Each of the three prints its output
+# whole when it ends (make -O). The chaos suite's real-process tier (its
+# harness's own tests and every scenario) and the canaries are `make
+# chaos-ci` (CI runs both).
 test:
 	$(GO) vet ./...
 	$(GO) vet -tags chaos ./node/
-	$(MAKE) --no-print-directory -j2 -O test-packages test-chaos
-	$(MAKE) --no-print-directory -j2 -O test-chaos-clock test-python
-
-test-packages:
 	$(GO) test -race -count=1 -timeout 30m -p $$(( $$(nproc) * 2 )) $$($(GO) list ./... | grep -v '/chaos$$')
+	$(MAKE) --no-print-directory -j3 -O test-chaos test-chaos-clock test-python
 
 test-chaos:
 	$(GO) test -race -count=1 -timeout 35m ./chaos/
