@@ -8,6 +8,12 @@ import (
 
 func startTestGossip(t *testing.T, name string, key []byte) *Gossip {
 	t.Helper()
+	return startGossipMeta(t, name, key, Meta{ID: name})
+}
+
+// startGossipMeta starts gossip for server name that announces meta.
+func startGossipMeta(t *testing.T, name string, key []byte, meta Meta) *Gossip {
+	t.Helper()
 	// memberlist binds UDP and TCP on the same port: find one free for both.
 	var g *Gossip
 	var err error
@@ -19,7 +25,7 @@ func startTestGossip(t *testing.T, name string, key []byte) *Gossip {
 		addr := l.Addr().String()
 		l.Close()
 		g, err = StartGossip(GossipConfig{Name: name, BindAddr: addr, Key: key, Fast: true,
-			Meta: func() Meta { return Meta{ID: name} }})
+			Meta: func() Meta { return meta }})
 		if err == nil {
 			break
 		}

@@ -65,23 +65,7 @@ func TestReconcileUpdatesItsOwnAddress(t *testing.T) {
 	moved := l.Addr().String()
 	l.Close()
 	const inc = "dir-1"
-	var g *Gossip
-	for range 20 {
-		gl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := gl.Addr().String()
-		gl.Close()
-		if g, err = StartGossip(GossipConfig{Name: "a", BindAddr: addr, Fast: true,
-			Meta: func() Meta { return Meta{ID: "a", Raft: moved, Incarnation: inc, HasState: true} }}); err == nil {
-			break
-		}
-	}
-	if g == nil {
-		t.Fatal("gossip did not start")
-	}
-	t.Cleanup(func() { g.Close() })
+	g := startGossipMeta(t, "a", nil, Meta{ID: "a", Raft: moved, Incarnation: inc, HasState: true})
 	if p, ok := g.Peer("a"); !ok || p.Raft != moved || p.Status != "alive" {
 		t.Fatalf("gossip's own peer: %+v, %v", p, ok)
 	}
