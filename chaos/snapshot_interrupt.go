@@ -40,20 +40,9 @@ func init() {
 			"(a new leader sends it again); each time the follower must catch up; real processes only",
 		Expect: map[string]int{"installs-interrupted-follower-kill": 1, "installs-interrupted-leader-kill": 1, "installs-completed": 2},
 		Nemesis: func(ctx context.Context, e *Env) error {
-			th, ok := e.C.(throttler)
-			if !ok {
-				return fmt.Errorf("chaos: the %s tier cannot throttle a link: %w", e.Tier, ErrUnsupported)
-			}
-			file, restored, err := e.paddedSnapshot(ctx, padInterrupted)
+			th, err := e.paddedForInstall(ctx)
 			if err != nil {
 				return err
-			}
-			l, err := e.WaitLeader(ctx, 10*time.Second)
-			if err != nil {
-				return err
-			}
-			if _, err := e.restoreAttempt(ctx, l, file, restored, time.Minute); err != nil {
-				return fmt.Errorf("pad the state: %w", err)
 			}
 			for _, kill := range []string{"follower", "leader"} {
 				if err := e.interruptInstall(ctx, th, kill); err != nil {
@@ -311,4 +300,26 @@ func (e *Env) throttledInstall(ctx context.Context, th throttler) (*install, err
 		}
 	}
 	return &install{l: l, f: f, before: before, snap: snap, name: name, lOff: lOff, fOff: fOff}, nil
+}
+
+// paddedForInstall pads the state to padInterrupted leases through a
+// restore, so that a snapshot takes seconds over a throttled link, and
+// returns the tier's throttler (real processes only).
+func (e *Env) paddedForInstall(ctx context.Context) (throttler, error) {
+	th, ok := e.C.(throttler)
+	if !ok {
+		return nil, fmt.Errorf("chaos: the %s tier cannot throttle a link: %w", e.Tier, ErrUnsupported)
+	}
+	file, restored, err := e.paddedSnapshot(ctx, padInterrupted)
+	if err != nil {
+		return nil, err
+	}
+	l, err := e.WaitLeader(ctx, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.restoreAttempt(ctx, l, file, restored, time.Minute); err != nil {
+		return nil, fmt.Errorf("pad the state: %w", err)
+	}
+	return th, nil
 }

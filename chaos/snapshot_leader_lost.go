@@ -37,20 +37,9 @@ func init() {
 			"and the follower apply up to its commit index, within 20 s, the old leader still cut off; real processes only",
 		Expect: map[string]int{"installs-cut-leader-lost": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
-			th, ok := e.C.(throttler)
-			if !ok {
-				return fmt.Errorf("chaos: the %s tier cannot throttle a link: %w", e.Tier, ErrUnsupported)
-			}
-			file, restored, err := e.paddedSnapshot(ctx, padInterrupted)
+			th, err := e.paddedForInstall(ctx)
 			if err != nil {
 				return err
-			}
-			l, err := e.WaitLeader(ctx, 10*time.Second)
-			if err != nil {
-				return err
-			}
-			if _, err := e.restoreAttempt(ctx, l, file, restored, time.Minute); err != nil {
-				return fmt.Errorf("pad the state: %w", err)
 			}
 			return e.installLeaderLost(ctx, th)
 		}})
