@@ -129,12 +129,9 @@ func (a *app) parseBenchFlags(args []string) (*benchOptions, error) {
 	fs.StringVar(&cfg.prefix, "prefix", "", "key prefix (default bench/<random>/)")
 	via := fs.String("via", viaRaw, "how the per-request workloads reach the server: raw (the load generator's own HTTP/1.1 connections), client (api/client, as a Go program), or raw,client")
 	fs.BoolVar(&cfg.grant, "grant", false, "acquires and single renewals ask for a grant (a signed JWS), to measure what signing costs")
-	pos, err := a.parse(fs, args, clientEnv(), 0)
+	err := a.parseNone(fs, args, clientEnv(), "")
 	if err != nil {
 		return nil, err
-	}
-	if len(pos) != 0 {
-		return nil, usageErrorf("bench takes no arguments")
 	}
 	if o.workloads, err = parseBenchWorkloads(*workload); err != nil {
 		return nil, err

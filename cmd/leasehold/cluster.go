@@ -35,12 +35,8 @@ func (a *app) clusterCmd(ctx context.Context, args []string) error {
 func (a *app) clusterShow(ctx context.Context, sub string, args []string) error {
 	fs := a.newFlagSet("cluster "+sub, "", "Show the cluster as the contacted node sees it.")
 	cf := newClientFlags(fs)
-	pos, err := a.parse(fs, args, clientEnv(), 0)
-	if err != nil {
+	if err := a.parseNone(fs, args, clientEnv(), ""); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("cluster %s takes no arguments", sub)
 	}
 	c, err := cf.client()
 	if err != nil {

@@ -44,12 +44,8 @@ func (a *app) dataMigrateLog(args []string) error {
 		"See docs/operations.md, \"The Raft log store\".")
 	dir := fs.String("data-dir", "", "the data dir (--data-dir of the stopped server)")
 	to := fs.String("to", "", "the log store to move to: boltdb or wal")
-	pos, err := a.parse(fs, args, nil, 0)
-	if err != nil {
+	if err := a.parseNone(fs, args, nil, ""); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("data migrate-log takes no arguments")
 	}
 	if *dir == "" || (*to != cluster.LogStoreBoltDB && *to != cluster.LogStoreWAL) {
 		return usageErrorf("%s", dataUsage)

@@ -342,3 +342,31 @@ func TestTokenFile(t *testing.T) {
 		})
 	}
 }
+
+// TestTakesNoArguments: each command without arguments refuses one by
+// name, before it reaches a server.
+func TestTakesNoArguments(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "x"}, "bench takes no arguments"},
+		{[]string{"cluster", "status", "x"}, "cluster status takes no arguments"},
+		{[]string{"data", "migrate-log", "x"}, "data migrate-log takes no arguments"},
+		{[]string{"keys", "x"}, "keys takes no arguments"},
+		{[]string{"list", "x"}, "list takes no arguments (use --key or --prefix)"},
+		{[]string{"validate", "x"}, "validate takes no arguments"},
+		{[]string{"keygen", "x"}, "keygen takes no arguments"},
+		{[]string{"session", "create", "x"}, "session create takes no arguments"},
+		{[]string{"session", "list", "x"}, "session list takes no arguments"},
+		{[]string{"token", "create", "x"}, "token create takes no arguments"},
+		{[]string{"watch", "x"}, "watch takes no arguments (use --key or --prefix)"},
+	} {
+		a, _, _ := testApp(map[string]string{"LEASEHOLD_ADDR": "http://127.0.0.1:1"})
+		err := a.run(context.Background(), tt.args)
+		var ue *usageError
+		if !errors.As(err, &ue) || ue.msg != tt.want {
+			t.Errorf("%q: err = %v, want the usage error %q", tt.args, err, tt.want)
+		}
+	}
+}

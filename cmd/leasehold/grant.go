@@ -71,12 +71,8 @@ func (a *app) keysCmd(ctx context.Context, args []string) error {
 		"'leasehold verify --keys FILE' or for a resource's own verifier.")
 	cf := newClientFlags(fs)
 	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
-	pos, err := a.parse(fs, args, clientEnv(), 0)
-	if err != nil {
+	if err := a.parseNone(fs, args, clientEnv(), ""); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("keys takes no arguments")
 	}
 	c, err := cf.staleClient(*stale)
 	if err != nil {

@@ -221,12 +221,8 @@ func (a *app) listCmd(ctx context.Context, args []string) error {
 	fs.IntVar(&req.Limit, "limit", 0, "page size (server default 100, at most 1000)")
 	all := fs.Bool("all", false, "follow the pages to the end")
 	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
-	pos, err := a.parse(fs, args, clientEnv(), 0)
-	if err != nil {
+	if err := a.parseNone(fs, args, clientEnv(), " (use --key or --prefix)"); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("list takes no arguments (use --key or --prefix)")
 	}
 	c, err := cf.staleClient(*stale)
 	if err != nil {
@@ -276,12 +272,8 @@ func (a *app) validateCmd(ctx context.Context, args []string) error {
 	fs.Uint64Var(&req.FencingToken, "fencing-token", 0, "the fencing token to check")
 	fs.StringVar(&req.LeaseID, "lease-id", "", "the lease the token is for")
 	fs.StringVar(&req.Token, "lease-token", "", "the lease token to check (env LEASEHOLD_LEASE_TOKEN)")
-	pos, err := a.parse(fs, args, clientEnv("lease-token"), 0)
-	if err != nil {
+	if err := a.parseNone(fs, args, clientEnv("lease-token"), ""); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("validate takes no arguments")
 	}
 	switch {
 	case req.Key != "" && req.FencingToken != 0 && req.LeaseID == "":
@@ -348,4 +340,17 @@ func (a *app) parseOne(fs *flag.FlagSet, args []string, extraEnv ...string) (str
 		return "", usageErrorf("%s takes exactly one argument (run 'leasehold %s -h')", fs.Name(), fs.Name())
 	}
 	return pos[0], nil
+}
+
+// parseNone parses a command that takes no arguments; hint ends the usage
+// error of one given.
+func (a *app) parseNone(fs *flag.FlagSet, args []string, env []envVar, hint string) error {
+	pos, err := a.parse(fs, args, env, 0)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErrorf("%s takes no arguments%s", fs.Name(), hint)
+	}
+	return nil
 }

@@ -59,12 +59,9 @@ func (a *app) keygenCmd(ctx context.Context, args []string) error {
 		"With --grant: an Ed25519 grant signing key in PKCS #8 PEM, for one server's --grant-key-file:\n"+
 		"  (umask 077; leasehold keygen --grant > grant.key)")
 	grantKey := fs.Bool("grant", false, "print an Ed25519 grant signing key (PKCS #8 PEM) instead")
-	pos, err := a.parse(fs, args, nil, 0)
+	err := a.parseNone(fs, args, nil, "")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("keygen takes no arguments")
 	}
 	if *grantKey {
 		return printGrantKey(a.stdout)

@@ -36,12 +36,8 @@ func (a *app) sessionCreate(ctx context.Context, args []string) error {
 	ttl := fs.Duration("ttl", 30*time.Second, "session TTL")
 	md := metadataFlag{}
 	fs.Var(md, "metadata", "metadata key=value (repeatable)")
-	pos, err := a.parse(fs, args, clientEnv(), 0)
-	if err != nil {
+	if err := a.parseNone(fs, args, clientEnv(), ""); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("session create takes no arguments")
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -70,12 +66,8 @@ func (a *app) sessionList(ctx context.Context, args []string) error {
 	after := fs.String("after", "", "start after this cursor")
 	all := fs.Bool("all", false, "follow the pages to the end")
 	stale := fs.Bool("stale", false, "answer from the contacted node, not through the leader")
-	pos, err := a.parse(fs, args, clientEnv(), 0)
-	if err != nil {
+	if err := a.parseNone(fs, args, clientEnv(), ""); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("session list takes no arguments")
 	}
 	c, err := cf.staleClient(*stale)
 	if err != nil {

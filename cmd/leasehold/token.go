@@ -62,12 +62,8 @@ func (a *app) tokenCmd(ctx context.Context, args []string) error {
 	fs.Var(&holders, "holder", "the token may act as this holder (repeatable)")
 	fs.Var(&holderPrefixes, "holder-prefix", "the token may act as holders with this prefix (repeatable)")
 	asJSON := fs.Bool("json", false, "print one JSON object with token and entry")
-	pos, err := a.parse(fs, args[1:], nil, 0)
-	if err != nil {
+	if err := a.parseNone(fs, args[1:], nil, ""); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("token create takes no arguments")
 	}
 	if *name == "" {
 		return usageErrorf("token create needs --name")

@@ -24,12 +24,8 @@ func (a *app) watchCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&opts.LastEventID, "last-event-id", "", "resume after this event id")
 	fs.Uint64Var(&opts.AfterIndex, "after-index", 0, "resume after this Raft index")
 	fs.BoolVar(&opts.FromStart, "from-start", false, "replay the history the node keeps")
-	pos, err := a.parse(fs, args, clientEnv(), 0)
-	if err != nil {
+	if err := a.parseNone(fs, args, clientEnv(), " (use --key or --prefix)"); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usageErrorf("watch takes no arguments (use --key or --prefix)")
 	}
 	c, err := cf.client()
 	if err != nil {
