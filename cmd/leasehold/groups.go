@@ -7,7 +7,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/leasehold/leasehold/api/client"
 	"github.com/leasehold/leasehold/node"
@@ -76,22 +75,14 @@ func printGroup(w io.Writer, g *wire.LeaseGroup) error {
 	p.add("holder", g.Holder)
 	p.add("state", g.State)
 	p.add("session_id", g.SessionID)
-	p.add("ttl", msString(g.TTLMS))
-	if g.State == "active" {
-		p.add("remaining", msString(g.RemainingMS))
-		p.add("expires_at", timeString(&g.ExpiresAt))
-		p.add("heartbeat_interval", msString(g.HeartbeatIntervalMS))
-	}
+	p.life(g.State, g.TTLMS, g.RemainingMS, g.ExpiresAt, g.HeartbeatIntervalMS)
 	p.add("token", g.Token)
 	if err := p.flush(); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nKEY\tLEASE_ID\tFENCING_TOKEN\tLIMIT\tSTATE")
-	for _, l := range g.Leases {
+	return table(w, "\nKEY\tLEASE_ID\tFENCING_TOKEN\tLIMIT\tSTATE", g.Leases, func(tw io.Writer, l *wire.Lease) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", l.Key, l.LeaseID, l.FencingToken, l.Limit, l.State)
-	}
-	return tw.Flush()
+	}, "")
 }
 
 // leaseOrGroup is what get prints: a lease, or a lease group for an lg_ id.

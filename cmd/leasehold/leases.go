@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
@@ -140,16 +139,13 @@ func (a *app) releaseCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if g == nil {
-			return a.printMaybeLease(cf.json, nil, "released "+id)
-		}
-		return output(a.stdout, cf.json, g, printGroup)
+		return printOr(a.stdout, cf.json, g, "released "+id, printGroup)
 	}
 	l, err := c.Release(ctx, wire.ReleaseRequest{LeaseID: id, Token: *token, SessionToken: *sessionToken, Reason: *reason})
 	if err != nil {
 		return err
 	}
-	return a.printMaybeLease(cf.json, l, "released "+id)
+	return printOr(a.stdout, cf.json, l, "released "+id, printLease)
 }
 
 func (a *app) revokeCmd(ctx context.Context, args []string) error {
@@ -168,18 +164,7 @@ func (a *app) revokeCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.printMaybeLease(cf.json, l, "revoked "+id)
-}
-
-func (a *app) printMaybeLease(asJSON bool, l *wire.Lease, fallback string) error {
-	if l == nil {
-		if asJSON {
-			return writeJSON(a.stdout, struct{}{})
-		}
-		_, err := fmt.Fprintln(a.stdout, fallback)
-		return err
-	}
-	return output(a.stdout, asJSON, l, printLease)
+	return printOr(a.stdout, cf.json, l, "revoked "+id, printLease)
 }
 
 func (a *app) getCmd(ctx context.Context, args []string) error {
@@ -245,23 +230,14 @@ func (a *app) listCmd(ctx context.Context, args []string) error {
 }
 
 func printLeaseList(w io.Writer, l *wire.LeaseList) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "LEASE_ID\tKEY\tHOLDER\tSTATE\tFENCING\tREMAINING\tSESSION")
-	for _, x := range l.Leases {
+	return table(w, "LEASE_ID\tKEY\tHOLDER\tSTATE\tFENCING\tREMAINING\tSESSION", l.Leases, func(tw io.Writer, x *wire.Lease) {
 		rem := "-"
 		if x.State == "active" {
 			rem = msString(x.RemainingMS)
 		}
 		sess := cmp.Or(x.SessionID, "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", x.LeaseID, x.Key, x.Holder, x.State, x.FencingToken, rem, sess)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if l.Next != "" {
-		fmt.Fprintf(w, "more: --after %s (or --all)\n", l.Next)
-	}
-	return nil
+	}, l.Next)
 }
 
 func (a *app) validateCmd(ctx context.Context, args []string) error {

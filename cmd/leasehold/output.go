@@ -168,6 +168,56 @@ func (p *kv) add(name string, value any) {
 
 func (p *kv) flush() error { return p.tw.Flush() }
 
+// life adds the TTL and, while active, the countdown of a lease, session
+// or lease group.
+func (p *kv) life(state string, ttlMS, remainingMS int64, expiresAt time.Time, heartbeatMS int64) {
+	p.add("ttl", msString(ttlMS))
+	if state == "active" {
+		p.add("remaining", msString(remainingMS))
+		p.add("expires_at", timeString(&expiresAt))
+		p.add("heartbeat_interval", msString(heartbeatMS))
+	}
+}
+
+// end adds how a lease or session ended, and its metadata.
+func (p *kv) end(endedAt *time.Time, reason string, md map[string]string) {
+	p.add("ended_at", timeString(endedAt))
+	p.add("end_reason", reason)
+	if len(md) > 0 {
+		p.add("metadata", metadataFlag(md).String())
+	}
+}
+
+// table prints rows under a header, aligned, then where a list goes on
+// the line that says how to read on.
+func table[T any](w io.Writer, header string, rows []T, row func(io.Writer, T), next string) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		row(tw, r)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(w, "more: --after %s (or --all)\n", next)
+	}
+	return nil
+}
+
+// printOr prints v as output does, or, when the server answered no body
+// (v nil), fallback ({} with --json).
+func printOr[T any](w io.Writer, asJSON bool, v *T, fallback string, readable func(io.Writer, *T) error) error {
+	if v != nil {
+		return output(w, asJSON, v, readable)
+	}
+	if asJSON {
+		return writeJSON(w, struct{}{})
+	}
+	_, err := fmt.Fprintln(w, fallback)
+	return err
+}
+
 func timeString(t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return ""
@@ -189,20 +239,11 @@ func printLease(w io.Writer, l *wire.Lease) error {
 	}
 	p.add("session_id", l.SessionID)
 	p.add("group_id", l.GroupID)
-	p.add("ttl", msString(l.TTLMS))
-	if l.State == "active" {
-		p.add("remaining", msString(l.RemainingMS))
-		p.add("expires_at", timeString(&l.ExpiresAt))
-		p.add("heartbeat_interval", msString(l.HeartbeatIntervalMS))
-	}
+	p.life(l.State, l.TTLMS, l.RemainingMS, l.ExpiresAt, l.HeartbeatIntervalMS)
 	p.add("acquired_at", timeString(&l.AcquiredAt))
 	p.add("last_renewed_at", timeString(l.LastRenewedAt))
 	p.add("renewals", l.RenewalCount)
-	p.add("ended_at", timeString(l.EndedAt))
-	p.add("end_reason", l.EndReason)
-	if len(l.Metadata) > 0 {
-		p.add("metadata", metadataFlag(l.Metadata).String())
-	}
+	p.end(l.EndedAt, l.EndReason, l.Metadata)
 	p.add("token", l.Token)
 	p.add("grant", l.Grant)
 	return p.flush()
@@ -213,20 +254,11 @@ func printSession(w io.Writer, s *wire.Session) error {
 	p.add("session_id", s.SessionID)
 	p.add("holder", s.Holder)
 	p.add("state", s.State)
-	p.add("ttl", msString(s.TTLMS))
-	if s.State == "active" {
-		p.add("remaining", msString(s.RemainingMS))
-		p.add("expires_at", timeString(&s.ExpiresAt))
-		p.add("heartbeat_interval", msString(s.HeartbeatIntervalMS))
-	}
+	p.life(s.State, s.TTLMS, s.RemainingMS, s.ExpiresAt, s.HeartbeatIntervalMS)
 	p.add("created_at", timeString(&s.CreatedAt))
 	p.add("last_heartbeat", timeString(s.LastHeartbeat))
 	p.add("heartbeats", s.HeartbeatCount)
-	p.add("ended_at", timeString(s.EndedAt))
-	p.add("end_reason", s.EndReason)
-	if len(s.Metadata) > 0 {
-		p.add("metadata", metadataFlag(s.Metadata).String())
-	}
+	p.end(s.EndedAt, s.EndReason, s.Metadata)
 	p.add("leases", strings.Join(s.LeaseIDs, " "))
 	p.add("token", s.Token)
 	return p.flush()

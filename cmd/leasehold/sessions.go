@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
@@ -91,22 +90,13 @@ func (a *app) sessionList(ctx context.Context, args []string) error {
 }
 
 func printSessionList(w io.Writer, l *wire.SessionList) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION_ID\tHOLDER\tSTATE\tREMAINING\tLEASES")
-	for _, s := range l.Sessions {
+	return table(w, "SESSION_ID\tHOLDER\tSTATE\tREMAINING\tLEASES", l.Sessions, func(tw io.Writer, s *wire.Session) {
 		rem := "-"
 		if s.State == "active" {
 			rem = msString(s.RemainingMS)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", s.SessionID, s.Holder, s.State, rem, len(s.LeaseIDs))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if l.Next != "" {
-		fmt.Fprintf(w, "more: --after %s (or --all)\n", l.Next)
-	}
-	return nil
+	}, l.Next)
 }
 
 func (a *app) sessionHeartbeat(ctx context.Context, args []string) error {
@@ -147,12 +137,5 @@ func (a *app) sessionEnd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if s == nil {
-		if cf.json {
-			return writeJSON(a.stdout, struct{}{})
-		}
-		_, err = fmt.Fprintln(a.stdout, "ended "+id)
-		return err
-	}
-	return output(a.stdout, cf.json, s, printSession)
+	return printOr(a.stdout, cf.json, s, "ended "+id, printSession)
 }
