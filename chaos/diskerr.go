@@ -36,9 +36,6 @@ func (e *Env) diskErrorRound(ctx context.Context, n int, errno string, d time.Du
 		return fmt.Errorf("chaos: the %s tier cannot fail a node's disk writes: %w", e.Tier, ErrUnsupported)
 	}
 	hit0 := de.DiskErrorsHit(n)
-	e.mu.Lock()
-	e.diskErrored[n] = true
-	e.mu.Unlock()
 	var (
 		mu       sync.Mutex
 		reported string
@@ -164,30 +161,3 @@ func (e *Env) diskErrors(ctx context.Context) error {
 	return nil
 }
 
-// withoutStorePanic drops, from the log of a node whose disk a nemesis
-// made fail, Raft's stop when it cannot save its term (hashicorp/raft
-// panics: "failed to save current term: ... input/output error" or "no
-// space left on device") with its goroutine dump: the server stops, as it
-// must not go on without a durable term, and a restart recovers it. Any
-// other panic, and a data race, still shows.
-func withoutStorePanic(log string) string {
-	lines := strings.Split(log, "\n")
-	out := lines[:0]
-	dump := false
-	for _, line := range lines {
-		switch {
-		case strings.HasPrefix(line, "panic: failed to save current term: ") &&
-			(strings.Contains(line, "input/output error") || strings.Contains(line, "no space left on device")):
-			dump = true
-			continue
-		case dump && !strings.Contains(line, "DATA RACE"):
-			if strings.HasPrefix(line, "time=") || strings.HasPrefix(line, startHeader) {
-				dump = false
-				out = append(out, line)
-			}
-			continue
-		}
-		out = append(out, line)
-	}
-	return strings.Join(out, "\n")
-}

@@ -30,14 +30,11 @@ type Env struct {
 	// damaged are the nodes whose data a nemesis damaged on purpose
 	// (bitflip): their refusals are expected in their logs.
 	damaged map[int]bool
-	// diskErrored are the nodes whose disk a nemesis made fail writes
-	// (diskerr.go): Raft's stop on its stable store is expected there.
-	diskErrored map[int]bool
 }
 
 func newEnv(c Cluster, h *History, seed uint64, tier string) (*Env, error) {
 	e := &Env{C: c, H: h, Rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), Tier: tier,
-		counts: map[string]int{}, removed: map[int]bool{}, damaged: map[int]bool{}, diskErrored: map[int]bool{}}
+		counts: map[string]int{}, removed: map[int]bool{}, damaged: map[int]bool{}}
 	for i := 0; i < c.Size(); i++ {
 		cl, err := client.New([]string{c.HTTPAddr(i)}, client.Options{Timeout: 2 * time.Second, StaleReads: true})
 		if err != nil {

@@ -315,13 +315,6 @@ func check(ctx context.Context, c Cluster, env *Env, h *History, rc RunConfig, n
 			}
 		}
 	}
-	for i := range env.diskErrored {
-		if p := c.LogPath(i); p != "" {
-			if l, ok := logs[filepath.Base(p)]; ok {
-				logs[filepath.Base(p)] = withoutStorePanic(l)
-			}
-		}
-	}
 	verdicts = append(verdicts, CheckLogs(logs))
 	lin, info := CheckLinearizable(ops, rc.Eps, rc.CheckTimeout)
 	verdicts = append(verdicts, lin)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,12 @@ type logWatch struct {
 	failed   chan struct{} // closed when the node fails
 	failErr  atomic.Pointer[error]
 
+	// Raft's stable store (raft.db: the current term and vote) is
+	// watched too, once Raft runs (raftRunning): see watchedStable.
+	raftRunning atomic.Bool
+	log         *slog.Logger
+	released    <-chan struct{} // closed when the node closes
+
 	// A write that hangs rather than fails (a stalled disk) returns no
 	// error to record: the writes in flight are timed, and one older
 	// than hangAfter makes HealthErr fail (hungErr).
@@ -62,11 +69,14 @@ type logWatch struct {
 // seconds.
 const DefaultLogWriteHang = 20 * time.Second
 
-func newLogWatch(hangAfter time.Duration) *logWatch {
+// newLogWatch returns the watch of a node that logs to log and closes
+// released when it closes.
+func newLogWatch(hangAfter time.Duration, log *slog.Logger, released <-chan struct{}) *logWatch {
 	if hangAfter <= 0 {
 		hangAfter = DefaultLogWriteHang
 	}
-	return &logWatch{failed: make(chan struct{}), hangAfter: hangAfter, writing: map[uint64]time.Time{}}
+	return &logWatch{failed: make(chan struct{}), hangAfter: hangAfter, writing: map[uint64]time.Time{},
+		log: log, released: released}
 }
 
 // begin notes a write in flight; the function it returns ends it.
@@ -148,8 +158,41 @@ func (w *logWatch) wrap(inner storeWrapper) storeWrapper {
 		}
 		wl := watchedLogs{LogStore: logs, w: w}
 		w.store.Store(&wl)
-		return wl, stable
+		return wl, watchedStable{StableStore: stable, w: w}
 	}
+}
+
+// keyCurrentTerm is the stable-store key under which hashicorp/raft keeps
+// its current term.
+var keyCurrentTerm = []byte("CurrentTerm")
+
+// watchedStable is Raft's stable store, watched for one failure:
+// hashicorp/raft panics when it cannot save a new term ("failed to save
+// current term"), taking the whole process down with a goroutine dump
+// (status 2), rather than go on without a durable term. Once Raft runs,
+// such a failure fails the node instead (Failed; the server exits with
+// the storage-failure status, as for a wedged log) and holds Raft's
+// goroutine, which made the call, until the node closes: then that
+// goroutine ends (runtime.Goexit, which runs its deferred calls, so Raft's
+// shutdown still finds it gone), without returning into the panic. Raft
+// neither votes nor answers a leader in the meantime, as it must not
+// without its term on disk. Every other write's error goes back to Raft,
+// which handles it (a vote that cannot be saved is not granted).
+type watchedStable struct {
+	raft.StableStore
+	w *logWatch
+}
+
+func (s watchedStable) SetUint64(key []byte, val uint64) error {
+	err := s.StableStore.SetUint64(key, val)
+	if err == nil || !s.w.raftRunning.Load() || string(key) != string(keyCurrentTerm) {
+		return err
+	}
+	s.w.fail(s.w.log, fmt.Errorf("the Raft state (current term %d) cannot be saved in raft.db: %w; stopping: "+
+		"a restart recovers every acknowledged write once the disk works", val, err))
+	<-s.w.released
+	runtime.Goexit()
+	return err
 }
 
 // failingErr describes the failure while the log's writes fail, else nil.

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	raftwal "github.com/hashicorp/raft-wal"
 )
 
 func watchNode(timeout time.Duration) *Node {
-	return &Node{cfg: Config{LogFailureTimeout: timeout}, log: slog.New(slog.DiscardHandler), logs: newLogWatch(0)}
+	return &Node{cfg: Config{LogFailureTimeout: timeout}, log: slog.New(slog.DiscardHandler), logs: newLogWatch(0, slog.New(slog.DiscardHandler), nil)}
 }
 
 func failed(n *Node) bool {
@@ -105,5 +106,66 @@ func TestLogWatchTimeout(t *testing.T) {
 		if tc.want && !strings.Contains(n.FailedErr().Error(), "--log-failure-timeout") {
 			t.Fatalf("FailedErr: %v", n.FailedErr())
 		}
+	}
+}
+
+// failingStable fails every write.
+type failingStable struct{ raft.StableStore }
+
+func (failingStable) Set([]byte, []byte) error       { return syscall.EIO }
+func (failingStable) SetUint64([]byte, uint64) error { return syscall.EIO }
+
+// Raft cannot save a new term once it runs: instead of returning into
+// hashicorp/raft's panic, the node fails, saying why, and the calling
+// goroutine is held until the node closes, then ends without returning.
+// Before Raft runs, and for other keys (a vote, which Raft handles), the
+// error goes back to the caller.
+func TestLogWatchStableTermFailureFailsNode(t *testing.T) {
+	released := make(chan struct{})
+	n := watchNode(0)
+	n.logs = newLogWatch(0, slog.New(slog.DiscardHandler), released)
+	_, st := n.logs.wrap(nil)(nil, failingStable{})
+
+	if err := st.SetUint64(keyCurrentTerm, 7); !errors.Is(err, syscall.EIO) || failed(n) {
+		t.Fatalf("before Raft runs: err %v, failed %v; want EIO back and no failure", err, failed(n))
+	}
+	n.logs.raftRunning.Store(true)
+	if err := st.SetUint64([]byte("LastVoteTerm"), 7); !errors.Is(err, syscall.EIO) || failed(n) {
+		t.Fatalf("a vote's term: err %v, failed %v; want EIO back and no failure", err, failed(n))
+	}
+	if err := st.Set([]byte("LastVoteCand"), []byte("n2")); !errors.Is(err, syscall.EIO) || failed(n) {
+		t.Fatalf("a vote's candidate: err %v, failed %v; want EIO back and no failure", err, failed(n))
+	}
+
+	returned := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		st.SetUint64(keyCurrentTerm, 8)
+		close(returned) // never: the goroutine ends inside the call
+	}()
+	select {
+	case <-n.Failed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node did not fail when its term could not be saved")
+	}
+	if err := n.FailedErr(); err == nil || !strings.Contains(err.Error(), "current term 8") || !strings.Contains(err.Error(), "input/output error") {
+		t.Fatalf("FailedErr %v: want the term and the disk's error", err)
+	}
+	select {
+	case <-ended:
+		t.Fatal("the goroutine went on before the node closed")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(released)
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held goroutine did not end once the node closed")
+	}
+	select {
+	case <-returned:
+		t.Fatal("the call returned (into Raft's panic) instead of ending its goroutine")
+	default:
 	}
 }

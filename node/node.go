@@ -89,6 +89,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.attachCluster(cl)
+	n.logs.raftRunning.Store(true)
 	n.rep.started.Store(true) // restores from here on are installs or operator restores
 	n.start()
 	// A restart restored the latest snapshot already: a server whose
@@ -109,10 +110,11 @@ func newNode(cfg Config) (*Node, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	closing := make(chan struct{})
 	n := &Node{
 		cfg: cfg, log: logger, hub: newHub(cfg.EventHistory), stats: newCounters(),
-		waits: waitList{m: make(map[string][]chan fsm.Notice)}, ready: make(chan struct{}), closing: make(chan struct{}),
-		logs: newLogWatch(cfg.logWriteHang),
+		waits: waitList{m: make(map[string][]chan fsm.Notice)}, ready: make(chan struct{}), closing: closing,
+		logs: newLogWatch(cfg.logWriteHang, logger, closing),
 	}
 	n.gc = groupCommit{propCh: make(chan *proposal, 4096), inflight: make(chan struct{}, entriesInFlight)}
 	n.rep = newReplica(n.hub, n.stats, n.waits.deliver)

@@ -25,7 +25,7 @@ const (
 	exitNotFound    = 4   // no such lease or session, or it has ended
 	exitUnavailable = 5   // no leader, no node reachable, or an outcome not known
 	exitDenied      = 6   // not authenticated or not allowed, or a wrong lease token
-	exitStorage     = 74  // server: its Raft log could not be written (a full disk); restart it once there is room (EX_IOERR)
+	exitStorage     = 74  // server: its Raft log or term could not be written (a full or failing disk); restart it once the disk works (EX_IOERR)
 	exitInterrupted = 130 // SIGINT or SIGTERM
 )
 
