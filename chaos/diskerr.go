@@ -160,4 +160,3 @@ func (e *Env) diskErrors(ctx context.Context) error {
 	}
 	return nil
 }
-
