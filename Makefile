@@ -21,7 +21,10 @@ build:
 
 # Every test, under the race detector: every package but chaos, twice as
 # many packages at once as there are cores (their tests mostly wait on
-# servers, elections and timers); then, side by side, the chaos package
+# servers, elections and timers), the longest first (TEST_FIRST: go test
+# starts packages in the order it is given them, and node and
+# cmd/leasehold, minutes each, would otherwise wait for slots behind the
+# packages before them in go list's order); then, side by side, the chaos package
 # (the suite's in-process tier: three-server clusters under faults, two
 # at a time, mostly waiting on the phases' timers), the chaos clock's own
 # tests (only a build with the `chaos` tag has them) and the Python
@@ -29,10 +32,11 @@ build:
 # whole when it ends (make -O). The chaos suite's real-process tier (its
 # harness's own tests and every scenario) and the canaries are `make
 # chaos-ci` (CI runs both).
+TEST_FIRST := ./node ./cmd/leasehold ./api ./cluster
 test:
 	$(GO) vet ./...
 	$(GO) vet -tags chaos ./node/
-	$(GO) test -race -count=1 -timeout 30m -p $$(( $$(nproc) * 2 )) $$($(GO) list ./... | grep -v '/chaos$$')
+	$(GO) test -race -count=1 -timeout 30m -p $$(( $$(nproc) * 2 )) $$($(GO) list $(TEST_FIRST) ./... | grep -v '/chaos$$')
 	$(MAKE) --no-print-directory -j3 -O test-chaos test-chaos-clock test-python
 
 test-chaos:
