@@ -60,6 +60,4 @@ func (r *registry) clusterIDCmd(c *ClusterID) Result {
 // command applied (state written before identities existed has none).
 func (r *registry) ClusterID() string { return r.clusterID }
 
-func (c *ClusterID) encode(e *enc) { e.str(c.ID) }
-
-func (c *ClusterID) decode(d *dec) { c.ID = d.str() }
+func (c *ClusterID) fields(f fields) { f.str(&c.ID) }

@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"reflect"
 )
 
 // The version-2 log encoding: after the version and type bytes, the fields of
@@ -85,9 +86,10 @@ func encodeBinary(c Command) ([]byte, error) {
 	if b, ok := c.(*Batch); ok && b != nil {
 		size = 16 + 128*min(len(b.Commands), MaxBatch)
 	}
+	t := c.Type()
 	e := enc{b: make([]byte, 0, size)}
-	e.b = append(e.b, Version, byte(c.Type()))
-	encodeFields(&e, c)
+	e.b = append(e.b, Version, byte(t))
+	fields{e: &e}.body(t, c)
 	if e.err != nil {
 		return nil, e.err
 	}
@@ -101,7 +103,7 @@ func decodeBinary(version byte, t Type, in []byte) (Command, error) {
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	d := dec{b: in, size: len(in), version: version}
-	decodeFields(&d, t, c)
+	fields{d: &d}.body(t, c)
 	if d.err == nil && len(d.b) > 0 {
 		d.fail(fmt.Sprintf("%d trailing bytes", len(d.b)))
 	}
@@ -125,168 +127,73 @@ func knownIn(version byte, t Type) bool {
 	return true
 }
 
-// encodeFields writes the body of c (what follows its type byte). It and
-// decodeFields dispatch with a type switch rather than through an interface
-// so that the enc and dec stay on the stack.
-func encodeFields(e *enc, c Command) {
-	ok := false
-	switch c := c.(type) {
-	case *Batch:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *Tick:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *Expire:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *Acquire:
-		if ok = c != nil; ok {
-			c.encode(e)
-			c.Quota.encode(e)
-		}
-	case *Renew:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *Release:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *Revoke:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *Heartbeat:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *SessionCreate:
-		if ok = c != nil; ok {
-			c.encode(e)
-			c.Quota.encode(e)
-		}
-	case *SessionHeartbeat:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *SessionEnd:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *ReleaseHolder:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *CancelWait:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *Member:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *MemberKey:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *ClusterID:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *SealCheck:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *FeaturesCmd:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *RestoreChunk:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *RestoreCommit:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *AcquireGroup:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *RenewGroup:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	case *ReleaseGroup:
-		if ok = c != nil; ok {
-			c.encode(e)
-		}
-	}
-	if !ok {
-		e.fail(fmt.Errorf("fsm: cannot encode %T", c))
+// body writes or reads the body of c, of type t (what follows its type
+// byte).
+func (f fields) body(t Type, c Command) {
+	if !bodyFields(f, t, c) {
+		f.refuse(fmt.Errorf("fsm: cannot encode %T", c))
+		f.reject(true, fmt.Sprintf("no decoder for %T", c)) // newBody returns none such
 	}
 }
 
-// decodeFields reads the body of c, a command of type t from newBody.
-func decodeFields(d *dec, t Type, c Command) {
+// bodyFields writes or reads the body of c, of type t, and reports whether
+// it could: not for a nil command, nor one of another package. It
+// dispatches with a type switch rather than through an interface so that
+// the enc and dec stay on the stack.
+func bodyFields(f fields, t Type, c Command) bool {
+	if v := reflect.ValueOf(c); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+		return false
+	}
 	switch c := c.(type) {
 	case *Batch:
-		c.decode(d)
+		c.fields(f)
 	case *Tick:
-		c.decode(d)
+		c.fields(f)
 	case *Expire:
-		c.decode(d)
+		c.fields(f)
 	case *Acquire:
-		c.decode(d)
-		if d.version >= versionQuota {
-			c.Quota.decode(d)
-		}
+		c.fields(f)
+		c.Quota.fields(f) // not in the snapshot records of waiters
 	case *Renew:
-		c.decode(d)
+		c.fields(f)
 	case *Release:
-		c.decode(d)
+		c.fields(f)
 	case *Revoke:
-		c.decode(d)
+		c.fields(f)
 	case *Heartbeat:
-		c.decode(d, t == TypeHeartbeatMeta)
+		c.fields(f, t == TypeHeartbeatMeta)
 	case *SessionCreate:
-		c.decode(d)
-		if d.version >= versionQuota {
-			c.Quota.decode(d)
-		}
+		c.fields(f)
 	case *SessionHeartbeat:
-		c.decode(d)
+		c.fields(f)
 	case *SessionEnd:
-		c.decode(d)
+		c.fields(f)
 	case *ReleaseHolder:
-		c.decode(d)
+		c.fields(f)
 	case *CancelWait:
-		c.decode(d)
+		c.fields(f)
 	case *Member:
-		c.decode(d)
+		c.fields(f)
 	case *MemberKey:
-		c.decode(d)
+		c.fields(f)
 	case *ClusterID:
-		c.decode(d)
+		c.fields(f)
 	case *SealCheck:
-		c.decode(d)
+		c.fields(f)
 	case *FeaturesCmd:
-		c.decode(d)
+		c.fields(f)
 	case *RestoreChunk:
-		c.decode(d)
+		c.fields(f)
 	case *RestoreCommit:
-		c.decode(d, t)
+		c.fields(f, t == TypeRestoreCommitBounded)
 	case *AcquireGroup:
-		c.decode(d)
+		c.fields(f)
 	case *RenewGroup:
-		c.decode(d)
+		c.fields(f)
 	case *ReleaseGroup:
-		c.decode(d)
+		c.fields(f)
 	default:
-		d.fail(fmt.Sprintf("no decoder for %T", c)) // newBody returns none such
+		return false
 	}
+	return true
 }

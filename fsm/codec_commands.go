@@ -3,209 +3,153 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
-// Per-type codecs: encode and decode list the fields in the same order.
+// Per-type codecs: each body lists its fields once, in order (fields in
+// codec_prims.go writes or reads them).
 
-func (c *Batch) encode(e *enc) {
-	if len(c.Commands) == 0 || len(c.Commands) > MaxBatch {
-		e.fail(fmt.Errorf("fsm: batch of %d commands", len(c.Commands)))
+func (c *Batch) fields(f fields) {
+	n := f.count(len(c.Commands), 1) // a command is at least its type byte
+	if n == 0 || n > MaxBatch {
+		f.refuse(fmt.Errorf("fsm: batch of %d commands", n))
+		f.reject(n == 0, "empty batch")
+		f.reject(true, "batch too large")
 		return
 	}
-	e.uvarint(uint64(len(c.Commands)))
-	for _, sub := range c.Commands {
+	if f.d != nil {
+		c.Commands = make([]Command, n)
+	}
+	for i, sub := range c.Commands {
+		var t Type
+		if sub != nil {
+			t = sub.Type()
+		} else if f.e != nil {
+			f.refuse(errors.New("fsm: cannot encode a nil command"))
+			return
+		}
+		f.typ(&t)
 		switch {
-		case sub == nil:
-			e.fail(errors.New("fsm: cannot encode a nil command"))
+		case t == TypeBatch:
+			f.fail("nested batch")
 			return
-		case sub.Type() == TypeBatch:
-			e.fail(errors.New("fsm: nested batch"))
+		case t == TypeRestoreChunk || t == TypeRestoreCommit || t == TypeRestoreCommitBounded:
+			f.fail(fmt.Sprintf("command type %d in a batch", t))
 			return
-		case sub.Type() == TypeRestoreChunk || sub.Type() == TypeRestoreCommit || sub.Type() == TypeRestoreCommitBounded:
-			e.fail(fmt.Errorf("fsm: command type %d in a batch", sub.Type()))
-			return
+		case f.d != nil:
+			if sub = newBody(t); sub == nil || !knownIn(f.d.version, t) {
+				f.d.fail(fmt.Sprintf("unknown command type %d", t))
+				return
+			}
+			c.Commands[i] = sub
 		}
-		e.b = append(e.b, byte(sub.Type()))
-		encodeFields(e, sub)
+		f.body(t, sub)
 	}
 }
 
-func (c *Batch) decode(d *dec) {
-	n := d.count(1) // a command is at least its type byte
-	switch {
-	case d.err != nil:
-		return
-	case n == 0:
-		d.fail("empty batch")
-		return
-	case n > MaxBatch:
-		d.fail("batch too large")
-		return
+// A TypeTickLimited body is a TypeTick body and ExpireMax.
+func (c *Tick) fields(f fields) {
+	f.uvarint(&c.Tick)
+	f.varint(&c.WallMS)
+	f.varint(&c.PeriodMS)
+	f.uvarint(&c.RetainTicks)
+	if f.since(versionBounds) {
+		f.uvarint(&c.RetainMax)
 	}
-	c.Commands = make([]Command, 0, n)
-	for range n {
-		p := d.take(1)
-		if p == nil {
-			return
-		}
-		t := Type(p[0])
-		if t == TypeBatch {
-			d.fail("nested batch")
-			return
-		}
-		if t == TypeRestoreChunk || t == TypeRestoreCommit || t == TypeRestoreCommitBounded {
-			d.fail(fmt.Sprintf("command type %d in a batch", t))
-			return
-		}
-		sub := newBody(t)
-		if sub == nil || !knownIn(d.version, t) {
-			d.fail(fmt.Sprintf("unknown command type %d", t))
-			return
-		}
-		decodeFields(d, t, sub)
-		c.Commands = append(c.Commands, sub)
+	if c.ExpireMax > 0 { // TypeTickLimited (newBody marks one read with limitedMarker)
+		f.uvarint(&c.ExpireMax)
+		f.reject(c.ExpireMax == 0, "limited tick: expire_max must be positive")
 	}
 }
 
-func (c *Tick) encode(e *enc) {
-	e.uvarint(c.Tick)
-	e.varint(c.WallMS)
-	e.varint(c.PeriodMS)
-	e.uvarint(c.RetainTicks)
-	e.uvarint(c.RetainMax)
-	if c.ExpireMax > 0 {
-		e.uvarint(c.ExpireMax) // TypeTickLimited
-	}
+// fields of an Acquire; its Quota follows in a log entry (bodyFields),
+// not in a snapshot's waiter.
+func (c *Acquire) fields(f fields) {
+	f.strPair(&c.LeaseID, &c.Key)
+	f.str(&c.Holder)
+	f.uint32(&c.Limit)
+	f.acquire(&c.SessionID, &c.SessionTokenHash, &c.TokenHash, &c.TTLMS, &c.TTLTicks, &c.Metadata,
+		&c.IdemHash, &c.Fingerprint, &c.SealedToken, &c.WaitTicks, &c.LockDelayMS, &c.LockDelayTicks, &c.WallMS)
 }
 
-func (c *Tick) decode(d *dec) {
-	c.Tick = d.uvarint()
-	c.WallMS = d.varint()
-	c.PeriodMS = d.varint()
-	c.RetainTicks = d.uvarint()
-	if d.version >= versionBounds {
-		c.RetainMax = d.uvarint()
-	}
-	if c.ExpireMax == limitedMarker { // TypeTickLimited (newBody)
-		c.ExpireMax = d.uvarint()
-		if d.err == nil && c.ExpireMax == 0 {
-			d.fail("limited tick: expire_max must be positive")
-		}
-	}
-}
-
-func (c *Acquire) encode(e *enc) {
-	e.str(c.LeaseID)
-	e.str(c.Key)
-	e.str(c.Holder)
-	e.uvarint(uint64(c.Limit))
-	e.str(c.SessionID)
-	e.hash(c.SessionTokenHash)
-	e.hash(c.TokenHash)
-	e.varint(c.TTLMS)
-	e.uvarint(c.TTLTicks)
-	e.strmap(c.Metadata)
-	e.hash(c.IdemHash)
-	e.hash(c.Fingerprint)
-	e.bytes(c.SealedToken)
-	e.uvarint(c.WaitTicks)
-	e.varint(c.LockDelayMS)
-	e.uvarint(c.LockDelayTicks)
-	e.varint(c.WallMS)
-}
-
-func (c *Acquire) decode(d *dec) {
-	c.LeaseID, c.Key = d.strPair()
-	c.Holder = d.str()
-	c.Limit = d.uint32()
-	c.SessionID = d.str()
-	c.SessionTokenHash = d.hash()
-	c.TokenHash = d.hash()
-	c.TTLMS = d.varint()
-	c.TTLTicks = d.uvarint()
-	c.Metadata = d.strmap()
-	c.IdemHash = d.hash()
-	c.Fingerprint = d.hash()
-	c.SealedToken = d.bytes()
-	c.WaitTicks = d.uvarint()
-	c.LockDelayMS = d.varint()
-	c.LockDelayTicks = d.uvarint()
-	c.WallMS = d.varint()
+// acquire is the rest of an Acquire after its limit, and of an
+// AcquireGroup after its holder.
+func (f fields) acquire(sessionID *string, sessionToken, token *Hash, ttlMS *int64, ttlTicks *uint64, metadata *map[string]string,
+	idem, fingerprint *Hash, sealed *[]byte, waitTicks *uint64, delayMS *int64, delayTicks *uint64, wallMS *int64) {
+	f.str(sessionID)
+	f.hash(sessionToken)
+	f.hash(token)
+	f.varint(ttlMS)
+	f.uvarint(ttlTicks)
+	f.strmap(metadata)
+	f.hash(idem)
+	f.hash(fingerprint)
+	f.bytes(sealed)
+	f.uvarint(waitTicks)
+	f.varint(delayMS)
+	f.uvarint(delayTicks)
+	f.varint(wallMS)
 }
 
 // Quota is written after the Acquire and SessionCreate bodies of version 3
 // entries: the counts, in order; version 4 adds the waiter limits.
-func (q *Quota) encode(e *enc) {
-	e.uvarint(q.Leases)
-	e.uvarint(q.HolderLeases)
-	e.uvarint(q.Sessions)
-	e.uvarint(q.HolderSessions)
-	e.uvarint(q.KeyWaiters)
-	e.uvarint(q.HolderWaiters)
-}
-
-func (q *Quota) decode(d *dec) {
-	q.Leases = d.uvarint()
-	q.HolderLeases = d.uvarint()
-	q.Sessions = d.uvarint()
-	q.HolderSessions = d.uvarint()
-	if d.version >= versionBounds {
-		q.KeyWaiters = d.uvarint()
-		q.HolderWaiters = d.uvarint()
+func (q *Quota) fields(f fields) {
+	if !f.since(versionQuota) {
+		return
+	}
+	f.uvarint(&q.Leases)
+	f.uvarint(&q.HolderLeases)
+	f.uvarint(&q.Sessions)
+	f.uvarint(&q.HolderSessions)
+	if f.since(versionBounds) {
+		f.uvarint(&q.KeyWaiters)
+		f.uvarint(&q.HolderWaiters)
 	}
 }
 
-func (c *Renew) encode(e *enc) {
-	e.str(c.LeaseID)
-	e.hash(c.TokenHash)
-	e.varint(c.TTLMS)
-	e.uvarint(c.TTLTicks)
-	e.varint(c.WallMS)
+// A TypeRenewMeta body is a TypeRenew body and Metadata.
+func (c *Renew) fields(f fields) {
+	f.renew(&c.LeaseID, &c.TokenHash, &c.TTLMS, &c.TTLTicks, &c.WallMS)
+	f.setMetadata(c.SetMetadata, &c.Metadata, "renew")
+}
+
+// renew is the body of a Renew (before its metadata) and of a RenewGroup.
+func (f fields) renew(id *string, token *Hash, ttlMS *int64, ttlTicks *uint64, wallMS *int64) {
+	f.str(id)
+	f.hash(token)
+	f.varint(ttlMS)
+	f.uvarint(ttlTicks)
+	f.varint(wallMS)
+}
+
+// setMetadata is the metadata of a command whose type says it sets it (a
+// decoded one's flag is set by newBody); without the flag there is none.
+func (f fields) setMetadata(set bool, m *map[string]string, what string) {
 	switch {
-	case c.SetMetadata: // TypeRenewMeta
-		e.strmap(c.Metadata)
-	case len(c.Metadata) > 0:
-		e.fail(errors.New("fsm: renew metadata without SetMetadata"))
+	case set:
+		f.strmap(m)
+	case len(*m) > 0:
+		f.refuse(errors.New("fsm: " + what + " metadata without SetMetadata"))
 	}
 }
 
-func (c *Renew) decode(d *dec) {
-	c.LeaseID = d.str()
-	c.TokenHash = d.hash()
-	c.TTLMS = d.varint()
-	c.TTLTicks = d.uvarint()
-	c.WallMS = d.varint()
-	if c.SetMetadata { // TypeRenewMeta (newBody)
-		c.Metadata = d.strmap()
-	}
+func (c *Release) fields(f fields) {
+	f.release(&c.LeaseID, &c.TokenHash, &c.SessionTokenHash, &c.Reason, &c.WallMS)
 }
 
-func (c *Release) encode(e *enc) {
-	e.str(c.LeaseID)
-	e.hash(c.TokenHash)
-	e.hash(c.SessionTokenHash)
-	e.str(c.Reason)
-	e.varint(c.WallMS)
+// release is the body of a Release and of a ReleaseGroup.
+func (f fields) release(id *string, token, sessionToken *Hash, reason *string, wallMS *int64) {
+	f.str(id)
+	f.hash(token)
+	f.hash(sessionToken)
+	f.str(reason)
+	f.varint(wallMS)
 }
 
-func (c *Release) decode(d *dec) {
-	c.LeaseID = d.str()
-	c.TokenHash = d.hash()
-	c.SessionTokenHash = d.hash()
-	c.Reason = d.str()
-	c.WallMS = d.varint()
-}
-
-func (c *Revoke) encode(e *enc) {
-	e.str(c.LeaseID)
-	e.str(c.Reason)
-	e.varint(c.WallMS)
-}
-
-func (c *Revoke) decode(d *dec) {
-	c.LeaseID = d.str()
-	c.Reason = d.str()
-	c.WallMS = d.varint()
+func (c *Revoke) fields(f fields) {
+	f.str(&c.LeaseID)
+	f.str(&c.Reason)
+	f.varint(&c.WallMS)
 }
 
 // heartbeatItemBytes is the least an encoded HeartbeatItem takes: an empty
@@ -219,137 +163,68 @@ const (
 // A TypeHeartbeatMeta body is a TypeHeartbeat body whose items each carry
 // SetMetadata (a bool) and Metadata (a map, empty unless SetMetadata) after
 // the hash; at least one item sets metadata.
-func (c *Heartbeat) encode(e *enc) {
-	meta := c.Type() == TypeHeartbeatMeta
-	e.uvarint(uint64(len(c.Items)))
-	for _, it := range c.Items {
-		e.str(it.LeaseID)
-		e.hash(it.TokenHash)
-		if !it.SetMetadata && len(it.Metadata) > 0 {
-			e.fail(errors.New("fsm: heartbeat item metadata without SetMetadata"))
-			return
-		}
-		if meta {
-			e.bool(it.SetMetadata)
-			e.strmap(it.Metadata)
-		}
-	}
-	e.varint(c.WallMS)
-}
-
-func (c *Heartbeat) decode(d *dec, meta bool) {
+func (c *Heartbeat) fields(f fields, meta bool) {
 	size := heartbeatItemBytes
 	if meta {
 		size = heartbeatMetaItemBytes
 	}
-	sets := false
-	if n := d.count(size); n > 0 {
-		c.Items = make([]HeartbeatItem, n)
-		for i := range c.Items {
-			it := &c.Items[i]
-			it.LeaseID = d.str()
-			it.TokenHash = d.hash()
-			if meta {
-				it.SetMetadata = d.bool()
-				it.Metadata = d.strmap()
-				if d.err == nil && !it.SetMetadata && it.Metadata != nil {
-					d.fail("heartbeat item metadata without its flag")
-				}
-				sets = sets || it.SetMetadata
-			}
+	list(f, &c.Items, size, func(it *HeartbeatItem) {
+		f.str(&it.LeaseID)
+		f.hash(&it.TokenHash)
+		if !it.SetMetadata && len(it.Metadata) > 0 {
+			f.refuse(errors.New("fsm: heartbeat item metadata without SetMetadata"))
 		}
-	}
-	c.WallMS = d.varint()
-	if meta && d.err == nil && !sets {
-		d.fail("metadata heartbeat without an item that sets metadata")
-	}
+		if meta {
+			f.bool(&it.SetMetadata)
+			f.strmap(&it.Metadata)
+			f.reject(!it.SetMetadata && it.Metadata != nil, "heartbeat item metadata without its flag")
+		}
+	})
+	f.varint(&c.WallMS)
+	sets := slices.ContainsFunc(c.Items, func(it HeartbeatItem) bool { return it.SetMetadata })
+	f.reject(meta && !sets, "metadata heartbeat without an item that sets metadata")
 }
 
-func (c *SessionCreate) encode(e *enc) {
-	e.str(c.SessionID)
-	e.str(c.Holder)
-	e.hash(c.TokenHash)
-	e.varint(c.TTLMS)
-	e.uvarint(c.TTLTicks)
-	e.strmap(c.Metadata)
-	e.varint(c.WallMS)
+func (c *SessionCreate) fields(f fields) {
+	f.str(&c.SessionID)
+	f.str(&c.Holder)
+	f.hash(&c.TokenHash)
+	f.varint(&c.TTLMS)
+	f.uvarint(&c.TTLTicks)
+	f.strmap(&c.Metadata)
+	f.varint(&c.WallMS)
+	c.Quota.fields(f)
 }
 
-func (c *SessionCreate) decode(d *dec) {
-	c.SessionID = d.str()
-	c.Holder = d.str()
-	c.TokenHash = d.hash()
-	c.TTLMS = d.varint()
-	c.TTLTicks = d.uvarint()
-	c.Metadata = d.strmap()
-	c.WallMS = d.varint()
+// A TypeSessionHeartbeatMeta body is a TypeSessionHeartbeat body and
+// Metadata.
+func (c *SessionHeartbeat) fields(f fields) {
+	f.str(&c.SessionID)
+	f.hash(&c.TokenHash)
+	f.varint(&c.WallMS)
+	f.setMetadata(c.SetMetadata, &c.Metadata, "session heartbeat")
 }
 
-func (c *SessionHeartbeat) encode(e *enc) {
-	e.str(c.SessionID)
-	e.hash(c.TokenHash)
-	e.varint(c.WallMS)
-	switch {
-	case c.SetMetadata: // TypeSessionHeartbeatMeta
-		e.strmap(c.Metadata)
-	case len(c.Metadata) > 0:
-		e.fail(errors.New("fsm: session heartbeat metadata without SetMetadata"))
-	}
+func (c *SessionEnd) fields(f fields) {
+	f.str(&c.SessionID)
+	f.hash(&c.TokenHash)
+	f.bool(&c.Force)
+	f.varint(&c.WallMS)
 }
 
-func (c *SessionHeartbeat) decode(d *dec) {
-	c.SessionID = d.str()
-	c.TokenHash = d.hash()
-	c.WallMS = d.varint()
-	if c.SetMetadata { // TypeSessionHeartbeatMeta (newBody)
-		c.Metadata = d.strmap()
-	}
+func (c *ReleaseHolder) fields(f fields) {
+	f.str(&c.Holder)
+	f.str(&c.Reason)
+	f.varint(&c.WallMS)
 }
 
-func (c *SessionEnd) encode(e *enc) {
-	e.str(c.SessionID)
-	e.hash(c.TokenHash)
-	e.bool(c.Force)
-	e.varint(c.WallMS)
+func (c *CancelWait) fields(f fields) {
+	f.str(&c.LeaseID)
+	f.str(&c.Key)
 }
 
-func (c *SessionEnd) decode(d *dec) {
-	c.SessionID = d.str()
-	c.TokenHash = d.hash()
-	c.Force = d.bool()
-	c.WallMS = d.varint()
-}
-
-func (c *ReleaseHolder) encode(e *enc) {
-	e.str(c.Holder)
-	e.str(c.Reason)
-	e.varint(c.WallMS)
-}
-
-func (c *ReleaseHolder) decode(d *dec) {
-	c.Holder = d.str()
-	c.Reason = d.str()
-	c.WallMS = d.varint()
-}
-
-func (c *CancelWait) encode(e *enc) {
-	e.str(c.LeaseID)
-	e.str(c.Key)
-}
-
-func (c *CancelWait) decode(d *dec) {
-	c.LeaseID = d.str()
-	c.Key = d.str()
-}
-
-func (c *Member) encode(e *enc) {
-	e.str(c.ID)
-	e.str(c.Incarnation)
-	e.bool(c.Removed)
-}
-
-func (c *Member) decode(d *dec) {
-	c.ID = d.str()
-	c.Incarnation = d.str()
-	c.Removed = d.bool()
+func (c *Member) fields(f fields) {
+	f.str(&c.ID)
+	f.str(&c.Incarnation)
+	f.bool(&c.Removed)
 }

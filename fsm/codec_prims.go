@@ -44,6 +44,9 @@ func (e *enc) bytes(p []byte) {
 	e.b = append(e.b, p...)
 }
 
+// uint32 is a uvarint (dec.uint32 checks it fits).
+func (e *enc) uint32(v uint32) { e.uvarint(uint64(v)) }
+
 func (e *enc) hash(h Hash) { e.b = append(e.b, h[:]...) }
 
 func (e *enc) bool(v bool) {
@@ -227,4 +230,97 @@ func (d *dec) strmap() map[string]string {
 		m[k], prev = v, k
 	}
 	return m
+}
+
+// fields writes (e set) or reads (d set) the fields of a body or record:
+// each lists its fields once, in one method that serves both directions,
+// so that the two cannot drift apart. Exactly one of e and d is set.
+type fields struct {
+	e *enc
+	d *dec
+}
+
+// field writes *p with put or reads it with get.
+func field[T any](f fields, p *T, put func(*enc, T), get func(*dec) T) {
+	if f.e != nil {
+		put(f.e, *p)
+	} else {
+		*p = get(f.d)
+	}
+}
+
+func (f fields) uvarint(p *uint64)           { field(f, p, (*enc).uvarint, (*dec).uvarint) }
+func (f fields) varint(p *int64)             { field(f, p, (*enc).varint, (*dec).varint) }
+func (f fields) uint32(p *uint32)            { field(f, p, (*enc).uint32, (*dec).uint32) }
+func (f fields) str(p *string)               { field(f, p, (*enc).str, (*dec).str) }
+func (f fields) hash(p *Hash)                { field(f, p, (*enc).hash, (*dec).hash) }
+func (f fields) bool(p *bool)                { field(f, p, (*enc).bool, (*dec).bool) }
+func (f fields) bytes(p *[]byte)             { field(f, p, (*enc).bytes, (*dec).bytes) }
+func (f fields) strmap(p *map[string]string) { field(f, p, (*enc).strmap, (*dec).strmap) }
+
+// strPair is two strings, read into one allocation (dec.strPair).
+func (f fields) strPair(a, b *string) {
+	if f.e != nil {
+		f.e.str(*a)
+		f.e.str(*b)
+	} else {
+		*a, *b = f.d.strPair()
+	}
+}
+
+// typ is a command's type byte (in a Batch).
+func (f fields) typ(p *Type) {
+	if f.e != nil {
+		f.e.b = append(f.e.b, byte(*p))
+	} else if b := f.d.take(1); b != nil {
+		*p = Type(b[0])
+	}
+}
+
+// count writes n, or reads a count of items of at least minSize bytes.
+func (f fields) count(n, minSize int) int {
+	if f.e != nil {
+		f.e.uvarint(uint64(n))
+		return n
+	}
+	return f.d.count(minSize)
+}
+
+// list writes or reads the count of *s and then each item with fn; a
+// list read empty is nil.
+func list[T any](f fields, s *[]T, minSize int, fn func(*T)) {
+	if n := f.count(len(*s), minSize); f.d != nil && n > 0 {
+		*s = make([]T, n)
+	}
+	for i := range *s {
+		fn(&(*s)[i])
+	}
+}
+
+// since reports whether the entry has the fields that came with version
+// v: an encoding always has them (it is of Version).
+func (f fields) since(v byte) bool { return f.e != nil || f.d.version >= v }
+
+// reject fails a decoding, if nothing failed it before, when bad: what a
+// reader must refuse (a value with another encoding, or none).
+func (f fields) reject(bad bool, what string) {
+	if f.d != nil && f.d.err == nil && bad {
+		f.d.fail(what)
+	}
+}
+
+// fail fails an encoding (with the error "fsm: what") or a decoding.
+func (f fields) fail(what string) {
+	if f.e != nil {
+		f.e.fail(errors.New("fsm: " + what))
+	} else {
+		f.d.fail(what)
+	}
+}
+
+// refuse fails an encoding: what has no encoding.
+func (f fields) refuse(err error) {
+	if f.e != nil {
+		f.e.fail(err)
+	}
 }

@@ -58,19 +58,11 @@ type expiry struct {
 	prune   []pruneItem
 }
 
-func (c *Expire) encode(e *enc) {
-	e.uvarint(c.Tick)
-	e.varint(c.WallMS)
-	e.uvarint(c.Max)
-}
-
-func (c *Expire) decode(d *dec) {
-	c.Tick = d.uvarint()
-	c.WallMS = d.varint()
-	c.Max = d.uvarint()
-	if d.err == nil && c.Max == 0 {
-		d.fail("expire: max must be positive")
-	}
+func (c *Expire) fields(f fields) {
+	f.uvarint(&c.Tick)
+	f.varint(&c.WallMS)
+	f.uvarint(&c.Max)
+	f.reject(c.Max == 0, "expire: max must be positive")
 }
 
 // bucket holds the timers set for one tick. A standalone lease's timer,

@@ -53,6 +53,4 @@ func (r *registry) featuresCmd(c *FeaturesCmd) Result {
 // with bits applied.
 func (r *registry) Features() Features { return r.features }
 
-func (c *FeaturesCmd) encode(e *enc) { e.uvarint(uint64(c.Features)) }
-
-func (c *FeaturesCmd) decode(d *dec) { c.Features = Features(d.uvarint()) }
+func (c *FeaturesCmd) fields(f fields) { f.uvarint((*uint64)(&c.Features)) }

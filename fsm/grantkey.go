@@ -117,14 +117,9 @@ func (keys *GrantKeys) retireCurrent(tick uint64) *GrantKeys {
 	return out
 }
 
-func (c *MemberKey) encode(e *enc) {
-	e.str(c.ID)
-	e.b = append(e.b, c.Key[:]...)
-}
-
-func (c *MemberKey) decode(d *dec) {
-	c.ID = d.str()
-	copy(c.Key[:], d.take(GrantKeyBytes))
+func (c *MemberKey) fields(f fields) {
+	f.str(&c.ID)
+	f.hash((*Hash)(&c.Key)) // as many bytes
 }
 
 // The keys of a member's snapshot record, after its other fields and only

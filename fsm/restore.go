@@ -124,21 +124,19 @@ func validRestoreID(id string) *wire.Error {
 	return validPrintable("restore id", id, MaxRestoreIDBytes)
 }
 
-func (c *RestoreChunk) encode(e *enc) {
-	e.str(c.ID)
-	e.uvarint(c.Seq)
-	e.bytes(c.Data)
-	e.uvarint(uint64(c.CRC))
-}
-
-// decode keeps Data as a view of the entry (no copy): the entry's bytes
-// are never changed once in the log, and a restore's chunks are large.
-func (c *RestoreChunk) decode(d *dec) {
-	c.ID = d.str()
-	c.Seq = d.uvarint()
-	c.Data = d.take(d.count(1))
-	c.CRC = d.uint32()
-	if d.err != nil {
+// A decoded chunk's Data is a view of the entry (no copy): the entry's
+// bytes are never changed once in the log, and a restore's chunks are large.
+func (c *RestoreChunk) fields(f fields) {
+	f.str(&c.ID)
+	f.uvarint(&c.Seq)
+	if d := f.d; d != nil {
+		c.Data = d.take(d.count(1))
+	} else {
+		f.e.bytes(c.Data)
+	}
+	f.uint32(&c.CRC)
+	d := f.d
+	if d == nil || d.err != nil {
 		return
 	}
 	switch {
@@ -151,32 +149,19 @@ func (c *RestoreChunk) decode(d *dec) {
 	}
 }
 
-func (c *RestoreCommit) encode(e *enc) {
-	e.str(c.ID)
-	e.uvarint(c.Chunks)
-	e.uvarint(c.Size)
-	e.hash(c.SHA256)
-	if c.bounded() { // TypeRestoreCommitBounded
-		c.Quota.encode(e)
-		e.uvarint(c.FenceFloor)
+// A TypeRestoreCommitBounded body (bounded) is a TypeRestoreCommit body,
+// the Quota and FenceFloor.
+func (c *RestoreCommit) fields(f fields, bounded bool) {
+	f.str(&c.ID)
+	f.uvarint(&c.Chunks)
+	f.uvarint(&c.Size)
+	f.hash(&c.SHA256)
+	if bounded {
+		c.Quota.fields(f)
+		f.uvarint(&c.FenceFloor)
+		f.reject(!c.bounded(), "bounded restore commit: no quota and no fence floor") // one encoding per command
 	}
-}
-
-func (c *RestoreCommit) decode(d *dec, t Type) {
-	c.ID = d.str()
-	c.Chunks = d.uvarint()
-	c.Size = d.uvarint()
-	c.SHA256 = d.hash()
-	if t == TypeRestoreCommitBounded {
-		c.Quota.decode(d)
-		c.FenceFloor = d.uvarint()
-		if d.err == nil && !c.bounded() {
-			d.fail("bounded restore commit: no quota and no fence floor") // one encoding per command
-		}
-	}
-	if d.err == nil && validRestoreID(c.ID) != nil {
-		d.fail("restore commit: bad restore id")
-	}
+	f.reject(f.d != nil && validRestoreID(c.ID) != nil, "restore commit: bad restore id")
 }
 
 // restoreStage is a restore's chunks received so far.

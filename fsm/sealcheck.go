@@ -42,6 +42,4 @@ func (r *registry) SealCheck() []byte {
 	return []byte(r.sealCheck)
 }
 
-func (c *SealCheck) encode(e *enc) { e.bytes(c.Check) }
-
-func (c *SealCheck) decode(d *dec) { c.Check = d.bytes() }
+func (c *SealCheck) fields(f fields) { f.bytes(&c.Check) }

@@ -138,7 +138,7 @@ func (k *snapKey) encode(e *enc) {
 			return
 		}
 		e.uvarint(w.Deadline)
-		w.Cmd.encode(e)
+		w.Cmd.fields(fields{e: e})
 	}
 	e.uvarint(uint64(len(m.stolen)))
 	for _, id := range m.stolen {
@@ -170,7 +170,7 @@ func decodeKey(d *dec, k *keyRec) {
 		for i := range ws {
 			ws[i].Deadline = d.uvarint()
 			c := new(Acquire)
-			c.decode(d)
+			c.fields(fields{d: d})
 			ws[i].Cmd = c
 		}
 		k.waiters = ws
