@@ -274,7 +274,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if err := writeRecords(bw, len(s.keyOrder), func(e *enc, j int) { s.keys[s.keyOrder[j]].encode(e) }); err != nil {
 		return cw.n, err
 	}
-	if err := writeRecords(bw, len(s.sessionOrder), func(e *enc, j int) { encodeSession(e, s.sessions[s.sessionOrder[j]]) }); err != nil {
+	if err := writeRecords(bw, len(s.sessionOrder), func(e *enc, j int) { sessionFields(fields{e: e}, s.sessions[s.sessionOrder[j]], nil) }); err != nil {
 		return cw.n, err
 	}
 	if err := writeRecords(bw, len(s.leaseOrder), func(e *enc, j int) { encodeLease(e, s.leases[s.leaseOrder[j]]) }); err != nil {

@@ -203,7 +203,7 @@ func (n rebuilder) readSessions(rr *recordReader, count int) ([]*Session, error)
 			return nil, fmt.Errorf("fsm: snapshot session %d: %w", i, err)
 		}
 		x := new(Session)
-		if err := decodeRecord(body, "session", i, func(d *dec) { n.decodeSession(d, x) }); err != nil {
+		if err := decodeRecord(body, "session", i, func(d *dec) { sessionFields(fields{d: d}, x, n.holderName) }); err != nil {
 			return nil, err
 		}
 		if i > 0 && x.ID <= sessions[i-1].ID || x.ID == "" {

@@ -202,14 +202,14 @@ func countKeys(keys []keyRec, keyless []string) []keyRef {
 	return append(refs, extra[j:]...)
 }
 
-// internHolder returns the holder named b, its string shared with every
-// record of the holder. The holder is entered in the holder index (rebuild
-// removes it again if nothing active refers to it).
-func (n rebuilder) internHolder(b []byte) *holderIndex {
+// holderName returns the name of the holder named b, its string shared
+// with every record of the holder. The holder is entered in the holder
+// index (rebuild removes it again if nothing active refers to it).
+func (n rebuilder) holderName(b []byte) string {
 	if hi := n.holders[string(b)]; hi != nil {
-		return hi
+		return hi.name
 	}
-	return n.holder(string(b))
+	return n.holder(string(b)).name
 }
 
 // knownReasons are the end reasons the state machine sets itself; a decoded

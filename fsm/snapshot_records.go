@@ -36,6 +36,24 @@ func (d *dec) state(states []State) State {
 	return states[p[0]]
 }
 
+func (f fields) state(p *State, states []State) {
+	if f.e != nil {
+		f.e.state(*p, states)
+	} else {
+		*p = f.d.state(states)
+	}
+}
+
+// interned is a string read with intern, which returns the string of its
+// bytes (shared with other records).
+func (f fields) interned(p *string, intern func([]byte) string) {
+	if f.e != nil {
+		f.e.str(*p)
+	} else {
+		*p = intern(f.d.strBytes())
+	}
+}
+
 func (h *snapHeader) encode(e *enc) {
 	e.uvarint(SnapshotFormat)
 	e.uvarint(h.Index)
@@ -123,75 +141,47 @@ func (k *snapKey) encode(e *enc) {
 	if k.more != nil {
 		m = *k.more
 	}
-	e.str(k.key)
-	e.uvarint(uint64(k.limit))
-	e.uvarint(uint64(len(m.blocked)))
-	for _, b := range m.blocked {
-		e.uvarint(b.Until)
-		e.str(b.LeaseID)
-	}
 	ws := m.waitq.list()
-	e.uvarint(uint64(len(ws)))
-	for _, w := range ws {
-		if w.Cmd == nil {
-			e.fail(errors.New("fsm: waiter without a command"))
-			return
-		}
-		e.uvarint(w.Deadline)
-		w.Cmd.fields(fields{e: e})
-	}
-	e.uvarint(uint64(len(m.stolen)))
-	for _, id := range m.stolen {
-		e.str(id)
-	}
-	if slices.ContainsFunc(ws, func(w waiter) bool { return w.group != "" }) {
-		// Only when a lease group is queued on the key (group.go), so
-		// that other keys keep their bytes: each waiter's group, "" for
-		// an acquire of one key.
-		for _, w := range ws {
-			e.str(w.group)
-		}
-	}
+	keyFields(fields{e: e}, &k.key, &k.limit, &m, &ws)
 }
 
 func decodeKey(d *dec, k *keyRec) {
-	k.key = d.str()
 	var m keyMore
-	limit := d.uint32()
-	if n := d.count(2); n > 0 {
-		m.blocked = make([]blocked, n)
-		for i := range m.blocked {
-			m.blocked[i].Until = d.uvarint()
-			m.blocked[i].LeaseID = d.str()
-		}
-	}
-	if n := d.count(waiterBytes); n > 0 {
-		ws := make([]waiter, n)
-		for i := range ws {
-			ws[i].Deadline = d.uvarint()
-			c := new(Acquire)
-			c.fields(fields{d: d})
-			ws[i].Cmd = c
-		}
-		k.waiters = ws
-	}
-	if n := d.count(1); n > 0 {
-		m.stolen = make([]string, n)
-		for i := range m.stolen {
-			m.stolen[i] = d.str()
-		}
-	}
-	if len(d.b) > 0 && d.err == nil {
-		grouped := false
-		for i := range k.waiters {
-			k.waiters[i].group = d.str()
-			grouped = grouped || k.waiters[i].group != ""
-		}
-		if !grouped && d.err == nil {
-			d.fail("waiter groups written without a lease group")
-		}
-	}
+	var limit uint32
+	keyFields(fields{d: d}, &k.key, &limit, &m, &k.waiters)
 	k.ks = newKeyState(k.key, limit, m)
+}
+
+// keyFields writes or reads a key record: the key, its limit, lock-delay
+// blocks, waiters (each a deadline and an Acquire without its Quota), the
+// ids of stolen leases and, only when a lease group is queued on the key
+// (group.go), so that other keys keep their bytes, each waiter's group ("" for
+// an acquire of one key).
+func keyFields(f fields, key *string, limit *uint32, m *keyMore, ws *[]waiter) {
+	f.str(key)
+	f.uint32(limit)
+	list(f, &m.blocked, 2, func(b *blocked) {
+		f.uvarint(&b.Until)
+		f.str(&b.LeaseID)
+	})
+	list(f, ws, waiterBytes, func(w *waiter) {
+		if f.d != nil {
+			w.Cmd = new(Acquire)
+		} else if w.Cmd == nil {
+			f.refuse(errors.New("fsm: waiter without a command"))
+			return
+		}
+		f.uvarint(&w.Deadline)
+		w.Cmd.fields(f)
+	})
+	list(f, &m.stolen, 1, f.str)
+	grouped := func(w waiter) bool { return w.group != "" }
+	if f.e != nil && slices.ContainsFunc(*ws, grouped) || f.d != nil && len(f.d.b) > 0 && f.d.err == nil {
+		for i := range *ws {
+			f.str(&(*ws)[i].group)
+		}
+		f.reject(!slices.ContainsFunc(*ws, grouped), "waiter groups written without a lease group")
+	}
 }
 
 // newKeyState returns the state of a key read from a snapshot. Most keys
@@ -206,48 +196,24 @@ func newKeyState(key string, limit uint32, m keyMore) *keyState {
 	return ks
 }
 
-func encodeSession(e *enc, s *Session) {
-	e.str(s.ID)
-	e.str(s.Holder)
-	e.state(s.State, sessionStates)
-	e.hash(s.TokenHash)
-	e.varint(s.TTLMS)
-	e.uvarint(s.TTLTicks)
-	e.uvarint(s.ExpiresTick)
-	e.varint(s.CreatedWallMS)
-	e.varint(s.LastHeartbeat)
-	e.uvarint(s.HeartbeatCount)
-	e.strmap(s.Metadata)
-	e.uvarint(uint64(len(s.LeaseIDs)))
-	for _, id := range s.LeaseIDs {
-		e.str(id)
-	}
-	e.uvarint(s.EndedTick)
-	e.varint(s.EndedWallMS)
-	e.str(s.EndReason)
-}
-
-func (n rebuilder) decodeSession(d *dec, s *Session) {
-	s.ID = d.str()
-	s.Holder = n.internHolder(d.strBytes()).name
-	s.State = d.state(sessionStates)
-	s.TokenHash = d.hash()
-	s.TTLMS = d.varint()
-	s.TTLTicks = d.uvarint()
-	s.ExpiresTick = d.uvarint()
-	s.CreatedWallMS = d.varint()
-	s.LastHeartbeat = d.varint()
-	s.HeartbeatCount = d.uvarint()
-	s.Metadata = d.strmap()
-	if n := d.count(1); n > 0 {
-		s.LeaseIDs = make([]string, n)
-		for i := range s.LeaseIDs {
-			s.LeaseIDs[i] = d.str()
-		}
-	}
-	s.EndedTick = d.uvarint()
-	s.EndedWallMS = d.varint()
-	s.EndReason = internReason(d.strBytes())
+// sessionFields writes or reads a session; holder (reading) returns the
+// string of the holder's name, shared with its other records.
+func sessionFields(f fields, s *Session, holder func([]byte) string) {
+	f.str(&s.ID)
+	f.interned(&s.Holder, holder)
+	f.state(&s.State, sessionStates)
+	f.hash(&s.TokenHash)
+	f.varint(&s.TTLMS)
+	f.uvarint(&s.TTLTicks)
+	f.uvarint(&s.ExpiresTick)
+	f.varint(&s.CreatedWallMS)
+	f.varint(&s.LastHeartbeat)
+	f.uvarint(&s.HeartbeatCount)
+	f.strmap(&s.Metadata)
+	list(f, &s.LeaseIDs, 1, f.str)
+	f.uvarint(&s.EndedTick)
+	f.varint(&s.EndedWallMS)
+	f.interned(&s.EndReason, internReason)
 }
 
 // encodeLease writes a lease. The idempotency hashes, zero for most leases,
