@@ -23,7 +23,7 @@ var builtin = []*Scenario{
 	{Name: "none", Liveness: true, StallBound: wideStall, Class: "none", Nodes: 3, Doc: "no faults: the workloads and checkers alone (zombie counter writers must be refused by token)",
 		Expect:  map[string]int{"stale-token-rejected": 1},
 		Nemesis: func(ctx context.Context, e *Env) error { return sleepCtx(ctx, faultFor) }},
-	{Name: "partition-leader", Liveness: true, Class: "partition", Doc: "cut the leader off from every peer; clients still reach it",
+	{Name: "partition-leader", Liveness: true, Configuration: true, Class: "partition", Doc: "cut the leader off from every peer; clients still reach it",
 		Expect: map[string]int{"leader-changes": 1},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			l, err := e.WaitLeader(ctx, 10*time.Second)
@@ -256,7 +256,7 @@ var builtin = []*Scenario{
 				return nil
 			}, e.C.Heal)
 		}},
-	{Name: "kill-leader", Liveness: true, Class: "crash", Doc: "SIGKILL the leader, restart it; twice",
+	{Name: "kill-leader", Liveness: true, Configuration: true, Class: "crash", Doc: "SIGKILL the leader, restart it; twice",
 		Expect: map[string]int{"leader-changes": 2, "restarts": 2},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			for r := 0; r < 2; r++ {
@@ -283,13 +283,13 @@ var builtin = []*Scenario{
 			f := e.Others(l)[e.Rng.IntN(e.C.Size()-1)]
 			return e.killRestart(ctx, []int{f}, faultFor)
 		}},
-	{Name: "kill-minority", Liveness: true, StallBound: wideStall, Class: "crash", Doc: "SIGKILL two random nodes (a minority of five), restart them",
+	{Name: "kill-minority", Liveness: true, Configuration: true, StallBound: wideStall, Class: "crash", Doc: "SIGKILL two random nodes (a minority of five), restart them",
 		Expect: map[string]int{"restarts": 2},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			perm := e.Rng.Perm(e.C.Size())
 			return e.killRestart(ctx, perm[:(e.C.Size()-1)/2], faultFor)
 		}},
-	{Name: "kill-all", Liveness: true, StallBound: wideStall, Class: "crash", Nodes: 3, Doc: "SIGKILL every node at once and restart them: acknowledged grants and fences survive",
+	{Name: "kill-all", Liveness: true, Configuration: true, StallBound: wideStall, Class: "crash", Nodes: 3, Doc: "SIGKILL every node at once and restart them: acknowledged grants and fences survive",
 		Expect: map[string]int{"restarts": 3},
 		Nemesis: func(ctx context.Context, e *Env) error {
 			return e.killRestart(ctx, e.Others(), 2*time.Second)
