@@ -48,16 +48,5 @@ func (c *Client) RenewGroup(ctx context.Context, groupID, token string, ttlMS in
 // /v1/groups/:id) with the group's token or, for a session-bound group,
 // the session token.
 func (c *Client) ReleaseGroup(ctx context.Context, req wire.GroupReleaseRequest) (*wire.LeaseGroup, error) {
-	var body any
-	if req.Reason != "" {
-		body = reasonBody{req.Reason}
-	}
-	var g *wire.LeaseGroup
-	err := c.do(ctx, call{
-		method: http.MethodDelete,
-		path:   "/v1/groups/" + escape(req.GroupID),
-		body:   body,
-		header: headers("X-Lease-Token", req.Token, "X-Session-Token", req.SessionToken),
-	}, &g)
-	return g, err
+	return release[wire.LeaseGroup](ctx, c, "/v1/groups/"+escape(req.GroupID), req.Token, req.SessionToken, req.Reason)
 }

@@ -99,18 +99,25 @@ func (c *Client) RenewWith(ctx context.Context, req wire.RenewRequest) (*wire.Le
 // a session-bound lease, the session token. It returns the lease as the
 // server reports it after the release (nil if the server sends no body).
 func (c *Client) Release(ctx context.Context, req wire.ReleaseRequest) (*wire.Lease, error) {
+	return release[wire.Lease](ctx, c, "/v1/leases/"+escape(req.LeaseID), req.Token, req.SessionToken, req.Reason)
+}
+
+// release sends DELETE path with the lease's (or group's) token or the
+// session's, and the reason if any; the answer is nil when the server
+// sends no body.
+func release[T any](ctx context.Context, c *Client, path, token, sessionToken, reason string) (*T, error) {
 	var body any
-	if req.Reason != "" {
-		body = reasonBody{req.Reason}
+	if reason != "" {
+		body = reasonBody{reason}
 	}
-	var l *wire.Lease
+	var v *T
 	err := c.do(ctx, call{
 		method: http.MethodDelete,
-		path:   "/v1/leases/" + escape(req.LeaseID),
+		path:   path,
 		body:   body,
-		header: headers("X-Lease-Token", req.Token, "X-Session-Token", req.SessionToken),
-	}, &l)
-	return l, err
+		header: headers("X-Lease-Token", token, "X-Session-Token", sessionToken),
+	}, &v)
+	return v, err
 }
 
 // Revoke force-ends a lease as an operator (POST /v1/leases/:id/revoke,
