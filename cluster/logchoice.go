@@ -218,13 +218,7 @@ func MigrateLog(dir, to string, logger *slog.Logger) (MigrateResult, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "raft.db")); err != nil {
-		return res, fmt.Errorf("cluster: %s has no raft.db: not a data dir (%w)", dir, err)
-	}
-	bolt, format, err := openBolt(filepath.Join(dir, "raft.db"))
-	if isLocked(err) {
-		return res, fmt.Errorf("cluster: %s is locked: a leasehold server runs on data dir %s; stop it first (the log moves only offline)", filepath.Join(dir, "raft.db"), dir)
-	}
+	bolt, format, err := openStopped(dir, " (the log moves only offline)")
 	if err != nil {
 		return res, err
 	}

@@ -29,6 +29,20 @@ type OfflineDir struct {
 	logger *slog.Logger
 }
 
+// openStopped opens raft.db of the data dir dir of a stopped server:
+// refused, with hint after "stop it first", while a server runs on it.
+func openStopped(dir, hint string) (*boltStore, uint64, error) {
+	path := filepath.Join(dir, "raft.db")
+	if _, err := os.Stat(path); err != nil {
+		return nil, 0, fmt.Errorf("cluster: %s has no raft.db: not a data dir (%w)", dir, err)
+	}
+	bolt, format, err := openBolt(path)
+	if isLocked(err) {
+		return nil, 0, fmt.Errorf("cluster: %s is locked: a leasehold server runs on data dir %s; stop it first%s", path, dir, hint)
+	}
+	return bolt, format, err
+}
+
 // OpenOffline opens the data directory dir of a stopped server. It refuses
 // a directory a server runs on (raft.db's lock), one of a newer data
 // format, one whose log move was cut short, and one without Raft state.
@@ -38,13 +52,7 @@ func OpenOffline(dir string, logger *slog.Logger) (*OfflineDir, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "raft.db")); err != nil {
-		return nil, fmt.Errorf("cluster: %s has no raft.db: not a data dir (%w)", dir, err)
-	}
-	bolt, format, err := openBolt(filepath.Join(dir, "raft.db"))
-	if isLocked(err) {
-		return nil, fmt.Errorf("cluster: %s is locked: a leasehold server runs on data dir %s; stop it first", filepath.Join(dir, "raft.db"), dir)
-	}
+	bolt, format, err := openStopped(dir, "")
 	if err != nil {
 		return nil, err
 	}
