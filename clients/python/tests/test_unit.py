@@ -124,6 +124,35 @@ def test_acquire_is_retried_with_the_same_idempotency_key():
     run(main())
 
 
+def test_acquire_bodies_and_headers():
+    class S:
+        session_id, token = "ss_1", "stok"
+
+    async def main():
+        async with Scripted([(201, LEASE), (201, LEASE), (201, {"group_id": "lg_1"}), (201, {"group_id": "lg_1"})]) as srv:
+            async with leasehold.Client([srv.addr]) as c:
+                await c.acquire("k", "w", ttl=1.5, limit=2, metadata={"a": "b"}, wait=2, lock_delay=0.25, grant=True,
+                                idempotency_key="i1")
+                await c.acquire("k", "w", ttl=9, session=S(), idempotency_key="i2")
+                await c.acquire_group(["a", ("b", 3)], "w", ttl=1.5, metadata={"a": "b"}, wait=2, lock_delay=0.25,
+                                      idempotency_key="i3")
+                await c.acquire_group(["a"], "w", session=S(), idempotency_key="i4")
+        got = [(r[0], r[1], r[2].get("X-Session-Token"), list(r[3].items())) for r in srv.requests]
+        assert got == [
+            ("POST", "/v1/leases", None, [("key", "k"), ("holder", "w"), ("idempotency_key", "i1"), ("ttl_ms", 1500),
+                                          ("limit", 2), ("metadata", {"a": "b"}), ("wait_ms", 2000),
+                                          ("lock_delay_ms", 250), ("grant", True)]),
+            ("POST", "/v1/leases", "stok", [("key", "k"), ("holder", "w"), ("idempotency_key", "i2"),
+                                            ("session_id", "ss_1")]),
+            ("POST", "/v1/groups", None, [("keys", [{"key": "a"}, {"key": "b", "limit": 3}]), ("holder", "w"),
+                                          ("idempotency_key", "i3"), ("ttl_ms", 1500), ("metadata", {"a": "b"}),
+                                          ("wait_ms", 2000), ("lock_delay_ms", 250)]),
+            ("POST", "/v1/groups", "stok", [("keys", [{"key": "a"}]), ("holder", "w"), ("idempotency_key", "i4"),
+                                            ("session_id", "ss_1")]),
+        ], got
+    run(main())
+
+
 def test_reads_and_renewals_are_retried_and_give_up_in_time():
     async def main():
         async with Scripted(["drop", (200, LEASE), "drop", (200, LEASE)]) as srv:

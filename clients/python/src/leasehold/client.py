@@ -218,8 +218,18 @@ class Client:
         after a transport failure or a 504 (the retry answers the one lease
         the first attempt may have created, with its token). The answer's
         ``token`` is the lease's secret."""
-        body: Dict[str, Any] = {"key": key, "holder": holder,
-                                "idempotency_key": idempotency_key or secrets.token_urlsafe(18)}
+        a = await self._acquire("/v1/leases", {"key": key}, holder, ttl, session, limit, metadata, wait, lock_delay,
+                                grant, idempotency_key)
+        lease = Lease.from_dict(a.body)
+        lease.index = a.index
+        return lease
+
+    async def _acquire(self, path: str, body: Dict[str, Any], holder: str, ttl: Optional[float],
+                       session: Optional[SessionLike], limit: int, metadata: Optional[Mapping[str, str]],
+                       wait: Optional[float], lock_delay: Optional[float], grant: bool,
+                       idempotency_key: Optional[str]) -> Answer:
+        """POST an acquire of a lease or a group: body names the key(s)."""
+        body.update(holder=holder, idempotency_key=idempotency_key or secrets.token_urlsafe(18))
         hdrs: Dict[str, str] = {}
         if session is not None:
             body["session_id"] = session.session_id
@@ -236,11 +246,8 @@ class Client:
             body["lock_delay_ms"] = _ms(lock_delay)
         if grant:
             body["grant"] = True
-        a = await self.request("POST", "/v1/leases", body=body, headers=hdrs, retry=Retry.SAFE,
-                               extra=wait or 0.0, retry_indeterminate=True)
-        lease = Lease.from_dict(a.body)
-        lease.index = a.index
-        return lease
+        return await self.request("POST", path, body=body, headers=hdrs, retry=Retry.SAFE,
+                                  extra=wait or 0.0, retry_indeterminate=True)
 
     async def renew(self, lease_id: str, token: str, *, ttl: Optional[float] = None,
                     metadata: Optional[Mapping[str, str]] = None, grant: bool = False,
@@ -337,22 +344,8 @@ class Client:
         """Acquire several keys at once, all or nothing (POST /v1/groups);
         a key is "k" or ("k", limit)."""
         ks = [{"key": k} if isinstance(k, str) else {"key": k[0], "limit": k[1]} for k in keys]
-        body: Dict[str, Any] = {"keys": ks, "holder": holder,
-                                "idempotency_key": idempotency_key or secrets.token_urlsafe(18)}
-        hdrs: Dict[str, str] = {}
-        if session is not None:
-            body["session_id"] = session.session_id
-            hdrs["X-Session-Token"] = session.token
-        elif ttl is not None:
-            body["ttl_ms"] = _ms(ttl)
-        if metadata:
-            body["metadata"] = dict(metadata)
-        if wait:
-            body["wait_ms"] = _ms(wait)
-        if lock_delay:
-            body["lock_delay_ms"] = _ms(lock_delay)
-        a = await self.request("POST", "/v1/groups", body=body, headers=hdrs, retry=Retry.SAFE,
-                               extra=wait or 0.0, retry_indeterminate=True)
+        a = await self._acquire("/v1/groups", {"keys": ks}, holder, ttl, session, 0, metadata, wait, lock_delay,
+                                False, idempotency_key)
         return Group.from_dict(a.body)
 
     async def get_group(self, group_id: str) -> Group:
