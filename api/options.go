@@ -86,15 +86,9 @@ func DefaultOptions() Options {
 // panics on options that do not validate.
 func (o Options) Validate() error {
 	var errs []error
-	if o.MaxBodyBytes < 0 {
-		errs = append(errs, fmt.Errorf("max body bytes %d is negative (0: the default, %d)", o.MaxBodyBytes, DefaultMaxBodyBytes))
-	}
-	if o.KeepAlive < 0 {
-		errs = append(errs, fmt.Errorf("keep-alive interval %v is negative (0: the default, %v)", o.KeepAlive, DefaultKeepAlive))
-	}
-	if o.ForwardTimeout < 0 {
-		errs = append(errs, fmt.Errorf("forward timeout %v is negative (0: the default, %v)", o.ForwardTimeout, DefaultForwardTimeout))
-	}
+	errs = negative(errs, "max body bytes", o.MaxBodyBytes, DefaultMaxBodyBytes)
+	errs = negative(errs, "keep-alive interval", o.KeepAlive, DefaultKeepAlive)
+	errs = negative(errs, "forward timeout", o.ForwardTimeout, DefaultForwardTimeout)
 	if err := o.Control.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("control: %w", err))
 	}
@@ -106,9 +100,7 @@ func (o Options) Validate() error {
 // server's "none"; the control lease's options are NewControl's to fill.
 func (o Options) withDefaults() Options {
 	def := DefaultOptions()
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, def.MaxBodyBytes)
 	o.KeepAlive = cmp.Or(o.KeepAlive, def.KeepAlive)
 	o.ForwardTimeout = cmp.Or(o.ForwardTimeout, def.ForwardTimeout)
@@ -116,6 +108,15 @@ func (o Options) withDefaults() Options {
 	o.WriteTimeout = orNone(o.WriteTimeout, def.WriteTimeout)
 	o.MaxStreamsPerClient = orNone(o.MaxStreamsPerClient, def.MaxStreamsPerClient)
 	return o
+}
+
+// negative adds to errs that the option what, v, is negative (def is its
+// default, meant by 0).
+func negative[T int | int64 | time.Duration](errs []error, what string, v, def T) []error {
+	if v < 0 {
+		errs = append(errs, fmt.Errorf("%s %v is negative (0: the default, %v)", what, v, def))
+	}
+	return errs
 }
 
 // orNone is v, or def when v is 0, or 0 (none) when v is negative.
@@ -173,15 +174,9 @@ func DefaultControlOptions() ControlOptions {
 // NewControl panics on options that do not validate.
 func (o ControlOptions) Validate() error {
 	var errs []error
-	if o.MaxMessageBytes < 0 {
-		errs = append(errs, fmt.Errorf("max message bytes %d is negative (0: the default, %d)", o.MaxMessageBytes, DefaultControlMaxMessageBytes))
-	}
-	if o.MaxSockets < 0 {
-		errs = append(errs, fmt.Errorf("max sockets %d is negative (0: the default, %d)", o.MaxSockets, DefaultControlMaxSockets))
-	}
-	if o.MaxTTL < 0 {
-		errs = append(errs, fmt.Errorf("max TTL %v is negative (0: the default, %v)", o.MaxTTL, DefaultControlMaxTTL))
-	}
+	errs = negative(errs, "max message bytes", o.MaxMessageBytes, DefaultControlMaxMessageBytes)
+	errs = negative(errs, "max sockets", o.MaxSockets, DefaultControlMaxSockets)
+	errs = negative(errs, "max TTL", o.MaxTTL, DefaultControlMaxTTL)
 	if o.MaxTTL > 0 && o.MaxTTL < node.MinControlTTL {
 		errs = append(errs, fmt.Errorf("max TTL %v is below the shortest TTL a client may ask for, %v", o.MaxTTL, node.MinControlTTL))
 	}
@@ -191,9 +186,7 @@ func (o ControlOptions) Validate() error {
 // withDefaults returns o with every zero field set to its default.
 func (o ControlOptions) withDefaults() ControlOptions {
 	def := DefaultControlOptions()
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	o.MaxMessageBytes = cmp.Or(o.MaxMessageBytes, def.MaxMessageBytes)
 	o.MaxSockets = cmp.Or(o.MaxSockets, def.MaxSockets)
 	o.MaxTTL = cmp.Or(o.MaxTTL, def.MaxTTL)

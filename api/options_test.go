@@ -54,3 +54,19 @@ func TestOptionsValidate(t *testing.T) {
 		}()
 	}
 }
+
+// TestOptionsValidateMessages pins the words of every refusal of a
+// negative option.
+func TestOptionsValidateMessages(t *testing.T) {
+	err := Options{MaxBodyBytes: -1, KeepAlive: -time.Second, ForwardTimeout: -time.Millisecond,
+		Control: ControlOptions{MaxMessageBytes: -2, MaxSockets: -3, MaxTTL: -time.Minute}}.Validate()
+	want := "max body bytes -1 is negative (0: the default, 65536)\n" +
+		"keep-alive interval -1s is negative (0: the default, 15s)\n" +
+		"forward timeout -1ms is negative (0: the default, 3s)\n" +
+		"control: max message bytes -2 is negative (0: the default, 4096)\n" +
+		"max sockets -3 is negative (0: the default, 256)\n" +
+		"max TTL -1m0s is negative (0: the default, 1m0s)"
+	if err == nil || err.Error() != want {
+		t.Errorf("Validate = %q, want %q", err, want)
+	}
+}

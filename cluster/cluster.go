@@ -180,9 +180,7 @@ func (c Config) Validate() error {
 // withDefaults fills the zero fields of c from DefaultConfig.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, d.HeartbeatTimeout)
 	c.ElectionTimeout = cmp.Or(c.ElectionTimeout, d.ElectionTimeout)
 	c.LeaderLeaseTimeout = cmp.Or(c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
