@@ -224,21 +224,7 @@ func encodeLease(e *enc, l *Lease) {
 	e.str(l.Holder)
 	e.uvarint(uint64(l.Limit))
 	e.str(l.SessionID)
-	e.state(l.State, leaseStates)
-	e.uvarint(l.Fence)
-	e.hash(l.TokenHash)
-	e.varint(l.TTLMS)
-	e.uvarint(l.TTLTicks)
-	e.uvarint(l.ExpiresTick)
-	e.uvarint(l.AcquiredTick)
-	e.varint(l.AcquiredWallMS)
-	e.varint(l.RenewedWallMS)
-	e.uvarint(l.EndedTick())
-	e.varint(l.EndedWallMS())
-	e.uvarint(uint64(l.RenewalCount))
-	e.strmap(l.Metadata())
-	e.str(l.EndReason())
-	e.uvarint(l.LockDelayTicks())
+	leaseFields(fields{e: e}, l)
 	e.bool(l.hasIdemHashes())
 	if l.hasIdemHashes() {
 		e.hash(l.idem.hash)
@@ -249,6 +235,33 @@ func encodeLease(e *enc, l *Lease) {
 		// Only for a member of a lease group (group.go), so that other
 		// leases keep their bytes.
 		e.str(g)
+	}
+}
+
+// leaseFields writes or reads the fields of a lease from its state to its
+// lock-delay, the cold ones among them.
+func leaseFields(f fields, l *Lease) {
+	f.state(&l.State, leaseStates)
+	f.uvarint(&l.Fence)
+	f.hash(&l.TokenHash)
+	f.varint(&l.TTLMS)
+	f.uvarint(&l.TTLTicks)
+	f.uvarint(&l.ExpiresTick)
+	f.uvarint(&l.AcquiredTick)
+	f.varint(&l.AcquiredWallMS)
+	f.varint(&l.RenewedWallMS)
+	var c leaseCold
+	if l.cold != nil {
+		c = *l.cold
+	}
+	f.uvarint(&c.endedTick)
+	f.varint(&c.endedWallMS)
+	f.uint32(&l.RenewalCount)
+	f.strmap(&c.metadata)
+	f.interned(&c.endReason, internReason)
+	f.uvarint(&c.lockDelayTicks)
+	if f.d != nil {
+		l.cold = c.orNil()
 	}
 }
 
@@ -309,23 +322,7 @@ func (ld *leaseDecoder) decodeLease(d *dec, l *Lease) *keyState {
 			l.SessionID = string(sid)
 		}
 	}
-	l.State = d.state(leaseStates)
-	l.Fence = d.uvarint()
-	l.TokenHash = d.hash()
-	l.TTLMS = d.varint()
-	l.TTLTicks = d.uvarint()
-	l.ExpiresTick = d.uvarint()
-	l.AcquiredTick = d.uvarint()
-	l.AcquiredWallMS = d.varint()
-	l.RenewedWallMS = d.varint()
-	var c leaseCold
-	c.endedTick = d.uvarint()
-	c.endedWallMS = d.varint()
-	l.RenewalCount = d.uint32()
-	c.metadata = d.strmap()
-	c.endReason = internReason(d.strBytes())
-	c.lockDelayTicks = d.uvarint()
-	l.cold = c.orNil()
+	leaseFields(fields{d: d}, l)
 	var h, fp Hash
 	if d.bool() {
 		if h, fp = d.hash(), d.hash(); h.IsZero() && fp.IsZero() && d.err == nil {
