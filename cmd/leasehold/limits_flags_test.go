@@ -155,3 +155,39 @@ func TestServerFlagZeros(t *testing.T) {
 		}
 	}
 }
+
+// TestServerRaftTimeoutFlag: --raft-timeout (and LEASEHOLD_RAFT_TIMEOUT)
+// reaches node.Config.RaftTimeout; its default is node's own 500ms; a value
+// outside 50ms-1m is a usage error that names the flag.
+func TestServerRaftTimeoutFlag(t *testing.T) {
+	a, _, _ := testApp(nil)
+	c, err := a.parseServerFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.node.RaftTimeout != 500*time.Millisecond {
+		t.Errorf("default raft timeout %v, want 500ms", c.node.RaftTimeout)
+	}
+	a, _, _ = testApp(nil)
+	if c, err = a.parseServerFlags([]string{"--raft-timeout", "2s"}); err != nil || c.node.RaftTimeout != 2*time.Second {
+		t.Errorf("--raft-timeout 2s: %v %v", c.node.RaftTimeout, err)
+	}
+	a, _, _ = testApp(map[string]string{"LEASEHOLD_RAFT_TIMEOUT": "750ms"})
+	if c, err = a.parseServerFlags(nil); err != nil || c.node.RaftTimeout != 750*time.Millisecond {
+		t.Errorf("LEASEHOLD_RAFT_TIMEOUT=750ms: %v %v", c.node.RaftTimeout, err)
+	}
+	for _, v := range []string{"0", "-1s", "10ms", "49ms", "61s", "1h"} {
+		a, _, _ := testApp(nil)
+		_, err := a.parseServerFlags([]string{"--raft-timeout", v})
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--raft-timeout") {
+			t.Errorf("--raft-timeout %s: err = %v, want a usage error naming the flag", v, err)
+		}
+	}
+	for _, v := range []string{"50ms", "1m"} {
+		a, _, _ := testApp(nil)
+		if _, err := a.parseServerFlags([]string{"--raft-timeout", v}); err != nil {
+			t.Errorf("--raft-timeout %s: %v", v, err)
+		}
+	}
+}

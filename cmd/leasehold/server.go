@@ -48,6 +48,16 @@ const (
 	httpMaxHeaderBytes    = 64 << 10
 )
 
+// --raft-timeout: node.Config's default (its zero) and the bounds the flag
+// accepts. Below the minimum, Raft's leader lease (half of it) is shorter
+// than a scheduling stall of a healthy machine; above the maximum, a dead
+// leader goes unnoticed for minutes.
+const (
+	defaultRaftTimeout = 500 * time.Millisecond
+	minRaftTimeout     = 50 * time.Millisecond
+	maxRaftTimeout     = time.Minute
+)
+
 // Graceful shutdown: first let requests finish while event streams stay
 // open, then end streams and waiting acquires, then force.
 const (
@@ -97,6 +107,9 @@ func (cfg *serverConfig) register(fs *flag.FlagSet, def node.Config) (join, leve
 	fs.DurationVar(&cfg.node.JoinTimeout, "join-timeout", def.JoinTimeout, "how long a new server keeps trying --join before giving up")
 	fs.DurationVar(&cfg.node.DeadServerTimeout, "dead-server-timeout", 0, "remove a server after it has been failed this long (0: only an operator removes servers); never below 3 voters")
 	fs.DurationVar(&cfg.node.TickPeriod, "tick-period", def.TickPeriod, "cluster clock resolution (10ms-10s)")
+	fs.DurationVar(&cfg.node.RaftTimeout, "raft-timeout", defaultRaftTimeout, "Raft's heartbeat and election timeout ("+
+		minRaftTimeout.String()+"-"+maxRaftTimeout.String()+"; the leader lease is half of it): lower fails over sooner on a quiet network, "+
+		"higher keeps a leader through scheduling stalls of a busy machine; the same on every server")
 	fs.DurationVar(&cfg.node.Retention, "retention", def.Retention, "how long ended leases and sessions stay readable")
 	fs.Uint64Var(&cfg.node.SnapshotThreshold, "snapshot-threshold", def.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	fs.DurationVar(&cfg.node.SnapshotInterval, "snapshot-interval", def.SnapshotInterval, "how often the snapshot threshold is checked")
@@ -210,6 +223,9 @@ func (cfg *serverConfig) nodeFlags() error {
 	}
 	if n.TickPeriod == 0 {
 		return usageErrorf("--tick-period 0s outside 10ms-10s")
+	}
+	if n.RaftTimeout < minRaftTimeout || n.RaftTimeout > maxRaftTimeout {
+		return usageErrorf("--raft-timeout %v outside %v-%v", n.RaftTimeout, minRaftTimeout, maxRaftTimeout)
 	}
 	if n.Retention == 0 {
 		return usageErrorf("--retention 0s shorter than one tick")
