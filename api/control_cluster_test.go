@@ -23,6 +23,52 @@ func startAPICluster(t *testing.T) []*clusterMember {
 
 func leaderOf(ms []*clusterMember) *clusterMember { return testcluster.Leader(ms) }
 
+// moving says whether a control reply is what a node answers while
+// leadership moves (a loaded machine deposes leaders): NO_LEADER or
+// UNAVAILABLE, which applied nothing, and, if indeterminate is set (the
+// request is safe to repeat), INDETERMINATE.
+func moving(m wsMsg, indeterminate bool) bool {
+	if m.Type != "error" || m.Error == nil {
+		return false
+	}
+	switch m.Error.Code {
+	case wire.CodeNoLeader, wire.CodeUnavailable:
+		return true
+	case wire.CodeIndeterminate:
+		return indeterminate
+	}
+	return false
+}
+
+// settledReply sends req on w until the answer is not one of leadership
+// moving (moving), and returns it.
+func settledReply(t *testing.T, w *wsClient, req map[string]any, indeterminate bool, what string) wsMsg {
+	t.Helper()
+	var m wsMsg
+	pollUntil(t, 60*time.Second, what, func() bool {
+		r := map[string]any{}
+		for k, v := range req {
+			if k != "requestId" {
+				r[k] = v
+			}
+		}
+		m = w.reply(w.send(r))
+		return !moving(m, indeterminate)
+	})
+	return m
+}
+
+// settledStatus is restStatus through base, asked again while leadership
+// moves (503, 504).
+func settledStatus(t *testing.T, base string) node.ControlState {
+	t.Helper()
+	pollUntil(t, 60*time.Second, "a control status from "+base, func() bool {
+		code, _ := restDo(t, "GET", base+"/v1/control/status", "")
+		return code != http.StatusServiceUnavailable && code != http.StatusGatewayTimeout
+	})
+	return restStatus(t, base)
+}
+
 // TestControlClusterFollowerAndFailover: a client connected to a follower
 // acquires the control lease (the follower sends it to the leader), every
 // node's clients see the broadcasts, and the lease survives a leader crash
@@ -41,7 +87,15 @@ func TestControlClusterFollowerAndFailover(t *testing.T) {
 	onLeader := dialControl(t, l.Addr, nil).registered()    // on the leader
 	onOther := dialControl(t, fs[1].Addr, nil).registered() // on the other follower
 
-	got := acquire(t, owner, "K1 Composer", "ttlMs", 10000)
+	// Before the crash, leadership may move too on a loaded machine: the
+	// requests that get NO_LEADER (nothing applied) are sent again. The
+	// lease's TTL outlasts any wait of the test between two heartbeats.
+	acq := settledReply(t, owner, map[string]any{"type": "control.acquire", "clientName": "K1 Composer",
+		"clientInstanceId": "6f0d84a3-8f49-4da8-8c70-0b8f6db5a870", "scope": "global", "ttlMs": 60000}, false, "the control lease")
+	if acq.Type != "control.acquired" || !acq.Success {
+		t.Fatalf("acquire: %s", acq.raw)
+	}
+	got := acq.state(t)
 	checkToken(t, got.LeaseToken)
 	for _, c := range []*wsClient{onLeader, onOther} {
 		if ch := c.changed("acquired").state(t); ch.LeaseID != got.LeaseID || ch.OwnerClientName != "K1 Composer" {
@@ -49,12 +103,12 @@ func TestControlClusterFollowerAndFailover(t *testing.T) {
 		}
 	}
 	// Locked for a client of another node; status answers on a follower.
-	wantWSError(t, onOther.reply(onOther.send(map[string]any{"type": "control.acquire"})), wire.CodeControlLocked)
-	if st := restStatus(t, fs[1].Addr); !st.Active || st.LeaseID != got.LeaseID {
+	wantWSError(t, settledReply(t, onOther, map[string]any{"type": "control.acquire"}, true, "a locked answer"), wire.CodeControlLocked)
+	if st := settledStatus(t, fs[1].Addr); !st.Active || st.LeaseID != got.LeaseID {
 		t.Fatalf("status on a follower = %+v", st)
 	}
 	hb := map[string]any{"type": "control.heartbeat", "leaseId": got.LeaseID, "leaseToken": got.LeaseToken}
-	if m := owner.reply(owner.send(hb)); m.Type != "control.heartbeatAck" {
+	if m := settledReply(t, owner, hb, true, "a heartbeat through a follower"); m.Type != "control.heartbeatAck" {
 		t.Fatalf("heartbeat through a follower: %s", m.raw)
 	}
 	onOther.changed("heartbeat")
@@ -67,7 +121,7 @@ func TestControlClusterFollowerAndFailover(t *testing.T) {
 			t.Fatalf("forged forward to %s: %d %s", m.ID, code, b)
 		}
 	}
-	if st := restStatus(t, fs[1].Addr); !st.Active || st.LeaseID != got.LeaseID || st.OwnerClientName != "K1 Composer" {
+	if st := settledStatus(t, fs[1].Addr); !st.Active || st.LeaseID != got.LeaseID || st.OwnerClientName != "K1 Composer" {
 		t.Fatalf("status after forged forwards = %+v", st)
 	}
 
@@ -163,7 +217,12 @@ func TestControlClusterFollowerAndFailover(t *testing.T) {
 		}
 	}
 	stuck := dialControl(t, sf.Addr, nil)
-	held := acquire(t, stuck, "stuck", "ttlMs", 60000)
+	hm := settledReply(t, stuck, map[string]any{"type": "control.acquire", "clientName": "stuck",
+		"clientInstanceId": "6f0d84a3-8f49-4da8-8c70-0b8f6db5a870", "scope": "global", "ttlMs": 60000}, false, "the stuck client's lease")
+	if hm.Type != "control.acquired" || !hm.Success {
+		t.Fatalf("acquire: %s", hm.raw)
+	}
+	held := hm.state(t)
 	var brk []byte
 	pollUntil(t, 60*time.Second, "the break answered by a leader", func() bool {
 		var code int
