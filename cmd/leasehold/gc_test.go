@@ -121,3 +121,46 @@ func TestAfterEachGC(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleReturn: free memory is returned once nothing was allocated for
+// idleChecks checks in a row and enough is free, then not again within
+// idleReturnEvery; allocation resets the count.
+func TestIdleReturn(t *testing.T) {
+	const mib = 1 << 20
+	var r idleReturn
+	now := time.Unix(1000, 0)
+	allocs := uint64(0)
+	step := func(alloc, free, live uint64) bool {
+		now = now.Add(memLimitEvery)
+		allocs += alloc
+		return r.due(now, allocs, free, live)
+	}
+	if step(100*mib, 200*mib, 400*mib) {
+		t.Fatal("returned while allocating")
+	}
+	for i := 1; i < idleChecks; i++ {
+		if step(0, 200*mib, 400*mib) {
+			t.Fatalf("returned after %d quiet checks, want %d", i, idleChecks)
+		}
+	}
+	if !step(0, 200*mib, 400*mib) {
+		t.Fatalf("not returned after %d quiet checks with 200 MiB free", idleChecks)
+	}
+	for range idleChecks + 2 {
+		if step(0, 200*mib, 400*mib) {
+			t.Fatal("returned again within idleReturnEvery")
+		}
+	}
+	now = now.Add(idleReturnEvery)
+	if step(idleAllocs, 200*mib, 400*mib) {
+		t.Fatal("returned while allocating")
+	}
+	for range idleChecks + 2 {
+		if step(0, 20*mib, 400*mib) {
+			t.Fatal("returned with less free than live/idleFreeShare")
+		}
+	}
+	if !step(0, 40*mib, 400*mib) {
+		t.Fatal("not returned with 40 MiB free of a 400 MiB live heap")
+	}
+}
