@@ -219,14 +219,21 @@ rss_mib() { awk '/^VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$pid/status"; }
 rss_parts() { awk '/^RssAnon/ { a = $2 } /^RssFile/ { f = $2 } END { printf "anon %.0f, file %.0f", a / 1024, f / 1024 }' "/proc/$pid/status"; }
 
 # settled_rss waits for the RSS to stop falling (the collector and the
-# scavenger returning memory), at most 30 seconds, and prints it in MiB.
+# scavenger returning memory; an idle server returns its free heap after
+# a second without allocating), three seconds in a row, at most 30
+# seconds, and prints it in MiB.
 settled_rss() {
-	local prev cur i
+	local prev cur i still=0
 	prev=$(rss_mib)
 	for i in $(seq 1 30); do
 		sleep 1
 		cur=$(rss_mib)
-		if ((cur >= prev - 2)); then break; fi
+		if ((cur >= prev - 2)); then
+			still=$((still + 1))
+			if ((still >= 3)); then break; fi
+		else
+			still=0
+		fi
 		prev=$cur
 	done
 	echo "$cur"
