@@ -53,7 +53,7 @@ test-chaos-clock:
 # target, and the tests run against that installed copy.
 PYTHON ?= /usr/bin/python3
 test-python:
-	CGO_ENABLED=0 $(GO) build -o bin/pytest/leasehold ./cmd/leasehold
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/pytest/leasehold ./cmd/leasehold
 	rm -rf bin/pytest/site && $(PYTHON) -m pip install --quiet --root-user-action=ignore --no-build-isolation --no-deps --no-index \
 		--target bin/pytest/site ./clients/python
 	rm -rf clients/python/build clients/python/src/*.egg-info

@@ -23,7 +23,7 @@ func TestChaosClockOnlyInChaosBuild(t *testing.T) {
 		bin := buildBinary(t)
 		if tags != "" {
 			bin = filepath.Join(dir, "leasehold"+tags)
-			if out, err := exec.Command("go", "build", "-o", bin, "-tags", tags, ".").CombinedOutput(); err != nil {
+			if out, err := goBuild("-o", bin, "-tags", tags, ".").CombinedOutput(); err != nil {
 				t.Fatalf("go build %s: %v\n%s", tags, err, out)
 			}
 		}

@@ -111,9 +111,9 @@ func prevBinary(t *testing.T) string {
 			}
 		}
 		prevPath = filepath.Join(dir, "leasehold-prev")
-		build := exec.Command("go", "build", "-mod=readonly", "-trimpath", "-o", prevPath, "./cmd/leasehold")
+		build := goBuild("-mod=readonly", "-o", prevPath, "./cmd/leasehold")
 		build.Dir = src
-		build.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-buildvcs=false")
+		build.Env = append(build.Env, "GOPROXY=off", "GOFLAGS=-buildvcs=false")
 		if out, err := build.CombinedOutput(); err != nil {
 			prevErr = fmt.Errorf("build %s: %v\n%s", prevRelease, err, out)
 		}

@@ -41,8 +41,7 @@ func TestVersionStampedByLdflags(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "leasehold")
-	out, err := exec.Command("go", "build", "-trimpath", "-ldflags",
-		"-X main.version=v7.8.9-test -X main.commit=feedc0ffee", "-o", bin, ".").CombinedOutput()
+	out, err := goBuild("-ldflags", "-X main.version=v7.8.9-test -X main.commit=feedc0ffee", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -76,7 +75,7 @@ func TestVersionUnstampedIsNotDevel(t *testing.T) {
 	}
 	bin := filepath.Join(t.TempDir(), "leasehold")
 	// -buildvcs=true: GOFLAGS may turn VCS stamping off.
-	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := goBuild("-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	out, err := exec.Command(bin, "version").CombinedOutput()
