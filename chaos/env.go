@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
+	"github.com/leasehold/leasehold/internal/ctxtime"
 )
 
 // Env is what a scenario's nemesis works with: the cluster, the history (to
@@ -201,19 +202,8 @@ func (e *Env) Local(ctx context.Context, i int, hashAt uint64, timeout time.Dura
 	return &ls, nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// sleepCtx sleeps for d, or until ctx ends (its error).
+var sleepCtx = ctxtime.Sleep
 
 // leaderWatch polls every node's local view and notes leader changes.
 func (e *Env) leaderWatch(ctx context.Context, every time.Duration) {

@@ -1,9 +1,9 @@
 package node
 
 import (
-	"context"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/ctxtime"
 	"github.com/leasehold/leasehold/wire"
 )
 
@@ -17,16 +17,7 @@ func backoff(try int) time.Duration {
 }
 
 // sleepCtx sleeps for d, or until ctx ends (its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+var sleepCtx = ctxtime.Sleep
 
 // processStart anchors the monotonic times kept as durations (restoreAt):
 // a wall-clock step must not make an old restore look recent.

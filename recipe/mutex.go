@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/api/client"
+	"github.com/leasehold/leasehold/internal/ctxtime"
 	"github.com/leasehold/leasehold/wire"
 )
 
@@ -451,19 +452,8 @@ func newBackoff() *client.Backoff {
 	return &client.Backoff{Base: retryBase, Max: retryMax, Rand: backoffRand}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// sleepCtx sleeps for d, or until ctx ends (its error).
+var sleepCtx = ctxtime.Sleep
 
 func randomHex(n int) string {
 	b := make([]byte, n)
