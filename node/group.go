@@ -108,17 +108,10 @@ func (n *Node) AcquireGroup(ctx context.Context, r wire.GroupAcquireRequest) (*w
 		wait = n.waits.add(cmd.GroupID)
 		defer n.waits.drop(cmd.GroupID, wait)
 	}
-	res, _, err := n.propose(ctx, cmd)
+	// Any member names the group, for a withdrawal.
+	res, err := n.proposeAcquire(ctx, cmd, r.WaitMS, first.LeaseID, first.Key)
 	if err != nil {
-		if r.WaitMS > 0 && wire.ErrorCode(err) == wire.CodeIndeterminate {
-			// Queued with nobody left to take the grant: withdraw it
-			// (any member names the group), best effort.
-			go n.queued.cancelWait(first.LeaseID, first.Key)
-		}
 		return nil, false, err
-	}
-	if res.Err != nil {
-		return nil, false, res.Err
 	}
 	ls := res.Leases
 	if res.Queued {
@@ -131,14 +124,8 @@ func (n *Node) AcquireGroup(ctx context.Context, r wire.GroupAcquireRequest) (*w
 			return nil, false, err
 		}
 	}
-	if res.Replayed {
-		token = ""
-		if t, ok := unseal(sealKeyBytes, ls[0].SealedToken()); ok {
-			token = t
-		}
-	}
 	v := n.rep.renderGroup(ls)
-	v.Token = token
+	v.Token = answerToken(res.Replayed, token, sealKeyBytes, ls[0])
 	return v, res.Replayed, nil
 }
 

@@ -137,17 +137,9 @@ func (n *Node) Acquire(ctx context.Context, r wire.AcquireRequest) (*wire.Lease,
 		wait = n.waits.add(cmd.LeaseID)
 		defer n.waits.drop(cmd.LeaseID, wait)
 	}
-	res, _, err := n.propose(ctx, cmd)
+	res, err := n.proposeAcquire(ctx, cmd, r.WaitMS, cmd.LeaseID, r.Key)
 	if err != nil {
-		if r.WaitMS > 0 && wire.ErrorCode(err) == wire.CodeIndeterminate {
-			// The acquire may be queued with nobody left to take the
-			// grant: withdraw it, best effort.
-			go n.queued.cancelWait(cmd.LeaseID, r.Key)
-		}
 		return nil, false, err
-	}
-	if res.Err != nil {
-		return nil, false, res.Err
 	}
 	l := res.Lease
 	if res.Queued {
@@ -158,18 +150,38 @@ func (n *Node) Acquire(ctx context.Context, r wire.AcquireRequest) (*wire.Lease,
 			return nil, false, err
 		}
 	}
-	if res.Replayed {
-		token = ""
-		if t, ok := unseal(sealKeyBytes, l.SealedToken()); ok {
-			token = t
-		}
-	}
 	v := n.rep.render(l)
-	v.Token = token
+	v.Token = answerToken(res.Replayed, token, sealKeyBytes, l)
 	if r.Grant {
 		n.gk.attach(v)
 	}
 	return v, res.Replayed, nil
+}
+
+// proposeAcquire proposes an acquire of a lease or a group (leaseID, key:
+// its first member); a refusal is the error. One that may be queued
+// (waitMS > 0) with nobody left to take the grant is withdrawn, best effort.
+func (n *Node) proposeAcquire(ctx context.Context, cmd fsm.Command, waitMS int64, leaseID, key string) (fsm.Result, error) {
+	res, _, err := n.propose(ctx, cmd)
+	if err != nil && waitMS > 0 && wire.ErrorCode(err) == wire.CodeIndeterminate {
+		go n.queued.cancelWait(leaseID, key)
+	}
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	return res, err
+}
+
+// answerToken is an acquire's token: its own, or a replay's original one,
+// unsealed from l ("" if it cannot be).
+func answerToken(replayed bool, token string, sealKey []byte, l *fsm.Lease) string {
+	if !replayed {
+		return token
+	}
+	if t, ok := unseal(sealKey, l.SealedToken()); ok {
+		return t
+	}
+	return ""
 }
 
 func (r *replica) render(l *fsm.Lease) *wire.Lease {
