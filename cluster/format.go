@@ -82,7 +82,7 @@ type boltStore struct {
 // releaseMappedEvery is how many bytes of log entries written or read
 // (raft.db's pages that this process maps as it reads them back) lead to
 // releaseMapped.
-const releaseMappedEvery = 32 << 20
+const releaseMappedEvery = 16 << 20
 
 // releaseMapped drops raft.db's pages from this process's page tables.
 // bbolt reads its file through a shared read-only mapping: every page a
