@@ -33,6 +33,11 @@ type groupCommit struct {
 	crcOK atomic.Bool
 	// lingering: the batcher holds an entry for a companion (tests).
 	lingering atomic.Bool
+	// renewed and renewTimer are the batcher's (run): the leases the
+	// renewals of the last entry renewed (awaitRenewals).
+	renewed    map[string]struct{}
+	renewTimer *time.Timer
+	renewSkip  int
 }
 
 // entriesInFlight is how many log entries of proposals the batcher has in
@@ -194,6 +199,8 @@ func (gc *groupCommit) run() {
 			}
 			batch = append(batch, p)
 		}
+		// freed: when the previous entry was answered (this slot taken).
+		freed := time.Now()
 		if len(held) == 0 {
 			select {
 			case p := <-gc.propCh:
@@ -202,6 +209,10 @@ func (gc *groupCommit) run() {
 				return
 			}
 		}
+		// backToBack: the batch's first proposal came at once, as the
+		// renewals of clients renewing in a loop do (a lone quiet client
+		// or a trickle of renewals does not).
+		backToBack := time.Since(freed) < cmp.Or(gc.cfg.renewLinger, renewLingerMax)
 		open := true
 		if !(expireNext && len(held) > 0) {
 			open = gc.collect(take, &batch)
@@ -246,6 +257,11 @@ func (gc *groupCommit) run() {
 			timer.Stop()
 			expireNext = len(held) > 0
 		}
+		if open && len(held) == 0 && backToBack {
+			open = gc.awaitRenewals(take, &batch, &held)
+			expireNext = len(held) > 0
+		}
+		gc.noteRenewals(batch)
 		// Drop what was abandoned while it queued, checked after the whole
 		// batch is taken: whatever a new leadership term proposes was
 		// queued after the previous term's ctx ended, so no proposal of an
@@ -282,6 +298,107 @@ func (gc *groupCommit) run() {
 // it a hand-off takes 1.7 log entries per grant, the holder's release
 // waiting behind the previous holder's queued re-acquire.
 const lingerMax = time.Millisecond
+
+// Renewals from clients that renew in a loop (keep-alive streams, renew
+// loops) otherwise settle into two cohorts of about half each, one
+// committing while the other queues: the batcher holds an entry of
+// renewals a moment for the leases the previous entry renewed, which are
+// on their way back, so that one entry carries them all. That halves the
+// entries per renewal, and with them what each entry costs (an append and
+// its fsync, Raft's bookkeeping, a write of answers on each stream). The
+// wait ends as soon as they are all in, when none has come for renewGap,
+// at renewLingerMax, or when anything but a renewal comes. Never held: a
+// lone client (its own lease is the one awaited), an entry whose first
+// proposal came later than renewLingerMax after the previous entry was
+// answered (renewals now and then, not in a loop), an entry with anything
+// but renewals; and after a wait in which fewer than half of the awaited
+// came, the next renewSkips entries.
+const (
+	renewGap       = time.Millisecond
+	renewLingerMax = 2 * time.Millisecond
+	renewSkips     = 16
+)
+
+// noteRenewals records the leases the renewals of batch (the next entry)
+// renew: awaitRenewals waits for them in the entry after it.
+func (gc *groupCommit) noteRenewals(batch []*proposal) {
+	clear(gc.renewed)
+	for _, p := range batch {
+		if r, ok := p.cmd.(*fsm.Renew); ok {
+			if gc.renewed == nil {
+				gc.renewed = make(map[string]struct{}, len(batch))
+			}
+			gc.renewed[r.LeaseID] = struct{}{}
+		}
+	}
+}
+
+// awaitRenewals holds a batch of renewals while the others of the previous
+// entry's leases arrive (see renewGap), and reports whether the batch is
+// still open.
+func (gc *groupCommit) awaitRenewals(take func(*proposal), batch *[]*proposal, held *[]*proposal) bool {
+	if len(gc.renewed) < 2 {
+		return true
+	}
+	for _, p := range *batch {
+		r, ok := p.cmd.(*fsm.Renew)
+		if !ok {
+			return true
+		}
+		delete(gc.renewed, r.LeaseID)
+	}
+	if len(gc.renewed) == 0 {
+		return true
+	}
+	if gc.renewSkip > 0 {
+		gc.renewSkip--
+		return true
+	}
+	awaited := len(gc.renewed)
+	// missed: the wait ended without most of them.
+	missed := func() bool {
+		if 2*len(gc.renewed) > awaited {
+			gc.renewSkip = renewSkips
+		}
+		return true
+	}
+	max, gap := renewLingerMax, renewGap
+	if gc.cfg.renewLinger > 0 {
+		max, gap = gc.cfg.renewLinger, gc.cfg.renewLinger
+	}
+	end := time.Now().Add(max)
+	if gc.renewTimer == nil {
+		gc.renewTimer = time.NewTimer(gap)
+	} else {
+		gc.renewTimer.Reset(gap)
+	}
+	defer gc.renewTimer.Stop()
+	gc.lingering.Store(true)
+	defer gc.lingering.Store(false)
+	for {
+		select {
+		case p := <-gc.propCh:
+			take(p)
+			r, ok := p.cmd.(*fsm.Renew)
+			if !ok || len(*held) > 0 {
+				return len(*batch) < gc.cfg.MaxBatch
+			}
+			delete(gc.renewed, r.LeaseID)
+			if len(gc.renewed) == 0 || len(*batch) >= gc.cfg.MaxBatch {
+				return len(*batch) < gc.cfg.MaxBatch
+			}
+			left := time.Until(end)
+			if left <= 0 {
+				return missed()
+			}
+			gc.renewTimer.Reset(min(gap, left))
+		case <-gc.renewTimer.C:
+			return missed()
+		case <-gc.closing:
+			return true
+		}
+	}
+}
 
 // collect adds what is waiting on propCh to the batch (through take),
 // without blocking, up to MaxBatch, and reports whether the batch is

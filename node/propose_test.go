@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -189,4 +190,129 @@ func TestHandOffSharesAnEntry(t *testing.T) {
 		}
 		return
 	}
+}
+
+// TestRenewalsOfAnEntryShareTheNext: after an entry that renewed two
+// leases, a renewal of one waits for the other's, which then shares its
+// entry; after an entry of anything else, or of one lease, a renewal goes
+// at once. The batcher is paused (its one entry slot taken) so that the
+// first two renewals share an entry, the clock is held so that no tick
+// joins them, and the wait is long, so that the verdict does not depend on
+// how soon the second renewal follows.
+func TestRenewalsOfAnEntryShareTheNext(t *testing.T) {
+	var hold atomic.Bool
+	cfg := testConfig(t, "")
+	cfg.renewLinger = time.Minute
+	cfg.holdClock = func(*replica) bool { return hold.Load() }
+	n := openNode(t, cfg)
+	ctx := context.Background()
+	period := n.tk.period()
+	acquire := func(id string) *fsm.Acquire {
+		return &fsm.Acquire{LeaseID: id, Key: id, Holder: id, Limit: 1, TokenHash: hashToken(id),
+			TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli()}
+	}
+	renew := func(id string) *fsm.Renew {
+		return &fsm.Renew{LeaseID: id, TokenHash: hashToken(id), WallMS: wallNow().UnixMilli()}
+	}
+	type out struct {
+		index uint64
+		err   error
+	}
+	propose := func(c fsm.Command) <-chan out {
+		got := make(chan out, 1)
+		go func() {
+			res, i, err := n.propose(ctx, c)
+			if err == nil && res.Err != nil {
+				err = res.Err
+			}
+			got <- out{i, err}
+		}()
+		return got
+	}
+	for _, id := range []string{"ls_a", "ls_b"} {
+		if o := <-propose(acquire(id)); o.err != nil {
+			t.Fatalf("acquire %s: %v", id, o.err)
+		}
+	}
+	hold.Store(true)
+	for try := 0; ; try++ {
+		if try == 5 {
+			t.Fatal("no renewal waited for its companion in 5 tries")
+		}
+		// Both renewals in one entry: queued (by hand, in order) while
+		// the entry before them is applied, which the replica's lock
+		// holds up.
+		n.rep.mu.Lock()
+		before := propose(acquire(fmt.Sprintf("ls_x%d", try)))
+		waitFor(t, 10*time.Second, func() bool { return len(n.gc.propCh) == 0 })
+		pa, pb := newProposal(ctx, renew("ls_a")), newProposal(ctx, renew("ls_b"))
+		n.gc.propCh <- pa
+		n.gc.propCh <- pb
+		n.rep.mu.Unlock()
+		if o := <-before; o.err != nil {
+			t.Fatalf("acquire: %v", o.err)
+		}
+		ra, rb := <-pa.done, <-pb.done
+		oa, ob := out{ra.index, cmp.Or(ra.err, errOf(ra.res))}, out{rb.index, cmp.Or(rb.err, errOf(rb.res))}
+		if oa.err != nil || ob.err != nil {
+			t.Fatalf("renewals: %v, %v", oa.err, ob.err)
+		}
+		if oa.index != ob.index {
+			t.Logf("try %d: the first renewals went out at %d and %d", try, oa.index, ob.index)
+			continue
+		}
+		// Then a renewal of one waits for the other's.
+		a := propose(renew("ls_a"))
+		var o out
+		returned := false
+		waitFor(t, 10*time.Second, func() bool {
+			if n.gc.lingering.Load() {
+				return true
+			}
+			select {
+			case o = <-a:
+				returned = true
+				return true
+			default:
+				return false
+			}
+		})
+		if returned {
+			// Something else (the leader's own bookkeeping) shared the
+			// entry or ended the wait.
+			t.Logf("try %d: the renewal did not wait (%v at %d)", try, o.err, o.index)
+			continue
+		}
+		b := propose(renew("ls_b"))
+		oa, ob = <-a, <-b
+		if oa.err != nil || ob.err != nil {
+			t.Fatalf("renewals: %v, %v", oa.err, ob.err)
+		}
+		if oa.index != ob.index {
+			t.Logf("try %d: the waiting renewal went out at %d, its companion at %d", try, oa.index, ob.index)
+			continue
+		}
+		break
+	}
+	// An entry of something else, then of one lease: renewals go at once
+	// (within the minute-long wait, the ctx's bound).
+	if o := <-propose(acquire("ls_c")); o.err != nil {
+		t.Fatalf("acquire ls_c: %v", o.err)
+	}
+	for i := range 2 {
+		c, cancel := context.WithTimeout(ctx, 20*time.Second)
+		res, _, err := n.propose(c, renew("ls_a"))
+		cancel()
+		if err != nil || res.Err != nil {
+			t.Fatalf("lone renewal %d: %v %v", i, err, res.Err)
+		}
+	}
+}
+
+// errOf is res's error as an error (nil for none).
+func errOf(res fsm.Result) error {
+	if res.Err == nil {
+		return nil
+	}
+	return res.Err
 }

@@ -20,6 +20,10 @@ type testHooks struct {
 	// lingerMax replaces how long the batcher holds an entry of acquires
 	// that will queue for a companion (0: lingerMax).
 	lingerMax time.Duration
+	// renewLinger replaces renewLingerMax and renewGap (how long the
+	// batcher holds an entry of renewals for the others of the previous
+	// entry's leases).
+	renewLinger time.Duration
 	// olderPeer makes the leader act as if a server of the configuration
 	// ran a version without chunked expiry.
 	olderPeer bool
