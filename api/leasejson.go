@@ -93,11 +93,9 @@ func appendLeaseJSON(b []byte, l *wire.Lease) (_ []byte, ok bool) {
 // printable ASCII other than the characters it escapes goes as is; a string
 // with anything else is encoded by encoding/json itself.
 func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
+	if !wire.PlainJSONString(s) {
+		q, _ := json.Marshal(s) // a string always encodes
+		return append(b, q...)
 	}
 	b = append(b, '"')
 	b = append(b, s...)
@@ -176,102 +174,33 @@ func appendKeepAliveJSON(b []byte, a *wire.KeepAliveAnswer) (_ []byte, ok bool) 
 func parseKeepAliveLine(line []byte, req *wire.KeepAliveRenewal) (ok bool) {
 	var r wire.KeepAliveRenewal
 	var seen [4]bool
-	i := 0
-	next := func(c byte) bool {
-		if i < len(line) && line[i] == c {
-			i++
-			return true
-		}
-		return false
-	}
-	// str reads a string of printable ASCII other than '"' and '\\'.
-	raw := func() ([]byte, bool) {
-		if !next('"') {
-			return nil, false
-		}
-		start := i
-		for ; i < len(line); i++ {
-			c := line[i]
-			if c == '"' {
-				s := line[start:i]
-				i++
-				return s, true
-			}
-			if c < 0x20 || c > 0x7e || c == '\\' {
-				return nil, false
-			}
-		}
-		return nil, false
-	}
-	// str is raw's string (a key is compared as raw bytes, without one).
-	str := func() (string, bool) {
-		b, ok := raw()
-		return string(b), ok
-	}
-	// num reads a plain non-negative integer (no sign, no leading zero,
-	// no fraction or exponent) of at most 18 digits.
-	num := func() (uint64, bool) {
-		start := i
-		var n uint64
-		for ; i < len(line) && line[i] >= '0' && line[i] <= '9'; i++ {
-			n = n*10 + uint64(line[i]-'0')
-		}
-		d := i - start
-		if d == 0 || d > 18 || (d > 1 && line[start] == '0') {
-			return 0, false
-		}
-		return n, true
-	}
-	if !next('{') {
-		return false
-	}
-	for {
-		key, ok := raw()
-		if !ok || !next(':') {
-			return false
-		}
+	if !wire.ScanFlatLine(line, func(key []byte, v *wire.FlatValue) bool {
 		var f int
+		var ok bool
 		switch string(key) {
 		case "id":
 			f = 0
-			n, ok := num()
-			if !ok {
-				return false
-			}
-			r.ID = n
+			r.ID, ok = v.Uint()
 		case "lease_id":
 			f = 1
-			if r.LeaseID, ok = str(); !ok {
-				return false
-			}
+			r.LeaseID, ok = v.String()
 		case "token":
 			f = 2
-			if r.Token, ok = str(); !ok {
-				return false
-			}
+			r.Token, ok = v.String()
 		case "ttl_ms":
 			f = 3
-			n, ok := num()
-			if !ok {
-				return false
-			}
+			var n uint64
+			n, ok = v.Uint()
 			r.TTLMS = int64(n)
-		default:
-			return false
 		}
-		if seen[f] {
+		if !ok || seen[f] {
 			return false
 		}
 		seen[f] = true
-		if next('}') {
-			if i != len(line) {
-				return false
-			}
-			*req = r
-			return true
-		}
-		if !next(',') {
-			return false
-		}
+		return true
+	}) {
+		return false
 	}
+	*req = r
+	return true
 }

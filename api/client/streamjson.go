@@ -13,22 +13,11 @@ import (
 // ordinary goes to encoding/json, which the fast paths agree with
 // (TestStreamJSONIsEncodingJSONs).
 
-// plainASCII reports whether s is printable ASCII that encoding/json
-// writes as is (no '"', '\\', '<', '>', '&').
-func plainASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
-}
-
 // appendRenewalLine appends r as encoding/json encodes it; false (nothing
 // that counts appended) for a renewal with metadata or a string that
 // needs escaping.
 func appendRenewalLine(b []byte, r wire.KeepAliveRenewal) ([]byte, bool) {
-	if r.Metadata != nil || !plainASCII(r.LeaseID) || !plainASCII(r.Token) {
+	if r.Metadata != nil || !wire.PlainJSONString(r.LeaseID) || !wire.PlainJSONString(r.Token) {
 		return b, false
 	}
 	b = append(b, `{"id":`...)
@@ -53,62 +42,13 @@ func appendRenewalLine(b []byte, r wire.KeepAliveRenewal) ([]byte, bool) {
 func parseAnswerLine(line []byte, a *wire.KeepAliveAnswer) bool {
 	var r wire.KeepAliveAnswer
 	var seen [9]bool
-	i := 0
-	next := func(c byte) bool {
-		if i < len(line) && line[i] == c {
-			i++
-			return true
-		}
-		return false
-	}
-	raw := func() ([]byte, bool) {
-		if !next('"') {
-			return nil, false
-		}
-		start := i
-		for ; i < len(line); i++ {
-			c := line[i]
-			if c == '"' {
-				s := line[start:i]
-				i++
-				return s, true
-			}
-			if c < 0x20 || c > 0x7e || c == '\\' {
-				return nil, false
-			}
-		}
-		return nil, false
-	}
-	// str is raw's string (a key is compared as raw bytes, without one).
-	str := func() (string, bool) {
-		b, ok := raw()
-		return string(b), ok
-	}
-	num := func() (uint64, bool) {
-		start := i
-		var n uint64
-		for ; i < len(line) && line[i] >= '0' && line[i] <= '9'; i++ {
-			n = n*10 + uint64(line[i]-'0')
-		}
-		d := i - start
-		if d == 0 || d > 18 || (d > 1 && line[start] == '0') {
-			return 0, false
-		}
-		return n, true
-	}
-	if !next('{') {
-		return false
-	}
-	for {
-		key, ok := raw()
-		if !ok || !next(':') {
-			return false
-		}
+	if !wire.ScanFlatLine(line, func(key []byte, v *wire.FlatValue) bool {
 		var f int
+		var ok bool
 		var n uint64
 		switch string(key) {
 		case "id", "fencing_token", "ttl_ms", "remaining_ms", "renewal_count", "status":
-			if n, ok = num(); !ok {
+			if n, ok = v.Uint(); !ok {
 				return false
 			}
 			switch string(key) {
@@ -133,23 +73,14 @@ func parseAnswerLine(line []byte, a *wire.KeepAliveAnswer) bool {
 			}
 		case "lease_id":
 			f = 6
-			if r.LeaseID, ok = str(); !ok {
-				return false
-			}
+			r.LeaseID, ok = v.String()
 		case "ok":
 			f = 7
-			switch {
-			case i+4 <= len(line) && string(line[i:i+4]) == "true":
-				r.OK, i = true, i+4
-			case i+5 <= len(line) && string(line[i:i+5]) == "false":
-				r.OK, i = false, i+5
-			default:
-				return false
-			}
+			r.OK, ok = v.Bool()
 		case "expires_at":
 			f = 8
-			s, ok := str()
-			if !ok {
+			var s string
+			if s, ok = v.String(); !ok {
 				return false
 			}
 			t, err := time.Parse(time.RFC3339Nano, s)
@@ -158,22 +89,15 @@ func parseAnswerLine(line []byte, a *wire.KeepAliveAnswer) bool {
 				return false
 			}
 			r.ExpiresAt = &t
-		default:
-			return false
 		}
-		if seen[f] {
+		if !ok || seen[f] {
 			return false
 		}
 		seen[f] = true
-		if next('}') {
-			if i != len(line) {
-				return false
-			}
-			*a = r
-			return true
-		}
-		if !next(',') {
-			return false
-		}
+		return true
+	}) {
+		return false
 	}
+	*a = r
+	return true
 }

@@ -30,7 +30,7 @@ func TestStreamJSONIsEncodingJSONs(t *testing.T) {
 		want, _ := json.Marshal(r)
 		got, ok := appendRenewalLine([]byte("x"), r)
 		if !ok {
-			if r.Metadata == nil && plainASCII(r.LeaseID) && plainASCII(r.Token) {
+			if r.Metadata == nil && wire.PlainJSONString(r.LeaseID) && wire.PlainJSONString(r.Token) {
 				t.Fatalf("renewal %d: refused %s", i, want)
 			}
 			continue
