@@ -10,6 +10,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/option"
 	"github.com/leasehold/leasehold/node"
 )
 
@@ -104,9 +105,9 @@ func (o Options) withDefaults() Options {
 	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, def.MaxBodyBytes)
 	o.KeepAlive = cmp.Or(o.KeepAlive, def.KeepAlive)
 	o.ForwardTimeout = cmp.Or(o.ForwardTimeout, def.ForwardTimeout)
-	o.BodyTimeout = orNone(o.BodyTimeout, def.BodyTimeout)
-	o.WriteTimeout = orNone(o.WriteTimeout, def.WriteTimeout)
-	o.MaxStreamsPerClient = orNone(o.MaxStreamsPerClient, def.MaxStreamsPerClient)
+	o.BodyTimeout = option.OrNone(o.BodyTimeout, def.BodyTimeout)
+	o.WriteTimeout = option.OrNone(o.WriteTimeout, def.WriteTimeout)
+	o.MaxStreamsPerClient = option.OrNone(o.MaxStreamsPerClient, def.MaxStreamsPerClient)
 	return o
 }
 
@@ -117,17 +118,6 @@ func negative[T int | int64 | time.Duration](errs []error, what string, v, def T
 		errs = append(errs, fmt.Errorf("%s %v is negative (0: the default, %v)", what, v, def))
 	}
 	return errs
-}
-
-// orNone is v, or def when v is 0, or 0 (none) when v is negative.
-func orNone[T int | time.Duration](v, def T) T {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return 0
-	}
-	return v
 }
 
 // ControlOptions configure a Control. DefaultControlOptions has every

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/internal/option"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -391,21 +392,21 @@ func (c Config) Validate() error {
 // of a field that cannot be turned off is left for Validate to refuse.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	c.JoinTimeout = orNone(c.JoinTimeout, d.JoinTimeout)
+	c.JoinTimeout = option.OrNone(c.JoinTimeout, d.JoinTimeout)
 	c.DeadServerTimeout = max(c.DeadServerTimeout, 0)
-	c.StabilizationTime = orNone(c.StabilizationTime, d.StabilizationTime)
-	c.GrantKeyRetention = orNone(c.GrantKeyRetention, d.GrantKeyRetention)
-	c.StateCheckInterval = orNone(c.StateCheckInterval, d.StateCheckInterval)
-	c.MaxWait = orNone(c.MaxWait, d.MaxWait)
-	c.MaxLockDelay = orNone(c.MaxLockDelay, d.MaxLockDelay)
-	c.MaxLeases = orNone(c.MaxLeases, d.MaxLeases)
-	c.MaxLeasesPerHolder = orNone(c.MaxLeasesPerHolder, d.MaxLeasesPerHolder)
-	c.MaxSessions = orNone(c.MaxSessions, d.MaxSessions)
-	c.MaxSessionsPerHolder = orNone(c.MaxSessionsPerHolder, d.MaxSessionsPerHolder)
-	c.MaxWaitersPerKey = orNone(c.MaxWaitersPerKey, d.MaxWaitersPerKey)
-	c.MaxWaitersPerHolder = orNone(c.MaxWaitersPerHolder, d.MaxWaitersPerHolder)
-	c.MaxRetained = orNone(c.MaxRetained, d.MaxRetained)
-	c.MaxEventStreams = orNone(c.MaxEventStreams, d.MaxEventStreams)
+	c.StabilizationTime = option.OrNone(c.StabilizationTime, d.StabilizationTime)
+	c.GrantKeyRetention = option.OrNone(c.GrantKeyRetention, d.GrantKeyRetention)
+	c.StateCheckInterval = option.OrNone(c.StateCheckInterval, d.StateCheckInterval)
+	c.MaxWait = option.OrNone(c.MaxWait, d.MaxWait)
+	c.MaxLockDelay = option.OrNone(c.MaxLockDelay, d.MaxLockDelay)
+	c.MaxLeases = option.OrNone(c.MaxLeases, d.MaxLeases)
+	c.MaxLeasesPerHolder = option.OrNone(c.MaxLeasesPerHolder, d.MaxLeasesPerHolder)
+	c.MaxSessions = option.OrNone(c.MaxSessions, d.MaxSessions)
+	c.MaxSessionsPerHolder = option.OrNone(c.MaxSessionsPerHolder, d.MaxSessionsPerHolder)
+	c.MaxWaitersPerKey = option.OrNone(c.MaxWaitersPerKey, d.MaxWaitersPerKey)
+	c.MaxWaitersPerHolder = option.OrNone(c.MaxWaitersPerHolder, d.MaxWaitersPerHolder)
+	c.MaxRetained = option.OrNone(c.MaxRetained, d.MaxRetained)
+	c.MaxEventStreams = option.OrNone(c.MaxEventStreams, d.MaxEventStreams)
 	c.MinQuorum = cmp.Or(c.MinQuorum, d.MinQuorum)
 	c.TickPeriod = cmp.Or(c.TickPeriod, d.TickPeriod)
 	c.Retention = cmp.Or(c.Retention, d.Retention)
@@ -417,17 +418,6 @@ func (c Config) withDefaults() Config {
 	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, d.ApplyTimeout)
 	c.MaxBatch = cmp.Or(c.MaxBatch, d.MaxBatch)
 	return c
-}
-
-// orNone is v, or def when v is 0, or 0 (none, off) when v is negative.
-func orNone[T int | time.Duration](v, def T) T {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return 0
-	}
-	return v
 }
 
 // version is Version, or "dev" when unset.
