@@ -18,63 +18,52 @@ import (
 // Empty maps and slices decode as nil. Lengths and counts are checked
 // against what is left of the input before anything is allocated for them.
 
-// newBody returns a zero command of type t, or nil for an unknown type.
-func newBody(t Type) Command {
-	switch t {
-	case TypeBatch:
-		return new(Batch)
-	case TypeTick:
-		return new(Tick)
-	case TypeTickLimited:
-		return &Tick{ExpireMax: limitedMarker}
-	case TypeExpire:
-		return new(Expire)
-	case TypeAcquire:
-		return new(Acquire)
-	case TypeRenew:
-		return new(Renew)
-	case TypeRenewMeta:
-		return &Renew{SetMetadata: true}
-	case TypeRelease:
-		return new(Release)
-	case TypeRevoke:
-		return new(Revoke)
-	case TypeHeartbeat, TypeHeartbeatMeta:
-		return new(Heartbeat)
-	case TypeSessionCreate:
-		return new(SessionCreate)
-	case TypeSessionHeartbeat:
-		return new(SessionHeartbeat)
-	case TypeSessionHeartbeatMeta:
-		return &SessionHeartbeat{SetMetadata: true}
-	case TypeSessionEnd:
-		return new(SessionEnd)
-	case TypeReleaseHolder:
-		return new(ReleaseHolder)
-	case TypeCancelWait:
-		return new(CancelWait)
-	case TypeMember:
-		return new(Member)
-	case TypeMemberKey:
-		return new(MemberKey)
-	case TypeClusterID:
-		return new(ClusterID)
-	case TypeSealCheck:
-		return new(SealCheck)
-	case TypeFeatures:
-		return new(FeaturesCmd)
-	case TypeRestoreChunk:
-		return new(RestoreChunk)
-	case TypeRestoreCommit, TypeRestoreCommitBounded:
-		return new(RestoreCommit)
-	case TypeAcquireGroup:
-		return new(AcquireGroup)
-	case TypeRenewGroup:
-		return new(RenewGroup)
-	case TypeReleaseGroup:
-		return new(ReleaseGroup)
+// bodies gives, for each command type, the first version whose entries may
+// carry it and a new zero command of it. Entries of earlier versions never
+// carry a type (so that a command keeps exactly one encoding): version 1
+// (JSON) knows the first thirteen, version 2 adds cluster ids, seal checks,
+// restores and features, version 4 the rest.
+var bodies = [...]struct {
+	since byte
+	new   func() Command
+}{
+	TypeBatch:                {versionJSON, func() Command { return new(Batch) }},
+	TypeTick:                 {versionJSON, func() Command { return new(Tick) }},
+	TypeAcquire:              {versionJSON, func() Command { return new(Acquire) }},
+	TypeRenew:                {versionJSON, func() Command { return new(Renew) }},
+	TypeRelease:              {versionJSON, func() Command { return new(Release) }},
+	TypeRevoke:               {versionJSON, func() Command { return new(Revoke) }},
+	TypeHeartbeat:            {versionJSON, func() Command { return new(Heartbeat) }},
+	TypeSessionCreate:        {versionJSON, func() Command { return new(SessionCreate) }},
+	TypeSessionHeartbeat:     {versionJSON, func() Command { return new(SessionHeartbeat) }},
+	TypeSessionEnd:           {versionJSON, func() Command { return new(SessionEnd) }},
+	TypeReleaseHolder:        {versionJSON, func() Command { return new(ReleaseHolder) }},
+	TypeCancelWait:           {versionJSON, func() Command { return new(CancelWait) }},
+	TypeMember:               {versionJSON, func() Command { return new(Member) }},
+	TypeClusterID:            {versionBinary, func() Command { return new(ClusterID) }},
+	TypeSealCheck:            {versionBinary, func() Command { return new(SealCheck) }},
+	TypeRestoreChunk:         {versionBinary, func() Command { return new(RestoreChunk) }},
+	TypeRestoreCommit:        {versionBinary, func() Command { return new(RestoreCommit) }},
+	TypeFeatures:             {versionBinary, func() Command { return new(FeaturesCmd) }},
+	TypeExpire:               {versionBounds, func() Command { return new(Expire) }},
+	TypeTickLimited:          {versionBounds, func() Command { return &Tick{ExpireMax: limitedMarker} }},
+	TypeRenewMeta:            {versionBounds, func() Command { return &Renew{SetMetadata: true} }},
+	TypeHeartbeatMeta:        {versionBounds, func() Command { return new(Heartbeat) }},
+	TypeMemberKey:            {versionBounds, func() Command { return new(MemberKey) }},
+	TypeAcquireGroup:         {versionBounds, func() Command { return new(AcquireGroup) }},
+	TypeRenewGroup:           {versionBounds, func() Command { return new(RenewGroup) }},
+	TypeReleaseGroup:         {versionBounds, func() Command { return new(ReleaseGroup) }},
+	TypeSessionHeartbeatMeta: {versionBounds, func() Command { return &SessionHeartbeat{SetMetadata: true} }},
+	TypeRestoreCommitBounded: {versionBounds, func() Command { return new(RestoreCommit) }},
+}
+
+// newBody returns a zero command of type t, or nil for a type unknown in
+// entries of version.
+func newBody(version byte, t Type) Command {
+	if int(t) >= len(bodies) || bodies[t].new == nil || version < bodies[t].since {
+		return nil
 	}
-	return nil
+	return bodies[t].new()
 }
 
 // encodeBinary returns the version-2 entry of c.
@@ -98,8 +87,8 @@ func encodeBinary(c Command) ([]byte, error) {
 
 // decodeBinary parses the body of a binary (version 2 or 3) entry of type t.
 func decodeBinary(version byte, t Type, in []byte) (Command, error) {
-	c := newBody(t)
-	if c == nil || !knownIn(version, t) {
+	c := newBody(version, t)
+	if c == nil {
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	d := dec{b: in, size: len(in), version: version}
@@ -111,20 +100,6 @@ func decodeBinary(version byte, t Type, in []byte) (Command, error) {
 		return nil, fmt.Errorf("fsm: decode %T: %w", c, d.err)
 	}
 	return c, nil
-}
-
-// knownIn reports whether binary entries of version may carry type t:
-// the types of chunked expiry, of metadata renewals and of grant keys came
-// with version 4
-// (entries of earlier versions never carry them, so that a command keeps
-// exactly one encoding).
-func knownIn(version byte, t Type) bool {
-	switch t {
-	case TypeExpire, TypeTickLimited, TypeRenewMeta, TypeHeartbeatMeta, TypeMemberKey,
-		TypeAcquireGroup, TypeRenewGroup, TypeReleaseGroup, TypeSessionHeartbeatMeta, TypeRestoreCommitBounded:
-		return version >= versionBounds
-	}
-	return true
 }
 
 // body writes or reads the body of c, of type t (what follows its type

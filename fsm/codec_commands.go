@@ -37,7 +37,7 @@ func (c *Batch) fields(f fields) {
 			f.fail(fmt.Sprintf("command type %d in a batch", t))
 			return
 		case f.d != nil:
-			if sub = newBody(t); sub == nil || !knownIn(f.d.version, t) {
+			if sub = newBody(f.d.version, t); sub == nil {
 				f.d.fail(fmt.Sprintf("unknown command type %d", t))
 				return
 			}

@@ -403,10 +403,8 @@ func decodeJSON(t Type, body []byte) (Command, error) {
 		}
 		return &batch, nil
 	}
-	c := newBody(t)
-	if c == nil || t == TypeClusterID || t == TypeSealCheck || t == TypeExpire || t == TypeTickLimited ||
-		t == TypeRestoreChunk || t == TypeRestoreCommit || t == TypeRestoreCommitBounded || t == TypeRenewMeta || t == TypeHeartbeatMeta || t == TypeMemberKey ||
-		t == TypeAcquireGroup || t == TypeRenewGroup || t == TypeReleaseGroup || t == TypeSessionHeartbeatMeta || t == TypeFeatures { // version 1 predates them
+	c := newBody(versionJSON, t)
+	if c == nil {
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
