@@ -218,6 +218,25 @@ func TestCodecPin(t *testing.T) {
 	list("snapshot: %s", pinRestore(t, small))
 	corruptions(small, func(what string, m []byte) { list("snapshot %s: %s", what, pinRestore(t, m)) })
 
+	// Snapshots whose headers stop at each of their optional fields.
+	for i, cmds := range [][]fsm.Command{
+		nil,
+		{&fsm.Member{ID: "n1", Incarnation: "a"}},
+		{&fsm.ClusterID{ID: "c-0123456789abcdef"}},
+		{&fsm.SealCheck{Check: []byte("check")}},
+		{&fsm.FeaturesCmd{Features: fsm.FeatureEntryCRC}},
+		{&fsm.ClusterID{ID: "c-0123456789abcdef"}, &fsm.FeaturesCmd{Features: fsm.FeatureRestoreLog}},
+		{&fsm.Member{ID: "n1", Incarnation: "a"}, &fsm.SealCheck{Check: []byte("check")}},
+	} {
+		r := newReplica(t)
+		for j, c := range cmds {
+			r.apply(uint64(j+1), mustEncode(t, c))
+		}
+		snap := snapshotBytes(t, r.f)
+		pin(fmt.Sprintf("snapshot-header-%d", i), hex.EncodeToString(snap))
+		corruptions(snap, func(what string, m []byte) { list("snapshot-header-%d %s: %s", i, what, pinRestore(t, m)) })
+	}
+
 	// Digests of longer random logs and of their snapshots as they grow.
 	for seed := uint64(1); seed <= 3; seed++ {
 		g := newGen(seed, true)
