@@ -54,72 +54,60 @@ func (f fields) interned(p *string, intern func([]byte) string) {
 	}
 }
 
-func (h *snapHeader) encode(e *enc) {
-	e.uvarint(SnapshotFormat)
-	e.uvarint(h.Index)
-	e.uvarint(h.Tick)
-	e.varint(h.PeriodMS)
-	e.varint(h.WallMS)
-	e.uvarint(h.Fence)
-	e.uvarint(uint64(h.Keys))
-	e.uvarint(uint64(h.Sessions))
-	e.uvarint(uint64(h.Leases))
-	more := h.Features != 0
-	if h.Members > 0 || h.ClusterID != "" || h.SealCheck != "" || more {
-		e.uvarint(uint64(h.Members))
+func (h *snapHeader) encode(e *enc) { h.fields(fields{e: e}) }
+func (h *snapHeader) decode(d *dec) { h.fields(fields{d: d}) }
+
+// fields of the header. Each field after the counts is written only when it
+// or one after it is set (an empty cluster id only before a seal check, an
+// empty check only before features), so that there is one encoding.
+func (h *snapHeader) fields(f fields) {
+	format := uint64(SnapshotFormat)
+	f.uvarint(&format)
+	f.reject(format != SnapshotFormat, fmt.Sprintf("unknown snapshot format %d", format))
+	if f.d != nil {
+		h.Format = SnapshotFormat
 	}
-	if h.ClusterID != "" || h.SealCheck != "" || more {
-		e.str(h.ClusterID)
+	f.uvarint(&h.Index)
+	f.uvarint(&h.Tick)
+	f.varint(&h.PeriodMS)
+	f.varint(&h.WallMS)
+	f.uvarint(&h.Fence)
+	f.records(&h.Keys)
+	f.records(&h.Sessions)
+	f.records(&h.Leases)
+	features := h.Features != 0
+	check := h.SealCheck != "" || features
+	id := h.ClusterID != "" || check
+	more := func(set bool) bool { return f.e != nil && set || f.d != nil && len(f.d.b) > 0 }
+	end := func() bool { return f.d != nil && len(f.d.b) == 0 } // of a decoding
+	if more(h.Members > 0 || id) {
+		f.records(&h.Members)
+		f.reject(h.Members == 0 && end(), "member count 0 written")
 	}
-	if h.SealCheck != "" || more {
-		e.bytes([]byte(h.SealCheck))
+	if more(id) {
+		f.str(&h.ClusterID)
+		if err := ValidClusterID(h.ClusterID); err != nil && (h.ClusterID != "" || end()) {
+			f.reject(true, "bad cluster id: "+err.Message)
+		}
 	}
-	if more {
-		e.uvarint(uint64(h.Features))
+	if more(check) {
+		b := []byte(h.SealCheck)
+		if f.bytes(&b); f.d != nil {
+			h.SealCheck = string(b)
+		}
+		n := len(h.SealCheck)
+		f.reject(n == 0 && end() || n > MaxSealCheckBytes, fmt.Sprintf("seal check of %d bytes", n))
+	}
+	if more(features) {
+		f.uvarint((*uint64)(&h.Features))
+		f.reject(h.Features == 0, "features 0 written")
 	}
 }
 
-func (h *snapHeader) decode(d *dec) {
-	if f := d.uvarint(); f != SnapshotFormat && d.err == nil {
-		d.fail(fmt.Sprintf("unknown snapshot format %d", f))
-	}
-	h.Format = SnapshotFormat
-	h.Index = d.uvarint()
-	h.Tick = d.uvarint()
-	h.PeriodMS = d.varint()
-	h.WallMS = d.varint()
-	h.Fence = d.uvarint()
-	h.Keys = d.records()
-	h.Sessions = d.records()
-	h.Leases = d.records()
-	if len(d.b) > 0 {
-		// Written only when not zero, so that there is one encoding.
-		if h.Members = d.records(); h.Members == 0 && len(d.b) == 0 && d.err == nil {
-			d.fail("member count 0 written")
-		}
-	}
-	if len(d.b) > 0 && d.err == nil {
-		// Written only when set, so that there is one encoding.
-		// An empty id is written only before a seal check.
-		h.ClusterID = d.str()
-		if err := ValidClusterID(h.ClusterID); err != nil && d.err == nil && (h.ClusterID != "" || len(d.b) == 0) {
-			d.fail("bad cluster id: " + err.Message)
-		}
-	}
-	if len(d.b) > 0 && d.err == nil {
-		// An empty check is written only before features.
-		h.SealCheck = string(d.bytes())
-		if n := len(h.SealCheck); (n == 0 && len(d.b) == 0 || n > MaxSealCheckBytes) && d.err == nil {
-			d.fail(fmt.Sprintf("seal check of %d bytes", n))
-		}
-	}
-	if len(d.b) > 0 && d.err == nil {
-		// Written only when not zero.
-		if h.Features = Features(d.uvarint()); h.Features == 0 && d.err == nil {
-			d.fail("features 0 written")
-		}
-	}
-}
+// records writes or reads a count of records.
+func (f fields) records(p *int) { field(f, p, (*enc).records, (*dec).records) }
+
+func (e *enc) records(n int) { e.uvarint(uint64(n)) }
 
 // records reads a count of records (not checked against the input: records
 // are read one by one).
