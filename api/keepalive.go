@@ -52,7 +52,7 @@ func (s *streamAPI) keepAliveRenewals(w http.ResponseWriter, r *http.Request, _ 
 	if err := rc.Flush(); err != nil {
 		return nil // the client is gone
 	}
-	ks := &keepAliveStream{s: s.core, w: w, r: r, rc: rc,
+	ks := &keepAliveStream{s: s.core, w: w, r: r, rc: rc, lk: s.core.lookup(r.Context(), accessOf(r), false),
 		out:  make(chan *wire.KeepAliveAnswer, KeepAliveMaxInFlight+1),
 		slot: make(chan struct{}, KeepAliveMaxInFlight)}
 	// A cancelled request (the server shutting down) ends the stream: the
@@ -77,6 +77,9 @@ type keepAliveStream struct {
 	w  http.ResponseWriter
 	r  *http.Request
 	rc *http.ResponseController
+	// lk reads a lease as the stream's token may (the same for each of
+	// its renewals).
+	lk *lookup
 	// out carries answers to the writer; slot bounds the renewals in
 	// flight (taken when a line is read, given back when it is answered).
 	out  chan *wire.KeepAliveAnswer
@@ -136,7 +139,7 @@ func (ks *keepAliveStream) start(line []byte) {
 func (ks *keepAliveStream) renew(ctx context.Context, req wire.KeepAliveRenewal) *wire.KeepAliveAnswer {
 	a := &wire.KeepAliveAnswer{ID: req.ID, LeaseID: req.LeaseID}
 	// A scoped token renews as POST /v1/leases/:id/renew does (scoped.go).
-	sent, err := ks.s.lookup(ctx, accessOf(ks.r), false).writeLease(req.LeaseID)
+	sent, err := ks.lk.writeLease(req.LeaseID)
 	var lease *wire.Lease
 	if err == nil {
 		lease, err = ks.s.n.Renew(ctx, wire.RenewRequest{LeaseID: sent, Token: req.Token, TTLMS: req.TTLMS, Metadata: req.Metadata})
