@@ -102,7 +102,7 @@ type Config struct {
 	// exchange Raft traffic. It wraps the TLS or TCP layer, inside
 	// WrapStream. Not used with InMemory.
 	Identity *Identity
-	// Members, if set, owns this server's membership (members.go): gossip
+	// Members, if set, owns this server's membership (members*.go): gossip
 	// starts before Raft (after BeforeStart), and the identity exchange
 	// is Members' unless Identity is set.
 	Members *Members
