@@ -13,8 +13,8 @@ var ErrUnsupported = errors.New("chaos: fault not supported by this cluster")
 
 // Cluster is what the workloads talk to and the nemeses act on. Two
 // implementations exist: real `leasehold server` processes, each in its own
-// network namespace (netns.go), and in-process nodes on loopback with a
-// fault-injecting Raft stream layer and memberlist transport (inproc.go).
+// network namespace (netns*.go), and in-process nodes on loopback with a
+// fault-injecting Raft stream layer and memberlist transport (inproc*.go).
 //
 // Nodes are numbered 0..Size()-1. Every method is safe for concurrent use
 // and returns once the fault is in force (or has been removed).
