@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -74,7 +75,7 @@ func (e *Env) bitflipRound(ctx context.Context, l, f int) (harmless bool, err er
 		return false, err
 	}
 	e.damaged[f] = true
-	flips, files, err := e.flipBits(e.C.DataDir(f), 3)
+	flips, files, err := flipBits(e.Rng, e.C.DataDir(f), 3)
 	if err != nil {
 		return false, err
 	}
@@ -103,14 +104,14 @@ func (e *Env) restartDamaged(ctx context.Context, name string, f, l int) (refuse
 		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
 			return false, err
 		}
-		if !e.C.Alive(f) || !e.ready(ctx, f) {
+		if !e.C.Alive(f) || !ready(ctx, e.C, f) {
 			continue
 		}
 		same, err := e.sameStateAs(ctx, f, l)
 		if err != nil {
 			continue
 		}
-		if !same && e.ready(ctx, f) {
+		if !same && ready(ctx, e.C, f) {
 			return false, &guardError{"bitflip-guard", fmt.Errorf("%s: node %d serves a state that differs from node %d's as ready", name, f, l)}
 		}
 		if same {
@@ -118,7 +119,7 @@ func (e *Env) restartDamaged(ctx context.Context, name string, f, l int) (refuse
 		}
 	}
 	e.Note(name, fmt.Sprintf("node %d: %s", f, verdict), nil)
-	if verdict == "ready with the cluster's state" && e.C.Alive(f) && e.ready(ctx, f) {
+	if verdict == "ready with the cluster's state" && e.C.Alive(f) && ready(ctx, e.C, f) {
 		e.Count(name+"-harmless", 1)
 		return false, nil
 	}
@@ -136,7 +137,7 @@ func (e *Env) restartDamaged(ctx context.Context, name string, f, l int) (refuse
 // workload's keys) and snapshot files under dir, at a random offset of the
 // part of the file in use (segments are preallocated: their zero tail is
 // left alone).
-func (e *Env) flipBits(dir string, n int) (int, []string, error) {
+func flipBits(rng *rand.Rand, dir string, n int) (int, []string, error) {
 	var cands []string
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -153,7 +154,7 @@ func (e *Env) flipBits(dir string, n int) (int, []string, error) {
 	flipped := 0
 	var touched []string
 	for range n {
-		path := cands[e.Rng.IntN(len(cands))]
+		path := cands[rng.IntN(len(cands))]
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return flipped, touched, err
@@ -174,7 +175,7 @@ func (e *Env) flipBits(dir string, n int) (int, []string, error) {
 			if len(at) == 0 {
 				continue
 			}
-			off = at[e.Rng.IntN(len(at))] + e.Rng.IntN(len("chaos-"))
+			off = at[rng.IntN(len(at))] + rng.IntN(len("chaos-"))
 		} else {
 			end := len(b)
 			for end > 0 && b[end-1] == 0 {
@@ -184,9 +185,9 @@ func (e *Env) flipBits(dir string, n int) (int, []string, error) {
 				continue
 			}
 			// Past the file's own header, within what is written.
-			off = 32 + e.Rng.IntN(end-32)
+			off = 32 + rng.IntN(end-32)
 		}
-		b[off] ^= 1 << e.Rng.IntN(8)
+		b[off] ^= 1 << rng.IntN(8)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			return flipped, touched, err
 		}
@@ -197,10 +198,10 @@ func (e *Env) flipBits(dir string, n int) (int, []string, error) {
 }
 
 // ready reports whether node i answers /readyz with 200.
-func (e *Env) ready(ctx context.Context, i int) bool {
+func ready(ctx context.Context, c Cluster, i int) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.C.HTTPAddr(i)+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.HTTPAddr(i)+"/readyz", nil)
 	if err != nil {
 		return false
 	}
@@ -260,7 +261,7 @@ func (e *Env) bitflipLeader(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	flips, files, err := e.flipLogBits(e.C.DataDir(l), 3)
+	flips, files, err := flipLogBits(e.Rng, e.C.DataDir(l), 3)
 	if err != nil {
 		return err
 	}
@@ -282,7 +283,7 @@ func (e *Env) bitflipLeader(ctx context.Context) error {
 		if err := sleepCtx(ctx, time.Second); err != nil {
 			return err
 		}
-		if e.C.Alive(f) && e.ready(ctx, f) {
+		if e.C.Alive(f) && ready(ctx, e.C, f) {
 			same, err := e.sameStateAs(ctx, f, l)
 			if err == nil && same {
 				e.Count("bitflip-leader-caught-up", 1)
@@ -300,7 +301,7 @@ func (e *Env) bitflipLeader(ctx context.Context) error {
 // flipLogBits flips n bits of log entries' commands in the log files under
 // dir (raft.db or raft-wal segments), within the workload's keys, in place:
 // the server keeps running on the files.
-func (e *Env) flipLogBits(dir string, n int) (int, []string, error) {
+func flipLogBits(rng *rand.Rand, dir string, n int) (int, []string, error) {
 	type spot struct {
 		path string
 		off  int
@@ -319,7 +320,7 @@ func (e *Env) flipLogBits(dir string, n int) (int, []string, error) {
 			if j < 0 {
 				break
 			}
-			spots = append(spots, spot{path, i + j + e.Rng.IntN(len("chaos-"))})
+			spots = append(spots, spot{path, i + j + rng.IntN(len("chaos-"))})
 			i += j + 1
 		}
 		return nil
@@ -330,7 +331,7 @@ func (e *Env) flipLogBits(dir string, n int) (int, []string, error) {
 	flipped := 0
 	var touched []string
 	for range n {
-		s := spots[e.Rng.IntN(len(spots))]
+		s := spots[rng.IntN(len(spots))]
 		fh, err := os.OpenFile(s.path, os.O_RDWR, 0)
 		if err != nil {
 			return flipped, touched, err
@@ -338,7 +339,7 @@ func (e *Env) flipLogBits(dir string, n int) (int, []string, error) {
 		var b [1]byte
 		_, err = fh.ReadAt(b[:], int64(s.off))
 		if err == nil {
-			b[0] ^= 1 << e.Rng.IntN(8)
+			b[0] ^= 1 << rng.IntN(8)
 			_, err = fh.WriteAt(b[:], int64(s.off))
 		}
 		fh.Close()

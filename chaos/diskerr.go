@@ -47,7 +47,7 @@ func (e *Env) diskErrorRound(ctx context.Context, n int, errno string, d time.Du
 		// Watch /healthz while the fault lasts (and a little after).
 		defer wg.Done()
 		for pctx.Err() == nil {
-			if code, body := e.healthz(pctx, n); code == http.StatusServiceUnavailable && strings.Contains(body, "Raft log cannot be written") {
+			if code, body := healthz(pctx, e.C, n); code == http.StatusServiceUnavailable && strings.Contains(body, "Raft log cannot be written") {
 				mu.Lock()
 				if reported == "" {
 					reported = "/healthz 503: " + truncate(body, 200)
@@ -89,8 +89,8 @@ func (e *Env) diskErrorRound(ctx context.Context, n int, errno string, d time.Du
 			}
 			e.Count("restarts", 1)
 		}
-		code, body := e.healthz(ctx, n)
-		if code == http.StatusOK && e.ready(ctx, n) {
+		code, body := healthz(ctx, e.C, n)
+		if code == http.StatusOK && ready(ctx, e.C, n) {
 			break
 		}
 		last = fmt.Sprintf("/healthz %d %s", code, truncate(body, 200))
@@ -116,10 +116,10 @@ func (e *Env) diskErrorRound(ctx context.Context, n int, errno string, d time.Du
 }
 
 // healthz returns node i's /healthz status and body (0 without an answer).
-func (e *Env) healthz(ctx context.Context, i int) (int, string) {
+func healthz(ctx context.Context, c Cluster, i int) (int, string) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.C.HTTPAddr(i)+"/healthz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.HTTPAddr(i)+"/healthz", nil)
 	if err != nil {
 		return 0, err.Error()
 	}

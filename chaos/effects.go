@@ -205,9 +205,9 @@ func (e *Env) writeLatency(ctx context.Context, l int) (time.Duration, error) {
 // advanced times the period, over the real time between the first read's
 // answer and the last read's call (so a clock at real pace reads about 1 or
 // above). NaN with fewer than two reads or no time between them.
-func (e *Env) tickRate(from, to int64) float64 {
+func (h *History) tickRate(from, to int64) float64 {
 	var first, last *Op
-	ops := e.H.Ops()
+	ops := h.Ops()
 	for k := range ops {
 		o := &ops[k]
 		if o.Kind != KTick || o.Status != StatusOK || o.PeriodMS <= 0 || o.Call < from || o.Return > to {

@@ -83,8 +83,8 @@ func (e *Env) gossipSeesFailed(i int) func(ctx context.Context) bool {
 
 // forwardFails reports whether a linearizable read sent to node i, which
 // it must forward to the leader, fails.
-func (e *Env) forwardFails(i int) func(ctx context.Context) bool {
-	cl, err := client.New([]string{e.C.HTTPAddr(i)}, client.Options{Timeout: 2 * time.Second})
+func forwardFails(c Cluster, i int) func(ctx context.Context) bool {
+	cl, err := client.New([]string{c.HTTPAddr(i)}, client.Options{Timeout: 2 * time.Second})
 	return func(ctx context.Context) bool {
 		if err != nil {
 			return false

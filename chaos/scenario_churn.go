@@ -53,7 +53,7 @@ var churnScenarios = []*Scenario{
 			perm := e.Rng.Perm(len(fs))
 			f, k := fs[perm[0]], fs[perm[1]]
 			if canaryRecoverAlone {
-				return e.recoverAlone(ctx, e.neverAlone(fs))
+				return e.recoverAlone(ctx, neverAlone(e.C, fs))
 			}
 			removed := make(chan error, 1)
 			go func() { removed <- e.remove(ctx, f) }()
@@ -366,9 +366,9 @@ func (e *Env) removeID(ctx context.Context, id string, skip int) error {
 // configuration with as the one voter (the server that formed the
 // cluster was: a rewrite to it alone is a configuration the cluster once
 // had, which the configuration checker accepts as a jump).
-func (e *Env) neverAlone(nodes []int) int {
+func neverAlone(c Cluster, nodes []int) int {
 	alone := map[string]bool{}
-	for _, l := range readLogs(e.C) {
+	for _, l := range readLogs(c) {
 		for _, line := range strings.Split(l, "\n") {
 			if updatingConfRe.MatchString(line) {
 				alone[lineVoters(line)] = true
@@ -376,7 +376,7 @@ func (e *Env) neverAlone(nodes []int) int {
 		}
 	}
 	for _, n := range nodes {
-		if !alone[e.C.NodeID(n)] {
+		if !alone[c.NodeID(n)] {
 			return n
 		}
 	}

@@ -56,7 +56,7 @@ var clockScenarios = []*Scenario{
 							// The slow clock to prove, from the tick reads
 							// after a period's settling (a tick already
 							// scheduled comes at the old pace).
-							rate := e.tickRate(from+int64(time.Second), e.H.Now())
+							rate := e.H.tickRate(from+int64(time.Second), e.H.Now())
 							if rate <= 0.75 {
 								e.Count("slow-clock-seen", 1)
 							}

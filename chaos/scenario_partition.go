@@ -133,7 +133,7 @@ var partitionScenarios = []*Scenario{
 			if err != nil {
 				return err
 			}
-			return e.protoPartition(ctx, l, ProtoHTTP, faultFor, "forward-failed-seen", e.forwardFails(e.Others(l)[0]))
+			return e.protoPartition(ctx, l, ProtoHTTP, faultFor, "forward-failed-seen", forwardFails(e.C, e.Others(l)[0]))
 		}},
 	{Name: "one-way-leader", Liveness: true, StallBound: wideStall, Class: "partition", Doc: "the leader's messages to followers are dropped, then the followers' to the leader",
 		Expect: map[string]int{"leader-changes": 1},

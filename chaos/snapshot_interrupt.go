@@ -105,8 +105,8 @@ func receiving(dir string, after uint64) (string, int64) {
 
 // logSize is the length of node i's log now: what it logs later starts
 // there.
-func (e *Env) logSize(i int) int64 {
-	fi, err := os.Stat(e.C.LogPath(i))
+func logSize(c Cluster, i int) int64 {
+	fi, err := os.Stat(c.LogPath(i))
 	if err != nil {
 		return 0
 	}
@@ -115,8 +115,8 @@ func (e *Env) logSize(i int) int64 {
 
 // loggedSince reports whether node i's log, past offset, has a line that
 // contains every one of parts.
-func (e *Env) loggedSince(i int, offset int64, parts ...string) bool {
-	b, err := os.ReadFile(e.C.LogPath(i))
+func loggedSince(c Cluster, i int, offset int64, parts ...string) bool {
+	b, err := os.ReadFile(c.LogPath(i))
 	if err != nil || int64(len(b)) < offset {
 		return false
 	}
@@ -170,9 +170,9 @@ func (e *Env) interruptInstall(ctx context.Context, th throttler, kill string) e
 		}, func() error {
 			for end := time.Now().Add(8 * time.Second); !failed && time.Now().Before(end); {
 				if kill == "follower" {
-					failed = e.loggedSince(l, lOff, `msg="failed to install snapshot"`, "peer="+e.C.NodeID(f))
+					failed = loggedSince(e.C, l, lOff, `msg="failed to install snapshot"`, "peer="+e.C.NodeID(f))
 				} else {
-					failed = e.loggedSince(f, fOff, "failed to receive whole snapshot") || e.loggedSince(f, fOff, "failed to copy snapshot")
+					failed = loggedSince(e.C, f, fOff, "failed to receive whole snapshot") || loggedSince(e.C, f, fOff, "failed to copy snapshot")
 				}
 				if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
 					return err
@@ -275,7 +275,7 @@ func (e *Env) throttledInstall(ctx context.Context, th throttler) (*install, err
 	if err := th.Throttle(l, f, rate); err != nil {
 		return nil, err
 	}
-	lOff, fOff := e.logSize(l), e.logSize(f)
+	lOff, fOff := logSize(e.C, l), logSize(e.C, f)
 	// One group: the partition ends, the throttle stays.
 	if err := e.C.Partition([][]int{e.Others()}); err != nil {
 		return nil, err
