@@ -238,6 +238,7 @@ func runPrevOnDataDir(t *testing.T, s *server, bin string) {
 	t.Helper()
 	old := *s
 	old.bin, old.logPath = bin, filepath.Join(t.TempDir(), "prev-"+s.nodeID+".log")
+	old.extra = withoutFlag(s.extra, "--raft-timeout") // newer than the previous release
 	old.launch()
 	deadline := time.After(30 * time.Second)
 	hc := &http.Client{Timeout: time.Second}
