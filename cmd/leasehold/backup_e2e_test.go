@@ -19,6 +19,7 @@ import (
 // new checked snapshot holding the leases acquired before it, and only
 // the newest two of them; another file in the directory stays.
 func TestProcessScheduledBackupCycle(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	const token = "backup-token-0123456789abcdef"
 	tokens := filepath.Join(dir, "tokens.json")

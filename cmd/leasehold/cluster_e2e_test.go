@@ -495,6 +495,7 @@ func readEvents(t *testing.T, ch <-chan sseEvent, n int) []sseEvent {
 // forwards writes and linearizable reads to the leader; an event stream
 // resumes on another server without a gap or a duplicate.
 func TestClusterFormsAndForwards(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	leader := c.waitFormed(c.nodes)
 	followers := c.others(leader)
@@ -622,6 +623,7 @@ func sigkillAll(servers ...*server) {
 // fencing token and its remaining time (neither reset nor shortened), new
 // acquires succeed, and the killed server rejoins as a follower.
 func TestClusterLeaderKill9(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	leader := c.waitFormed(c.nodes)
 	const ttl = 20 * time.Second
@@ -764,6 +766,7 @@ func (c *testCluster) waitFormedPartial(up []*server, leader *server) {
 // through the leader and the other follower; the follower restarts and
 // catches up.
 func TestClusterFollowerKill9(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	leader := c.waitFormed(c.nodes)
 	followers := c.others(leader)
@@ -816,6 +819,7 @@ func TestClusterFollowerKill9(t *testing.T) {
 // idempotency key), and the TTLs outlast any wait of the test, so that
 // only a lost or changed lease fails it.
 func TestClusterKillAll9(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	leader := c.waitFormed(c.nodes)
 	f := c.others(leader)[0]
@@ -865,6 +869,7 @@ func TestClusterKillAll9(t *testing.T) {
 // not keep the first leader): requests that get no answer, NO_LEADER or
 // INDETERMINATE are sent again.
 func TestClusterRemoveMember(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	leader := c.waitFormed(c.nodes)
 	followers := c.others(leader)

@@ -224,6 +224,7 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool) {
 }
 
 func TestProcessLeaseLifecycle(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	s.start()
 	c := s.client(t)
@@ -308,6 +309,7 @@ func TestProcessLeaseLifecycle(t *testing.T) {
 }
 
 func TestProcessExpiryOnEventStream(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	s.start()
 	c := s.client(t)
@@ -364,6 +366,7 @@ func TestProcessExpiryOnEventStream(t *testing.T) {
 }
 
 func TestProcessWaitAndLockDelay(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	s.start()
 	c := s.client(t)
@@ -422,6 +425,7 @@ func TestProcessWaitAndLockDelay(t *testing.T) {
 // while writes are in flight and checks every acknowledged write after a
 // restart.
 func TestProcessKill9LosesNoAcknowledgedWrite(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	s.start()
 	c := s.client(t)
@@ -506,6 +510,7 @@ func TestProcessKill9LosesNoAcknowledgedWrite(t *testing.T) {
 // TestProcessSecretsNeverLeak checks that no lease or session token shows up
 // in the server's logs, the event stream, status, metrics or the data dir.
 func TestProcessSecretsNeverLeak(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	s.start()
 	c := s.client(t)

@@ -17,6 +17,7 @@ import (
 // camera leases, each well under 2 s; the leases acquired before the crash
 // keep their owners and fencing tokens.
 func TestFleetProcessAcquireWithFollowerDown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts three servers")
 	}

@@ -25,6 +25,7 @@ import (
 // stops the server with an error naming the flag, never the key. The log
 // never shows a private key.
 func TestProcessGrantKeyRotation(t *testing.T) {
+	t.Parallel()
 	// Long enough that a loaded machine's restart and first looks at the
 	// key set fit in it (the old key must still be there), short enough
 	// to wait out.

@@ -14,6 +14,7 @@ import (
 // logs Raft's lines with their fields as JSON fields (not text in msg),
 // echoes a client's X-Request-Id, and logs the request's lines with it.
 func TestProcessJSONLogsAndRequestID(t *testing.T) {
+	t.Parallel()
 	const token = "logs-token-0123456789abcdef"
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	writeTokens(t, tokens, false, token)

@@ -49,6 +49,7 @@ func loadUntil(s *server, prefix string, ttl time.Duration, max int, stop <-chan
 // holds every lease it acknowledged, and fences above all of them; a
 // fresh server then joins it the ordinary way. Both log stores.
 func TestClusterLostQuorumRecover(t *testing.T) {
+	t.Parallel()
 	for _, store := range []string{"boltdb", "wal"} {
 		t.Run(store, func(t *testing.T) { testLostQuorumRecover(t, store) })
 	}

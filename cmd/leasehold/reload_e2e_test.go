@@ -76,6 +76,7 @@ func metricNum(t *testing.T, s *server, series string) float64 {
 // polling on, when the file is just rewritten; a broken file keeps the
 // tokens it had, is logged and counted.
 func TestProcessTokensReload(t *testing.T) {
+	t.Parallel()
 	const old, added = "old-token-0123456789abcdef", "new-token-0123456789abcdef"
 	wantStatus := func(s *server, tok string, want int) {
 		t.Helper()

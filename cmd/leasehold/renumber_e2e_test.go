@@ -51,6 +51,7 @@ func readyWithin(t *testing.T, s *server, start time.Time, d time.Duration) time
 // is on every server. Stopped gracefully (SIGTERM) and killed (SIGKILL: gossip
 // takes it as failed, not left).
 func TestClusterServerRenumbered(t *testing.T) {
+	t.Parallel()
 	for name, sig := range map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL} {
 		t.Run(name, func(t *testing.T) { testServerRenumbered(t, sig) })
 	}

@@ -98,6 +98,7 @@ func runCLI(t *testing.T, env []string, args ...string) (string, error) {
 }
 
 func TestProcessTLSCluster(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, evil := testpki.NewCA(t, "cluster-ca"), testpki.NewCA(t, "evil-ca")
 	keyFile := filepath.Join(dir, "gossip.key")

@@ -26,6 +26,7 @@ func readyz(s *server) (int, string) {
 // server stays unready saying what to do. Done as told (wipe, --join), it
 // joins as a new server with the original state.
 func TestClusterWipedFirstServerOriginalCommand(t *testing.T) {
+	t.Parallel()
 	n1 := newServer(t)
 	n1.nodeID, n1.tickPeriod = "n1", clusterTick.String()
 	n2, n3 := newServer(t), newServer(t)
