@@ -48,10 +48,9 @@ type logWatch struct {
 	failErr  atomic.Pointer[error]
 
 	// Raft's stable store (raft.db: the current term and vote) is
-	// watched too, once Raft runs (raftRunning): see watchedStable.
-	raftRunning atomic.Bool
-	log         *slog.Logger
-	released    <-chan struct{} // closed when the node closes
+	// watched too: see watchedStable.
+	log      *slog.Logger
+	released <-chan struct{} // closed when the node closes
 
 	// A write that hangs rather than fails (a stalled disk) returns no
 	// error to record: the writes in flight are timed, and one older
@@ -167,17 +166,19 @@ func (w *logWatch) wrap(inner storeWrapper) storeWrapper {
 var keyCurrentTerm = []byte("CurrentTerm")
 
 // watchedStable is Raft's stable store, watched for one failure:
-// hashicorp/raft panics when it cannot save a new term ("failed to save
-// current term"), taking the whole process down with a goroutine dump
-// (status 2), rather than go on without a durable term. Once Raft runs,
-// such a failure fails the node instead (Failed; the server exits with
-// the storage-failure status, as for a wedged log) and holds Raft's
-// goroutine, which made the call, until the node closes: then that
-// goroutine ends (runtime.Goexit, which runs its deferred calls, so Raft's
-// shutdown still finds it gone), without returning into the panic. Raft
-// neither votes nor answers a leader in the meantime, as it must not
-// without its term on disk. Every other write's error goes back to Raft,
-// which handles it (a vote that cannot be saved is not granted).
+// hashicorp/raft panics when (*Raft).setCurrentTerm cannot save a new term
+// ("failed to save current term"), taking the whole process down with a
+// goroutine dump (status 2), rather than go on without a durable term.
+// Such a failure fails the node instead (Failed; the server exits with the
+// storage-failure status, as for a wedged log) and holds the goroutine that
+// made the call (Raft's own, or its transport's handling a heartbeat from
+// a leader of a later term) until the node closes: then that goroutine
+// ends (runtime.Goexit, which runs its deferred calls: an RPC still gets
+// its refusal, and Raft's shutdown finds its goroutine gone), without
+// returning into the panic. The later term is never acted on unsaved.
+// Every other write's error, and the term's written elsewhere (a live
+// bootstrap, which answers its caller with it), goes back to the caller
+// (a vote that cannot be saved is not granted).
 type watchedStable struct {
 	raft.StableStore
 	w *logWatch
@@ -185,7 +186,7 @@ type watchedStable struct {
 
 func (s watchedStable) SetUint64(key []byte, val uint64) error {
 	err := s.StableStore.SetUint64(key, val)
-	if err == nil || !s.w.raftRunning.Load() || string(key) != string(keyCurrentTerm) {
+	if err == nil || string(key) != string(keyCurrentTerm) || !termSaver() {
 		return err
 	}
 	s.w.fail(s.w.log, fmt.Errorf("the Raft state (current term %d) cannot be saved in raft.db: %w; stopping: "+
@@ -193,6 +194,24 @@ func (s watchedStable) SetUint64(key []byte, val uint64) error {
 	<-s.w.released
 	runtime.Goexit()
 	return err
+}
+
+// termSaver reports whether the caller's caller is called by
+// hashicorp/raft's setCurrentTerm, the one writer of the term that panics
+// on an error (TestTermSaverSeesRaft checks the name against the Raft this
+// builds with). A variable for tests.
+var termSaver = func() bool {
+	var pcs [16]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
+	for {
+		f, more := frames.Next()
+		if f.Function == "github.com/hashicorp/raft.(*Raft).setCurrentTerm" {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 // failingErr describes the failure while the log's writes fail, else nil.

@@ -3,8 +3,10 @@ package node
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -115,21 +117,25 @@ type failingStable struct{ raft.StableStore }
 func (failingStable) Set([]byte, []byte) error       { return syscall.EIO }
 func (failingStable) SetUint64([]byte, uint64) error { return syscall.EIO }
 
-// Raft cannot save a new term once it runs: instead of returning into
-// hashicorp/raft's panic, the node fails, saying why, and the calling
+// When hashicorp/raft's setCurrentTerm cannot save a new term, instead
+// of returning into its panic the node fails, saying why, and the calling
 // goroutine is held until the node closes, then ends without returning.
-// Before Raft runs, and for other keys (a vote, which Raft handles), the
-// error goes back to the caller.
+// The term written by anyone else (a live bootstrap), and other keys (a
+// vote, which Raft handles), get their error back.
 func TestLogWatchStableTermFailureFailsNode(t *testing.T) {
 	released := make(chan struct{})
 	n := watchNode(0)
 	n.logs = newLogWatch(0, slog.New(slog.DiscardHandler), released)
 	_, st := n.logs.wrap(nil)(nil, failingStable{})
 
+	saver := false
+	old := termSaver
+	termSaver = func() bool { return saver }
+	t.Cleanup(func() { termSaver = old })
 	if err := st.SetUint64(keyCurrentTerm, 7); !errors.Is(err, syscall.EIO) || failed(n) {
-		t.Fatalf("before Raft runs: err %v, failed %v; want EIO back and no failure", err, failed(n))
+		t.Fatalf("the term, not from setCurrentTerm: err %v, failed %v; want EIO back and no failure", err, failed(n))
 	}
-	n.logs.raftRunning.Store(true)
+	saver = true
 	if err := st.SetUint64([]byte("LastVoteTerm"), 7); !errors.Is(err, syscall.EIO) || failed(n) {
 		t.Fatalf("a vote's term: err %v, failed %v; want EIO back and no failure", err, failed(n))
 	}
@@ -167,5 +173,51 @@ func TestLogWatchStableTermFailureFailsNode(t *testing.T) {
 	case <-returned:
 		t.Fatal("the call returned (into Raft's panic) instead of ending its goroutine")
 	default:
+	}
+}
+
+// recordingStable records, for each write of the term, whether termSaver
+// saw hashicorp/raft's setCurrentTerm making it.
+type recordingStable struct {
+	raft.StableStore
+	mu    sync.Mutex
+	saver []bool
+}
+
+func (r *recordingStable) SetUint64(key []byte, val uint64) error {
+	if string(key) == string(keyCurrentTerm) {
+		r.mu.Lock()
+		r.saver = append(r.saver, termSaver())
+		r.mu.Unlock()
+	}
+	return r.StableStore.SetUint64(key, val)
+}
+
+// termSaver knows the Raft this builds with: a one-server Raft bootstrapped
+// (the term written by BootstrapCluster, not setCurrentTerm) that elects
+// itself (setCurrentTerm) is told apart.
+func TestTermSaverSeesRaft(t *testing.T) {
+	store := raft.NewInmemStore()
+	rec := &recordingStable{StableStore: store}
+	snaps := raft.NewInmemSnapshotStore()
+	addr, trans := raft.NewInmemTransport("a")
+	conf := raft.DefaultConfig()
+	conf.LocalID = "a"
+	conf.LogOutput = io.Discard
+	if err := raft.BootstrapCluster(conf, store, rec, snaps, trans,
+		raft.Configuration{Servers: []raft.Server{{ID: "a", Address: addr}}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := raft.NewRaft(conf, &raft.MockFSM{}, store, rec, snaps, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { r.Shutdown().Error() }()
+	waitFor(t, 30*time.Second, func() bool { return r.State() == raft.Leader })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.saver) < 2 || rec.saver[0] || !rec.saver[len(rec.saver)-1] {
+		t.Fatalf("termSaver for each write of the term (bootstrap first, then the election's): %v; "+
+			"want false, then true (has hashicorp/raft renamed setCurrentTerm?)", rec.saver)
 	}
 }

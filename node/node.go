@@ -89,7 +89,6 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.attachCluster(cl)
-	n.logs.raftRunning.Store(true)
 	n.rep.started.Store(true) // restores from here on are installs or operator restores
 	n.start()
 	// A restart restored the latest snapshot already: a server whose
