@@ -138,6 +138,13 @@ func TestIdleReturn(t *testing.T) {
 	if step(100*mib, 200*mib, 400*mib) {
 		t.Fatal("returned while allocating")
 	}
+	// A lightly loaded server (2 MiB a second: a few hundred requests)
+	// is not idle.
+	for range 4 * idleChecks {
+		if step(mib, 200*mib, 400*mib) {
+			t.Fatal("returned under light load")
+		}
+	}
 	for i := 1; i < idleChecks; i++ {
 		if step(0, 200*mib, 400*mib) {
 			t.Fatalf("returned after %d quiet checks, want %d", i, idleChecks)
