@@ -119,6 +119,7 @@ type Cluster struct {
 
 	cfg       Config
 	trans     raft.Transport
+	gate      *snapshotGate    // nil with InMemory: see candsnap.go
 	stream    raft.StreamLayer // nil with InMemory
 	idl       *identityLayer   // nil with InMemory or without Identity
 	peerLn    *peerListener
@@ -275,6 +276,9 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	c.raft = r
+	if c.gate != nil {
+		c.gate.setRaft(r)
+	}
 	c.campaignIfAlone()
 	go c.watchLeadership()
 	return c, nil
@@ -395,7 +399,8 @@ func (c *Cluster) openTransport() (raft.ServerAddress, error) {
 	// (hashicorp/raft#612; the chaos suite's leadership-transfer storm
 	// hit it before, and TestPipelineSurvivesRejectedAppends does).
 	nt := newNetworkTransport(wrapped, cfg)
-	c.trans, c.stream = &pipelineTransport{nt}, stream
+	pt := newPipelineTransport(nt)
+	c.trans, c.stream, c.gate = pt, stream, pt.gate
 	if cfg.WrapTransport != nil {
 		c.trans = cfg.WrapTransport(c.trans)
 	}
@@ -569,6 +574,9 @@ func (c *Cluster) Close() error {
 func (c *Cluster) closeAll() {
 	if cl, ok := c.trans.(io.Closer); ok {
 		cl.Close()
+	}
+	if c.gate != nil {
+		c.gate.close()
 	}
 	c.closeStores()
 }

@@ -21,8 +21,24 @@ import (
 // goroutine of ours as soon as they arrive and queued for Raft, so the
 // transport's goroutine never blocks on a reader that has left, the sender
 // never blocks, sees the decoder finish and closes the pipeline.
+//
+// Its RPCs reach Raft through a snapshotGate (candsnap.go).
 type pipelineTransport struct {
 	*raft.NetworkTransport
+	gate *snapshotGate
+}
+
+func newPipelineTransport(nt *raft.NetworkTransport) *pipelineTransport {
+	return &pipelineTransport{NetworkTransport: nt, gate: newSnapshotGate(nt.Consumer())}
+}
+
+// Consumer implements raft.Transport: the RPCs the gate lets through.
+func (t *pipelineTransport) Consumer() <-chan raft.RPC { return t.gate.consumer() }
+
+// Close implements raft.WithClose: the gate, then the transport.
+func (t *pipelineTransport) Close() error {
+	t.gate.close()
+	return t.NetworkTransport.Close()
 }
 
 // AppendEntriesPipeline implements raft.Transport.

@@ -74,7 +74,7 @@ func TestPipelineSurvivesRejectedAppends(t *testing.T) {
 		if logs == nil {
 			logs = store
 		}
-		r, err := raft.NewRaft(conf, nopFSM{}, logs, store, raft.NewInmemSnapshotStore(), &pipelineTransport{nt})
+		r, err := raft.NewRaft(conf, nopFSM{}, logs, store, raft.NewInmemSnapshotStore(), newPipelineTransport(nt))
 		if err != nil {
 			t.Fatal(err)
 		}
