@@ -229,10 +229,8 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 // entry committed when it last heard from it, and is not a frozen follower
 // (applyStall); otherwise it says why not. It takes no lock a stuck apply
 // could hold.
-//
-// Entries committed but not yet applied when it is asked (a tick, a batch
-// in flight on a busy server) are waited for, up to readyCatchUp: a
-// readiness that failed whenever one was in flight flapped under load.
+// Entries committed but not yet applied are waited for, up to
+// readyCatchUp, so that readiness does not flap under load.
 func (n *Node) ReadyErr() error {
 	select {
 	case <-n.closing:
@@ -299,11 +297,8 @@ const raftOnlyScan = 16
 // raftOnly reports whether every log entry after index from up to index
 // to is one Raft keeps to itself (its no-op, a barrier, a configuration
 // change): the state machine never sees those, so a server that applied
-// up to from has applied all it will of them until the next command. A
-// leadership barrier or a snapshot's barrier otherwise left the applied
-// index behind the commit index until the next tick, and /readyz failed
-// meanwhile whenever the tick period was longer than it waits
-// (readyCatchUp). At most raftOnlyScan entries are read.
+// up to from has applied all it will of them until the next command. At
+// most raftOnlyScan entries are read.
 func (n *Node) raftOnly(from, to uint64) bool {
 	if to <= from {
 		return true
@@ -382,14 +377,9 @@ var (
 
 // snapshotOnClose has Raft snapshot the state before a graceful stop when
 // at least closeSnapshotMin entries were applied since the last snapshot.
-// A restart restores the latest snapshot and then replays the log after
-// it: with a million leases, replaying the up to tens of thousands of
-// batched entries that accumulate between automatic snapshots (the
-// threshold is checked every --snapshot-interval) took longer than
-// restoring the whole state (a snapshot takes a few seconds at that size).
-// The snapshot is an optimisation: if it fails or takes longer than
-// closeSnapshotTimeout the stop goes on, and a crash (no Close) replays as
-// before.
+// so that a restart restores it instead of replaying a long log. It is an
+// optimisation: if it fails or takes longer than closeSnapshotTimeout the
+// stop goes on.
 func (n *Node) snapshotOnClose() {
 	r := n.cl
 	if r == nil {
@@ -430,9 +420,8 @@ func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
 
 // HealthErr is nil while the node can serve at all; otherwise it says why
 // not: Raft's log store fails its writes (a full or broken disk) or one
-// of them hangs (for DefaultLogWriteHang), or the node has failed (Failed). /healthz answers 503 with it: a process that
-// cannot write its log is not alive in any useful sense, and a restart is
-// what recovers it.
+// of them hangs (for DefaultLogWriteHang), or the node has failed
+// (Failed). /healthz answers 503 with it: a restart is what recovers it.
 func (n *Node) HealthErr() error {
 	if n.logs == nil {
 		return nil

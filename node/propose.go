@@ -41,14 +41,9 @@ type groupCommit struct {
 }
 
 // entriesInFlight is how many log entries of proposals the batcher has in
-// Raft at once. One: what queues while an entry commits and applies goes
-// into the next one whole, so each append (an fsync on every server) and
-// each entry's fixed costs carry as many proposals as possible. Measured
-// with `leasehold bench --spawn 1,3` (same machine, alternating runs),
-// against 2: cycles +15-25% on one server and +15-30% on three on the
-// boltdb log, keep-alive renewals +10-18% on one server; with 4 clients one
-// server's cycle latency p50 fell from 2.2-2.3 ms to 1.8 ms; equal or
-// better on raft-wal; 100,000 expiries no slower (BenchmarkExpiryStormWrites).
+// Raft at once. One, so that what queues while an entry commits goes into
+// the next one whole and each append's fsync carries as many proposals as
+// possible (faster than 2 in `leasehold bench`).
 const entriesInFlight = 1
 
 type proposal struct {
@@ -65,8 +60,7 @@ type proposal struct {
 
 // proposals reuses a proposal, its answer channel and its timer once its
 // answer has been received (a proposal abandoned with an answer still to
-// come is left to the garbage collector). Each renewal is a proposal: this
-// saves four allocations of each.
+// come is left to the garbage collector).
 var proposals = sync.Pool{New: func() any {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
@@ -104,8 +98,6 @@ type propResult struct {
 // leader of a cluster of its own.
 func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64, error) {
 	if err := n.Gate(); err != nil {
-		// Out of service (service.go): removed, or a leader whose state
-		// or log is not the cluster's commits nothing from it.
 		return fsm.Result{}, 0, err
 	}
 	select {
@@ -126,8 +118,6 @@ func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64
 		p.recycle()
 		return fsm.Result{}, 0, errShuttingDown()
 	}
-	// Commit normally takes milliseconds; a stalled disk or a lost quorum
-	// must not hold the caller forever.
 	p.timer.Reset(2 * n.cfg.ApplyTimeout)
 	select {
 	case r := <-p.done:
@@ -227,16 +217,10 @@ func (gc *groupCommit) run() {
 			expireNext = len(held) > 0
 		}
 		if open && len(held) == 0 && gc.lingers(batch) {
-			// Only acquires that will queue: their callers wait for a
-			// later entry's grant anyway, so waiting a moment for a
-			// companion costs them at most that moment (an acquire
-			// refused outright, say for its quota, is answered up to
-			// lingerMax later), and in a hand-off the companion is the
-			// holder's release, which then shares this entry instead
-			// of waiting for it. Another queuing acquire (the next
-			// holder's re-acquire) does not end the wait: the release
-			// may still be on its way. A held Expire is not kept
-			// waiting.
+			// Only acquires that will queue, which wait for a later
+			// grant anyway: in a hand-off the holder's release then
+			// shares this entry. Another queuing acquire does not end
+			// the wait (the release may still be on its way).
 			timer := time.NewTimer(cmp.Or(gc.cfg.lingerMax, lingerMax))
 			gc.lingering.Store(true)
 		linger:
@@ -262,10 +246,8 @@ func (gc *groupCommit) run() {
 			expireNext = len(held) > 0
 		}
 		gc.noteRenewals(batch)
-		// Drop what was abandoned while it queued, checked after the whole
-		// batch is taken: whatever a new leadership term proposes was
-		// queued after the previous term's ctx ended, so no proposal of an
-		// ended term can follow it into the log.
+		// Checked after the whole batch is taken, so no proposal of an
+		// ended term can follow a new term's into the log.
 		batch = gc.dropAbandoned(batch)
 		if len(batch) == 0 {
 			<-gc.inflight
@@ -293,26 +275,19 @@ func (gc *groupCommit) run() {
 }
 
 // lingerMax bounds how long the batcher holds an entry of acquires that
-// will queue (lingers) for a companion proposal. Measured with `leasehold
-// bench --spawn 1 --workload contended` (64 clients on one key): without
-// it a hand-off takes 1.7 log entries per grant, the holder's release
-// waiting behind the previous holder's queued re-acquire.
+// will queue (lingers) for a companion proposal, so that a hand-off's
+// release shares the entry instead of waiting behind the next re-acquire.
 const lingerMax = time.Millisecond
 
-// Renewals from clients that renew in a loop (keep-alive streams, renew
-// loops) otherwise settle into two cohorts of about half each, one
-// committing while the other queues: the batcher holds an entry of
-// renewals a moment for the leases the previous entry renewed, which are
-// on their way back, so that one entry carries them all. That halves the
-// entries per renewal, and with them what each entry costs (an append and
-// its fsync, Raft's bookkeeping, a write of answers on each stream). The
-// wait ends as soon as they are all in, when none has come for renewGap,
-// at renewLingerMax, or when anything but a renewal comes. Never held: a
-// lone client (its own lease is the one awaited), an entry whose first
-// proposal came later than renewLingerMax after the previous entry was
-// answered (renewals now and then, not in a loop), an entry with anything
-// but renewals; and after a wait in which fewer than half of the awaited
-// came, the next renewSkips entries.
+// Renewals from clients that renew in a loop otherwise settle into two
+// cohorts, one committing while the other queues: the batcher holds an
+// entry of renewals a moment for the leases the previous entry renewed, so
+// that one entry carries them all. The wait ends when they are all in, when
+// none has come for renewGap, at renewLingerMax, or when anything but a
+// renewal comes. Never held: a lone client, an entry whose first proposal
+// came later than renewLingerMax after the previous answer, an entry with
+// anything but renewals; and after a wait in which fewer than half of the
+// awaited came, the next renewSkips entries.
 const (
 	renewGap       = time.Millisecond
 	renewLingerMax = 2 * time.Millisecond

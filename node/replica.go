@@ -23,16 +23,12 @@ type replica struct {
 	mu      sync.RWMutex
 	f       *fsm.FSM
 	applied atomic.Uint64 // last applied Raft index, any entry type
-	// movedAt is when applied last advanced (time since born, on the
-	// monotonic clock); tick is the state's tick, both readable without
-	// mu, so that a server whose apply is stuck holding mu still says so
-	// (ReadyErr).
-	born    time.Time
-	movedAt atomic.Int64
-	tick    atomic.Uint64
-	// features are the state's recorded features (fsm.Features), readable
-	// without mu.
-	features atomic.Uint64
+	// movedAt (time since born when applied last advanced) and tick are
+	// readable without mu, so a server stuck in Apply still says so.
+	born     time.Time
+	movedAt  atomic.Int64
+	tick     atomic.Uint64
+	features atomic.Uint64 // fsm.Features, readable without mu
 
 	appliedMu   sync.Mutex
 	appliedCond chan struct{} // closed and replaced on every apply
@@ -121,9 +117,7 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 			}
 			cmd, err := fsm.Decode(l.Data)
 			if err != nil {
-				// The log is damaged here (a checksum that does not
-				// match: bit rot) or was written by a newer version:
-				// applying anything from now on would diverge.
+				// Damaged or from a newer version: applying on would diverge.
 				msg := r.stop(l.Index, "does not decode", err)
 				out[i] = []fsm.Result{{Err: fsm.Errorf(wire.CodeInternal, "%s", msg)}}
 				continue
@@ -146,8 +140,7 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 			if restoring {
 				r.applyingRestore.Store(false)
 				if res[0].Restore != nil {
-					// The state was replaced: events before it go out,
-					// then the event history restarts after this index.
+					// Events before it go out, then history restarts here.
 					resets = append(resets, hubReset{index: l.Index, at: len(events)})
 				}
 			}
@@ -279,32 +272,17 @@ func (r *replica) Snapshot() (raft.FSMSnapshot, error) {
 	return &fsmSnapshot{s: r.f.Snapshot(), metrics: r.metrics, sums: &r.sums}, nil
 }
 
-// Restore implements raft.FSM: it discards all state and replaces it. Raft
-// calls it at startup (the latest snapshot) and on a follower that was sent
-// a snapshot (an operator's restore goes through the log instead:
-// RestoreCommit, backup.go), so that:
-//   - the applied index never goes back (the snapshot's index is at least
-//     what was applied);
-//   - the event history restarts after the snapshot's index: a resume from
-//     an earlier event is EVENTS_COMPACTED, and live subscriptions end the
-//     same way (hub.reset), since the state they followed was replaced;
-//     events of later entries have higher ids than any before;
-//   - waiters for queued acquires are not touched here (a follower has
-//     none; at startup there are none yet); an operator's restore, which
-//     does not come through here, fails them when its commit applies.
+// Restore implements raft.FSM: it replaces all state with the snapshot's.
+// Raft calls it at startup and on a follower sent a snapshot (an operator's
+// restore goes through the log: RestoreCommit). The applied index never goes
+// back; the event history restarts after the snapshot's index (older resumes
+// get EVENTS_COMPACTED, live subscriptions end); queued-acquire waiters are
+// not touched.
 //
-// A snapshot older than the state refuses to install (ErrStaleSnapshot):
-// hashicorp/raft (v1.7.3) installs whatever a leader sends and sets its
-// applied index back to the snapshot's, then looks for the entries after
-// it, which this server may already have compacted into a snapshot of its
-// own; it panics with "log not found". A leader sends such a snapshot when
-// its replication to a server falls back while an earlier transfer and the
-// entries after it had already arrived (seen in the bitflip scenario).
-// Refused, the leader sends its next snapshot, which is newer. The check
-// compares Raft's indexes (the snapshot's, from the metadata Raft opened it
-// with: snapshotOpened, against the last entry applied here) and the
-// states' (the last command each holds, from the snapshot's header), and
-// runs before the rest of the snapshot is decoded.
+// A snapshot older than the state is refused (ErrStaleSnapshot):
+// hashicorp/raft v1.7.3 installs whatever a leader sends and then panics
+// with "log not found" looking for entries already compacted here. The
+// leader then sends a newer one.
 func (r *replica) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	br := bufio.NewReaderSize(rc, 1<<16)
@@ -421,9 +399,8 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 func (s *fsmSnapshot) Release() {}
 
 // snapshotSums remembers the size and SHA-256 of the last few snapshots
-// this process wrote, by Raft's snapshot id: a snapshot file's header
-// carries them, and reading the snapshot again to compute them cost a pass
-// over it and a spooled copy (SaveSnapshot).
+// this process wrote, by Raft's snapshot id, for SaveSnapshot's file header
+// (saving a second pass over the snapshot).
 type snapshotSums struct {
 	mu   sync.Mutex
 	last [4]struct {
