@@ -148,11 +148,8 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (*SnapshotInfo, er
 	if _, err := w.Write(hdr); err != nil {
 		return nil, err
 	}
-	// Check what is sent against the checksum in the header, so that a
-	// snapshot that changed on disk since it was written is an error here
-	// (the answer is cut short) rather than a file that fails at restore
-	// time. (The file store's Open has checked Raft's own CRC of the
-	// file as well.)
+	// A snapshot that changed on disk since it was written is an error
+	// here rather than a file that fails at restore time.
 	h := sha256.New()
 	sent, err := io.Copy(w, io.TeeReader(rc, h))
 	if err != nil {

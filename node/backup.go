@@ -71,10 +71,8 @@ type backups struct {
 }
 
 // awaitFirstTick waits until the state has recorded the cluster's tick
-// period, which its first tick does (a new leader ticks one period after it
-// is elected). A snapshot without it would not say how long its ticks are,
-// and RestoreSnapshot could not refuse it in a cluster that ticks at
-// another pace.
+// period (its first tick does), which a snapshot must carry for
+// RestoreSnapshot to refuse it in a cluster that ticks at another pace.
 func (bk *backups) awaitFirstTick(ctx context.Context) error {
 	timer := time.NewTimer(bk.cfg.ApplyTimeout)
 	defer timer.Stop()
@@ -166,11 +164,9 @@ func (bk *backups) checkRestoreBody(tmp *os.File, info *SnapshotInfo, quota fsm.
 		// period, so time would run at the wrong speed.
 		return badSnapshot("its tick period is %dms; this cluster ticks every %dms", p, cur)
 	}
-	// The dry run reads the running state: applies wait meanwhile, and
-	// the watchdog counts it as the restore's progress. Above
-	// restorePreviewMax records it is skipped (it held writes for minutes
-	// at 0.86 + 0.86 million leases on a loaded machine): the commit's
-	// apply checks the limits then, on every server alike.
+	// The dry run holds applies and counts as the restore's progress.
+	// Above restorePreviewMax records it is skipped: the commit's apply
+	// checks the limits then, on every server alike.
 	bk.rep.mu.RLock()
 	cur := bk.rep.f.Records()
 	bk.rep.mu.RUnlock()
@@ -195,9 +191,8 @@ func (bk *backups) checkRestoreBody(tmp *os.File, info *SnapshotInfo, quota fsm.
 
 // restorePreviewMax bounds the records (leases and sessions of the file
 // and of the running state) up to which the leader dry-runs a restore
-// against the running state before sending it (a variable for tests).
-// The dry run's time grows with both states: 0.86 + 0.86 million leases
-// took 4m24s on a 2-core machine under a load average of 27.
+// against the running state before sending it (a variable for tests):
+// the dry run holds writes for a time that grows with both states.
 var restorePreviewMax = 50_000
 
 // restoreWindow is how many restore chunks are in flight at once.

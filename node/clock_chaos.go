@@ -23,8 +23,8 @@ import (
 // loop's period and timers, run at that rate relative to real time. A
 // missing file, a missing field or a rate that is not positive and finite
 // means no fault. disk_stall and disk_delay_ns stall or slow every write to
-// Raft's log and stable store (disk_chaos.go). Normal builds contain none of this (a test checks the
-// binary for chaosClockMarker).
+// Raft's log and stable store (disk_chaos.go). Normal builds contain none
+// of this (a test checks the binary for chaosClockMarker).
 
 // chaosClockEnv names the environment variable that points at the file.
 const chaosClockEnv = "LEASEHOLD_CHAOS_CLOCK"

@@ -142,12 +142,9 @@ type Config struct {
 	// MaxBatch bounds how many operations share one log entry. Default 1024.
 	MaxBatch int
 	// ApplyStallTimeout: a follower whose applied index has not advanced
-	// for this long while its leader's cluster went on (it knows of
-	// committed entries it has not applied, its Raft loop has not heard
-	// from the leader it still follows, or the leader's log, as gossip
-	// reports it, is ahead of its own) is frozen: not ready (ReadyErr,
-	// /readyz), and leasehold_apply_stalled is 1. A healthy follower
-	// applies a tick every tick period. Default (and 0) 5s.
+	// for this long while the cluster went on (stall.go) is frozen: not
+	// ready (ReadyErr, /readyz), and leasehold_apply_stalled is 1.
+	// Default (and 0) 5s.
 	ApplyStallTimeout time.Duration
 
 	// Count limits, each negative for none. They travel in the commands that
@@ -231,9 +228,8 @@ type Config struct {
 	// to authenticate servers (RaftTLS does, for both).
 	WrapRaftStream func(raft.StreamLayer) raft.StreamLayer
 	// WrapRaftTransport wraps Raft's network transport above the stream
-	// layer: every RPC this server sends (appends, votes, snapshots), as
-	// Raft hands it over; the chaos suite duplicates and delays them
-	// through it. It must pass every call on.
+	// layer: every RPC this server sends (appends, votes, snapshots). It
+	// must pass every call on.
 	WrapRaftTransport func(raft.Transport) raft.Transport
 	// WrapGossip wraps memberlist's transport (UDP packets and TCP streams
 	// on GossipAddr).
@@ -243,10 +239,9 @@ type Config struct {
 	// DefaultLogStore. An existing data dir keeps its store: a RaftLog that
 	// is not the directory's fails Open (see cluster.Config.LogStore).
 	RaftLog string
-	// WrapRaftStores wraps Raft's log store (raft.db or wal/) and stable store
-	// (raft.db), or the in-memory stores, for embedders and tests that inject storage
-	// faults or observe writes; the chaos suite stalls and slows writes
-	// through it. The stores it returns must pass every call on.
+	// WrapRaftStores wraps Raft's log and stable stores, for embedders and
+	// tests that inject storage faults or observe writes. The stores it
+	// returns must pass every call on.
 	WrapRaftStores func(raft.LogStore, raft.StableStore) (raft.LogStore, raft.StableStore)
 
 	// Version is this build's version, gossiped to the other servers and

@@ -233,8 +233,7 @@ func (s *Subscription) run(ctx context.Context, h *hub, gate func() error, out <
 			e := &h.ring[p%n]
 			if e.shared == nil {
 				// Made here, not when published: with no subscriber
-				// (or none this far back) the history costs no more
-				// than its events (17 MiB of 100,000 empty ones).
+				// the history costs no more than its events.
 				e.shared = &sharedEvent{}
 			}
 			batch = append(batch, *e)

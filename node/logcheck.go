@@ -115,8 +115,7 @@ var ErrEntryFraming = errors.New("leasehold: log entry's index or type damaged")
 // entryFraming checks what the command checksum leaves out: the entry read
 // at index says it is at index, and its type is one Raft writes, with data
 // only where Raft puts data (commands and configurations; no-ops and
-// barriers carry none). This holds for every entry Raft ever wrote, so logs
-// written before the check need no format flag. It returns nil for a sound
+// barriers carry none), as for every entry Raft ever wrote. It returns nil for a sound
 // entry, else an error wrapping ErrEntryFraming. Not covered: the term (a
 // follower's damaged term makes the leader overwrite the entry; a single
 // server never reads terms to apply) and a type that changes between

@@ -452,10 +452,9 @@ type LocalState struct {
 // hash of the state right after the entry at index hashAt is applied: it
 // waits for that entry (until ctx ends: UNAVAILABLE, with the applied index),
 // and answers INDEX_PASSED when this node is already past it. The state is
-// captured in the apply path right after that entry (collecting the
-// records' pointers: about 4 ms per 10,000 leases) and encoded and hashed
-// outside it, as a snapshot is; nothing at all happens in the apply path
-// when no hash is pending.
+// captured in the apply path right after that entry and encoded and hashed
+// outside it, as a snapshot is; nothing happens in the apply path when no
+// hash is pending.
 //
 // A leader appends tick entries continuously, so hashes "now" are never
 // comparable across nodes; hashes at the same future index are.

@@ -485,9 +485,8 @@ const startupCheckFor = 30 * time.Second
 
 // hashWait bounds the wait for a state hash at an index ahead entries
 // past the applied index. An idle cluster's log grows by about one entry
-// (a tick) per tick period, so the bound grows with the period: a fixed
-// 10-15 s never saw the check's 8 entries go by at a 2 s period, and the
-// check never completed. At most hashWaitAhead entries count.
+// (a tick) per tick period, so the bound grows with the period. At most
+// hashWaitAhead entries count.
 func (c *Config) hashWait(ahead uint64) time.Duration {
 	return 10*time.Second + time.Duration(min(ahead, hashWaitAhead))*2*c.TickPeriod
 }
