@@ -53,12 +53,10 @@ type Config struct {
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
 	// StallTimeout bounds how long a Raft message this server has started
 	// to receive may go without a byte arriving: then the connection is
-	// dropped (stall.go). It frees a follower whose leader vanished in the
-	// middle of sending a snapshot without closing the connection (its
-	// network cut, its power lost): Raft's main loop reads the snapshot
-	// from the connection. Connections idle between messages are never
-	// timed. Zero: 10 × HeartbeatTimeout (5 s by default); negative: no
-	// limit. Not used with InMemory.
+	// dropped (stall.go), freeing a follower whose leader vanished in the
+	// middle of sending a snapshot. Connections idle between messages are
+	// never timed. Zero: 10 × HeartbeatTimeout (5 s by default); negative:
+	// no limit. Not used with InMemory.
 	StallTimeout time.Duration
 	// Logger receives Raft's logs.
 	Logger *slog.Logger
@@ -240,11 +238,8 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 	if cfg.InMemory {
 		store := raft.NewInmemStore()
 		st = stores{logs: store, stable: store, snaps: newMemSnapshots()}
-		// Raft's default of 500 ms per in-memory RPC counts a vote that
-		// a saturated machine answers later as refused: two candidates
-		// could then fail every (pre-)vote round for as long as the load
-		// lasts (seen: 20 s without a leader in tests under load). An
-		// answer within the election timeout still counts.
+		// Raft's default of 500 ms per in-memory RPC counts a late vote
+		// as refused, and a saturated machine then elects no leader.
 		a, t := raft.NewInmemTransportWithTimeout(raft.ServerAddress(cfg.NodeID), max(500*time.Millisecond, 2*cfg.HeartbeatTimeout))
 		addr, c.trans = a, t
 	} else {
@@ -286,13 +281,11 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 
 // campaignIfAlone has Raft start an election at once when this server is
 // the only voter of its latest configuration (a single-server cluster,
-// new or restarted): Raft otherwise waits a heartbeat timeout and up to as
-// much again (0.5-1 s by default) for a leader it cannot hear from, and a
-// restart is not ready until it leads. Raft has no call to campaign; a
-// lower heartbeat timeout wakes a follower's timer (ReloadConfig), which
-// then finds no contact with a leader and campaigns, and the timeout is
-// set back at once. With other voters nothing changes: they may have a
-// leader this server has not heard from yet.
+// new or restarted), rather than after a heartbeat timeout or two. Raft has
+// no call to campaign: lowering the heartbeat timeout (ReloadConfig) wakes
+// the follower's timer, and the timeout is set back at once. With other
+// voters nothing changes: they may have a leader this server has not
+// heard from yet.
 func (c *Cluster) campaignIfAlone() {
 	conf, err := c.raftConfiguration()
 	if err != nil || !onlyVoter(conf, raft.ServerID(c.cfg.NodeID)) {
@@ -374,9 +367,8 @@ func (c *Cluster) openTransport() (raft.ServerAddress, error) {
 	}
 	var advAddr net.Addr = tcpAdv
 	if host, _, err := net.SplitHostPort(adv); err == nil && host != "" && net.ParseIP(host) == nil {
-		// A name stays the address peers dial: resolved on every dial,
-		// it follows the server to a new IP (a restart on another host,
-		// a Kubernetes pod). It had to resolve now, all the same.
+		// A name stays the address peers dial, resolved on every dial,
+		// so that it follows the server to a new IP.
 		advAddr = nameAddr(adv)
 	}
 	stream, err := newStreamLayer(cfg, advAddr)
@@ -392,12 +384,8 @@ func (c *Cluster) openTransport() (raft.ServerAddress, error) {
 	if cfg.WrapStream != nil {
 		wrapped = cfg.WrapStream(wrapped)
 	}
-	// Pipelined replication (MaxRPCsInFlight 2, raft's default: the
-	// next AppendEntries is prepared and sent while the previous one is
-	// answered) goes through pipelineTransport, which keeps a follower
-	// that rejects an append from wedging its replication stream
-	// (hashicorp/raft#612; the chaos suite's leadership-transfer storm
-	// hit it before, and TestPipelineSurvivesRejectedAppends does).
+	// pipelineTransport keeps a follower that rejects a pipelined append
+	// from wedging its replication stream (hashicorp/raft#612).
 	nt := newNetworkTransport(wrapped, cfg)
 	pt := newPipelineTransport(nt)
 	c.trans, c.stream, c.gate = pt, stream, pt.gate

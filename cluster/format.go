@@ -89,12 +89,9 @@ const releaseMappedEvery = 16 << 20
 // transaction reads (the leaf each append rewrites, the entries a
 // compaction deletes, every page the freelist's rebuild at open walks)
 // stays mapped, and counted in the RSS, until the mapping is replaced.
-// With a million leases raft.db's pages were 149 MiB of a 723 MiB RSS,
-// most of them pages whose entries a compaction had already deleted. The
-// page cache keeps the data (the kernel reclaims it like any clean
-// cache): the next read of a page is a minor fault. A read transaction
-// holds bbolt's mmap lock, so the mapping cannot move while the pages are
-// dropped.
+// The page cache keeps the data: the next read of a page is a minor fault.
+// A read transaction holds bbolt's mmap lock, so the mapping cannot move
+// while the pages are dropped.
 func (b *boltStore) releaseMapped() {
 	b.mapped.Store(0)
 	_ = b.db.View(func(tx *bbolt.Tx) error {
@@ -307,10 +304,8 @@ func (b *boltStore) edge(first bool) (uint64, error) {
 
 // logEncoding and logDecoding are the msgpack handles of raft.db's log
 // entries, as raft-boltdb/v2 encodes them (its default time format) and
-// decodes them. Shared: a handle caches what it learns of a type, and one
-// made per entry (as raft-boltdb does) spent 2.4 of the 3.8 µs an entry's
-// encoding took relearning raft.Log. Handles are safe for concurrent use
-// once configured.
+// decodes them. Shared, because a handle caches what it learns of a type;
+// handles are safe for concurrent use once configured.
 var (
 	logEncoding = &codec.MsgpackHandle{BasicHandle: codec.BasicHandle{TimeNotBuiltin: true}}
 	logDecoding = &codec.MsgpackHandle{}
@@ -337,9 +332,8 @@ func (b *boltStore) GetLog(idx uint64, l *raft.Log) error {
 // StoreLogs appends logs to raft.db's log in one transaction (its commit
 // is two writes, each fsynced), encoded as raft-boltdb does, and reports
 // the time taken as boltStoreLogsMetric. The entries are encoded before
-// the transaction begins, by one encoder, into one buffer that holds every
-// key and value (bbolt keeps them until the commit): the write lock is held
-// for bbolt's own work only.
+// the transaction begins, so the write lock is held for bbolt's own work
+// only.
 func (b *boltStore) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
 	for _, l := range logs {

@@ -33,46 +33,20 @@ type Meta struct {
 	// ClusterID is the identity of the cluster whose Raft state the server
 	// has; empty while it has none (or the cluster has no id yet).
 	ClusterID string `json:"cid,omitempty"`
-	// RaftHello: the server's Raft connections start with the cluster id
-	// exchange (Identity); false for servers of earlier versions.
-	RaftHello bool `json:"hello,omitempty"`
-	// SealCheck: the server's version knows the SealCheck log entry (the
-	// sealing key's check value); false for servers of earlier versions.
-	SealCheck bool `json:"seal,omitempty"`
-	// ChunkedExpiry: the server's version reads limited ticks and Expire
-	// entries (chunked expiry); false for servers of earlier versions.
-	ChunkedExpiry bool `json:"chunk,omitempty"`
-	// RestoreLog: the server's version applies a restore through the log
-	// (RestoreChunk and RestoreCommit entries); false for earlier versions.
-	RestoreLog bool `json:"rlog,omitempty"`
-	// EntryCRC: the server's version reads log entries that carry a
-	// checksum (fsm.VersionChecked); false for earlier versions.
-	EntryCRC bool `json:"crc,omitempty"`
-	// Features: the server's version reads the record of the cluster's
-	// features (fsm.TypeFeatures) in the log and in snapshots; false for
-	// earlier versions.
-	Features bool `json:"feat,omitempty"`
-	// RenewMeta: the server's version reads renewals and heartbeats that
-	// carry metadata (fsm.TypeRenewMeta, fsm.TypeHeartbeatMeta); false
-	// for earlier versions.
-	RenewMeta bool `json:"rmeta,omitempty"`
-	// GrantKey is the server's grant signing public key (Ed25519,
-	// base64url); set, it also says that the server's version reads the
-	// entries that record such keys (fsm.TypeMemberKey). Empty for
-	// earlier versions.
-	GrantKey string `json:"gkey,omitempty"`
-	// LeaseGroups: the server's version reads lease group entries
-	// (fsm.TypeAcquireGroup, fsm.TypeRenewGroup, fsm.TypeReleaseGroup)
-	// and snapshots with groups; false for earlier versions.
-	LeaseGroups bool `json:"groups,omitempty"`
-	// SessionMeta: the server's version reads session heartbeats that
-	// carry metadata (fsm.TypeSessionHeartbeatMeta); false for earlier
-	// versions.
-	SessionMeta bool `json:"smeta,omitempty"`
-	// RestoreBounds: the server's version reads restore commits that
-	// carry count limits and a fence floor (fsm.TypeRestoreCommitBounded);
-	// false for earlier versions.
-	RestoreBounds bool `json:"rbound,omitempty"`
+
+	// What the server's version supports; each is false (or empty) for
+	// servers of versions before it.
+	RaftHello     bool   `json:"hello,omitempty"`  // Raft connections start with the cluster id exchange (Identity)
+	SealCheck     bool   `json:"seal,omitempty"`   // knows the SealCheck log entry
+	ChunkedExpiry bool   `json:"chunk,omitempty"`  // reads limited ticks and Expire entries
+	RestoreLog    bool   `json:"rlog,omitempty"`   // applies a restore through the log (RestoreChunk, RestoreCommit)
+	EntryCRC      bool   `json:"crc,omitempty"`    // reads entries with a checksum (fsm.VersionChecked)
+	Features      bool   `json:"feat,omitempty"`   // reads the features record (fsm.TypeFeatures)
+	RenewMeta     bool   `json:"rmeta,omitempty"`  // reads renewals and heartbeats with metadata
+	GrantKey      string `json:"gkey,omitempty"`   // grant signing public key (Ed25519, base64url); set: reads fsm.TypeMemberKey
+	LeaseGroups   bool   `json:"groups,omitempty"` // reads lease group entries and snapshots with groups
+	SessionMeta   bool   `json:"smeta,omitempty"`  // reads session heartbeats with metadata
+	RestoreBounds bool   `json:"rbound,omitempty"` // reads restore commits with limits and a fence floor
 }
 
 // PeerStats is a server's view of Raft, carried in gossip ping acks.
@@ -186,12 +160,9 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	mc.ProbeInterval = 500 * time.Millisecond
 	mc.ProbeTimeout = 250 * time.Millisecond
 	mc.PushPullInterval = 15 * time.Second
-	// A server that comes back at another address (a new IP after a
-	// restart, same name) takes over the entry of its old address once
-	// gossip has declared that one dead: without this memberlist refuses
-	// the new address until it forgets the dead one (30 s), and the
-	// leader, which learns Raft addresses from gossip, could not update
-	// the member (Reconcile). A live server's address is never taken.
+	// A server that comes back at another address takes over its old
+	// entry once gossip has declared that one dead, instead of being
+	// refused for 30 s. A live server's address is never taken.
 	mc.DeadNodeReclaimTime = time.Second
 	// A join to an unreachable address must not hold start-up or shutdown
 	// for long.

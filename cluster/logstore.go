@@ -82,10 +82,7 @@ func openWAL(dir string, logger *slog.Logger) (*walStore, error) {
 // walStore is the raft-wal log and its metadata store. WAL.Close closes
 // the metadata store too since raft-wal v0.4.2; Close closes it again
 // (a no-op then) so that a failed open, which has no WAL, still closes it.
-//
-// v0.4.2 is needed, not only preferred: v0.4.0 marked a segment sealed on a
-// tail truncation without writing its index block, and a server restarted
-// after one could not read its log (TestLogReopensAfterTailTruncation).
+// v0.4.2 is required: v0.4.0 left a log unreadable after a tail truncation.
 type walStore struct {
 	*raftwal.WAL
 	meta *metadb.BoltMetaDB
@@ -282,15 +279,12 @@ func copyLogs(dst raft.LogStore, src logSource, from string, next, last uint64) 
 
 // gaplessLogs keeps the log free of gaps (raft-wal refuses one) without
 // telling Raft the log is monotonic. Raft's monotonic path is broken
-// (hashicorp/raft#697): after installing a snapshot it empties the whole
-// log, also when the follower's log ran past the snapshot's index, while it
-// still believes it holds those entries, and the next commit panics with
-// "log not found" (seen: a follower rejoining under load got a snapshot
-// older than its own log). So Raft takes its ordinary path (keep the
-// entries above the snapshot, compact the rest), and the one append that
-// would leave a gap, the first after a snapshot newer than the whole log,
-// empties the log before it stores. Wrappers of the log store (WrapStores,
-// raft.LogCache) sit inside this one.
+// (hashicorp/raft#697: after installing a snapshot older than its log, the
+// next commit panics with "log not found"). So Raft takes its ordinary path
+// (keep the entries above the snapshot, compact the rest), and the one
+// append that would leave a gap, the first after a snapshot newer than the
+// whole log, empties the log before it stores. Wrappers of the log store
+// (WrapStores, raft.LogCache) sit inside this one.
 type gaplessLogs struct {
 	raft.LogStore
 	mu sync.Mutex // a gap check and the emptying it leads to are one step

@@ -9,18 +9,12 @@ import (
 // pipelineTransport is Raft's TCP transport with pipelined replication that
 // cannot wedge.
 //
-// In hashicorp/raft a pipelined replication stream has two goroutines: the
-// sender (pipelineReplicate) and the decoder (pipelineDecode), which reads
-// the pipeline's Consumer channel. When a follower answers Success=false
-// the decoder returns and stops reading; the transport's own response
-// goroutine then blocks handing the next answer to the Consumer channel, so
-// it stops taking sent requests, so the sender's next AppendEntries blocks
-// forever, and the pipeline's Close, deferred in the sender, never runs:
-// that follower gets heartbeats but never another entry, and Raft.Shutdown
-// hangs (hashicorp/raft#612). Here every pipeline's answers are read by a
-// goroutine of ours as soon as they arrive and queued for Raft, so the
-// transport's goroutine never blocks on a reader that has left, the sender
-// never blocks, sees the decoder finish and closes the pipeline.
+// In hashicorp/raft, when a follower rejects a pipelined append the
+// decoder stops reading answers, the transport blocks, the sender blocks
+// forever, and that follower never gets another entry (hashicorp/raft#612).
+// Here every pipeline's answers are read by a goroutine of ours as soon as
+// they arrive and queued for Raft, so neither the transport nor the sender
+// blocks, and the sender sees the decoder finish and closes the pipeline.
 //
 // Its RPCs reach Raft through a snapshotGate (candsnap.go).
 type pipelineTransport struct {

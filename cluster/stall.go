@@ -22,22 +22,15 @@ import (
 // without a FIN or RST (its network cut, its power lost) leaves the
 // follower's main loop blocked in that read, deaf to heartbeat timeouts and
 // vote requests, until TCP keep-alive gives up (minutes), or for good
-// behind a proxy that keeps its side open. The chaos scenario
-// snapshot-install-leader-lost saw a 3-node cluster without a leader for as
-// long as the cut lasted (35 s): the two nodes left needed that follower's
-// vote.
+// behind a proxy that keeps its side open; the cluster may need its vote.
 //
 // stallLayer bounds it: once a message has started to arrive on an
 // accepted connection, every read must get a byte within the stall
-// timeout, or the connection fails (for good) and Raft drops it; the
-// snapshot install fails, the main loop goes on, and the next leader sends
-// the snapshot again. A connection idle between messages is left alone:
-// Raft keeps a pool of connections per peer that may sit unused for a long
-// time (and the one a follower's heartbeats come on is idle between them);
-// timing those out would only make the leader's next call on a pooled
-// connection fail. A message has started when a byte arrived after this
-// side last wrote (its answer to the previous request): requests on a
-// pooled connection take turns with their answers. On the pipelined
+// timeout, or the connection fails (for good) and Raft drops it; the next
+// leader sends the snapshot again. A connection idle between messages
+// (Raft's pooled connections) is left alone. A message has started when a
+// byte arrived after this side last wrote: requests on a pooled connection
+// take turns with their answers. On the pipelined
 // connection a request may already be partly read when the previous answer
 // goes out; that request is then not timed, which costs at most that
 // connection's goroutine (Raft's main loop never reads it).
