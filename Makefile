@@ -100,6 +100,9 @@ chaos-ci:
 canaries:
 	@for c in $(CANARIES); do echo "== $$c: the suite must catch it"; \
 		$(GO) test -count=1 -timeout 20m -tags $$c -run '^(TestCanary|TestNetnsCanary)$$' ./chaos/ || exit 1; done
+	@echo "== canary_no_snapshot_gate: TestCandidateSnapshotThenLeaderLost must fail (no leader)"; \
+		out=$$($(GO) test -count=1 -tags canary_no_snapshot_gate -run '^TestCandidateSnapshotThenLeaderLost$$' ./cluster/ 2>&1); \
+		if echo "$$out" | grep -q 'no leader within'; then echo "caught"; else echo "$$out"; exit 1; fi
 
 # A longer randomized suite on real processes (root): eight runs of four
 # random faults each, then every scenario once. Replay a run with the seed

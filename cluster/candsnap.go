@@ -85,7 +85,7 @@ func (g *snapshotGate) pass() {
 // InstallSnapshot of the current term and Raft is a candidate.
 func (g *snapshotGate) refuse(rpc raft.RPC) bool {
 	req, ok := rpc.Command.(*raft.InstallSnapshotRequest)
-	if !ok {
+	if !ok || canaryNoSnapshotGate {
 		return false
 	}
 	p := g.state.Load()
