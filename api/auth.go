@@ -122,8 +122,7 @@ type tokenFileEntry struct {
 // "keys" lists key prefixes it may read and (with the write scope) write;
 // writing implies reading; "" matches every key. "holders" lists the holder
 // names it may act as, exact or by prefix. Either left out restricts
-// nothing, so a token without both behaves as a token always did. An admin
-// token cannot be restricted. docs/security.md says what each route does
+// nothing. An admin token cannot be restricted. docs/security.md says what each route does
 // with a scoped token.
 func LoadTokens(path string) (*Tokens, error) {
 	data, err := os.ReadFile(path)

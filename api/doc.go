@@ -31,13 +31,8 @@
 // The control lease (a WebSocket-owned global lock that gates
 // the mutating admin routes) is served at /v1/control/ws and
 // /v1/control/status when the node has one (Node.ControlLease; FromNode's
-// node has). An application embedding a node mounts the same handlers at
-// its own paths:
-//
-//	ctl := api.NewControl(api.ControlFromNode(n), api.ControlOptions{})
-//	mux.Handle("GET /api/v1/control/ws", ctl.WebSocket())
-//	mux.Handle("GET /api/v1/control/status", ctl.Status())
-//	mux.Handle("POST /api/v1/presets", ctl.Gate(presets))
+// node has); an application embedding a node can mount the same handlers
+// at its own paths (see Control).
 //
 // Options and ControlOptions: a numeric field left zero means its default;
 // where a bound can be lifted (Options.BodyTimeout, WriteTimeout,

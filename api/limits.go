@@ -25,14 +25,11 @@ var errBodyTimeout = errors.New("request body not received in time")
 // guardBody refuses up front a body whose declared length is over the
 // limit (413, on every route, whether or not it reads a body), and puts a
 // read deadline on the body of r, if it has one: the whole body must arrive
-// within s.bodyTimeout (with progress, the body of a progressBody route:
-// each read within it, and its handler applies its own size limit; a
-// keep-alive stream's body has no end, and the body timeout is its idle
-// timeout). Requests without a body (event
-// streams, WebSocket upgrades) get no deadline at all: long-lived routes are
-// exempt by construction. Once the body is read to its end the deadline is
-// lifted (net/http lifts it then too), so a handler that then waits
-// (wait_ms, a forward) is not cut off by it.
+// within s.bodyTimeout (with progress: each read, and the handler applies
+// its own size limit). Requests without a body (event streams, WebSocket
+// upgrades) get no deadline. Once the body is read to its end the deadline
+// is lifted, so a handler that then waits (wait_ms, a forward) is not cut
+// off by it.
 func (s *server) guardBody(w http.ResponseWriter, r *http.Request, progress bool) error {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil

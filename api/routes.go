@@ -121,45 +121,27 @@ var (
 )
 
 // routes lists the routes of the lease API: every route of the contract
-// but the control lease's (controlRoutes) and the console's
-// (consoleRoutes).
+// (openapi.yaml says what each does) but the control lease's
+// (controlRoutes) and the console's (consoleRoutes).
 func (s *server) routes() []route {
 	return []route{
-		// Acquire a lease: 201 with the lease and its token, 200 on an
-		// idempotent replay.
 		{"POST", "/v1/leases", need(ScopeWrite), s.leases.acquire, forwardAcquire, longAnswer | body},
-		// List leases by key, prefix, holder, session_id, state; paged.
 		{"GET", "/v1/leases", need(ScopeRead), s.leases.listLeases, forwardRead, 0},
-		// Read one lease, in any state still retained.
 		{"GET", "/v1/leases/:id", need(ScopeRead), s.leases.getLease, forwardRead, 0},
-		// Renew a standalone lease (X-Lease-Token, optional ttl_ms).
 		{"POST", "/v1/leases/:id/renew", need(ScopeWrite), s.leases.renew, forwardWrite, body},
-		// Release a lease (X-Lease-Token, or X-Session-Token if bound).
 		{"DELETE", "/v1/leases/:id", need(ScopeWrite), s.leases.release, forwardWrite, body},
-		// Force-release a lease as an operator.
 		{"POST", "/v1/leases/:id/revoke", need(ScopeAdmin), s.leases.revoke, forwardWrite, body},
-		// Renew many standalone leases at once; per-item results.
 		{"POST", "/v1/heartbeat", need(ScopeWrite), s.leases.heartbeat, forwardWrite, body},
-		// A stream of single-lease renewals, answered as each commits.
 		{"POST", "/v1/keepalive", need(ScopeWrite), s.live.keepAliveRenewals, forwardLongWrite, duplex | longAnswer | progressBody | body},
 
-		// Acquire a lease group: several keys at once, all or nothing;
-		// 201 with the group and its token, 200 on an idempotent replay.
 		{"POST", "/v1/groups", need(ScopeWrite), s.groups.acquireGroup, forwardAcquire, longAnswer | body},
-		// Read one lease group, in any state still retained.
 		{"GET", "/v1/groups/:id", need(ScopeRead), s.groups.getGroup, forwardRead, 0},
-		// Renew every lease of a standalone group (X-Lease-Token).
 		{"POST", "/v1/groups/:id/renew", need(ScopeWrite), s.groups.renewGroup, forwardWrite, body},
-		// Release every lease of a group (X-Lease-Token, or X-Session-Token).
 		{"DELETE", "/v1/groups/:id", need(ScopeWrite), s.groups.releaseGroup, forwardWrite, body},
 
-		// Create a session: 201 with its token.
 		{"POST", "/v1/sessions", need(ScopeWrite), s.sessions.createSession, forwardWrite, body},
-		// List sessions, optionally of one holder; paged.
 		{"GET", "/v1/sessions", need(ScopeRead), s.sessions.listSessions, forwardRead, 0},
-		// Read one session.
 		{"GET", "/v1/sessions/:id", need(ScopeRead), s.sessions.getSession, forwardRead, 0},
-		// Renew a session and so every lease bound to it (X-Session-Token).
 		{"POST", "/v1/sessions/:id/heartbeat", need(ScopeWrite), s.sessions.sessionHeartbeat, forwardWrite, body},
 		// End a session and its leases; without X-Session-Token, admin only.
 		{"DELETE", "/v1/sessions/:id", endSessionScope, s.sessions.endSession, forwardWrite, 0},
@@ -167,33 +149,20 @@ func (s *server) routes() []route {
 		// End every lease and session of a holder (crash recovery): admin,
 		// or a write token restricted to holders that include it.
 		{"POST", "/v1/holders/:holder/release", s.holderReleaseScope, s.sessions.releaseHolder, forwardWrite, body},
-		// This API's OpenAPI 3.1 document (openapi.yaml), as JSON; open.
 		{"GET", "/v1/openapi.json", need(ScopeNone), s.info.openAPI, serveHere, anyState},
-		// The key set that verifies grants (JWKS); open, like /healthz.
 		{"GET", "/v1/keys", need(ScopeNone), s.leases.keys, forwardRead, 0},
-		// Is a fencing token or lease token currently valid? Linearizable.
 		{"POST", "/v1/validate", need(ScopeRead), s.leases.validate, forwardValidate, body},
-		// Server-Sent Events of lease and session changes.
 		{"GET", "/v1/events", need(ScopeRead), s.live.events, serveHere, longAnswer},
 
-		// Cluster status: leader, indexes, tick, members.
 		{"GET", "/v1/cluster", need(ScopeRead), s.cluster.clusterStatus, forwardRead, 0},
-		// This node's own view and state hash (never forwarded).
 		{"GET", "/v1/cluster/local", need(ScopeAdmin), s.cluster.localState, serveHere, anyState},
-		// Remove a server from the cluster.
 		{"DELETE", "/v1/cluster/members/:id", need(ScopeAdmin), s.cluster.removeMember, forwardMembership, anyState},
-		// Hand leadership to a given voter (or any).
 		{"POST", "/v1/cluster/transfer-leadership", need(ScopeAdmin), s.cluster.transferLeadership, forwardMembership, anyState | body},
-		// Stream a snapshot file of the whole state (backup).
 		{"GET", "/v1/cluster/snapshot", need(ScopeAdmin), s.cluster.saveSnapshot, forwardLongRead, longAnswer},
-		// Replace the whole state with a snapshot file (restore).
 		{"PUT", "/v1/cluster/snapshot", need(ScopeAdmin), s.cluster.restoreSnapshot, forwardLongWrite, longAnswer | progressBody | body},
 
-		// Liveness: 200 while the process serves HTTP.
 		{"GET", "/healthz", need(ScopeNone), s.info.healthz, serveHere, anyState},
-		// Readiness: 200 when a leader is known and this node caught up.
 		{"GET", "/readyz", need(ScopeNone), s.info.readyz, serveHere, anyState},
-		// Prometheus text exposition.
 		{"GET", "/metrics", need(ScopeNone), s.info.metricsText, serveHere, anyState},
 	}
 }
@@ -202,7 +171,6 @@ func (s *server) routes() []route {
 // when the node has one.
 func (s *server) controlRoutes() []route {
 	return []route{
-		// The control lease WebSocket; not for a scoped token.
 		{"GET", "/v1/control/ws", need(ScopeWrite), s.ctl.controlSocket, serveHere, longAnswer | unscoped},
 		// The control lease's status object (never its token).
 		{"GET", "/v1/control/status", need(ScopeRead), s.ctl.controlStatus, forwardRead, 0},
@@ -218,10 +186,8 @@ func (s *server) controlRoutes() []route {
 // them itself.
 func (s *server) consoleRoutes() []route {
 	return []route{
-		// The console's entry point.
 		{"GET", "/", need(ScopeNone), consoleRedirect, serveHere, anyState},
 		{"GET", "/ui", need(ScopeNone), consoleRedirect, serveHere, anyState},
-		// The console's files (index.html, app.js, style.css).
 		{"GET", uiPrefix + "*file", need(ScopeNone), consoleFile, serveHere, anyState},
 		// Who the presented bearer token is, for the console to offer the
 		// actions its scope allows. Without auth: scope admin.

@@ -16,9 +16,8 @@ import (
 
 // access is what a scoped token may touch within its scope: the keys it
 // may read and write, and the holder names it may act as. A nil *access,
-// and a nil field, restrict nothing: a token of a tokens file without
-// "keys" and "holders" (every token before scoped tokens existed) has a nil
-// access and behaves exactly as before. An access is immutable.
+// and a nil field, restrict nothing (a token without "keys" and
+// "holders"). An access is immutable.
 type access struct {
 	// keys restricts keys by prefix; nil: every key.
 	keys *keyAccess
