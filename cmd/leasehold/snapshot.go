@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -247,8 +248,9 @@ func saveSnapshotFile(ctx context.Context, c *client.Client, file string) (*node
 
 // writeSnapshotFile writes a snapshot into file: into file.tmp first,
 // synced, then renamed, so that file is either complete or untouched.
-// With check, the written file is checked as "snapshot inspect" does
-// before the rename, and that description is returned.
+// With check, the bytes written are checked as "snapshot inspect" does
+// while they are written (checkWhileWriting), the rename waits for the
+// check, and its description is returned.
 func writeSnapshotFile(file string, write func(io.Writer) (*node.SnapshotInfo, error), check bool) (info *node.SnapshotInfo, err error) {
 	tmp := file + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -262,22 +264,35 @@ func writeSnapshotFile(file string, write func(io.Writer) (*node.SnapshotInfo, e
 		}
 	}()
 	bw := bufio.NewWriterSize(f, 1<<20)
-	if info, err = write(bw); err != nil {
-		return nil, err
+	var w io.Writer = bw
+	var ck *writeCheck
+	if check {
+		ck = checkWhileWriting(bw)
+		w = ck
 	}
-	if err = bw.Flush(); err != nil {
-		return nil, err
+	info, err = write(w)
+	if ck != nil {
+		// The check finishes while the file is synced.
+		ck.end(err)
 	}
-	if err = f.Sync(); err != nil {
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if ck != nil {
+		cinfo, cerr := ck.result(err)
+		if cerr != nil && (err == nil || errors.Is(err, errCheckStopped)) {
+			return nil, fmt.Errorf("the snapshot received does not check: %w", cerr)
+		}
+		info = cinfo
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err = f.Close(); err != nil {
 		return nil, err
-	}
-	if check {
-		if info, err = inspectSnapshotFile(tmp); err != nil {
-			return nil, fmt.Errorf("the snapshot received does not check: %w", err)
-		}
 	}
 	if err = os.Rename(tmp, file); err != nil {
 		return nil, err
@@ -291,15 +306,58 @@ func writeSnapshotFile(file string, write func(io.Writer) (*node.SnapshotInfo, e
 	return info, nil
 }
 
-// inspectSnapshotFile checks file as "snapshot inspect" does.
-func inspectSnapshotFile(file string) (*node.SnapshotInfo, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return node.InspectSnapshotFile(bufio.NewReaderSize(f, 1<<20))
+// writeCheck writes to a writer and hands the same bytes to
+// node.InspectSnapshotFile on a goroutine (checkWhileWriting), so that a
+// download is decoded as it arrives instead of read back and decoded once
+// written (at a million leases the decoding is seconds of CPU). Once the
+// check has failed, writes fail with errCheckStopped (wrapping the
+// check's error).
+type writeCheck struct {
+	io.Writer
+	pw  *io.PipeWriter
+	out chan writeCheckResult
 }
+
+type writeCheckResult struct {
+	info *node.SnapshotInfo
+	err  error
+}
+
+func checkWhileWriting(w io.Writer) *writeCheck {
+	pr, pw := io.Pipe()
+	ck := &writeCheck{Writer: io.MultiWriter(w, pw), pw: pw, out: make(chan writeCheckResult, 1)}
+	go func() {
+		info, err := node.InspectSnapshotFile(pr)
+		if err == nil {
+			// InspectSnapshotFile read to the end (bytes after the body
+			// are an error): nothing is written after it.
+			pr.CloseWithError(fmt.Errorf("%w: bytes after the end of the snapshot file", errCheckStopped))
+			ck.out <- writeCheckResult{info, nil}
+			return
+		}
+		pr.CloseWithError(fmt.Errorf("%w: %w", errCheckStopped, err))
+		ck.out <- writeCheckResult{nil, err}
+	}()
+	return ck
+}
+
+// end ends the bytes, with the writer's error if it failed.
+func (ck *writeCheck) end(werr error) { ck.pw.CloseWithError(werr) }
+
+// result waits for the check (after end) and returns what it found; werr
+// is the error of the write, if any: a check that only saw the bytes end
+// early returns it.
+func (ck *writeCheck) result(werr error) (*node.SnapshotInfo, error) {
+	r := <-ck.out
+	if r.err != nil && werr != nil && !errors.Is(werr, errCheckStopped) {
+		return nil, werr
+	}
+	return r.info, r.err
+}
+
+// errCheckStopped is what writes fail with once checkWhileWriting's check
+// failed.
+var errCheckStopped = errors.New("the check stopped")
 
 // downgradeSnapshotFile writes in, rewritten for the previous release, to
 // out (through out.tmp, synced, then renamed).
