@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -344,15 +345,31 @@ func until(ctx context.Context, what string, check func() error) error {
 // Tail returns the servers' last log lines (Options.TailLines).
 func (c *Cluster[C, S]) Tail() string { return c.tail.String() }
 
-// Close stops every running server, one after the other, without cutting
-// links first (a graceful stop: a leader may hand leadership on).
+// Close stops every running server, one after the other, the leader
+// last. Before a server closes, the others' in-memory links to it are cut,
+// its own are left whole (a graceful stop as far as it can tell: a leader
+// may still hand leadership on): a Raft RPC to a server that has stopped
+// is never answered and waits out the transport's timeout (two seconds or
+// more) in a goroutine the next server's Raft shutdown then waits for,
+// where a cut link fails at once. Closing three nodes took 4-5 s that way,
+// now half a second (the lone leader's lease running out).
 func (c *Cluster[C, S]) Close() error {
 	c.mu.Lock()
-	ss := c.servers
+	ss := slices.Collect(maps.Values(c.servers))
+	links := c.links
 	c.servers, c.links = map[string]S{}, map[string]inmem{}
 	c.mu.Unlock()
+	if i := slices.IndexFunc(ss, func(s S) bool { return s.Cluster().IsLeader() }); i >= 0 {
+		ss[len(ss)-1], ss[i] = ss[i], ss[len(ss)-1]
+	}
 	var errs []error
 	for _, s := range ss {
+		if tr := links[s.NodeID()]; tr != nil {
+			delete(links, s.NodeID())
+			for _, ot := range links {
+				ot.Disconnect(tr.LocalAddr())
+			}
+		}
 		errs = append(errs, s.Close())
 	}
 	return errors.Join(errs...)
