@@ -288,6 +288,12 @@ func copyLogs(dst raft.LogStore, src logSource, from string, next, last uint64) 
 type gaplessLogs struct {
 	raft.LogStore
 	mu sync.Mutex // a gap check and the emptying it leads to are one step
+	// last is the log's last index as this wrapper's own appends left it
+	// (lastOK), so that an append does not read it back from the store
+	// (with raft.db a read transaction per append). Any DeleteRange or
+	// failed append forgets it: the next append asks the store.
+	last   uint64
+	lastOK bool
 }
 
 // StoreLog implements raft.LogStore.
@@ -301,10 +307,14 @@ func (g *gaplessLogs) StoreLogs(logs []*raft.Log) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	last, err := g.LogStore.LastIndex()
-	if err != nil {
-		return err
+	last := g.last
+	if !g.lastOK {
+		var err error
+		if last, err = g.LogStore.LastIndex(); err != nil {
+			return err
+		}
 	}
+	g.lastOK = false
 	if last > 0 && logs[0].Index > last+1 {
 		first, err := g.LogStore.FirstIndex()
 		if err != nil {
@@ -314,13 +324,19 @@ func (g *gaplessLogs) StoreLogs(logs []*raft.Log) error {
 			return fmt.Errorf("cluster: empty the log (entries %d-%d) before appending %d past a snapshot: %w",
 				first, last, logs[0].Index, err)
 		}
+		last = 0
 	}
-	return g.LogStore.StoreLogs(logs)
+	if err := g.LogStore.StoreLogs(logs); err != nil {
+		return err
+	}
+	g.last, g.lastOK = max(last, logs[len(logs)-1].Index), true
+	return nil
 }
 
 // DeleteRange implements raft.LogStore.
 func (g *gaplessLogs) DeleteRange(lo, hi uint64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.lastOK = false
 	return g.LogStore.DeleteRange(lo, hi)
 }

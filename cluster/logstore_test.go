@@ -558,6 +558,19 @@ func TestLogStoreNeverHoldsAGap(t *testing.T) {
 			if err := g.GetLog(25, &l); !errors.Is(err, raft.ErrLogNotFound) {
 				t.Fatalf("entry 25 from before the gap: err %v, want ErrLogNotFound", err)
 			}
+			// A tail truncation (a follower's conflicting entries) and
+			// then an append that does not follow what is left: the
+			// wrapper's own idea of the last index (kept from its appends)
+			// must not outlive the truncation.
+			if err := g.DeleteRange(42, 43); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.StoreLogs(entries(44, 44)); err != nil {
+				t.Fatalf("append past a truncated tail: %v", err)
+			}
+			if first, last := span(); first != 44 || last != 44 {
+				t.Fatalf("log holds %d-%d after an append past a truncated tail, want 44-44", first, last)
+			}
 		})
 	}
 }
