@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/leasehold/leasehold/wire"
 )
@@ -86,16 +87,28 @@ var (
 	headerNoStore = []string{"no-store"}
 )
 
+// leaseAnswers are the buffers writeJSON encodes leases into: a writer
+// does not keep what it is given (io.Writer's contract; net/http copies it
+// into the connection's buffer), so a buffer serves the next answer once
+// written.
+var leaseAnswers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// maxPooledAnswer bounds the buffers kept in leaseAnswers (a lease with
+// large metadata makes a large one).
+const maxPooledAnswer = 4 << 10
+
 // writeJSON answers with v encoded as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	var (
 		b   []byte
+		buf *[]byte // from leaseAnswers
 		err error
 	)
 	if l, ok := v.(*wire.Lease); ok {
 		// A lease, the answer of every acquire, renew and release:
 		// the same bytes without encoding/json's reflection.
-		if b, ok = appendLeaseJSON(make([]byte, 0, 512), l); !ok {
+		buf = leaseAnswers.Get().(*[]byte)
+		if b, ok = appendLeaseJSON((*buf)[:0], l); !ok {
 			b, err = json.Marshal(v)
 		}
 	} else {
@@ -115,6 +128,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+	if buf != nil && cap(b) <= maxPooledAnswer {
+		*buf = b[:0]
+		leaseAnswers.Put(buf)
+	}
 }
 
 func payloadTooLarge(limit int64) *wire.Error {
