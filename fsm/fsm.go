@@ -163,6 +163,26 @@ func (k *keyState) ext() *keyMore {
 	return k.more
 }
 
+// addStolen appends id to the leases that ended involuntarily on the key.
+// A key without a keyMore gets one with room for id in the same
+// allocation: in a storm of expiries every key takes this path, and ext
+// then append made two allocations.
+func (k *keyState) addStolen(id string) {
+	if k.more == nil {
+		m := &keyMoreStolen{first: [1]string{id}}
+		m.stolen = m.first[:]
+		k.more = &m.keyMore
+		return
+	}
+	k.more.stolen = append(k.more.stolen, id)
+}
+
+// keyMoreStolen is a keyMore made for its first stolen id, and room for it.
+type keyMoreStolen struct {
+	keyMore
+	first [1]string
+}
+
 // tidy drops the keyMore once it holds nothing.
 func (k *keyState) tidy() {
 	if m := k.more; m != nil && len(m.active) == 0 && len(m.blocked) == 0 && m.waitq.len() == 0 && len(m.stolen) == 0 {

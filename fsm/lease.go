@@ -385,9 +385,8 @@ func withoutID(ids []string, id string) []string {
 
 // end moves an active lease to a terminal state and frees its slot.
 func (lb *leaseBook) end(l *Lease, o endOpts) *Lease {
-	nl := *l
-	nl.markEnded(o.state, o.reason, lb.tick, o.wallMS)
-	lb.leases.Put(&nl)
+	nl := l.endedCopy(o.state, o.reason, lb.tick, o.wallMS)
+	lb.leases.Put(nl)
 	lb.active--
 	ks := lb.keys.Get(l.Key)
 	lb.removeActive(ks, l)
@@ -400,7 +399,7 @@ func (lb *leaseBook) end(l *Lease, o endOpts) *Lease {
 	}
 	lb.exp.ended(kindLease, l.ID)
 	if o.delay {
-		ks.ext().stolen = append(ks.stolen(), l.ID)
+		ks.addStolen(l.ID)
 		if d := l.LockDelayTicks(); d > 0 {
 			until := lb.tick + d
 			if o.midTick {
@@ -422,9 +421,9 @@ func (lb *leaseBook) end(l *Lease, o endOpts) *Lease {
 	case StateRevoked:
 		typ = EventRevoked
 	}
-	lb.emit(Event{Type: typ, WallMS: o.wallMS, Key: l.Key, Lease: &nl, Reason: o.reason})
+	lb.emit(Event{Type: typ, WallMS: o.wallMS, Key: l.Key, Lease: nl, Reason: o.reason})
 	lb.pump(l.Key, ks)
-	return &nl
+	return nl
 }
 
 // removeActive takes l out of the active ids of its key. They are in fence

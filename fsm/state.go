@@ -183,16 +183,44 @@ func (l *Lease) setCold(set func(c *leaseCold)) {
 
 // orNil returns a pointer to a copy of c, or nil when c is all zero.
 func (c leaseCold) orNil() *leaseCold {
-	if c.metadata == nil && c.lockDelayTicks == 0 && c.endedTick == 0 && c.endedWallMS == 0 && c.endReason == "" {
+	if c.zero() {
 		return nil
 	}
 	return &c
+}
+
+// zero reports whether c holds nothing.
+func (c *leaseCold) zero() bool {
+	return c.metadata == nil && c.lockDelayTicks == 0 && c.endedTick == 0 && c.endedWallMS == 0 && c.endReason == ""
 }
 
 // markEnded records l's end (l is a new record, not yet shared).
 func (l *Lease) markEnded(state State, reason string, tick uint64, wallMS int64) {
 	l.State = state
 	l.setCold(func(c *leaseCold) { c.endReason, c.endedTick, c.endedWallMS = reason, tick, wallMS })
+}
+
+// endedCopy returns a new record of l, ended as markEnded records it. The
+// record and its cold fields are made in one allocation where a copy and
+// markEnded made two (an expiry storm makes one for each lease it ends).
+func (l *Lease) endedCopy(state State, reason string, tick uint64, wallMS int64) *Lease {
+	r := &endedLease{Lease: *l}
+	if l.cold != nil {
+		r.cold = *l.cold
+	}
+	r.State = state
+	r.cold.endReason, r.cold.endedTick, r.cold.endedWallMS = reason, tick, wallMS
+	r.Lease.cold = nil
+	if !r.cold.zero() {
+		r.Lease.cold = &r.cold
+	}
+	return &r.Lease
+}
+
+// endedLease is an ended lease's record and its cold fields (endedCopy).
+type endedLease struct {
+	Lease
+	cold leaseCold
 }
 
 // newLeaseCold returns the cold fields of a new lease, nil for none.
