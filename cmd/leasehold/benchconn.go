@@ -18,10 +18,10 @@ import (
 
 // benchConn is the load generator's own HTTP/1.1 client: one keep-alive
 // connection, requests written from a reused buffer, responses parsed just
-// enough (status, Content-Length, body). Go's net/http client costs about
-// as much CPU per request as the server does; on a two-core machine that
-// would measure the client as much as the node. Only the simple request and
-// response shapes of cycle, contended and renew go through it.
+// enough (status, Content-Length, body), so that the load generator's CPU
+// does not rival the server's (net/http's client costs about as much). Only
+// the simple request and response shapes of cycle, contended and renew go
+// through it.
 type benchConn struct {
 	addr    string
 	auth    string

@@ -32,9 +32,8 @@ const (
 	// idleReturn): after idleChecks checks in a row that each saw less
 	// than idleAllocs allocated, when at least idleFreeMin and a
 	// (1/idleFreeShare) of the live heap are free, at most once every
-	// idleReturnEvery.
-	// An idle server allocates about 125 KiB a check (its ticks, a
-	// metrics scrape); one serving a few hundred requests a second, MiBs.
+	// idleReturnEvery. idleAllocs lies between what an idle server
+	// allocates a check (its ticks, a metrics scrape) and a loaded one.
 	idleChecks      = 2
 	idleAllocs      = 512 << 10
 	idleFreeMin     = 32 << 20
@@ -44,22 +43,16 @@ const (
 
 // relaxGC trades memory for CPU in the long-running commands (server,
 // bench): unless GOGC is set in the environment, the heap may grow to five
-// times the live data before a collection (GOGC=400) — on two cores the
-// collector was one of the largest CPU users under load. Unless GOMEMLIMIT is
+// times the live data before a collection (GOGC=400). Unless GOMEMLIMIT is
 // set, a soft memory limit then makes the collector run more often as the
 // heap approaches it: 512 MiB, or the live heap plus a quarter (plus what
 // the runtime holds that a collection cannot free) when that is more, and
-// never more than 90% of the memory limit of the process's cgroup (v2
-// memory.max, v1 memory.limit_in_bytes, the smallest of its cgroup and
-// their ancestors), which relaxGC returns (0: none, or GOMEMLIMIT is set).
-// A fixed limit below a large live heap (a million leases is about
-// 450 MiB live) made the collector run back to back, taking half the CPU
-// and slowing the restore and log replay of a restart several times over;
-// following the live heap keeps a large state at about 1.25 times its size
-// with collections every quarter of it allocated. In a container capped
-// below that, the cap wins: the collector runs back to back near it rather
-// than the kernel killing the process. An idle server returns its free
-// heap to the system (idleReturn).
+// never more than 90% of the memory limit of the process's cgroup, which
+// relaxGC returns (0: none, or GOMEMLIMIT is set). The limit follows the
+// live heap because a fixed one below a large state makes the collector
+// run back to back; in a container the cap wins, so the collector works
+// harder near it rather than the kernel killing the process. An idle
+// server returns its free heap to the system (idleReturn).
 func relaxGC() (cgroupLimit int64) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
@@ -110,10 +103,8 @@ func restoreMemLimit(cgroupLimit int64) int64 {
 
 // followLiveHeap keeps the memory limit at memLimitFor(the live heap),
 // checked after every collection (a finalizer that re-arms itself) and
-// every memLimitEvery: during a restore the live heap grows by hundreds of
-// MiB within seconds, and a limit that lagged behind it would have the
-// collector run back to back. last is the limit in force, cgroupLimit the
-// cgroup's (0: none).
+// every memLimitEvery, so that it keeps up with a restore's fast-growing
+// heap. last is the limit in force, cgroupLimit the cgroup's (0: none).
 func followLiveHeap(last, cgroupLimit int64) {
 	var mu sync.Mutex
 	sample := memSamples()
@@ -146,15 +137,10 @@ func followLiveHeap(last, cgroupLimit int64) {
 
 // idleReturn decides when an idle server returns its heap's free memory to
 // the system (debug.FreeOSMemory: a collection, then every free page
-// released). The runtime's scavenger keeps what the last collection left
-// free, about a tenth of the heap in use and whatever the memory limit
-// allows, and gives it back over tens of seconds: after filling a million
-// leases the server kept 60-110 MiB of free heap for as long as it was
-// measured, with nothing allocating. A server that allocates keeps it (it
-// is the headroom of the next collections), so the forced collection,
-// whose CPU is that of one more collection, runs only once nothing has
-// been allocated for idleChecks checks, and at most once every
-// idleReturnEvery.
+// released), which the runtime's scavenger otherwise keeps. A server that
+// allocates keeps it (the headroom of the next collections), so the forced
+// collection runs only once nothing has been allocated for idleChecks
+// checks, and at most once every idleReturnEvery.
 type idleReturn struct {
 	allocs uint64    // bytes allocated in total at the last check
 	quiet  int       // checks in a row that saw less than idleAllocs allocated
@@ -208,10 +194,7 @@ func memSamples() []metrics.Sample {
 
 // readMem returns the live heap and the memory the runtime holds that a
 // collection cannot free (goroutine stacks, metadata, unused parts of
-// spans in use): the memory limit counts it too, so a limit of the live
-// heap plus a quarter would, once that overhead passed the quarter, have
-// the collector run back to back (many streams' stacks; spans left part
-// full after a mass expiry).
+// spans in use), which the memory limit counts too.
 func readMem(s []metrics.Sample) (live, overhead uint64, ok bool) {
 	metrics.Read(s)
 	for _, m := range s {

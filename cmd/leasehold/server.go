@@ -189,10 +189,9 @@ func (cfg *serverConfig) check() error {
 
 // nodeFlags maps the flags' zeros to node.Config's rule, where zero means
 // the default. The flags whose 0 says "no limit" or "off" (--join-timeout:
-// one attempt) are refused when negative, as they always were, and their 0
-// becomes node.Config's -1; --tick-period and --retention refuse 0, which
-// was never in their bounds; --snapshot-interval 0 stays Raft's own
-// default, 2 minutes, what it has always meant.
+// one attempt) are refused when negative, and their 0 becomes
+// node.Config's -1; --tick-period and --retention refuse 0;
+// --snapshot-interval 0 means Raft's own default, 2 minutes.
 func (cfg *serverConfig) nodeFlags() error {
 	n := &cfg.node
 	for _, f := range []struct {
