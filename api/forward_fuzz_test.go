@@ -116,7 +116,7 @@ func (l *fuzzLeader) serve(c net.Conn) {
 			return
 		case leaderSlow:
 			c.Write(answer[:len(answer)/2])
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the slow leader under test
 			c.Write(answer[len(answer)/2:])
 		default:
 			c.Write(answer)

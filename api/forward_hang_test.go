@@ -146,7 +146,7 @@ func TestForwardGivesAnAcquireItsWait(t *testing.T) {
 	const forwardTimeout = time.Second
 	leaderAPI := New(newFake(), Options{})
 	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(3 * forwardTimeout)
+		time.Sleep(3 * forwardTimeout) // the late answer under test
 		leaderAPI.ServeHTTP(w, r)
 	}))
 	defer leader.Close()

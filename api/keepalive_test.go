@@ -397,7 +397,7 @@ func TestKeepAliveBurstAfterIdle(t *testing.T) {
 		t.Fatalf("first renewal: %+v", a)
 	}
 	// Idle past the write timeout (the deadline of the last flush passes).
-	time.Sleep(timeout + timeout/2)
+	time.Sleep(timeout + timeout/2) // the idle time under test
 	var b strings.Builder
 	for i := 2; i < 2+burst; i++ {
 		b.WriteString(line(i) + "\n")

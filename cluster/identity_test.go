@@ -251,7 +251,7 @@ func TestRaftRefusesOtherCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, "b replicates", func() bool { return fb.n.Load() == 2 })
-	time.Sleep(500 * time.Millisecond) // a chance to replicate to d, were it possible
+	time.Sleep(500 * time.Millisecond) // nothing must reach d: a chance to replicate to it, were it possible
 	if n := fd.n.Load(); n != 0 {
 		t.Fatalf("the server of another cluster applied %d entries of x", n)
 	}
@@ -282,7 +282,7 @@ func TestRaftRefusesOtherCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, "e campaigns", func() bool { return e.raft.State() == raft.Candidate })
-	time.Sleep(2 * time.Second) // more campaigns of e's, were they heard
+	time.Sleep(2 * time.Second) // nothing must reach a: more campaigns of e's, were they heard
 	select {
 	case o := <-votes:
 		t.Fatalf("a request of e's campaign reached a server of cluster x: %+v", o.Data)

@@ -166,7 +166,7 @@ func TestStallTimeoutLeavesIdleConnections(t *testing.T) {
 		}
 	}
 	call(1)
-	time.Sleep(5 * stall) // idle for five stall timeouts at least
+	time.Sleep(5 * stall) // idle for five stall timeouts at least: the idleness under test
 	call(2)
 	time.Sleep(5 * stall)
 	call(3)

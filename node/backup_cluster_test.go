@@ -164,7 +164,7 @@ func TestClusterRestoreOutlastsWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	stall := l.cfg.leaderStall() + l.cfg.leaderStall()/2
-	hook := func() { time.Sleep(stall) }
+	hook := func() { time.Sleep(stall) } // the slow apply under test
 	restoreApplyHook.Store(&hook)
 	t.Cleanup(func() { restoreApplyHook.Store(nil) })
 	info, err := l.RestoreSnapshot(ctx, bytes.NewReader(file))

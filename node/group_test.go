@@ -461,7 +461,7 @@ func TestGroupWaitNoDeadlock(t *testing.T) {
 					release = func() { n.Release(ctx, wire.ReleaseRequest{LeaseID: o.lease.LeaseID, Token: o.lease.Token}) }
 				}
 			}
-			time.Sleep(40 * time.Millisecond) // hold it a couple of ticks
+			time.Sleep(40 * time.Millisecond) // hold it a couple of ticks (part of the scenario: others keep waiting)
 			release()
 			out <- o
 		}()

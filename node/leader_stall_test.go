@@ -129,7 +129,7 @@ func (h *leaderHook) StoreLogs(ls []*raft.Log) error {
 			if l.Type == raft.LogCommand {
 				h.armed.Store(false)
 				h.once.Do(func() { close(h.hit) })
-				time.Sleep(h.stall)
+				time.Sleep(h.stall) // the stalled log write under test
 				break
 			}
 		}
@@ -178,7 +178,7 @@ func TestLeaderRetriesSetupAfterCommitStall(t *testing.T) {
 		if err = l.cl.TransferLeadershipTo(tid, tid); err == nil {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // between tries of a bounded retry
 	}
 	if err != nil {
 		t.Fatalf("transfer to %s: %v", tid, err)

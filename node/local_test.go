@@ -410,7 +410,7 @@ func TestAppliedBy(t *testing.T) {
 	}
 	done := make(chan bool)
 	go func() { done <- h.r.appliedBy(2, time.Minute, nil) }()
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // a head start for the wait; the verdict holds if it starts late
 	h.apply(2, tickCmd(2))
 	if !<-done {
 		t.Fatal("an entry applied while readiness waited for it was not seen")

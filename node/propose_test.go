@@ -120,7 +120,7 @@ func TestHandOffSharesAnEntry(t *testing.T) {
 	quiet := func() {
 		last, still := n.rep.pos.Load(), 0
 		waitFor(t, 30*time.Second, func() bool {
-			time.Sleep(period)
+			time.Sleep(period) // quiet is no new entry for five periods: the wait is what is checked
 			if a := n.rep.pos.Load(); a != last {
 				last, still = a, 0
 				return false

@@ -35,7 +35,9 @@ func TestLockWaitsPastTheServersCap(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- m2.Lock(ctx) }()
-	time.Sleep(4 * time.Second) // more than two of the server's waits
+	// What is checked is that m2.Lock does not return while m1 holds the
+	// lock, for more than two of the server's waits.
+	time.Sleep(4 * time.Second)
 	select {
 	case err := <-got:
 		t.Fatalf("m2.Lock returned %v while m1 held the lock", err)

@@ -58,7 +58,7 @@ func TestHoldAfterWaitingLongerThanTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() {
-		time.Sleep(4 * time.Second)
+		time.Sleep(4 * time.Second) // longer than the TTL (3 s): the wait under test
 		_, _ = c.Release(ctx, wire.ReleaseRequest{LeaseID: blocker.LeaseID, Token: blocker.Token})
 	}()
 	var out, errb bytes.Buffer
@@ -107,7 +107,7 @@ func TestLockWaitsRunsAndReleases(t *testing.T) {
 		t.Fatalf("--no-wait on a held key: %v, want LEASE_HELD", err)
 	}
 	go func() {
-		time.Sleep(2 * sessionTTL) // twice the lock's session TTL
+		time.Sleep(2 * sessionTTL) // twice the lock's session TTL: the wait under test
 		_, _ = c.Release(ctx, wire.ReleaseRequest{LeaseID: blocker.LeaseID, Token: blocker.Token})
 	}()
 	out, err := run(false, 0)
