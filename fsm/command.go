@@ -101,7 +101,7 @@ type Tick struct {
 	// 0: no bound. Version 4 and later.
 	RetainMax uint64 `json:"retain_max,omitempty"`
 	// ExpireMax bounds the records this tick ends; the rest wait for
-	// Expire entries (expire.go). 0: no bound, as before it existed. A
+	// Expire entries (expire.go). 0: no bound. A
 	// Tick with it set is written as TypeTickLimited.
 	ExpireMax uint64 `json:"expire_max,omitempty"`
 }

@@ -14,13 +14,9 @@ const idChunk = 256
 //
 // The ids the node makes (a prefix, then 16 lowercase hex digits: "ls_",
 // "cl_", "ss_") are kept as numbers, one list for each prefix, whose order
-// is the ids' order: 8 bytes an id where a string header took 16, searches
-// that compare numbers lying together in memory instead of reading a
-// string somewhere in the heap at every step, and inserts that move no
-// pointers (which the collector's write barrier made dear while it ran). At
-// a million ids, inserting into the string form was two thirds of what a
-// grant cost the state machine when a restarted server replayed its log.
-// Every other id (another prefix once maxNumGroups are taken, other digits,
+// is the ids' order: half the memory of string headers, searches over
+// contiguous numbers, and inserts that move no pointers (no write
+// barrier). Every other id (another prefix once maxNumGroups are taken, other digits,
 // any length) is kept as a string, and a walk merges the lists. The zero
 // value is an empty set.
 type idIndex struct {

@@ -13,8 +13,7 @@ type keyRef struct {
 
 // keyRun is one run of a keyIndex: keys sorted, ns[i] the count of
 // keys[i]. Kept side by side rather than as []keyRef, whose 4-byte count
-// padded each entry to 24 bytes: 20 here, about 4 MiB less at a million
-// keys.
+// would pad each entry to 24 bytes instead of 20.
 type keyRun struct {
 	keys []string
 	ns   []int32

@@ -6,8 +6,7 @@ package fsm
 // records only a short check value of that key, so that a server started
 // with another key refuses to serve instead of silently failing to match
 // idempotent retries. The latest SealCheck applied wins (a key rotation
-// records the new one). Snapshots carry it. State written before sealing
-// keys existed has none.
+// records the new one). Snapshots carry it; it may be absent.
 
 // MaxSealCheckBytes bounds a check value.
 const MaxSealCheckBytes = 32

@@ -159,11 +159,10 @@ func (sb *sessionBook) endSessionN(s *Session, state State, reason string, wallM
 	var rest []string
 	for k, id := range ns.LeaseIDs {
 		if limit > 0 && n >= limit {
-			// The rest wait in the backlog without being looked up here
-			// (at 100,000 leases the lookups were half of this entry's
-			// time): a timer whose lease is no longer active ends nothing
-			// when its turn comes (fire), so the same leases end in the
-			// same entries as when only the active ones were deferred.
+			// The rest wait in the backlog without being looked up here:
+			// a timer whose lease is no longer active ends nothing when
+			// its turn comes (fire), so the same leases end in the same
+			// entries as when only the active ones were deferred.
 			rest = ns.LeaseIDs[k:]
 			break
 		}
@@ -234,8 +233,8 @@ func (sb *sessionBook) bindLease(sess *Session, id string) {
 	ns := *sess
 	// Appending in place is copy-on-write too: only the stored (latest)
 	// version is ever appended to, and an older one reads nothing past
-	// its own length. Copying the list on every grant made binding n
-	// leases to a session O(n²) (100,000 took over a minute).
+	// its own length; copying on every grant would make binding n leases
+	// O(n²).
 	ns.LeaseIDs = append(sess.LeaseIDs, id)
 	sb.sessions[sess.ID] = &ns
 }

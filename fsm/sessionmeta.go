@@ -5,8 +5,8 @@ package fsm
 // renewal may (renewmeta.go). The metadata replaces the session's, in the
 // heartbeat's entry, only if the heartbeat succeeds (right token, session
 // active); metadata past its limits (ValidMetadata) is refused and nothing
-// changes. A session's metadata was already part of its record (set at
-// creation), so snapshots are unchanged.
+// changes. Snapshots are unchanged: the metadata is part of a session's
+// record.
 //
 // Such heartbeats are a type of their own, so that no earlier type's
 // encoding changes: a server of an earlier version stops on them, so the

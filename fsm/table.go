@@ -14,19 +14,16 @@ type named interface {
 }
 
 // table is a hash set of records found by their name, in place of a
-// map[string]*T: the map stores each name's string header beside the
-// pointer (24 bytes a slot), and at a million entries, just past one of its
-// doublings, it took 53 bytes an entry. The table stores the pointer and a
-// byte of hash (9 bytes a slot) and reads the name from the record: about
-// 16 bytes an entry. Each lookup that finds its slot's hash byte reads that
-// one record.
+// map[string]*T, which stores each name's string header beside the pointer:
+// the table stores the pointer and a byte of hash (9 bytes a slot) and
+// reads the name from the record. Each lookup that finds its slot's hash
+// byte reads that one record.
 //
 // It grows as Go's maps do, one small part at a time (extendible hashing):
 // a directory, indexed by the hash's top bits, points to sub-tables of at
 // most subMax slots with linear probing, and a full sub-table splits in
-// two. No insert rehashes more than subMax entries, where a table that
-// doubled as a whole would stall the state machine for tens of
-// milliseconds at a million entries.
+// two. No insert rehashes more than subMax entries, so a large table never
+// stalls the state machine doubling as a whole.
 //
 // Iteration order depends on a random seed, as a map's does, so nothing
 // that must be identical on every replica may depend on it. A table must not
