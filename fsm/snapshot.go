@@ -271,13 +271,13 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	}
 	// The records share nothing Apply changes (Snapshot), so writeRecords
 	// may encode them on goroutines of its own.
-	if err := writeRecords(bw, len(s.keyOrder), func(e *enc, j int) { s.keys[s.keyOrder[j]].encode(e) }); err != nil {
+	if err := writeRecords(bw, len(s.keyOrder), s.warmKeys, func(e *enc, j int) { s.keys[s.keyOrder[j]].encode(e) }); err != nil {
 		return cw.n, err
 	}
-	if err := writeRecords(bw, len(s.sessionOrder), func(e *enc, j int) { sessionFields(fields{e: e}, s.sessions[s.sessionOrder[j]], nil) }); err != nil {
+	if err := writeRecords(bw, len(s.sessionOrder), nil, func(e *enc, j int) { sessionFields(fields{e: e}, s.sessions[s.sessionOrder[j]], nil) }); err != nil {
 		return cw.n, err
 	}
-	if err := writeRecords(bw, len(s.leaseOrder), func(e *enc, j int) { encodeLease(e, s.leases[s.leaseOrder[j]]) }); err != nil {
+	if err := writeRecords(bw, len(s.leaseOrder), s.warmLeases, func(e *enc, j int) { encodeLease(e, s.leases[s.leaseOrder[j]]) }); err != nil {
 		return cw.n, err
 	}
 	for i := range s.members {
@@ -307,6 +307,35 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	}
 	err := bw.Flush()
 	return cw.n, err
+}
+
+// warmLeases reads, for the leases lo..hi-1 in name order, what
+// encodeLease reads first of each: the lease's lines and its id and key
+// (writeRecords' warm).
+func (s *Snapshot) warmLeases(lo, hi int) byte {
+	var x byte
+	for _, i := range s.leaseOrder[lo:hi] {
+		l := s.leases[i]
+		x ^= byte(len(l.ID)) ^ l.TokenHash[0] ^ byte(l.RenewedWallMS)
+		if len(l.ID) > 0 {
+			x ^= l.ID[0]
+		}
+		if len(l.Key) > 0 {
+			x ^= l.Key[0]
+		}
+	}
+	return x
+}
+
+// warmKeys is warmLeases for the keys.
+func (s *Snapshot) warmKeys(lo, hi int) byte {
+	var x byte
+	for _, i := range s.keyOrder[lo:hi] {
+		if k := s.keys[i].key; len(k) > 0 {
+			x ^= k[0]
+		}
+	}
+	return x
 }
 
 type countWriter struct {

@@ -28,7 +28,7 @@ func TestWriteRecords(t *testing.T) {
 	}
 	for _, n := range []int{0, 1, 2 * snapChunk, 2*snapChunk + 1, 3 * snapChunk, 7*snapChunk + 13, 20 * snapChunk} {
 		var buf bytes.Buffer
-		if err := writeRecords(&buf, n, rec); err != nil {
+		if err := writeRecords(&buf, n, nil, rec); err != nil {
 			t.Fatalf("%d records: %v", n, err)
 		}
 		if !bytes.Equal(buf.Bytes(), want(n)) {
@@ -51,7 +51,7 @@ func TestWriteRecords(t *testing.T) {
 		{"writing", &failingWriter{after: 3, err: boom}, rec},
 	} {
 		before := runtime.NumGoroutine()
-		if err := writeRecords(tc.w, 20*snapChunk, tc.enc); !errors.Is(err, boom) {
+		if err := writeRecords(tc.w, 20*snapChunk, nil, tc.enc); !errors.Is(err, boom) {
 			t.Errorf("%s: %v, want %v", tc.name, err, boom)
 		}
 		deadline := time.Now().Add(10 * time.Second)
