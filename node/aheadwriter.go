@@ -13,9 +13,8 @@ const (
 )
 
 // aheadWriter writes to w from a goroutine of its own, so that whoever
-// fills it (encoding a snapshot: a million records' worth of CPU) and the
-// writes into w (system calls copying the bytes into the page cache, about
-// a third of a snapshot's time when they took turns) run at the same time.
+// fills it (encoding a snapshot) and the writes into w (system calls) run
+// at the same time.
 // Writes are buffered: an error of w comes back from a later Write or from
 // Close. Close must be called, and nothing may use w until it returns.
 type aheadWriter struct {

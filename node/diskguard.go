@@ -38,10 +38,9 @@ const (
 var diskPoll = time.Second
 
 // diskRecheck is how old this server's free-space reading may be when a
-// growing write is checked: an older one is read again first (a statfs,
-// about a microsecond), so that a burst of writes cannot run far past the
-// threshold between two polls (16 writers with 4 KiB of metadata each
-// wrote 6 MiB in well under a second).
+// growing write is checked: an older one is read again first (a statfs),
+// so that a burst of writes cannot run far past the threshold between two
+// polls.
 const diskRecheck = 20 * time.Millisecond
 
 // peerDiskFresh is how recent a peer's gossiped disk report must be to

@@ -228,8 +228,7 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 // ReadyErr is nil when a leader is known and this node has applied every
 // entry committed when it last heard from it, and is not a frozen follower
 // (applyStall); otherwise it says why not. It takes no lock a stuck apply
-// could hold.
-// Entries committed but not yet applied are waited for, up to
+// could hold. Entries committed but not yet applied are waited for, up to
 // readyCatchUp, so that readiness does not flap under load.
 func (n *Node) ReadyErr() error {
 	select {
@@ -376,7 +375,7 @@ var (
 )
 
 // snapshotOnClose has Raft snapshot the state before a graceful stop when
-// at least closeSnapshotMin entries were applied since the last snapshot.
+// at least closeSnapshotMin entries were applied since the last snapshot,
 // so that a restart restores it instead of replaying a long log. It is an
 // optimisation: if it fails or takes longer than closeSnapshotTimeout the
 // stop goes on.
