@@ -72,13 +72,32 @@ func (g *snapshotGate) pass() {
 			select {
 			case g.out <- rpc:
 			case <-g.stop:
-				rpc.Respond(nil, raft.ErrTransportShutdown)
+				rpc.Respond(zeroResponse(rpc.Command), raft.ErrTransportShutdown)
 				return
 			}
 		case <-g.stop:
 			return
 		}
 	}
+}
+
+// zeroResponse is an empty response of the type that answers cmd: the
+// in-memory transport's pipeline reads an append's response before its
+// error.
+func zeroResponse(cmd any) any {
+	switch cmd.(type) {
+	case *raft.AppendEntriesRequest:
+		return &raft.AppendEntriesResponse{}
+	case *raft.RequestVoteRequest:
+		return &raft.RequestVoteResponse{}
+	case *raft.RequestPreVoteRequest:
+		return &raft.RequestPreVoteResponse{}
+	case *raft.InstallSnapshotRequest:
+		return &raft.InstallSnapshotResponse{}
+	case *raft.TimeoutNowRequest:
+		return &raft.TimeoutNowResponse{}
+	}
+	return nil
 }
 
 // refuse answers rpc with errCandidateSnapshot when it is an
@@ -98,4 +117,35 @@ func (g *snapshotGate) refuse(rpc raft.RPC) bool {
 	}
 	rpc.Respond(nil, errCandidateSnapshot)
 	return true
+}
+
+// gatedInmem is Raft's in-memory transport with its RPCs passed through a
+// snapshotGate, as the network transport's are: the same interleaving
+// reaches Raft over either. Peers are connected as with
+// raft.InmemTransport (Connect takes a gatedInmem or a raw one).
+type gatedInmem struct {
+	*raft.InmemTransport
+	gate *snapshotGate
+}
+
+func newGatedInmem(t *raft.InmemTransport) *gatedInmem {
+	return &gatedInmem{InmemTransport: t, gate: newSnapshotGate(t.Consumer())}
+}
+
+// Consumer implements raft.Transport: the RPCs the gate lets through.
+func (t *gatedInmem) Consumer() <-chan raft.RPC { return t.gate.consumer() }
+
+// Connect implements raft.WithPeers. A peer's RPCs are handed to its
+// in-memory transport, whose consumer its gate reads.
+func (t *gatedInmem) Connect(peer raft.ServerAddress, other raft.Transport) {
+	if g, ok := other.(*gatedInmem); ok {
+		other = g.InmemTransport
+	}
+	t.InmemTransport.Connect(peer, other)
+}
+
+// Close implements raft.WithClose: the gate, then the transport.
+func (t *gatedInmem) Close() error {
+	t.gate.close()
+	return t.InmemTransport.Close()
 }

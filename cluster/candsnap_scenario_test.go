@@ -85,8 +85,8 @@ func setTimeouts(t *testing.T, c *Cluster, d time.Duration) {
 }
 
 // TestCandidateSnapshotThenLeaderLost stages, step by step, the
-// interleaving the snapshot gate (candsnap.go) exists for, over real
-// transports and stores: n2 falls behind the leader n0's snapshot while
+// interleaving the snapshot gate (candsnap.go) exists for, over TCP with
+// raft.db, and over the in-memory transport and stores: n2 falls behind the leader n0's snapshot while
 // n0's appends and heartbeats to it are dropped, times out and pre-votes
 // (its term unchanged; n1, which hears n0, refuses), and only then gets
 // n0's InstallSnapshot; n0 is lost. n1 and n2 must elect a leader. Taking
@@ -102,6 +102,11 @@ func TestCandidateSnapshotThenLeaderLost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real Raft servers")
 	}
+	t.Run("tcp", func(t *testing.T) { candidateSnapshotThenLeaderLost(t, false) })
+	t.Run("inmem", func(t *testing.T) { candidateSnapshotThenLeaderLost(t, true) })
+}
+
+func candidateSnapshotThenLeaderLost(t *testing.T, inMemory bool) {
 	const (
 		never = time.Hour
 		short = 300 * time.Millisecond
@@ -112,9 +117,12 @@ func TestCandidateSnapshotThenLeaderLost(t *testing.T) {
 	// n1's and n2's is short, the timeouts the test lowers theirs to.
 	open := func(id string, timeout, lease time.Duration, wrap func(raft.Transport) raft.Transport) *Cluster {
 		t.Helper()
-		c, err := Open(Config{NodeID: id, Dir: t.TempDir(), BindAddr: "127.0.0.1:0", TrailingLogs: 1,
-			HeartbeatTimeout: timeout, ElectionTimeout: timeout, LeaderLeaseTimeout: lease,
-			WrapTransport: wrap}, &countFSM{})
+		cfg := Config{NodeID: id, InMemory: true, TrailingLogs: 1,
+			HeartbeatTimeout: timeout, ElectionTimeout: timeout, LeaderLeaseTimeout: lease, WrapTransport: wrap}
+		if !inMemory {
+			cfg.InMemory, cfg.Dir, cfg.BindAddr = false, t.TempDir(), "127.0.0.1:0"
+		}
+		c, err := Open(cfg, &countFSM{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,9 +133,26 @@ func TestCandidateSnapshotThenLeaderLost(t *testing.T) {
 	n0 := open("n0", 2*time.Second, 2*time.Second, func(tr raft.Transport) raft.Transport { hold.Transport = tr; return hold })
 	n1 := open("n1", never, short, nil)
 	n2 := open("n2", never, short, nil)
+	all := []*Cluster{n0, n1, n2}
+	// unwrapped is c's own transport (n0's is wrapped in hold).
+	unwrapped := func(c *Cluster) raft.Transport {
+		if c == n0 {
+			return hold.Transport
+		}
+		return c.Transport()
+	}
+	if inMemory {
+		for _, a := range all {
+			for _, b := range all {
+				if a != b {
+					unwrapped(a).(raft.WithPeers).Connect(raft.ServerAddress(b.Addr), unwrapped(b))
+				}
+			}
+		}
+	}
 	servers := []Server{{ID: "n0", Address: n0.Addr, Voter: true}, {ID: "n1", Address: n1.Addr, Voter: true},
 		{ID: "n2", Address: n2.Addr, Voter: true}}
-	for _, c := range []*Cluster{n0, n1, n2} {
+	for _, c := range all {
 		if err := c.BootstrapWith(servers); err != nil {
 			t.Fatal(err)
 		}
@@ -186,6 +211,13 @@ func TestCandidateSnapshotThenLeaderLost(t *testing.T) {
 	t.Logf("n0's InstallSnapshot to candidate n2 (term %d) answered: %v", term, snapErr)
 	if err := n0.Close(); err != nil {
 		t.Fatalf("close n0: %v", err)
+	}
+	if inMemory {
+		// As a closed port refuses a connection: without this the
+		// others' RPCs to n0 wait out the in-memory transport's timeout.
+		for _, c := range []*Cluster{n1, n2} {
+			c.Transport().(raft.WithPeers).Disconnect(raft.ServerAddress(n0.Addr))
+		}
 	}
 	setTimeouts(t, n1, short)
 

@@ -70,3 +70,24 @@ func TestSnapshotGateRefusesCandidateSnapshot(t *testing.T) {
 	}
 	through("the next RPC", &raft.AppendEntriesRequest{Term: 2})
 }
+
+// An RPC the gate took and had not handed to Raft when it closes is
+// answered with the transport's shutdown and an empty response of its
+// type (the in-memory pipeline reads an append's response before its
+// error).
+func TestSnapshotGateCloseAnswersTyped(t *testing.T) {
+	in := make(chan raft.RPC)
+	g := newSnapshotGate(in)
+	g.consumer() // never read
+	rpc, answer := rpcOf(&raft.AppendEntriesRequest{Term: 2})
+	in <- rpc // taken: the gate now waits to hand it on
+	g.close()
+	select {
+	case resp := <-answer:
+		if _, ok := resp.Response.(*raft.AppendEntriesResponse); !ok || !errors.Is(resp.Error, raft.ErrTransportShutdown) {
+			t.Fatalf("answered %T, %v; want *raft.AppendEntriesResponse, ErrTransportShutdown", resp.Response, resp.Error)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer once the gate closed")
+	}
+}

@@ -89,11 +89,13 @@ type Config struct {
 	// injection: see internal/diskfault). Reads and writes must reach the
 	// stores it is given.
 	WrapStores func(raft.LogStore, raft.StableStore) (raft.LogStore, raft.StableStore)
-	// WrapTransport, if set, wraps Raft's network transport (every RPC
-	// this server sends: appends, votes, snapshots), for tests that
-	// duplicate, delay or observe Raft's messages. The transport it
-	// returns must pass every call on, and keep the optional methods Raft
-	// looks for (RequestPreVote, Close). Not used with InMemory.
+	// WrapTransport, if set, wraps Raft's transport (every RPC this
+	// server sends: appends, votes, snapshots), for tests that duplicate,
+	// delay or observe Raft's messages. The transport it returns must pass
+	// every call on, and keep the optional methods Raft looks for
+	// (RequestPreVote, Close). With InMemory it wraps the in-memory
+	// transport: Transport returns the wrapper, so peers are connected
+	// through it only if it keeps raft.WithPeers too.
 	WrapTransport func(raft.Transport) raft.Transport
 	// Identity, if set, makes every Raft connection start with an exchange
 	// of cluster ids (see Identity): servers of two clusters never
@@ -117,7 +119,7 @@ type Cluster struct {
 
 	cfg       Config
 	trans     raft.Transport
-	gate      *snapshotGate    // nil with InMemory: see candsnap.go
+	gate      *snapshotGate    // see candsnap.go
 	stream    raft.StreamLayer // nil with InMemory
 	idl       *identityLayer   // nil with InMemory or without Identity
 	peerLn    *peerListener
@@ -241,7 +243,8 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 		// Raft's default of 500 ms per in-memory RPC counts a late vote
 		// as refused, and a saturated machine then elects no leader.
 		a, t := raft.NewInmemTransportWithTimeout(raft.ServerAddress(cfg.NodeID), max(500*time.Millisecond, 2*cfg.HeartbeatTimeout))
-		addr, c.trans = a, t
+		gt := newGatedInmem(t)
+		addr, c.trans, c.gate = a, gt, gt.gate
 	} else {
 		if st, err = c.openStores(); err != nil {
 			c.closeStores()
@@ -251,6 +254,9 @@ func Open(cfg Config, fsm raft.FSM) (*Cluster, error) {
 			c.closeStores()
 			return nil, err
 		}
+	}
+	if cfg.WrapTransport != nil {
+		c.trans = cfg.WrapTransport(c.trans)
 	}
 	if cfg.WrapStores != nil {
 		st.logs, st.stable = cfg.WrapStores(st.logs, st.stable)
@@ -389,9 +395,6 @@ func (c *Cluster) openTransport() (raft.ServerAddress, error) {
 	nt := newNetworkTransport(wrapped, cfg)
 	pt := newPipelineTransport(nt)
 	c.trans, c.stream, c.gate = pt, stream, pt.gate
-	if cfg.WrapTransport != nil {
-		c.trans = cfg.WrapTransport(c.trans)
-	}
 	return nt.LocalAddr(), nil
 }
 

@@ -227,9 +227,10 @@ type Config struct {
 	// told apart beneath it and do not pass through it: do not rely on it
 	// to authenticate servers (RaftTLS does, for both).
 	WrapRaftStream func(raft.StreamLayer) raft.StreamLayer
-	// WrapRaftTransport wraps Raft's network transport above the stream
-	// layer: every RPC this server sends (appends, votes, snapshots). It
-	// must pass every call on.
+	// WrapRaftTransport wraps Raft's transport (the network transport,
+	// above the stream layer; with InMemory the in-memory one): every RPC
+	// this server sends (appends, votes, snapshots). It must pass every
+	// call on.
 	WrapRaftTransport func(raft.Transport) raft.Transport
 	// WrapGossip wraps memberlist's transport (UDP packets and TCP streams
 	// on GossipAddr).
