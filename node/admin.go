@@ -168,19 +168,11 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (*SnapshotInfo, er
 // state decodes, its tick period); a bad file is INVALID_ARGUMENT and
 // changes nothing.
 //
-// A restore travels through the Raft log (fsm/restore.go): the leader
-// proposes the file's body as RestoreChunk entries and then one
-// RestoreCommit, and every server applies the restore when it applies the
-// commit, at the same index, from the same bytes: a restore happens on
-// every server at one index, or on none. Writes go on meanwhile; the
-// restore rebases the file against the state as of the commit.
-//
-// A restore never goes backwards (fsm.FSM.Rebase decides, and lists how;
-// docs/operations.md tells operators): what is live just before it stays
-// as it is, the file's other leases come back with new fencing tokens
-// above every token issued before (and above the fence floor,
-// RestoreSnapshotWith), and the tick, the fencing counter and event ids
-// only move forward (live event streams end with EVENTS_COMPACTED).
+// A restore travels through the Raft log (fsm/restore.go): it happens on
+// every server at one index, or on none. Writes go on meanwhile. A restore
+// never goes backwards (fsm.FSM.Rebase says how): what is live just before
+// it stays as it is, fencing tokens, the tick and event ids only move
+// forward, and live event streams end with EVENTS_COMPACTED.
 //
 // Queued acquires (wait_ms) are not restored: those in the file are
 // withdrawn, and those waiting when the restore applies fail with
