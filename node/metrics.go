@@ -19,14 +19,17 @@ import (
 // own registry (Node.Registry): every node of a process has one, so that
 // several in-process servers (tests) do not collide.
 type nodeMetrics struct {
-	reg              *prometheus.Registry
-	tickInterval     prometheus.Histogram
-	expiryLateness   *prometheus.HistogramVec
-	leaderChanges    prometheus.Counter
-	snapshotDuration prometheus.Histogram
-	snapshotSize     prometheus.Gauge
-	snapshots        *prometheus.CounterVec
-	acquireWait      *prometheus.HistogramVec
+	reg            *prometheus.Registry
+	tickInterval   prometheus.Histogram
+	expiryLateness *prometheus.HistogramVec
+	// latenessLease and latenessSession are expiryLateness's two series,
+	// looked up once: a storm observes one per expired lease.
+	latenessLease, latenessSession prometheus.Observer
+	leaderChanges                  prometheus.Counter
+	snapshotDuration               prometheus.Histogram
+	snapshotSize                   prometheus.Gauge
+	snapshots                      *prometheus.CounterVec
+	acquireWait                    *prometheus.HistogramVec
 }
 
 // latencyBuckets (seconds) suit ticks, expiry lateness and waits: from a
@@ -79,9 +82,8 @@ func newNodeMetrics(reg *prometheus.Registry, cfg *Config, rep *replica, period 
 	for _, o := range []string{"ok", "failed"} {
 		m.snapshots.WithLabelValues(o)
 	}
-	for _, k := range []string{"lease", "session"} {
-		m.expiryLateness.WithLabelValues(k)
-	}
+	m.latenessLease = m.expiryLateness.WithLabelValues("lease")
+	m.latenessSession = m.expiryLateness.WithLabelValues("session")
 	for _, o := range []string{"granted", "refused"} {
 		m.acquireWait.WithLabelValues(o)
 	}
@@ -209,19 +211,21 @@ func (m *nodeMetrics) observeExpiry(e *hubEvent, now time.Time) {
 	switch {
 	case e.Type == fsm.EventExpired && e.Lease != nil && e.Lease.SessionID == "":
 		last := max(e.Lease.RenewedWallMS, e.Lease.AcquiredWallMS)
-		m.lateness("lease", last, e.Lease.TTLMS, now)
+		lateness(m.latenessLease, last, e.Lease.TTLMS, now)
 	case e.Type == fsm.EventSessionEnded && e.Session != nil && e.Session.State == fsm.SessionExpired:
 		last := max(e.Session.LastHeartbeat, e.Session.CreatedWallMS)
-		m.lateness("session", last, e.Session.TTLMS, now)
+		lateness(m.latenessSession, last, e.Session.TTLMS, now)
 	}
 }
 
-func (m *nodeMetrics) lateness(kind string, lastWallMS, ttlMS int64, now time.Time) {
+// lateness observes in o how late, at now, an end due ttlMS after
+// lastWallMS came.
+func lateness(o prometheus.Observer, lastWallMS, ttlMS int64, now time.Time) {
 	if lastWallMS <= 0 || ttlMS <= 0 {
 		return
 	}
 	late := now.Sub(time.UnixMilli(lastWallMS + ttlMS)).Seconds()
-	m.expiryLateness.WithLabelValues(kind).Observe(max(late, 0))
+	o.Observe(max(late, 0))
 }
 
 // countEvents counts the events of a batch in the lease and session
