@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/node"
 )
@@ -141,6 +142,32 @@ func TestRequestIDForwarded(t *testing.T) {
 		}
 		if !logged {
 			t.Fatalf("the leader's log has no line with request_id %q", ids[0])
+		}
+	}
+}
+
+// TestDateHeader: every answer carries one Date header, of the current
+// second in HTTP's format, as net/http would have written it.
+func TestDateHeader(t *testing.T) {
+	srv := httptest.NewServer(New(newFake(), Options{}))
+	defer srv.Close()
+	for i := 0; i < 3; i++ {
+		before := time.Now().Truncate(time.Second)
+		res, err := http.Get(srv.URL + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		after := time.Now()
+		if v := res.Header.Values("Date"); len(v) != 1 {
+			t.Fatalf("Date headers: %q, want one", v)
+		}
+		at, err := http.ParseTime(res.Header.Get("Date"))
+		if err != nil || res.Header.Get("Date") != at.UTC().Format(http.TimeFormat) {
+			t.Fatalf("Date %q: not HTTP's format (%v)", res.Header.Get("Date"), err)
+		}
+		if at.Before(before) || at.After(after) {
+			t.Fatalf("Date %v, want between %v and %v", at, before, after)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -265,11 +266,39 @@ func (w *responseWriter) WriteHeader(status int) {
 	if !w.wrote && status >= 200 {
 		w.wrote = true
 		w.status = status
-		if !w.forwarded || w.Header().Get(headerIndex) == "" {
-			w.Header().Set(headerIndex, strconv.FormatUint(w.n.AppliedIndex(), 10))
+		h := w.Header()
+		if !w.forwarded || h.Get(headerIndex) == "" {
+			h.Set(headerIndex, strconv.FormatUint(w.n.AppliedIndex(), 10))
+		}
+		if _, ok := h["Date"]; !ok {
+			h["Date"] = dateNow()
 		}
 	}
 	w.ResponseWriter.WriteHeader(status)
+}
+
+// date is the Date header's value for one second.
+type date struct {
+	unix int64
+	v    []string
+}
+
+// lastDate is the latest second's Date header value.
+var lastDate atomic.Pointer[date]
+
+// dateNow is the Date header's value now, the same bytes net/http writes
+// when an answer has none (it formats the time for every answer; this
+// formats it once a second). The slice is shared: nothing changes a header
+// value in place.
+func dateNow() []string {
+	now := time.Now()
+	if d := lastDate.Load(); d != nil && d.unix == now.Unix() {
+		return d.v
+	}
+	d := &date{unix: now.Unix(), v: []string{now.UTC().Format(http.TimeFormat)}}
+	d.v = d.v[:1:1]
+	lastDate.Store(d)
+	return d.v
 }
 
 func (w *responseWriter) Write(b []byte) (int, error) {
