@@ -80,8 +80,14 @@ func testLostQuorumRecover(t *testing.T, store string) {
 			t.Fatal(err)
 		}
 	}
-	// Writes stop once the leader misses its quorum.
-	<-time.After(2 * time.Second)
+	// Writes stop once the leader misses its quorum: it steps down.
+	eventuallyMsg(t, clusterTimeout, func() (bool, string) {
+		st, err := leader.status()
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.State != "Leader", "still " + st.State
+	})
 	close(stop)
 	wg.Wait()
 	if len(acked) < 10 {
