@@ -172,10 +172,7 @@ func (s *server) routes() []route {
 func (s *server) controlRoutes() []route {
 	return []route{
 		{"GET", "/v1/control/ws", need(ScopeWrite), s.ctl.controlSocket, serveHere, longAnswer | unscoped},
-		// The control lease's status object (never its token).
 		{"GET", "/v1/control/status", need(ScopeRead), s.ctl.controlStatus, forwardRead, 0},
-		// Admin: end a stuck control lease (not behind the control lease,
-		// which it breaks). Its revoked event names the admin token.
 		{"POST", controlBreakPath, need(ScopeAdmin), s.ctl.breakControl, forwardWrite, ungated},
 	}
 }

@@ -11,14 +11,10 @@
 //   - leadership.go: the watchdog that hands on a leader that commits
 //     nothing, StepDown (a transfer, or TimeoutNow when Raft's leader loop
 //     is stuck), and HandOff before a graceful stop;
-//   - members.go (with localid.go, bootstrap.go and gossip.go): the server's
-//     membership, one owner: gossip, joining and re-joining,
+//   - members*.go (with localid.go, bootstrap.go and gossip.go): the
+//     server's membership, one owner: gossip, joining and re-joining,
 //     bootstrap-expect, admission, the refusal state and the cluster
 //     identity, over the registry and replicated id the server lends it;
-//     members.go holds the type and its loop (re-joining,
-//     bootstrap-expect), members_gossip.go starting gossip (the first join)
-//     and the push/pull cluster view, members_admission.go admission and
-//     refusal, members_identity.go the cluster identity;
 //   - reconcile.go: the leader's reconciliation of gossip with the
 //     configuration and autopilot, over the member registry the server
 //     lends it (Registry).
