@@ -86,18 +86,19 @@ func setTimeouts(t *testing.T, c *Cluster, d time.Duration) {
 
 // TestCandidateSnapshotThenLeaderLost stages, step by step, the
 // interleaving the snapshot gate (candsnap.go) exists for, over TCP with
-// raft.db, and over the in-memory transport and stores: n2 falls behind the leader n0's snapshot while
-// n0's appends and heartbeats to it are dropped, times out and pre-votes
-// (its term unchanged; n1, which hears n0, refuses), and only then gets
-// n0's InstallSnapshot; n0 is lost. n1 and n2 must elect a leader. Taking
-// that snapshot as a candidate leaves n2 sure n0 leads: it refuses n1's
-// every pre-vote, and n1, ahead of n2, refuses n2's, so none is ever
-// elected. Built with -tags canary_no_snapshot_gate (the gate taken out)
-// this test fails.
+// raft.db and over the in-memory transport and stores: n2 falls behind
+// the leader n0's snapshot while n0's appends and heartbeats to it are
+// dropped, times out and pre-votes (its term unchanged; n1, which hears
+// n0, refuses), and only then gets n0's InstallSnapshot; n0 is lost. n1
+// and n2 must elect a leader. Taking that snapshot as a candidate leaves
+// n2 sure n0 leads: it refuses n1's every pre-vote, and n1, ahead of n2,
+// refuses n2's, so none is ever elected. Built with
+// -tags canary_no_snapshot_gate (the gate taken out) this test fails.
 //
-// Nothing here depends on the machine's speed: until n0 is stopped, n1
-// and n2 are given timeouts they never reach unless the test lowers them,
-// and every step waits for the state the previous one made.
+// The verdict does not depend on the machine's speed: until n0 is
+// stopped, n1 and n2 have timeouts they never reach unless the test
+// lowers them, every step waits for the state the previous one made, and
+// a step that did not hold fails as such ("staging: ...").
 func TestCandidateSnapshotThenLeaderLost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real Raft servers")
