@@ -17,10 +17,8 @@ import "github.com/leasehold/leasehold/wire"
 // directory for it retires its current key the same way. At most
 // MaxRetiredGrantKeys retired keys are kept per server, newest first.
 //
-// MemberKey is a type of its own and a member record with keys has a longer
-// snapshot record: a server of an earlier version stops on both, so the
-// leader proposes MemberKey only once every server of the configuration
-// says in gossip that it reads them.
+// MemberKey, and the longer snapshot record of a member with keys, are
+// proposed only once every server reads them (the node checks gossip).
 
 // TypeMemberKey is the type of a MemberKey entry.
 const TypeMemberKey Type = 22

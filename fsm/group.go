@@ -12,35 +12,17 @@ import (
 // Lease groups: several keys taken at once, all or nothing.
 //
 // An AcquireGroup names 1-MaxGroupKeys distinct keys (in increasing
-// order), each with its own limit and lease id, and everything else once:
-// holder, TTL or session, token, metadata, wait, lock-delay. Applied, it
-// either grants one lease per key, each with its own fencing token, or
-// changes nothing and answers why (LIMIT_MISMATCH, or LEASE_HELD /
-// LOCK_DELAY naming the first busy key in key order and its holders). The
-// members are ordinary leases (listed, validated, in events), with the
-// group's id and one shared token. A member is renewed and released only
-// through its group (RenewGroup, ReleaseGroup), and whatever ends one
-// member ends them all in the same entry: release, revoke of any member,
-// expiry (all members share one deadline), a holder release. Members bound
-// to a session end with the session, as every bound lease does: in the
-// same entry unless the session ends more leases than one chunk of
-// expiry takes (expire.go), when the rest are due (refused as expired)
-// until their chunk.
-//
-// Waiting (WaitTicks). A group that cannot be granted now is queued as one
-// waiter on every one of its keys, in one entry, so any two waiters are
-// in the same order on every queue they share (their order of arrival):
-// the oldest waiter is at the head of each of its queues, and nothing can
-// wait in a cycle (no deadlock). A group is granted when it is at the head
-// of every one of its keys' queues and each has a free slot. Queues stay
-// first come, first served: while a group is at the head of a key's queue
-// nothing is granted on that key to anyone behind it, nor to an acquire
-// that does not wait, even if a slot is free. That reservation is what
-// keeps a group from starving behind a stream of single-key acquires; its
-// cost is a slot left idle until the group's other keys free up or its
-// wait ends. A group that times out, is cancelled or whose holder is
-// released leaves every queue at once, and the keys it held up are
-// pumped again.
+// order), each with its own limit and lease id, and everything else once.
+// Applied, it either grants one lease per key, each with its own fencing
+// token, or changes nothing and answers why (LIMIT_MISMATCH, or LEASE_HELD
+// / LOCK_DELAY naming the first busy key in key order and its holders).
+// The members are ordinary leases with the group's id and one shared
+// token; a member is renewed and released only through its group, and
+// whatever ends one member ends them all in the same entry. A group that
+// waits is one waiter on each of its keys, granted when it heads every
+// queue with a free slot; while it heads a queue nothing behind it is
+// granted on that key (no starvation, no deadlock). DESIGN.md, "Lease
+// groups", gives the reasoning.
 //
 // These commands are types of their own, written only once every server
 // of the configuration reads them (the node checks gossip).

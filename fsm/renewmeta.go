@@ -10,10 +10,8 @@ package fsm
 // heartbeat does that), but a renewal of it that carries metadata updates
 // the metadata (and counts as a renewal) without touching its expiry.
 //
-// Such commands are written as types of their own, so that no earlier
-// type's encoding changes: a server of an earlier version stops on them,
-// so the leader proposes them only once every server of the configuration
-// reads them (the node checks gossip).
+// They are types of their own, so no earlier type's encoding changes, and
+// are proposed only once every server reads them (the node checks gossip).
 const (
 	// TypeRenewMeta is a Renew whose SetMetadata is set: a Renew's body
 	// followed by the metadata map.

@@ -8,10 +8,8 @@ package fsm
 // changes. Snapshots are unchanged: the metadata is part of a session's
 // record.
 //
-// Such heartbeats are a type of their own, so that no earlier type's
-// encoding changes: a server of an earlier version stops on them, so the
-// leader proposes them only once every server of the configuration reads
-// them (the node checks gossip).
+// They are a type of their own, so no earlier type's encoding changes, and
+// are proposed only once every server reads them (the node checks gossip).
 const TypeSessionHeartbeatMeta Type = 26
 
 // Type is TypeSessionHeartbeat, or TypeSessionHeartbeatMeta when
