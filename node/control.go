@@ -12,12 +12,12 @@ import (
 	"github.com/leasehold/leasehold/wire"
 )
 
-// The control lease (a WebSocket-owned global lock) is an ordinary exclusive lease on a reserved
-// key, so it is replicated, expires by committed ticks and survives a leader
-// change like any other lease. Its id is "cl_<hex>", its holder is the id of
-// the WebSocket connection that owns it, its token is hashed in the state
-// like every lease token, and the control protocol's owner fields travel in its
-// metadata. The public lease API refuses the reserved key and control lease
+// The control lease (a WebSocket-owned global lock) is an ordinary
+// exclusive lease on a reserved key, so it is replicated, expires by
+// committed ticks and survives a leader change like any other lease. Its id
+// is "cl_<hex>", its holder is the id of the WebSocket connection that owns
+// it, its token is hashed like every lease token, and the control
+// protocol's owner fields travel in its metadata. The public lease API refuses the reserved key and control lease
 // ids: only the control operations below grant, refresh or end it.
 
 func (ctl *controlLease) validateControlAcquire(r *ControlAcquireRequest) *wire.Error {

@@ -91,8 +91,8 @@ func (c *Config) validateAcquire(r *wire.AcquireRequest) *wire.Error {
 // the same idempotency key and the same parameters created it (the token is
 // then the one that request got; the lease is rendered as it reads now,
 // so a replay after it ended, or fell due, answers it ended, not live).
-// Business refusals are *Error values
-// (LEASE_HELD with the holders, LIMIT_MISMATCH, LOCK_DELAY, ...).
+// Business refusals are *Error values (LEASE_HELD with the holders,
+// LIMIT_MISMATCH, LOCK_DELAY, ...).
 func (n *Node) Acquire(ctx context.Context, r wire.AcquireRequest) (*wire.Lease, bool, error) {
 	r.Limit = cmp.Or(r.Limit, 1)
 	if err := n.cfg.validateAcquire(&r); err != nil {

@@ -32,12 +32,12 @@ type ticker struct {
 
 // tickLoop is the cluster clock. It waits one period after gaining
 // leadership before the first tick (a new leader must not compress time;
-// only a new cluster, at tick 0, starts its clock at once),
-// proposes tick k+1 only after tick k has applied here, and never sooner
-// than one period after it proposed tick k: committed ticks are therefore
-// never closer than one period in real time, except that one tick may follow
-// its predecessor quickly after a stall (fsm.GraceTicks covers it). Every
-// tick it commits counts as progress for the watchdog.
+// only a new cluster, at tick 0, starts its clock at once), proposes tick
+// k+1 only after tick k has applied here, and never sooner than one period
+// after it proposed tick k: committed ticks are therefore never closer than
+// one period in real time, except that one tick may follow its predecessor
+// quickly after a stall (fsm.GraceTicks covers it). Every tick it commits
+// counts as progress for the watchdog.
 func (tk *ticker) tickLoop(ctx context.Context, progress *cluster.Progress) {
 	period := tk.period()
 	if period != tk.cfg.TickPeriod {
@@ -121,11 +121,8 @@ const expireChunk = 4096
 func (tk *ticker) chunk() uint64 { return cmp.Or(tk.cfg.expireChunk, expireChunk) }
 
 // tickChunk is the ExpireMax of the next tick: the chunk once every server
-// of the configuration runs a version that reads limited ticks and Expire
-// entries (gossip says so; the leader's reconcile pass checks), else 0, an
-// unlimited tick of the older entry type: a server of an earlier version
-// stops on an entry type it does not know, so a rolling upgrade chunks
-// expiries only once it is complete.
+// of the configuration reads limited ticks and Expire entries
+// (chunkedOK), else 0, an unlimited tick of the older entry type.
 func (tk *ticker) tickChunk() uint64 {
 	if !tk.chunkedOK.Load() && !tk.recorded(fsm.FeatureChunkedExpiry) {
 		return 0
