@@ -182,17 +182,12 @@ func (m *Members) watch(c *Cluster) {
 		if cfg.OnPass != nil {
 			cfg.OnPass()
 		}
-		// A server without state that refused Raft traffic (admitRaft), and
-		// one whose Raft peer turned out to be of another cluster, exchange
-		// gossip state with every server every second while it lasts (gossip
-		// may still hold a restarted server's old metadata, and it must
-		// learn that its id belongs to this cluster); every server reaches
-		// out every 5 s to the join addresses while a server of its
-		// configuration is not alive in gossip (a server that restarted
-		// without --join finds nobody by itself). A server that restarted
-		// at another address does it every second until its leader lists
-		// it at the new one: gossip takes its new address only once the
-		// old one is declared dead, and only from an exchange after that.
+		// Exchange gossip state every second while this server is gated
+		// (no state, refused Raft traffic: admitRaft), in conflict (a peer
+		// of another cluster) or moved (its leader does not list its new
+		// address yet), so that gossip learns of it; and every 5 s while a
+		// server of the configuration is not alive in gossip (one that
+		// restarted without --join finds nobody by itself).
 		gated := !m.hadState.Load() && time.Since(time.Unix(0, m.gated.Load())) < 3*time.Second
 		conflict := time.Since(time.Unix(0, m.conflictAt.Load())) < 3*time.Second
 		if (gated || conflict || c.moved()) && time.Since(lastRefresh) > time.Second || time.Since(lastRefresh) > 5*time.Second && c.missingServer(m.gossip) {
