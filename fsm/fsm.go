@@ -165,8 +165,7 @@ func (k *keyState) ext() *keyMore {
 
 // addStolen appends id to the leases that ended involuntarily on the key.
 // A key without a keyMore gets one with room for id in the same
-// allocation: in a storm of expiries every key takes this path, and ext
-// then append made two allocations.
+// allocation, since in a storm of expiries every key takes this path.
 func (k *keyState) addStolen(id string) {
 	if k.more == nil {
 		m := &keyMoreStolen{first: [1]string{id}}

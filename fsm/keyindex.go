@@ -44,10 +44,8 @@ func (r keyRun) appendRun(o keyRun) keyRun {
 }
 
 // keyIndex is the ordered set of the keys that lease records have, each
-// with its count of records, in sorted runs of at most idChunk like idIndex.
-// It replaced a map of counts beside an idIndex of the same keys: with a
-// million keys the map cost about 50 bytes a key, the count here costs 4.
-// Finding a key takes a binary search (about 20 comparisons for a million).
+// with its count of records, in sorted runs of at most idChunk like idIndex
+// (far smaller than a map of counts). Finding a key is a binary search.
 type keyIndex struct {
 	runs []keyRun // sorted by key, none empty
 	n    int
