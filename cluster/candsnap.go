@@ -136,10 +136,19 @@ func newGatedInmem(t *raft.InmemTransport) *gatedInmem {
 func (t *gatedInmem) Consumer() <-chan raft.RPC { return t.gate.consumer() }
 
 // Connect implements raft.WithPeers. A peer's RPCs are handed to its
-// in-memory transport, whose consumer its gate reads.
+// in-memory transport, whose consumer its gate reads: other may be a
+// gatedInmem, a raw in-memory transport, or a wrapper of either that
+// unwraps (Unwrap() raft.Transport); anything else panics in Raft.
 func (t *gatedInmem) Connect(peer raft.ServerAddress, other raft.Transport) {
-	if g, ok := other.(*gatedInmem); ok {
-		other = g.InmemTransport
+	for {
+		if g, ok := other.(*gatedInmem); ok {
+			other = g.InmemTransport
+		}
+		u, ok := other.(interface{ Unwrap() raft.Transport })
+		if !ok {
+			break
+		}
+		other = u.Unwrap()
 	}
 	t.InmemTransport.Connect(peer, other)
 }

@@ -135,6 +135,12 @@ func candidateSnapshotThenLeaderLost(t *testing.T, inMemory bool) {
 	n1 := open("n1", never, short, nil)
 	n2 := open("n2", never, short, nil)
 	all := []*Cluster{n0, n1, n2}
+	// A staging step that fails while n0 holds the snapshot would leave
+	// n0's replication to n2 blocked, and n0's Close (a cleanup) waiting on
+	// it: release it first (cleanups run last-registered first).
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold.release) }) }
+	t.Cleanup(release)
 	// unwrapped is c's own transport (n0's is wrapped in hold).
 	unwrapped := func(c *Cluster) raft.Transport {
 		if c == n0 {
@@ -196,7 +202,7 @@ func candidateSnapshotThenLeaderLost(t *testing.T, inMemory bool) {
 	}
 
 	// The snapshot reaches the candidate, then n0 is lost.
-	close(hold.release)
+	release()
 	var snapErr error
 	select {
 	case snapErr = <-hold.answered:

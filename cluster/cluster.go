@@ -95,7 +95,8 @@ type Config struct {
 	// every call on, and keep the optional methods Raft looks for
 	// (RequestPreVote, Close). With InMemory it wraps the in-memory
 	// transport: Transport returns the wrapper, so peers are connected
-	// through it only if it keeps raft.WithPeers too.
+	// through it only if it keeps raft.WithPeers too, and it is passed to
+	// another server's Connect only if it has Unwrap() raft.Transport.
 	WrapTransport func(raft.Transport) raft.Transport
 	// Identity, if set, makes every Raft connection start with an exchange
 	// of cluster ids (see Identity): servers of two clusters never

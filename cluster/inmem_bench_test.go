@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,11 +67,18 @@ func BenchmarkInmemApply(b *testing.B) {
 		b.ReportAllocs()
 		b.SetParallelism(32) // 64 goroutines on 2 cores
 		cpu0 := cpuTime()
+		var failed atomic.Value // the first error (b.Fatal is for the benchmark's own goroutine)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				apply(b)
+				if err := leader.Apply(data, 10*time.Second).Error(); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
 			}
 		})
+		if err, _ := failed.Load().(error); err != nil {
+			b.Fatal(err)
+		}
 		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 	})
 }

@@ -168,7 +168,7 @@ func TestStallTimeoutLeavesIdleConnections(t *testing.T) {
 	call(1)
 	time.Sleep(5 * stall) // idle for five stall timeouts at least: the idleness under test
 	call(2)
-	time.Sleep(5 * stall)
+	time.Sleep(5 * stall) // the same, once more
 	call(3)
 	if n := counting.accepts.Load(); n != 1 {
 		t.Fatalf("the server accepted %d connections for 3 calls on one pooled connection: an idle one was dropped", n)

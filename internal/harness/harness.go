@@ -347,8 +347,8 @@ func (c *Cluster[C, S]) Tail() string { return c.tail.String() }
 
 // Close stops every running server, one after the other, the leader
 // last. Before a server closes, the others' in-memory links to it are cut,
-// its own are left whole (a graceful stop as far as it can tell: a leader
-// may still hand leadership on): a Raft RPC to a server that has stopped
+// its own are left whole (by the time the leader closes, last, its links
+// are all cut, so it hands leadership to no one): a Raft RPC to a server that has stopped
 // is never answered and waits out the transport's timeout (two seconds or
 // more) in a goroutine the next server's Raft shutdown then waits for,
 // where a cut link fails at once. Closing three nodes took 4-5 s that way,
