@@ -346,13 +346,14 @@ func until(ctx context.Context, what string, check func() error) error {
 func (c *Cluster[C, S]) Tail() string { return c.tail.String() }
 
 // Close stops every running server, one after the other, the leader
-// last. Before a server closes, the others' in-memory links to it are cut,
-// its own are left whole (by the time the leader closes, last, its links
-// are all cut, so it hands leadership to no one): a Raft RPC to a server that has stopped
-// is never answered and waits out the transport's timeout (two seconds or
-// more) in a goroutine the next server's Raft shutdown then waits for,
-// where a cut link fails at once. Closing three nodes took 4-5 s that way,
-// now half a second (the lone leader's lease running out).
+// first, and cuts in-memory links as it goes: the others' to each server
+// before it closes, and the leader's own (its hand-off then fails at once:
+// the cluster is going away whole). An RPC to a server whose Raft has
+// stopped is never answered and waits out the transport's timeout (two
+// seconds or more) in a goroutine the next server's Raft shutdown waits
+// for, and a leader left alone cannot hand leadership on until its lease
+// runs out; a cut link fails at once. Closing three nodes took 4-5 s, now
+// about 0.1 s.
 func (c *Cluster[C, S]) Close() error {
 	c.mu.Lock()
 	ss := slices.Collect(maps.Values(c.servers))
@@ -360,14 +361,17 @@ func (c *Cluster[C, S]) Close() error {
 	c.servers, c.links = map[string]S{}, map[string]inmem{}
 	c.mu.Unlock()
 	if i := slices.IndexFunc(ss, func(s S) bool { return s.Cluster().IsLeader() }); i >= 0 {
-		ss[len(ss)-1], ss[i] = ss[i], ss[len(ss)-1]
+		ss[0], ss[i] = ss[i], ss[0]
 	}
 	var errs []error
-	for _, s := range ss {
+	for k, s := range ss {
 		if tr := links[s.NodeID()]; tr != nil {
 			delete(links, s.NodeID())
 			for _, ot := range links {
 				ot.Disconnect(tr.LocalAddr())
+			}
+			if k == 0 {
+				tr.DisconnectAll()
 			}
 		}
 		errs = append(errs, s.Close())
