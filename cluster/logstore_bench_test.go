@@ -4,9 +4,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -49,13 +47,4 @@ func BenchmarkLogAppend(b *testing.B) {
 			})
 		}
 	}
-}
-
-// cpuTime is the process's CPU time so far (user and system).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -222,20 +221,11 @@ func BenchmarkSnapshotWrite(b *testing.B) {
 	fill(b, f, 200_000, 100000)
 	runtime.GC()
 	b.ReportAllocs()
-	cpu0 := processCPU()
+	cpu0 := cpuTime()
 	for b.Loop() {
 		if _, err := f.Snapshot().WriteTo(io.Discard); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64((processCPU()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
-}
-
-// processCPU is the CPU time the process has used (user and system).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 }
