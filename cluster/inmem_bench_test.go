@@ -67,17 +67,17 @@ func BenchmarkInmemApply(b *testing.B) {
 		b.ReportAllocs()
 		b.SetParallelism(32) // 64 goroutines on 2 cores
 		cpu0 := cpuTime()
-		var failed atomic.Value // the first error (b.Fatal is for the benchmark's own goroutine)
+		var failed atomic.Pointer[error] // the first error (b.Fatal is for the benchmark's own goroutine)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if err := leader.Apply(data, 10*time.Second).Error(); err != nil {
-					failed.CompareAndSwap(nil, err)
+					failed.CompareAndSwap(nil, &err)
 					return
 				}
 			}
 		})
-		if err, _ := failed.Load().(error); err != nil {
-			b.Fatal(err)
+		if err := failed.Load(); err != nil {
+			b.Fatal(*err)
 		}
 		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 	})

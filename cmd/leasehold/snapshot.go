@@ -45,8 +45,9 @@ func (a *app) snapshotCmd(ctx context.Context, args []string) error {
 func (a *app) snapshotSave(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("snapshot save", "FILE | [--keep N] DIR",
 		"Save a snapshot of the whole cluster state to FILE (admin scope; any node,\n"+
-			"the leader takes it). The file is written to FILE.tmp, synced, checked\n"+
-			"the way 'snapshot inspect' does, then renamed to FILE.\n"+
+			"the leader takes it). The file is written to FILE.tmp, checked the way\n"+
+			"'snapshot inspect' does (on the bytes as they are written), synced, then\n"+
+			"renamed to FILE.\n"+
 			"Given a directory (an existing one, or any path with --keep), the file is\n"+
 			"DIR/leasehold-<UTC time>.snap, and with --keep N only the newest N such\n"+
 			"files stay: older ones are deleted once the new one is saved and checked.\n"+

@@ -31,12 +31,6 @@ func TestClusterLifecycle(t *testing.T) {
 		},
 		TailLines: 50,
 	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last log lines:\n%s", h.Tail())
-		}
-		h.Close()
-	})
 	ids := []string{"h1", "h2", "h3"}
 	addrs, err := harness.FreeAddrs(2 * len(ids))
 	if err != nil {
@@ -55,6 +49,14 @@ func TestClusterLifecycle(t *testing.T) {
 		cfgs[id] = cfg
 		all = append(all, cfg)
 	}
+	// Registered after the data directories (t.TempDir): cleanups run
+	// last-registered first, so the servers stop before their directories go.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last log lines:\n%s", h.Tail())
+		}
+		h.Close()
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	servers, err := h.StartAll(all...)

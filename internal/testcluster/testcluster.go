@@ -88,12 +88,6 @@ func Start(t testing.TB, handler Handler) []*Member {
 			return nil
 		},
 	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last log lines of the cluster's servers:\n%s", h.Tail())
-		}
-		h.Close()
-	})
 	ids := []string{"c1", "c2", "c3"}
 	addrs, err := harness.FreeAddrs(2 * len(ids))
 	if err != nil {
@@ -112,6 +106,14 @@ func Start(t testing.TB, handler Handler) []*Member {
 		cfg.RaftTimeout = time.Second
 		cfgs[i] = cfg
 	}
+	// Registered after the data directories (t.TempDir): cleanups run
+	// last-registered first, so the servers stop before their directories go.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last log lines of the cluster's servers:\n%s", h.Tail())
+		}
+		h.Close()
+	})
 	ms, err := h.StartAll(cfgs...)
 	if err != nil {
 		t.Fatal(err)
