@@ -229,3 +229,58 @@ func BenchmarkSnapshotWrite(b *testing.B) {
 	}
 	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 }
+
+// BenchmarkPruneStorm prunes the records of 100,000 leases that all ended
+// in one tick (expired in chunks, as the node's ticks and Expire entries
+// end them), once RetainTicks have passed, with ticks that prune all that
+// is due (prune=0). It reports, over the entries
+// from the first tick after the storm to the one that prunes the last
+// record: stall-max-ms and stall-cpu-max-ms, the longest of those entries
+// in wall time and in the process's CPU time (what a write waits behind
+// at worst: the CPU figure hardly depends on what else the machine runs),
+// cpu-ms, the CPU time of all of them, and entries, how many pruned
+// something.
+func BenchmarkPruneStorm(b *testing.B) {
+	for _, prune := range []uint64{0} {
+		b.Run(fmt.Sprintf("prune=%d", prune), func(b *testing.B) {
+			for range b.N {
+				pruneStorm(b, prune)
+			}
+		})
+	}
+}
+
+func pruneStorm(b *testing.B, _ uint64) {
+	const n, retain = 100_000, 10
+	b.StopTimer()
+	f := New()
+	idx := fill(b, f, n, 5)
+	for t := f.Tick() + 1; f.active > 0; t++ {
+		f.Apply(idx, &Tick{Tick: t, RetainTicks: retain, ExpireMax: benchChunk})
+		idx++
+		for f.Backlog() > 0 {
+			f.Apply(idx, &Expire{Tick: t, Max: benchChunk})
+			idx++
+		}
+		f.DrainEvents(func(*Event) {})
+	}
+	runtime.GC()
+	b.StartTimer()
+	var stall, stallCPU, cpu time.Duration
+	entries := 0
+	for t := f.Tick() + 1; f.leases.Len() > 0; t++ {
+		before := f.leases.Len()
+		c0, t0 := cpuTime(), time.Now()
+		f.Apply(idx, &Tick{Tick: t, RetainTicks: retain, ExpireMax: benchChunk})
+		d, dc := time.Since(t0), cpuTime()-c0
+		idx++
+		stall, stallCPU, cpu = max(stall, d), max(stallCPU, dc), cpu+dc
+		if f.leases.Len() < before {
+			entries++
+		}
+	}
+	b.ReportMetric(stall.Seconds()*1000, "stall-max-ms")
+	b.ReportMetric(stallCPU.Seconds()*1000, "stall-cpu-max-ms")
+	b.ReportMetric(cpu.Seconds()*1000, "cpu-ms")
+	b.ReportMetric(float64(entries), "entries")
+}
