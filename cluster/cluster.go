@@ -178,7 +178,7 @@ func (c *Cluster) openStores() (stores, error) {
 	if err != nil {
 		return stores{}, fmt.Errorf("cluster: snapshot store: %w", err)
 	}
-	wal, closer, err := openLogs(cfg.Dir, bolt, format, cfg.LogStore, cfg.Logger)
+	wal, closer, err := openLogs(cfg.Dir, bolt, format, cfg.LogStore, cfg.WALSegmentSize, cfg.Logger)
 	if err != nil {
 		return stores{}, err
 	}

@@ -23,6 +23,11 @@ type Config struct {
 	// store it has: a LogStore that is not the directory's fails Open,
 	// naming both (MigrateLog moves a log, offline).
 	LogStore string
+	// WALSegmentSize is the size in bytes of the segment files of a log
+	// kept by raft-wal (LogStoreWAL); 0: raft-wal's own, 64 MiB. For
+	// tests that need a segment rotation within a few MiB of writes;
+	// otherwise 0 (or MinWALSegmentSize..MaxWALSegmentSize).
+	WALSegmentSize int
 	// BindAddr is the TCP address the Raft transport listens on.
 	BindAddr string
 	// Advertise is the address peers dial; empty means BindAddr. A host
@@ -138,6 +143,9 @@ func (c Config) Validate() error {
 	}
 	if !c.InMemory && c.LogStore != "" && c.LogStore != LogStoreBoltDB && c.LogStore != LogStoreWAL {
 		bad("raft log store %q: want %s or %s", c.LogStore, LogStoreBoltDB, LogStoreWAL)
+	}
+	if c.WALSegmentSize != 0 && (c.WALSegmentSize < MinWALSegmentSize || c.WALSegmentSize > MaxWALSegmentSize) {
+		bad("raft-wal segment size %d: want 0 (raft-wal's default) or %d-%d bytes", c.WALSegmentSize, MinWALSegmentSize, MaxWALSegmentSize)
 	}
 	return errors.Join(errs...)
 }

@@ -49,7 +49,7 @@ func openStore(dir, kind string) (raft.LogStore, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	logs, closer, err := openLogs(dir, bolt, format, kind, slog.New(slog.DiscardHandler))
+	logs, closer, err := openLogs(dir, bolt, format, kind, 0, slog.New(slog.DiscardHandler))
 	if err != nil {
 		bolt.Close()
 		return nil, nil, err

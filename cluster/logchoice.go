@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -118,8 +119,9 @@ func checkLogStore(kind string, empty bool) error {
 // directory, in want (DefaultLogStore when empty). A want that is not the
 // directory's store is refused with both named: the log moves only
 // offline (MigrateLog). It records the format and the store when raft.db
-// does not yet.
-func openLogs(dir string, bolt *boltStore, format uint64, want string, logger *slog.Logger) (raft.LogStore, io.Closer, error) {
+// does not yet. A raft-wal log makes new segments of walSegment bytes (0:
+// walSegmentSize).
+func openLogs(dir string, bolt *boltStore, format uint64, want string, walSegment int, logger *slog.Logger) (raft.LogStore, io.Closer, error) {
 	if err := checkLogStore(want, true); err != nil {
 		return nil, nil, err
 	}
@@ -144,7 +146,7 @@ func openLogs(dir string, bolt *boltStore, format uint64, want string, logger *s
 		closer io.Closer
 	)
 	if kind == LogStoreWAL {
-		w, err := openWAL(dir, logger)
+		w, err := openWALSegments(dir, cmp.Or(walSegment, walSegmentSize), logger)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -51,10 +51,23 @@ const migrateBatchBytes = 4 << 20
 // segments often); 0 is raft-wal's default, 64 MiB.
 var walSegmentSize = 0
 
-// openWAL opens the Raft log in dir/wal, creating it if need be. An append
-// to it is one write and one fsync. raft.db must already be open: its
-// file lock keeps a second server off the whole data dir.
+// The bounds of Config.WALSegmentSize when it is not 0.
+const (
+	MinWALSegmentSize = 1 << 20
+	MaxWALSegmentSize = 1 << 30
+)
+
+// openWAL opens the Raft log in dir/wal, creating it if need be, with
+// walSegmentSize. An append to it is one write and one fsync. raft.db must
+// already be open: its file lock keeps a second server off the whole data
+// dir.
 func openWAL(dir string, logger *slog.Logger) (*walStore, error) {
+	return openWALSegments(dir, walSegmentSize, logger)
+}
+
+// openWALSegments is openWAL with new segments of segmentSize bytes (0:
+// raft-wal's default).
+func openWALSegments(dir string, segmentSize int, logger *slog.Logger) (*walStore, error) {
 	path := filepath.Join(dir, walDir)
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("cluster: log dir: %w", err)
@@ -65,9 +78,9 @@ func openWAL(dir string, logger *slog.Logger) (*walStore, error) {
 		err error
 	)
 	collector := walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)
-	if walSegmentSize > 0 {
+	if segmentSize > 0 {
 		wal, err = raftwal.Open(path, raftwal.WithMetaStore(meta), raftwal.WithLogger(newHCLogger("wal", logger)),
-			raftwal.WithMetricsCollector(collector), raftwal.WithSegmentSize(walSegmentSize))
+			raftwal.WithMetricsCollector(collector), raftwal.WithSegmentSize(segmentSize))
 	} else {
 		wal, err = raftwal.Open(path, raftwal.WithMetaStore(meta), raftwal.WithLogger(newHCLogger("wal", logger)),
 			raftwal.WithMetricsCollector(collector))

@@ -23,7 +23,7 @@ func BenchmarkLogAppend(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer bolt.Close()
-				logs, closer, err := openLogs(dir, bolt, format, kind, slog.New(slog.DiscardHandler))
+				logs, closer, err := openLogs(dir, bolt, format, kind, 0, slog.New(slog.DiscardHandler))
 				if err != nil {
 					b.Fatal(err)
 				}

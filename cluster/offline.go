@@ -70,7 +70,7 @@ func OpenOffline(dir string, logger *slog.Logger) (*OfflineDir, error) {
 		bolt.Close()
 		return nil, fmt.Errorf("cluster: snapshot store: %w", err)
 	}
-	if d.logs, d.closer, err = openLogs(dir, bolt, format, "", logger); err != nil {
+	if d.logs, d.closer, err = openLogs(dir, bolt, format, "", 0, logger); err != nil {
 		bolt.Close()
 		return nil, err
 	}

@@ -240,6 +240,10 @@ type Config struct {
 	// DefaultLogStore. An existing data dir keeps its store: a RaftLog that
 	// is not the directory's fails Open (see cluster.Config.LogStore).
 	RaftLog string
+	// WALSegmentSize is the segment size in bytes of a raft-wal log
+	// (cluster.Config.WALSegmentSize): for tests; 0, the default, is
+	// raft-wal's 64 MiB.
+	WALSegmentSize int
 	// WrapRaftStores wraps Raft's log and stable stores, for embedders and
 	// tests that inject storage faults or observe writes. The stores it
 	// returns must pass every call on.
@@ -316,6 +320,10 @@ func (c Config) Validate() error {
 	}
 	if c.RaftLog != "" && c.RaftLog != cluster.LogStoreBoltDB && c.RaftLog != cluster.LogStoreWAL {
 		errs = append(errs, fmt.Errorf("raft log store %q: want %s or %s", c.RaftLog, cluster.LogStoreBoltDB, cluster.LogStoreWAL))
+	}
+	if c.WALSegmentSize != 0 && (c.WALSegmentSize < cluster.MinWALSegmentSize || c.WALSegmentSize > cluster.MaxWALSegmentSize) {
+		errs = append(errs, fmt.Errorf("raft-wal segment size %d: want 0 (raft-wal's default) or %d-%d bytes",
+			c.WALSegmentSize, cluster.MinWALSegmentSize, cluster.MaxWALSegmentSize))
 	}
 	if c.RaftAddr == "" && !c.InMemory {
 		errs = append(errs, errors.New("raft address is required"))

@@ -161,7 +161,7 @@ func (g *diskGuard) pollDisk() {
 	}
 	g.updatePeersLow()
 	g.updateRefusal()
-	g.logs.check(g.log, g.cfg.logFailureTimeout(), free)
+	g.logs.check(g.log, g.cfg.logFailureTimeout(), free, g.cfg.restartFreeDisk())
 }
 
 // readFree reads this server's free space and records it.

@@ -21,7 +21,7 @@ import (
 // flaps through elections forever, and nothing from outside could tell.
 // The log store is wrapped here to see its writes fail:
 //   - while they fail, HealthErr (/healthz) and ReadyErr say so;
-//   - once the disk has room for a restart again (RestartFreeDisk) while
+//   - once the disk has room for a restart again (restartFreeDisk) while
 //     appends still fail (at once for raft-wal's sealed segment, after
 //     logRecoverGrace for any other error), or after LogFailureTimeout of
 //     failures whatever the disk says, the node fails (Failed): the
@@ -229,14 +229,15 @@ func (w *logWatch) failingErr() error {
 }
 
 // check runs every disk poll with the free bytes (-1: unknown) and fails
-// the node when the log is wedged (see above).
-func (w *logWatch) check(log *slog.Logger, timeout time.Duration, free int64) {
+// the node when the log is wedged (see above); need is the free space a
+// restart needs (Config.restartFreeDisk).
+func (w *logWatch) check(log *slog.Logger, timeout time.Duration, free, need int64) {
 	since := w.failingSince.Load()
 	if since == 0 {
 		return
 	}
 	now := time.Now()
-	room := free >= RestartFreeDisk
+	room := free >= need
 	if !room {
 		w.roomSince.Store(0)
 	} else {
@@ -256,7 +257,7 @@ func (w *logWatch) check(log *slog.Logger, timeout time.Duration, free int64) {
 	case timeout > 0 && now.Sub(time.Unix(0, since)) >= timeout:
 		w.fail(log, fmt.Errorf("%w; giving up after --log-failure-timeout (%v) with %s free on the data directory's disk: stopping; "+
 			"a restart recovers every acknowledged write once the disk has room (at least %s free)",
-			failing, timeout, fmtBytes(free), fmtBytes(RestartFreeDisk)))
+			failing, timeout, fmtBytes(free), fmtBytes(need)))
 	}
 }
 
@@ -278,6 +279,16 @@ func (c *Config) logFailureTimeout() time.Duration {
 	default:
 		return t
 	}
+}
+
+// restartFreeDisk is the free space a restart needs: RestartFreeDisk, or
+// with a raft-wal segment size set (WALSegmentSize, for tests) one such
+// segment and the same 1 MiB margin.
+func (c *Config) restartFreeDisk() int64 {
+	if c.WALSegmentSize > 0 {
+		return int64(c.WALSegmentSize) + 1<<20
+	}
+	return RestartFreeDisk
 }
 
 // Defaults of the log watch.

@@ -38,11 +38,11 @@ func TestLogWatchSealedFailsOnceRoomReturns(t *testing.T) {
 	if err := n.HealthErr(); err == nil || !strings.Contains(err.Error(), "segment is sealed") {
 		t.Fatalf("HealthErr while failing: %v", err)
 	}
-	w.check(n.log, n.cfg.logFailureTimeout(), 10<<20)
+	w.check(n.log, n.cfg.logFailureTimeout(), 10<<20, RestartFreeDisk)
 	if failed(n) {
 		t.Fatal("failed with no room on the disk")
 	}
-	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk, RestartFreeDisk)
 	if !failed(n) {
 		t.Fatal("not failed once the disk has room")
 	}
@@ -57,13 +57,13 @@ func TestLogWatchOtherErrorsAfterGrace(t *testing.T) {
 	n := watchNode(0)
 	w := n.logs
 	w.record(syscall.ENOSPC)
-	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk, RestartFreeDisk)
 	if failed(n) {
 		t.Fatal("failed at once on an error that may pass")
 	}
 	w.roomSince.Store(time.Now().Add(-logRecoverGrace - time.Second).UnixNano())
 	w.lastFailure.Store(time.Now().Add(-logRecoverGrace - 2*time.Second).UnixNano())
-	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk, RestartFreeDisk)
 	if failed(n) {
 		t.Fatal("failed without a failure since the room came back")
 	}
@@ -72,15 +72,15 @@ func TestLogWatchOtherErrorsAfterGrace(t *testing.T) {
 	if n.HealthErr() != nil {
 		t.Fatalf("HealthErr after a success: %v", n.HealthErr())
 	}
-	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk, RestartFreeDisk)
 	if failed(n) {
 		t.Fatal("failed after a success")
 	}
 	w.record(errors.New("input/output error"))
-	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk, RestartFreeDisk)
 	w.roomSince.Store(time.Now().Add(-logRecoverGrace - time.Second).UnixNano())
 	w.record(errors.New("input/output error"))
-	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk)
+	w.check(n.log, n.cfg.logFailureTimeout(), RestartFreeDisk, RestartFreeDisk)
 	if !failed(n) {
 		t.Fatal("not failed after the grace with room on the disk")
 	}
@@ -96,12 +96,12 @@ func TestLogWatchTimeout(t *testing.T) {
 		n := watchNode(tc.timeout)
 		w := n.logs
 		w.record(syscall.ENOSPC)
-		w.check(n.log, n.cfg.logFailureTimeout(), 0)
+		w.check(n.log, n.cfg.logFailureTimeout(), 0, RestartFreeDisk)
 		if failed(n) {
 			t.Fatalf("timeout %v: failed at once", tc.timeout)
 		}
 		w.failingSince.Store(time.Now().Add(-DefaultLogFailureTimeout - time.Second).UnixNano())
-		w.check(n.log, n.cfg.logFailureTimeout(), 0)
+		w.check(n.log, n.cfg.logFailureTimeout(), 0, RestartFreeDisk)
 		if failed(n) != tc.want {
 			t.Fatalf("timeout %v: failed %v, want %v", tc.timeout, failed(n), tc.want)
 		}
@@ -219,5 +219,18 @@ func TestTermSaverSeesRaft(t *testing.T) {
 	if len(rec.saver) < 2 || rec.saver[0] || !rec.saver[len(rec.saver)-1] {
 		t.Fatalf("termSaver for each write of the term (bootstrap first, then the election's): %v; "+
 			"want false, then true (has hashicorp/raft renamed setCurrentTerm?)", rec.saver)
+	}
+}
+
+// A restart needs room for one new raft-wal segment and a margin: 65 MiB
+// with raft-wal's segments, less with a test's smaller ones.
+func TestRestartFreeDisk(t *testing.T) {
+	c := Config{}
+	if got := c.restartFreeDisk(); got != RestartFreeDisk {
+		t.Errorf("default: %d, want %d", got, RestartFreeDisk)
+	}
+	c.WALSegmentSize = 8 << 20
+	if got := c.restartFreeDisk(); got != 9<<20 {
+		t.Errorf("8 MiB segments: %d, want %d", got, 9<<20)
 	}
 }

@@ -185,7 +185,7 @@ func consensusConfig(n *Node) cluster.Config {
 		raftAdv = withHost(cfg.RaftAddr, cmp.Or(cfg.AdvertiseAddr, host))
 	}
 	return cluster.Config{
-		NodeID: cfg.NodeID, Dir: cfg.DataDir, LogStore: cfg.RaftLog, BindAddr: cfg.RaftAddr, Advertise: raftAdv,
+		NodeID: cfg.NodeID, Dir: cfg.DataDir, LogStore: cfg.RaftLog, WALSegmentSize: cfg.WALSegmentSize, BindAddr: cfg.RaftAddr, Advertise: raftAdv,
 		InMemory: cfg.InMemory, Bootstrap: cfg.BootstrapExpect <= 1 && len(cfg.Join) == 0,
 		SnapshotThreshold: cfg.SnapshotThreshold, SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs,
 		HeartbeatTimeout: cfg.RaftTimeout, ElectionTimeout: cfg.RaftTimeout, LeaderLeaseTimeout: cfg.RaftTimeout / 2,

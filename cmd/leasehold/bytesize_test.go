@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"errors"
+	"strings"
+	"testing"
+)
 
 func TestParseByteSize(t *testing.T) {
 	for in, want := range map[string]int64{
@@ -40,5 +44,33 @@ func TestServerFlagsMinFreeDisk(t *testing.T) {
 	}
 	if _, err := a.parseServerFlags([]string{"--min-free-disk", "lots"}); err == nil {
 		t.Error("--min-free-disk lots: no error")
+	}
+}
+
+// The test-only raft-wal segment size: unset is raft-wal's default; a
+// size out of bounds or not a size is a usage error; it is no flag and not
+// in the help.
+func TestServerTestWALSegmentSize(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want int
+		bad  bool
+	}{{"", 0, false}, {"8MiB", 8 << 20, false}, {"1048576", 1 << 20, false}, {"1GiB", 1 << 30, false},
+		{"512KiB", 0, true}, {"2GiB", 0, true}, {"-8MiB", 0, true}, {"lots", 0, true}} {
+		a, _, _ := testApp(map[string]string{testWALSegmentEnv: tc.env})
+		cfg, err := a.parseServerFlags(nil)
+		var ue *usageError
+		switch {
+		case tc.bad && (!errors.As(err, &ue) || !strings.Contains(err.Error(), testWALSegmentEnv)):
+			t.Errorf("%s=%q: %v, want a usage error naming it", testWALSegmentEnv, tc.env, err)
+		case !tc.bad && (err != nil || cfg.node.WALSegmentSize != tc.want):
+			t.Errorf("%s=%q: %d, %v; want %d", testWALSegmentEnv, tc.env, cfg.node.WALSegmentSize, err, tc.want)
+		}
+	}
+	a, out, errb := testApp(nil)
+	a.parseServerFlags([]string{"--help"})
+	help := out.String() + errb.String()
+	if !strings.Contains(help, "raft-log") || strings.Contains(help, testWALSegmentEnv) {
+		t.Errorf("the server's help (want it without the test-only variable):\n%s", help)
 	}
 }

@@ -261,25 +261,37 @@ func TestProcessDiskGuardRefusesGrowth(t *testing.T) {
 	}
 }
 
+// walTestSegment is the raft-wal segment size of TestProcessDiskFullLogWedgeExits'
+// server (LEASEHOLD_TEST_WAL_SEGMENT_SIZE): filling raft-wal's own 64 MiB
+// took about 40 s of writes under the race detector, and the size of the
+// segment changes nothing of the wedge.
+const walTestSegment = 8 << 20
+
 // TestProcessDiskFullLogWedgeExits fills the disk past the guard (set
 // low) of a server with its log in wal/: the log's rotation to a new
-// 64 MiB segment fails and raft-wal
-// refuses every later append. /healthz then fails with the reason; once
-// space is freed the server exits with status 74 and a message saying
-// what happened, and a restart recovers every acknowledged lease.
+// segment (8 MiB here) fails and raft-wal refuses every later append.
+// /healthz then fails with the reason; once space is freed the server
+// exits with status 74 and a message saying what happened, and a restart
+// recovers every acknowledged lease.
 func TestProcessDiskFullLogWedgeExits(t *testing.T) {
 	t.Parallel() // its own tmpfs and server; mostly waiting on them
-	mnt := mountTmpfs(t, "160m")
+	mnt := mountTmpfs(t, "48m")
 	// raft-wal's wedge: with raft.db's log (the default) the append
 	// fails and the next one succeeds once there is room.
 	s := newServer(t, "--min-free-disk", "1MiB", "--retention", "100ms", "--log-failure-timeout", "10m", "--raft-log", "wal")
+	s.env = []string{fmt.Sprintf("%s=%d", testWALSegmentEnv, walTestSegment)}
 	s.dataDir = filepath.Join(mnt, "data")
 	s.start()
 	c := s.client(t)
 	ctx := context.Background()
+	if segs, _ := filepath.Glob(filepath.Join(s.dataDir, "wal", "*.wal")); len(segs) != 1 {
+		t.Fatalf("segment files %v, want one", segs)
+	} else if st, err := os.Stat(segs[0]); err != nil || st.Size() != walTestSegment {
+		t.Fatalf("segment %s: %v, want %d bytes (%s)", segs[0], err, walTestSegment, testWALSegmentEnv)
+	}
 
-	// The first segment (64 MiB) is allocated; leave 6 MiB free for the
-	// stable store and snapshots, far from another segment.
+	// The first segment is allocated; leave 6 MiB free for the stable
+	// store and snapshots, less than another segment takes.
 	ballast := filepath.Join(mnt, "ballast")
 	writeBallast(t, ballast, freeBytes(t, mnt)-6<<20)
 	t.Logf("free after the ballast: %d MiB", freeBytes(t, mnt)>>20)

@@ -118,6 +118,7 @@ type server struct {
 	gossip     string
 	logPath    string
 	extra      []string
+	env        []string // added to the test's environment
 	cmd        *exec.Cmd
 	exited     chan struct{}
 }
@@ -148,6 +149,9 @@ func (s *server) launch() {
 		"--http-addr", s.http, "--raft-addr", s.raft, "--gossip-addr", s.gossip,
 		"--tick-period", s.tickPeriod, "--log-level", "debug"}, s.extra...)
 	s.cmd = exec.Command(s.bin, args...)
+	if len(s.env) > 0 {
+		s.cmd.Env = append(os.Environ(), s.env...)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)

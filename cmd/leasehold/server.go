@@ -82,11 +82,35 @@ func (a *app) parseServerFlags(args []string) (serverConfig, error) {
 		return cfg, usageErrorf("server takes no arguments, got %q", pos)
 	}
 	cfg.node.Join = splitList(*join)
+	if cfg.node.WALSegmentSize, err = a.testWALSegmentSize(); err != nil {
+		return cfg, err
+	}
 	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return cfg, usageErrorf("--log-level %q: want debug, info, warn or error", *level)
 	}
 	err = cfg.check()
 	return cfg, err
+}
+
+// testWALSegmentEnv sets the segment size of a raft-wal log (bytes or
+// e.g. 8MiB; node.Config.WALSegmentSize) for the process-level tests that
+// fill a segment: filling the default, 64 MiB, took about 40 s of writes
+// under the race detector. It is no flag, not in the help, and not for
+// operators.
+const testWALSegmentEnv = "LEASEHOLD_TEST_WAL_SEGMENT_SIZE"
+
+// testWALSegmentSize reads testWALSegmentEnv (0 when unset or empty).
+func (a *app) testWALSegmentSize() (int, error) {
+	v, ok := a.lookupEnv(testWALSegmentEnv)
+	if !ok || v == "" {
+		return 0, nil
+	}
+	lo, hi := int64(cluster.MinWALSegmentSize), int64(cluster.MaxWALSegmentSize)
+	n, err := parseByteSize(v)
+	if err != nil || n < lo || n > hi {
+		return 0, usageErrorf("%s=%q: want a size of %s-%s (a test setting)", testWALSegmentEnv, v, byteSize{&lo}, byteSize{&hi})
+	}
+	return int(n), nil
 }
 
 // register defines the server's flags on fs, with def's defaults; --join
