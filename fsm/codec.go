@@ -55,6 +55,7 @@ var bodies = [...]struct {
 	TypeReleaseGroup:         {versionBounds, func() Command { return new(ReleaseGroup) }},
 	TypeSessionHeartbeatMeta: {versionBounds, func() Command { return &SessionHeartbeat{SetMetadata: true} }},
 	TypeRestoreCommitBounded: {versionBounds, func() Command { return new(RestoreCommit) }},
+	TypeTickPruned:           {versionBounds, func() Command { return &Tick{ExpireMax: limitedMarker, PruneMax: limitedMarker} }},
 }
 
 // newBody returns a zero command of type t, or nil for a type unknown in

@@ -47,7 +47,8 @@ func (c *Batch) fields(f fields) {
 	}
 }
 
-// A TypeTickLimited body is a TypeTick body and ExpireMax.
+// A TypeTickLimited body is a TypeTick body and ExpireMax; a
+// TypeTickPruned body is a TypeTickLimited body and PruneMax.
 func (c *Tick) fields(f fields) {
 	f.uvarint(&c.Tick)
 	f.varint(&c.WallMS)
@@ -56,9 +57,16 @@ func (c *Tick) fields(f fields) {
 	if f.since(versionBounds) {
 		f.uvarint(&c.RetainMax)
 	}
-	if c.ExpireMax > 0 { // TypeTickLimited (newBody marks one read with limitedMarker)
+	if c.ExpireMax > 0 || c.PruneMax > 0 { // TypeTickLimited or TypeTickPruned (newBody marks one read with limitedMarker)
+		if c.ExpireMax == 0 {
+			f.refuse(errors.New("fsm: a tick with prune_max needs expire_max"))
+		}
 		f.uvarint(&c.ExpireMax)
 		f.reject(c.ExpireMax == 0, "limited tick: expire_max must be positive")
+	}
+	if c.PruneMax > 0 {
+		f.uvarint(&c.PruneMax)
+		f.reject(c.PruneMax == 0, "pruned tick: prune_max must be positive")
 	}
 }
 

@@ -78,11 +78,13 @@ func pinCommands() []struct {
 		{"acquire-group-min", &fsm.AcquireGroup{GroupID: "G", Keys: []fsm.GroupKey{{LeaseID: "L", Key: "k"}}}},
 		{"renew-group", &fsm.RenewGroup{GroupID: "G1", TokenHash: h("gt"), TTLMS: 4000, TTLTicks: 4, WallMS: 13}},
 		{"release-group", &fsm.ReleaseGroup{GroupID: "G1", TokenHash: h("gt"), SessionTokenHash: h("st"), Reason: "bye", WallMS: 14}},
+		{"tick-pruned", &fsm.Tick{Tick: 7, WallMS: 7000, PeriodMS: 1000, RetainTicks: 8, RetainMax: 3, ExpireMax: 129, PruneMax: 4096}},
 	}
 	var batch fsm.Batch
 	for _, c := range cmds {
 		switch c.c.Type() {
 		case fsm.TypeRestoreChunk, fsm.TypeRestoreCommit, fsm.TypeRestoreCommitBounded:
+		case fsm.TypeTickPruned: // newer than the batch's pin
 		default:
 			batch.Commands = append(batch.Commands, c.c)
 		}
@@ -115,6 +117,7 @@ func pinEncodeErrors() []fsm.Command {
 		&fsm.AcquireGroup{GroupID: "g", Keys: make([]fsm.GroupKey, fsm.MaxGroupKeys+1)},
 		&fsm.Acquire{Metadata: map[string]string{"a\xff": "1", "a\xfe": "2"}},
 		&fsm.Acquire{Metadata: map[string]string{"a\xff": "1", "b": "2"}, Key: "k\xff"},
+		&fsm.Tick{Tick: 1, PruneMax: 1},
 	}
 }
 

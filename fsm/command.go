@@ -104,6 +104,10 @@ type Tick struct {
 	// Expire entries (expire.go). 0: no bound. A
 	// Tick with it set is written as TypeTickLimited.
 	ExpireMax uint64 `json:"expire_max,omitempty"`
+	// PruneMax bounds the ended records this tick prunes; the rest wait
+	// for the next ticks (prune.go). 0: no bound. A Tick with it set, and
+	// ExpireMax too, is written as TypeTickPruned.
+	PruneMax uint64 `json:"prune_max,omitempty"`
 }
 
 // Quota carries the node's count limits in the commands that create
@@ -282,9 +286,13 @@ type Member struct {
 // come back in the same order.
 type Batch struct{ Commands []Command }
 
-// Type is TypeTick, or TypeTickLimited when ExpireMax is set.
+// Type is TypeTick, TypeTickLimited when ExpireMax is set, or
+// TypeTickPruned when PruneMax is.
 func (c *Tick) Type() Type {
-	if c != nil && c.ExpireMax > 0 {
+	switch {
+	case c != nil && c.PruneMax > 0:
+		return TypeTickPruned
+	case c != nil && c.ExpireMax > 0:
 		return TypeTickLimited
 	}
 	return TypeTick
@@ -440,6 +448,10 @@ func decodeJSON(t Type, body []byte) (Command, error) {
 		}
 	case *SessionCreate:
 		c.Metadata = nilIfEmpty(c.Metadata)
+	case *Tick:
+		if c.PruneMax != 0 {
+			return nil, fmt.Errorf("fsm: decode %T: version 1 predates the prune limit", c)
+		}
 	}
 	return c, nil
 }

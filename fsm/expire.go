@@ -55,7 +55,13 @@ type expiry struct {
 	// limited tick or Expire has not processed yet, in processing order.
 	// Empty between entries unless ticks are limited.
 	backlog []timer
-	prune   []pruneItem
+	// prune lists the ended records to prune, by the tick they ended
+	// in; within a tick in the order they ended, or by kind and id on a
+	// replica restored from a snapshot (prune.go).
+	prune []pruneItem
+	// pruneSorted is how many records at the front of prune are known
+	// to be the rest of one tick's in (kind, id) order (prune.go).
+	pruneSorted int
 	// warmHits counts what warm found, so that its lookups are not
 	// optimised away; nothing reads it.
 	warmHits uint64

@@ -26,6 +26,8 @@ const (
 	// FeatureRestoreBounds: a restore commit carries the count limits and
 	// a fence floor (TypeRestoreCommitBounded).
 	FeatureRestoreBounds
+	// FeatureChunkedPrune: ticks carry a prune limit (TypeTickPruned).
+	FeatureChunkedPrune
 )
 
 // Has reports whether every bit of want is set in fs.

@@ -27,6 +27,10 @@ type gen struct {
 	// (some stale) end the rest (expire.go). 0: unlimited ticks, as
 	// the generator drew before chunked expiry existed.
 	chunk uint64
+	// prune: with chunk, ticks prune at most this many records
+	// (prune.go). 0: unlimited, as the generator drew before chunked
+	// pruning existed.
+	prune uint64
 	// meta: renewals and heartbeat items sometimes carry metadata
 	// (renewmeta.go), some past the limits, some on bound leases. Off,
 	// the generator draws exactly what it drew before they existed.
@@ -219,10 +223,10 @@ func (g *gen) command() fsm.Command {
 		}
 		if g.full && g.r.IntN(10) == 0 {
 			// A duplicate or a jump: both are ignored.
-			return &fsm.Tick{Tick: g.tick + uint64(g.r.IntN(2))*2, WallMS: wall, PeriodMS: periodMS, RetainTicks: genRetain, ExpireMax: g.chunk}
+			return &fsm.Tick{Tick: g.tick + uint64(g.r.IntN(2))*2, WallMS: wall, PeriodMS: periodMS, RetainTicks: genRetain, ExpireMax: g.chunk, PruneMax: g.prune}
 		}
 		g.tick++
-		return &fsm.Tick{Tick: g.tick, WallMS: int64(g.tick) * periodMS, PeriodMS: periodMS, RetainTicks: genRetain, ExpireMax: g.chunk}
+		return &fsm.Tick{Tick: g.tick, WallMS: int64(g.tick) * periodMS, PeriodMS: periodMS, RetainTicks: genRetain, ExpireMax: g.chunk, PruneMax: g.prune}
 	}
 }
 

@@ -302,7 +302,7 @@ func (r *rebaser) install(index uint64, recs []keyRec) {
 	f.index, f.tick, f.periodMS, f.wallMS, f.fence = n.index, n.tick, n.periodMS, n.wallMS, n.fence
 	f.leases, f.sessions, f.keys, f.idem, f.waiting = n.leases, n.sessions, n.keys, n.idem, n.waiting
 	f.order, f.sessIDs, f.holders, f.buckets, f.prune = n.order, n.sessIDs, n.holders, n.buckets, n.prune
-	f.backlog = n.backlog
+	f.backlog, f.pruneSorted = n.backlog, 0
 	f.members, f.active, f.sessOpen = n.members, n.active, n.sessOpen
 	f.holderWaits, f.keyIdx = n.holderWaits, n.keyIdx
 	f.groups, f.groupWaits = n.groups, n.groupWaits

@@ -8,7 +8,8 @@ import "slices"
 // timeouts, lock-delay ends, then pruning of terminal records. With
 // ExpireMax set it does at most that many and leaves the rest in the
 // backlog for Expire entries (expire.go); what an earlier tick left there
-// comes first in the same order.
+// comes first in the same order. With PruneMax set it prunes at most that
+// many records (prune.go) and leaves the rest to the next ticks.
 func (f *FSM) applyTick(c *Tick) {
 	if c.Tick != f.tick+1 {
 		return // a duplicate or stale tick: time never moves by more than one
@@ -31,11 +32,18 @@ func (f *FSM) applyTick(c *Tick) {
 	sortTimers(due)
 	f.backlog = mergeTimers(f.backlog, due)
 	f.expireDue(c.ExpireMax, c.WallMS, false)
-	if c.RetainTicks > 0 {
-		f.pruneBefore(c.RetainTicks)
-	}
-	if c.RetainMax > 0 {
-		f.pruneOver(c.RetainMax)
+	if c.PruneMax > 0 {
+		left := f.pruneBeforeN(c.RetainTicks, c.PruneMax)
+		if c.RetainMax > 0 {
+			f.pruneOverN(c.RetainMax, left)
+		}
+	} else {
+		if c.RetainTicks > 0 {
+			f.pruneBefore(c.RetainTicks)
+		}
+		if c.RetainMax > 0 {
+			f.pruneOver(c.RetainMax)
+		}
 	}
 	f.dropStaleStage()
 }
@@ -105,6 +113,7 @@ func (e *expiry) pruneBefore(retain uint64) {
 	}
 	if n > 0 {
 		e.prune = e.prune[n:]
+		e.pruneSorted = 0
 	}
 }
 
@@ -126,6 +135,7 @@ func (e *expiry) pruneOver(max uint64) {
 	}
 	clear(e.prune[:n])
 	e.prune = e.prune[n:]
+	e.pruneSorted = 0
 }
 
 func (e *expiry) pruneOne(p pruneItem) {
@@ -154,8 +164,8 @@ func (lb *leaseBook) pruneLease(id string) {
 	if ks := lb.keys.Get(l.Key); ks != nil {
 		if m := ks.more; m != nil && len(m.stolen) > 0 {
 			if m.stolen[0] == l.ID {
-				// Leases are pruned in the order they ended, which
-				// is the order they were stolen in.
+				// Leases are pruned in about the order they
+				// ended, which is the order they were stolen in.
 				m.stolen[0] = ""
 				m.stolen = m.stolen[1:]
 			} else {

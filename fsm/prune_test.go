@@ -1,0 +1,158 @@
+package fsm_test
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// pruneLog is a log in which many records end in one tick, in an order
+// that is not their ids' (expiries in chunks, releases in descending id
+// order between them, a session released and one expired), and later ticks
+// prune them at most pruneMax a tick, by age (RetainTicks) and by count
+// (RetainMax), while writes go on ending more.
+func pruneLog(t *testing.T, pruneMax uint64) (log [][]byte, ids []string) {
+	const expireMax, retain, retainMax = 5, 4, 40
+	tick := uint64(0)
+	add := func(c fsm.Command) { log = append(log, mustEncode(t, c)) }
+	nextTick := func() {
+		tick++
+		add(&fsm.Tick{Tick: tick, WallMS: int64(tick) * periodMS, PeriodMS: periodMS, RetainTicks: retain,
+			RetainMax: retainMax, ExpireMax: expireMax, PruneMax: pruneMax})
+	}
+	id := func(i int) string { h := fsm.HashOf(fmt.Sprint(i)); return fmt.Sprintf("L%x", h[:4]) }
+	nextTick()
+	add(session("Sa", "ha", 3))
+	add(session("Sb", "hb", 3))
+	var b fsm.Batch
+	for i := range 160 {
+		var a *fsm.Acquire
+		switch {
+		case i < 20:
+			a = bound(id(i), fmt.Sprintf("s/%d", i), "Sa")
+		case i < 40:
+			a = bound(id(i), fmt.Sprintf("s/%d", i), "Sb")
+		case i < 90:
+			a = withLimit(acq(id(i), "sem", "h", 3), 60)
+		default:
+			a = withDelay(acq(id(i), fmt.Sprintf("k/%d", i), "h", 3), 1)
+		}
+		ids = append(ids, a.LeaseID)
+		b.Commands = append(b.Commands, a)
+		if len(b.Commands) == 40 {
+			add(&b)
+			b = fsm.Batch{}
+		}
+	}
+	// Up to the tick they are due at, then: an Expire, releases in
+	// descending order, the end of session Sb, and Expires again.
+	for range 5 {
+		nextTick()
+	}
+	add(&fsm.Expire{Tick: tick, WallMS: 1, Max: expireMax})
+	var rel fsm.Batch
+	for i := 159; i >= 130; i-- {
+		rel.Commands = append(rel.Commands, release(id(i)))
+	}
+	add(&rel)
+	add(&fsm.SessionEnd{SessionID: "Sb", TokenHash: tok("Sb"), WallMS: 5})
+	for range 40 {
+		add(&fsm.Expire{Tick: tick, WallMS: 1, Max: expireMax})
+	}
+	// Ticks prune, writes end a lease in each.
+	for i := range 90 {
+		nextTick()
+		w := fmt.Sprintf("W%02d", i)
+		add(&fsm.Batch{Commands: []fsm.Command{acq(w, "w/"+w, "hw", 3), release(w)}})
+		ids = append(ids, w)
+	}
+	return log, ids
+}
+
+// TestPruneChunkedDeterminism: a replica that applies the log and one
+// restored from a snapshot taken after any of its entries prune the same
+// records in the same entries (their snapshots are equal after each
+// entry), and a tick prunes no more than its PruneMax.
+func TestPruneChunkedDeterminism(t *testing.T) {
+	const pruneMax = 3
+	log, ids := pruneLog(t, pruneMax)
+	a := newReplica(t)
+	snaps := make([][]byte, len(log))
+	kept := func(f *fsm.FSM) int {
+		n := 0
+		for _, id := range ids {
+			if f.Lease(id) != nil {
+				n++
+			}
+		}
+		return n
+	}
+	pruned, pruning, full := 0, 0, 0
+	for i, e := range log {
+		before := kept(a.f)
+		a.apply(uint64(i+1), e)
+		snaps[i] = snapshotBytes(t, a.f)
+		if n := before - kept(a.f); n > 0 {
+			if n > pruneMax {
+				t.Fatalf("entry %d pruned %d leases, over its bound %d", i+1, n, pruneMax)
+			}
+			pruned += n
+			pruning++
+			if n == pruneMax {
+				full++
+			}
+		}
+	}
+	if pruned < 150 || full < 20 {
+		t.Fatalf("%d leases pruned in %d entries, %d of them full: the log does not exercise chunked pruning", pruned, pruning, full)
+	}
+	for at := range log {
+		c := newReplica(t)
+		if err := c.f.Restore(bytes.NewReader(snaps[at])); err != nil {
+			t.Fatalf("restore after entry %d: %v", at+1, err)
+		}
+		for i := at + 1; i < len(log); i++ {
+			index := uint64(i + 1)
+			c.apply(index, log[i])
+			if c.trace[index] != a.trace[index] {
+				t.Fatalf("restored after entry %d, entry %d differs:\n%s\n%s", at+1, index, c.trace[index], a.trace[index])
+			}
+			if !bytes.Equal(snapshotBytes(t, c.f), snaps[i]) {
+				t.Fatalf("restored after entry %d: state after entry %d differs", at+1, index)
+			}
+		}
+	}
+}
+
+// TestPrunedTickEncoding: a tick with a prune limit is a limited tick's
+// bytes followed by the limit, under a type of its own; a limit of 0, a
+// version-3 entry of the type and a version-1 tick with the limit are
+// refused, and so is encoding a prune limit without an expiry limit.
+func TestPrunedTickEncoding(t *testing.T) {
+	c := &fsm.Tick{Tick: 7, WallMS: 9, PeriodMS: 100, RetainTicks: 3, RetainMax: 4, ExpireMax: 4096, PruneMax: 300}
+	if got := roundTrip(t, c); jsonOf(t, got) != jsonOf(t, c) {
+		t.Fatalf("%s, want %s", jsonOf(t, got), jsonOf(t, c))
+	}
+	limited := mustEncode(t, &fsm.Tick{Tick: 7, ExpireMax: 1})
+	pruned := mustEncode(t, &fsm.Tick{Tick: 7, ExpireMax: 1, PruneMax: 2})
+	if pruned[1] != byte(fsm.TypeTickPruned) || !bytes.Equal(pruned[2:len(pruned)-1], limited[2:]) || pruned[len(pruned)-1] != 2 {
+		t.Fatalf("pruned tick % x, limited % x", pruned, limited)
+	}
+	v3 := bytes.Clone(pruned)
+	v3[0] = 3
+	for _, bad := range [][]byte{
+		append(pruned[:len(pruned)-1:len(pruned)-1], 0),
+		pruned[: len(pruned)-1 : len(pruned)-1],
+		v3,
+		append([]byte{1, byte(fsm.TypeTick)}, `{"tick":7,"prune_max":2}`...),
+	} {
+		if c, err := fsm.Decode(bad); err == nil {
+			t.Errorf("% x decoded as %#v", bad, c)
+		}
+	}
+	if _, err := fsm.Encode(&fsm.Tick{Tick: 7, PruneMax: 2}); err == nil {
+		t.Error("a prune limit without an expiry limit encoded")
+	}
+}
