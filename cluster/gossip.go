@@ -47,6 +47,7 @@ type Meta struct {
 	LeaseGroups   bool   `json:"groups,omitempty"` // reads lease group entries and snapshots with groups
 	SessionMeta   bool   `json:"smeta,omitempty"`  // reads session heartbeats with metadata
 	RestoreBounds bool   `json:"rbound,omitempty"` // reads restore commits with limits and a fence floor
+	ChunkedPrune  bool   `json:"cprune,omitempty"` // reads ticks with a prune limit (fsm.TypeTickPruned)
 }
 
 // PeerStats is a server's view of Raft, carried in gossip ping acks.

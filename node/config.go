@@ -169,8 +169,9 @@ type Config struct {
 	MaxWaitersPerKey    int
 	MaxWaitersPerHolder int
 	// MaxRetained bounds the ended leases and sessions kept for Retention:
-	// beyond it the ones that ended first are pruned early (whole ticks at
-	// a time), so churn cannot grow memory and snapshots without limit.
+	// beyond it the ones that ended first are pruned early (at most a
+	// chunk a tick, and never those of the current tick), so churn cannot
+	// grow memory and snapshots without limit.
 	// It travels in the leader's ticks. Default 1,000,000.
 	MaxRetained int
 	// MaxEventStreams bounds the event subscriptions open on this node at

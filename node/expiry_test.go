@@ -119,6 +119,25 @@ func TestChunkedExpiryWaitsForEveryServer(t *testing.T) {
 	}
 }
 
+// TestChunkedPruneWaitsForEveryServer: ticks carry a prune limit (a new
+// entry type) only once every other server of the configuration reads
+// them, and only with an expiry limit, which that type carries too.
+func TestChunkedPruneWaitsForEveryServer(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.expireChunk = 20
+	cfg.olderPeer = true // nothing recorded in the state (features.go): pruneOK alone decides
+	n0 := openNode(t, cfg)
+	if n0.tk.pruneOK.Store(false); n0.tk.tickPrune(20) != 0 {
+		t.Fatalf("prune limit %d before every server reads it, want 0 (the tick prunes all that is due)", n0.tk.tickPrune(20))
+	}
+	if n0.tk.pruneOK.Store(true); n0.tk.tickPrune(20) != 20 {
+		t.Fatalf("prune limit %d once every server reads it, want 20", n0.tk.tickPrune(20))
+	}
+	if got := n0.tk.tickPrune(0); got != 0 {
+		t.Fatalf("prune limit %d on a tick without an expiry limit, want 0", got)
+	}
+}
+
 // TestUnchunkedExpiryWithAnOlderServer: while a server of the
 // configuration does not read limited ticks and Expire entries, the
 // leader's ticks are unlimited and it proposes no Expire entry: a storm

@@ -27,6 +27,7 @@ var featureFlags = []struct {
 	{fsm.FeatureChunkedExpiry, func(p cluster.Peer) bool { return p.ChunkedExpiry }},
 	{fsm.FeatureRestoreLog, func(p cluster.Peer) bool { return p.RestoreLog }},
 	{fsm.FeatureRestoreBounds, func(p cluster.Peer) bool { return p.RestoreBounds }},
+	{fsm.FeatureChunkedPrune, func(p cluster.Peer) bool { return p.ChunkedPrune }},
 }
 
 // recorded reports whether the state this server applied records feature

@@ -67,7 +67,8 @@ func (r replicatedID) ProposeClusterID(ctx context.Context, id string) error {
 // address, its version and the features it reads.
 func (n *Node) gossipMeta() cluster.Meta {
 	return cluster.Meta{HTTP: n.cfg.HTTPAddr, Version: n.cfg.version(), SealCheck: true, ChunkedExpiry: true, RestoreLog: true, EntryCRC: true, Features: true,
-		RenewMeta: true, GrantKey: n.gk.pubB64, LeaseGroups: true, SessionMeta: true, RestoreBounds: true}
+		RenewMeta: true, GrantKey: n.gk.pubB64, LeaseGroups: true, SessionMeta: true, RestoreBounds: true,
+		ChunkedPrune: true}
 }
 
 // gossipResources is this server's disk and memory as ping acks carry them.

@@ -28,6 +28,9 @@ type ticker struct {
 	// chunkedOK: every server of the configuration applies limited ticks
 	// and Expire entries (updateChunkedExpiry), so ticks may be limited.
 	chunkedOK atomic.Bool
+	// pruneOK: every server of the configuration applies ticks with a
+	// prune limit (updateChunkedExpiry).
+	pruneOK atomic.Bool
 }
 
 // tickLoop is the cluster clock. It waits one period after gaining
@@ -83,9 +86,10 @@ func (tk *ticker) tickLoop(ctx context.Context, progress *cluster.Progress) {
 		tk.rep.mu.RLock()
 		next := tk.rep.f.Tick() + 1
 		tk.rep.mu.RUnlock()
+		expireMax := tk.tickChunk()
 		_, _, err := tk.propose(ctx, &fsm.Tick{Tick: next, WallMS: wallNow().UnixMilli(),
 			PeriodMS: period.Milliseconds(), RetainTicks: retain, RetainMax: uint64(tk.cfg.MaxRetained),
-			ExpireMax: tk.tickChunk()})
+			ExpireMax: expireMax, PruneMax: tk.tickPrune(expireMax)})
 		if ctx.Err() != nil {
 			return
 		}
@@ -130,11 +134,23 @@ func (tk *ticker) tickChunk() uint64 {
 	return tk.chunk()
 }
 
+// tickPrune is the PruneMax of the next tick, whose ExpireMax is
+// expireMax: the chunk once every server of the configuration reads ticks
+// with a prune limit (pruneOK), which carry an expiry limit too, else 0
+// (the tick prunes all that is due, in one entry).
+func (tk *ticker) tickPrune(expireMax uint64) uint64 {
+	if expireMax == 0 || !tk.pruneOK.Load() && !tk.recorded(fsm.FeatureChunkedPrune) {
+		return 0
+	}
+	return tk.chunk()
+}
+
 // updateChunkedExpiry records whether every server of the configuration
-// (ids) reads chunked expiry: recorded in the state, or every server but
-// this one announces ChunkedExpiry in gossip (features.go).
+// (ids) reads chunked expiry, and chunked pruning: recorded in the state,
+// or every server but this one announces it in gossip (features.go).
 func (tk *ticker) updateChunkedExpiry(ids []string) {
 	tk.chunkedOK.Store(tk.featureOK(fsm.FeatureChunkedExpiry, ids))
+	tk.pruneOK.Store(tk.featureOK(fsm.FeatureChunkedPrune, ids))
 }
 
 // expireDepth is how many Expire entries drainExpiry keeps in flight: the
