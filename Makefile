@@ -159,7 +159,8 @@ bench-scale-server: build
 # PPROF_PORT override the last three), SERVER_ARGS (extra server
 # flags), HEAP_OUT (save the filled server's heap profile there),
 # SERVER_LOG_OUT (save the server's log there), KEEP (1: keep the data
-# directory, to profile a restart by hand).
+# directory, to profile a restart by hand), RSS_STILL (3: how many
+# seconds in a row the RSS must not fall to count as settled).
 #
 # "After GC" is after a forced collection (pprof's heap?gc=1) and the RSS
 # no longer falling (at most 30 s): the server's GOGC=400 (relaxGC) would
@@ -224,8 +225,8 @@ rss_parts() { awk '/^RssAnon/ { a = $2 } /^RssFile/ { f = $2 } END { printf "ano
 
 # settled_rss waits for the RSS to stop falling (the collector and the
 # scavenger returning memory; an idle server returns its free heap after
-# a second without allocating), three seconds in a row, at most 30
-# seconds, and prints it in MiB.
+# a second without allocating), RSS_STILL (3) seconds in a row, at most
+# 30 seconds, and prints it in MiB.
 settled_rss() {
 	local prev cur i still=0
 	prev=$(rss_mib)
@@ -234,7 +235,7 @@ settled_rss() {
 		cur=$(rss_mib)
 		if ((cur >= prev - 2)); then
 			still=$((still + 1))
-			if ((still >= 3)); then break; fi
+			if ((still >= ${RSS_STILL:-3})); then break; fi
 		else
 			still=0
 		fi

@@ -605,22 +605,19 @@ func TestProcessSecretsNeverLeak(t *testing.T) {
 // lease could have expired: before the last successful renewal (as the
 // server recorded it, which is after it was sent) plus the TTL.
 func TestProcessHoldStopsChildWhenServerDies(t *testing.T) {
+	t.Parallel() // its own server and child process; mostly waiting on the TTL
 	s := newServer(t)
 	s.start()
 	c := s.client(t)
 	ctx := context.Background()
-	t.Setenv(helperEnv, "block")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	command := helperCommand(t, "block")
 	// A margin of 800 ms (TTL/10) between stopping the command and the
 	// lease's earliest expiry: room for a loaded machine.
 	const ttl = 8 * time.Second
 	var out, errb bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- holdRun(ctx, c, holdOptions{key: "hold-key", holder: "h", ttl: ttl, command: []string{exe},
+		done <- holdRun(ctx, c, holdOptions{key: "hold-key", holder: "h", ttl: ttl, command: command,
 			stdout: &out, stderr: &errb}, make(chan os.Signal))
 	}()
 	eventually(t, 10*time.Second, func() bool {

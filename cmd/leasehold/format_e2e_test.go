@@ -211,6 +211,7 @@ func dataFormat(t *testing.T, dataDir string) uint64 {
 // took the empty raft.db log for the whole history before: issue 21), and
 // the directory still serves every lease on this release afterwards.
 func TestPreviousReleaseRefusesThisDataDir(t *testing.T) {
+	t.Parallel() // its own servers and directories
 	prev := prevBinary(t)
 	s := newServer(t)
 	s.tickPeriod = "1s"
@@ -276,6 +277,7 @@ func runPrevOnDataDir(t *testing.T, s *server, bin string) {
 // an empty log, reported ready, took replication and panicked on entry
 // type 17 before: issue 21); back on this release it catches up.
 func TestPreviousReleaseRefusesAFollowersDataDir(t *testing.T) {
+	t.Parallel() // its own servers and directories
 	prev := prevBinary(t)
 	c := newCluster(t)
 	leader := c.waitFormed(c.nodes)
@@ -301,6 +303,7 @@ func TestPreviousReleaseRefusesAFollowersDataDir(t *testing.T) {
 // its last snapshot included; then, stopped, 'leasehold data migrate-log'
 // moves the log to wal/ with a backup, and the server serves them again.
 func TestUpgradeFromPreviousRelease(t *testing.T) {
+	t.Parallel() // its own servers and directories
 	b, err := os.ReadFile(prevLeases)
 	if err != nil {
 		t.Fatal(err)
@@ -344,6 +347,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 // refused while the server runs, and done once it is stopped, with a
 // backup; the server then serves every lease again on the other store.
 func TestRaftLogFlagAndMigrateLog(t *testing.T) {
+	t.Parallel() // its own servers and directories
 	s := newServer(t, "--raft-log", "wal")
 	s.start()
 	leases := acquireMany(t, s.client(t), "k", "h", 20)
@@ -497,6 +501,7 @@ func untarGz(path, dir string) error {
 // previous release) brings every lease back, to its holder, renewable
 // with its token, on a key another holder cannot take.
 func TestRollbackBySnapshot(t *testing.T) {
+	t.Parallel() // its own servers and directories
 	prev := prevBinary(t)
 	s := newServer(t)
 	s.start()

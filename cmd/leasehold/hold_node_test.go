@@ -51,6 +51,7 @@ func startTestNode(t *testing.T) (*client.Client, string) {
 // own copy of the deadline logic gave the first renewal a deadline already
 // past). On the client's keep-alive it renews first and runs the command.
 func TestHoldAfterWaitingLongerThanTTL(t *testing.T) {
+	t.Parallel() // a node of its own; mostly waiting on TTLs
 	c, _ := startTestNode(t)
 	ctx := context.Background()
 	blocker, err := c.Acquire(ctx, wire.AcquireRequest{Key: "K", Holder: "blocker", TTLMS: 30_000})
@@ -85,6 +86,7 @@ func TestHoldAfterWaitingLongerThanTTL(t *testing.T) {
 // past the session's TTL), runs the command with the fencing token, and
 // frees the key; --no-wait fails at once on a held key.
 func TestLockWaitsRunsAndReleases(t *testing.T) {
+	t.Parallel() // a node of its own; mostly waiting on TTLs
 	c, _ := startTestNode(t)
 	ctx := context.Background()
 	blocker, err := c.Acquire(ctx, wire.AcquireRequest{Key: "K", Holder: "blocker", TTLMS: 30_000})
@@ -136,6 +138,7 @@ func TestLockWaitsRunsAndReleases(t *testing.T) {
 // TestKeepAliveCommand keeps a lease alive past its TTL, then reports its
 // loss (exit 1) once an operator revokes it.
 func TestKeepAliveCommand(t *testing.T) {
+	t.Parallel() // a node of its own; mostly waiting on TTLs
 	c, url := startTestNode(t)
 	ctx := context.Background()
 	// A TTL that a loaded machine's late renewal does not lose (the
@@ -189,6 +192,7 @@ func TestKeepAliveCommand(t *testing.T) {
 // the session lives on; lock stops the command and exits 1 rather than let
 // it run while another holder can take the key.
 func TestLockStopsCommandOnRevoke(t *testing.T) {
+	t.Parallel() // a node of its own; mostly waiting on TTLs
 	c, _ := startTestNode(t)
 	ctx := context.Background()
 	var out, errb bytes.Buffer

@@ -23,11 +23,30 @@ import (
 )
 
 // helperEnv makes the test binary act as the command hold runs; see
-// TestMain.
-const helperEnv = "LEASEHOLD_TEST_HELPER"
+// TestMain. helperArg, as the first argument, does the same with the
+// helper's name as the second (helperCommand): that leaves the test's
+// environment alone, so the test may run in parallel.
+const (
+	helperEnv = "LEASEHOLD_TEST_HELPER"
+	helperArg = "leasehold-test-helper"
+)
+
+// helperCommand is the command line of the test binary acting as helper.
+func helperCommand(t *testing.T, helper string) []string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{exe, helperArg, helper}
+}
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(helperEnv) {
+	helper := os.Getenv(helperEnv)
+	if len(os.Args) == 3 && os.Args[1] == helperArg {
+		helper = os.Args[2]
+	}
+	switch helper {
 	case "":
 		os.Exit(m.Run())
 	case "exit3":
@@ -111,7 +130,6 @@ func renewFails(status int, code string) func() (int, string) {
 
 func startHold(t *testing.T, helper string, ttl time.Duration, renew func() (int, string)) (*fakeLeaseServer, *bytes.Buffer, chan os.Signal, <-chan error) {
 	t.Helper()
-	t.Setenv(helperEnv, helper)
 	f := &fakeLeaseServer{ttl: ttl, renew: renew, renewals: make(chan struct{}, 100), released: make(chan http.Header, 10)}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
@@ -122,13 +140,10 @@ func startHold(t *testing.T, helper string, ttl time.Duration, renew func() (int
 	var out, errb bytes.Buffer
 	sigs := make(chan os.Signal, 1)
 	done := make(chan error, 1)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	command := helperCommand(t, helper)
 	go func() {
 		done <- holdRun(context.Background(), c, holdOptions{
-			key: "k", holder: "h", ttl: ttl, command: []string{exe},
+			key: "k", holder: "h", ttl: ttl, command: command,
 			stdout: &out, stderr: &errb,
 		}, sigs)
 	}()
@@ -163,6 +178,7 @@ func exitCode(err error) int {
 }
 
 func TestHoldRunsCommandAndReleases(t *testing.T) {
+	t.Parallel() // a fake server and a child process of its own
 	ttl := 3 * time.Second
 	f, out, _, done := startHold(t, "exit3", ttl, renewOK(ttl))
 	err := waitDone(t, done, 10*time.Second)
@@ -185,6 +201,7 @@ func TestHoldRunsCommandAndReleases(t *testing.T) {
 }
 
 func TestHoldRenewsAndForwardsSignals(t *testing.T) {
+	t.Parallel() // a fake server and a child process of its own
 	ttl := 1500 * time.Millisecond
 	f, _, sigs, done := startHold(t, "block", ttl, renewOK(ttl))
 	// Renewals every TTL/3 keep the command running past its first
@@ -241,14 +258,17 @@ func holdStopsBeforeExpiry(t *testing.T, helper string, renew func() (int, strin
 const holdTestTTL = 8 * time.Second
 
 func TestHoldStopsCommandWhenRenewalsFail(t *testing.T) {
+	t.Parallel() // a fake server and a child process of its own
 	holdStopsBeforeExpiry(t, "block", renewFails(503, "NO_LEADER"), holdTestTTL)
 }
 
 func TestHoldKillsCommandThatIgnoresSIGTERM(t *testing.T) {
+	t.Parallel() // a fake server and a child process of its own
 	holdStopsBeforeExpiry(t, "ignore-term", renewFails(503, "NO_LEADER"), holdTestTTL)
 }
 
 func TestHoldStopsAtOnceWhenLeaseRevoked(t *testing.T) {
+	t.Parallel() // a fake server and a child process of its own
 	// The first renewal, at TTL/3, learns the lease is gone: no waiting for
 	// the deadline.
 	holdStopsBeforeExpiry(t, "block", renewFails(409, "LEASE_REVOKED"), holdTestTTL*3/4)

@@ -51,7 +51,10 @@ func loadUntil(s *server, prefix string, ttl time.Duration, max int, stop <-chan
 func TestClusterLostQuorumRecover(t *testing.T) {
 	t.Parallel()
 	for _, store := range []string{"boltdb", "wal"} {
-		t.Run(store, func(t *testing.T) { testLostQuorumRecover(t, store) })
+		t.Run(store, func(t *testing.T) {
+			t.Parallel() // a cluster of its own
+			testLostQuorumRecover(t, store)
+		})
 	}
 }
 

@@ -53,7 +53,10 @@ func readyWithin(t *testing.T, s *server, start time.Time, d time.Duration) time
 func TestClusterServerRenumbered(t *testing.T) {
 	t.Parallel()
 	for name, sig := range map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL} {
-		t.Run(name, func(t *testing.T) { testServerRenumbered(t, sig) })
+		t.Run(name, func(t *testing.T) {
+			t.Parallel() // a cluster of its own
+			testServerRenumbered(t, sig)
+		})
 	}
 }
 
