@@ -169,9 +169,11 @@ type Config struct {
 	MaxWaitersPerKey    int
 	MaxWaitersPerHolder int
 	// MaxRetained bounds the ended leases and sessions kept for Retention:
-	// beyond it the ones that ended first are pruned early (at most a
-	// chunk a tick, and never those of the current tick), so churn cannot
-	// grow memory and snapshots without limit.
+	// beyond it the ones that ended first are pruned early, so churn cannot
+	// grow memory and snapshots without limit. With chunked pruning a tick
+	// prunes at most a chunk (4,096: about 40,000 a second at the default
+	// period) and none of the current tick's: ends faster than that stay
+	// above the bound until pruning catches up.
 	// It travels in the leader's ticks. Default 1,000,000.
 	MaxRetained int
 	// MaxEventStreams bounds the event subscriptions open on this node at

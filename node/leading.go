@@ -128,6 +128,11 @@ func (lt *leaderTerm) run(ctx context.Context) {
 		lt.rep.mu.RUnlock()
 	}
 	lt.ready.Store(&leadership{ctx: ctx, term: term, canaryStuck: stuck})
+	// What an earlier term found of the servers' features may be stale (a
+	// server added since may not read limited ticks): until this term's
+	// first reconcile pass decides, ticks use only what the state records.
+	lt.tk.chunkedOK.Store(false)
+	lt.tk.pruneOK.Store(false)
 	go lt.rc.reconcileLoop(ctx)
 	go lt.sc.stateCheckLoop(ctx)
 	lt.tk.tickLoop(ctx, progress)
