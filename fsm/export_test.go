@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -136,4 +137,37 @@ func EncodeKeyRecord(k SnapKey) []byte {
 // MarkEnded records the end of l, a record the caller made.
 func MarkEnded(l *Lease, state State, reason string, tick uint64, wallMS int64) {
 	l.markEnded(state, reason, tick, wallMS)
+}
+
+// CheckPruneQueue reports an error unless f's prune queue lists, once
+// each, exactly the ended leases and sessions with the ticks they ended
+// at. An entry naming a record that is gone, active again or ended at
+// another tick would be dropped by pruning without pruning anything, and
+// the replicas whose queues hold it and those whose do not would cut
+// their chunks at different records.
+func CheckPruneQueue(f *FSM) error {
+	type item = pruneItem
+	want := map[item]int{}
+	for l := range f.leases.All() {
+		if l.Terminal() {
+			want[item{tick: l.EndedTick(), kind: kindLease, id: l.ID}]++
+		}
+	}
+	for _, s := range f.sessions {
+		if s.State != SessionActive {
+			want[item{tick: s.EndedTick, kind: kindSession, id: s.ID}]++
+		}
+	}
+	for i, p := range f.prune {
+		if want[p] == 0 {
+			return fmt.Errorf("prune queue entry %d (tick %d, kind %d, id %q) names no record ended at that tick, or names it twice", i, p.tick, p.kind, p.id)
+		}
+		want[p]--
+	}
+	for p, n := range want {
+		if n > 0 {
+			return fmt.Errorf("ended record (tick %d, kind %d, id %q) is not in the prune queue", p.tick, p.kind, p.id)
+		}
+	}
+	return nil
 }

@@ -12,16 +12,22 @@ import (
 // that is not their ids' (expiries in chunks, releases in descending id
 // order between them, a session released and one expired), and later ticks
 // prune them at most pruneMax a tick, by age (RetainTicks) and by count
-// (RetainMax), while writes go on ending more.
+// (RetainMax), while writes go on ending more, four leases a tick released
+// in descending id order. From the storm's tenth pruning tick on, every
+// fifth tick carries no prune limit (a leader whose configuration lost the
+// feature) and prunes all that is due, by age and count or (every other
+// one) by count only, in the middle of a tick's records that limited ticks
+// had begun to prune.
 func pruneLog(t *testing.T, pruneMax uint64) (log [][]byte, ids []string) {
 	const expireMax, retain, retainMax = 5, 4, 40
 	tick := uint64(0)
 	add := func(c fsm.Command) { log = append(log, mustEncode(t, c)) }
-	nextTick := func() {
+	nextTickMax := func(retain, retainMax, pruneMax uint64) {
 		tick++
 		add(&fsm.Tick{Tick: tick, WallMS: int64(tick) * periodMS, PeriodMS: periodMS, RetainTicks: retain,
 			RetainMax: retainMax, ExpireMax: expireMax, PruneMax: pruneMax})
 	}
+	nextTick := func() { nextTickMax(retain, retainMax, pruneMax) }
 	id := func(i int) string { h := fsm.HashOf(fmt.Sprint(i)); return fmt.Sprintf("L%x", h[:4]) }
 	nextTick()
 	add(session("Sa", "ha", 3))
@@ -61,12 +67,26 @@ func pruneLog(t *testing.T, pruneMax uint64) (log [][]byte, ids []string) {
 	for range 40 {
 		add(&fsm.Expire{Tick: tick, WallMS: 1, Max: expireMax})
 	}
-	// Ticks prune, writes end a lease in each.
+	// Ticks prune, writes end leases in each.
 	for i := range 90 {
-		nextTick()
-		w := fmt.Sprintf("W%02d", i)
-		add(&fsm.Batch{Commands: []fsm.Command{acq(w, "w/"+w, "hw", 3), release(w)}})
-		ids = append(ids, w)
+		switch {
+		case i >= 12 && i%10 == 4:
+			nextTickMax(retain, retainMax, 0)
+		case i >= 12 && i%10 == 7:
+			nextTickMax(0, 6, 0) // by count only
+		default:
+			nextTick()
+		}
+		var w fsm.Batch
+		for j := range 4 {
+			id := fmt.Sprintf("W%02d-%d", i, j)
+			w.Commands = append(w.Commands, acq(id, "w/"+id, "hw", 3))
+			ids = append(ids, id)
+		}
+		for j := 3; j >= 0; j-- {
+			w.Commands = append(w.Commands, release(fmt.Sprintf("W%02d-%d", i, j)))
+		}
+		add(&w)
 	}
 	return log, ids
 }
@@ -74,7 +94,9 @@ func pruneLog(t *testing.T, pruneMax uint64) (log [][]byte, ids []string) {
 // TestPruneChunkedDeterminism: a replica that applies the log and one
 // restored from a snapshot taken after any of its entries prune the same
 // records in the same entries (their snapshots are equal after each
-// entry), and a tick prunes no more than its PruneMax.
+// entry), a tick with a prune limit prunes no more records (leases and
+// sessions) than it, and the prune queue lists exactly the ended records,
+// with the ticks they ended at, after every entry on both replicas.
 func TestPruneChunkedDeterminism(t *testing.T) {
 	const pruneMax = 3
 	log, ids := pruneLog(t, pruneMax)
@@ -87,16 +109,30 @@ func TestPruneChunkedDeterminism(t *testing.T) {
 				n++
 			}
 		}
+		for _, id := range []string{"Sa", "Sb"} {
+			if f.Session(id) != nil {
+				n++
+			}
+		}
 		return n
 	}
-	pruned, pruning, full := 0, 0, 0
+	pruned, pruning, full, unlimited := 0, 0, 0, 0
 	for i, e := range log {
 		before := kept(a.f)
 		a.apply(uint64(i+1), e)
 		snaps[i] = snapshotBytes(t, a.f)
+		if err := fsm.CheckPruneQueue(a.f); err != nil {
+			t.Fatalf("after entry %d: %v", i+1, err)
+		}
 		if n := before - kept(a.f); n > 0 {
+			if c, err := fsm.Decode(e); err == nil {
+				if tk, ok := c.(*fsm.Tick); ok && tk.PruneMax == 0 {
+					unlimited++
+					continue
+				}
+			}
 			if n > pruneMax {
-				t.Fatalf("entry %d pruned %d leases, over its bound %d", i+1, n, pruneMax)
+				t.Fatalf("entry %d pruned %d records, over its bound %d", i+1, n, pruneMax)
 			}
 			pruned += n
 			pruning++
@@ -105,9 +141,11 @@ func TestPruneChunkedDeterminism(t *testing.T) {
 			}
 		}
 	}
-	if pruned < 150 || full < 20 {
-		t.Fatalf("%d leases pruned in %d entries, %d of them full: the log does not exercise chunked pruning", pruned, pruning, full)
+	if pruned < 150 || full < 20 || unlimited < 10 {
+		t.Fatalf("%d records pruned in %d limited entries, %d of them full, and %d unlimited ticks pruned some: the log does not exercise chunked pruning",
+			pruned, pruning, full, unlimited)
 	}
+	t.Logf("%d records pruned in %d limited entries, %d of them full; %d unlimited ticks pruned some", pruned, pruning, full, unlimited)
 	for at := range log {
 		c := newReplica(t)
 		if err := c.f.Restore(bytes.NewReader(snaps[at])); err != nil {
@@ -121,6 +159,9 @@ func TestPruneChunkedDeterminism(t *testing.T) {
 			}
 			if !bytes.Equal(snapshotBytes(t, c.f), snaps[i]) {
 				t.Fatalf("restored after entry %d: state after entry %d differs", at+1, index)
+			}
+			if err := fsm.CheckPruneQueue(c.f); err != nil {
+				t.Fatalf("restored after entry %d: after entry %d: %v", at+1, index, err)
 			}
 		}
 	}
