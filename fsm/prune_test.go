@@ -197,3 +197,71 @@ func TestPrunedTickEncoding(t *testing.T) {
 		t.Error("a prune limit without an expiry limit encoded")
 	}
 }
+
+// TestPruneCurrentTickOrder: a limited tick that prunes by count never
+// prunes a record that ended at its own tick, even when more ended in it
+// than are kept. Leases B, C and D expire in one tick that keeps 2 records
+// and prunes at most 1, and lease A0 is released later in that tick. Were
+// B pruned there, the replica that applied the log would list the rest of
+// the tick's records [C, D, A0] and one restored after the release
+// [A0, C, D], and the next tick would prune C on one and A0 on the other.
+// Instead the next tick prunes A0 (the tick's first record by id) on both.
+func TestPruneCurrentTickOrder(t *testing.T) {
+	a := newReplica(t)
+	var log, snaps [][]byte
+	add := func(c fsm.Command) {
+		log = append(log, mustEncode(t, c))
+		a.apply(uint64(len(log)), log[len(log)-1])
+		snaps = append(snaps, snapshotBytes(t, a.f))
+	}
+	tick := uint64(0)
+	nextTick := func() {
+		tick++
+		add(&fsm.Tick{Tick: tick, WallMS: int64(tick) * periodMS, PeriodMS: periodMS,
+			RetainMax: 2, ExpireMax: 100, PruneMax: 1})
+	}
+	// ended reports whether lease id ended at tick.
+	ended := func(id string) bool {
+		l := a.f.Lease(id)
+		return l != nil && l.Terminal() && l.EndedTick() == tick
+	}
+	nextTick()
+	add(&fsm.Batch{Commands: []fsm.Command{acq("D", "k/D", "h", 3), acq("C", "k/C", "h", 3),
+		acq("B", "k/B", "h", 3), acq("A0", "k/A0", "h", 30)}})
+	for !ended("D") {
+		if tick > 20 {
+			t.Fatal("lease D never expired")
+		}
+		nextTick()
+	}
+	expired := ended("B") && ended("C") && ended("D")
+	active := a.f.Lease("A0") != nil && !a.f.Lease("A0").Terminal()
+	add(release("A0"))
+	released := ended("A0")
+	nextTick()
+	pruned := [4]bool{}
+	for i, id := range []string{"A0", "B", "C", "D"} {
+		pruned[i] = a.f.Lease(id) == nil
+	}
+	nextTick()
+	nextTick()
+	for at := range log {
+		c := newReplica(t)
+		if err := c.f.Restore(bytes.NewReader(snaps[at])); err != nil {
+			t.Fatalf("restore after entry %d: %v", at+1, err)
+		}
+		for i := at + 1; i < len(log); i++ {
+			c.apply(uint64(i+1), log[i])
+			if !bytes.Equal(snapshotBytes(t, c.f), snaps[i]) {
+				t.Fatalf("restored after entry %d: state after entry %d differs", at+1, i+1)
+			}
+		}
+	}
+	if !expired || !active || !released {
+		t.Fatalf("B, C and D expired and kept at the tick D expired: %v; A0 active then: %v; released in that tick: %v",
+			expired, active, released)
+	}
+	if pruned != [4]bool{true, false, false, false} {
+		t.Fatalf("next tick pruned (A0, B, C, D) %v, want only A0", pruned)
+	}
+}
