@@ -242,15 +242,19 @@ func TestRenewalsOfAnEntryShareTheNext(t *testing.T) {
 		// Both renewals in one entry: queued (by hand, in order) while
 		// the entry before them is applied, which the replica's lock
 		// holds up.
+		// The acquire is queued by hand too, before them: proposed from a
+		// goroutine it could reach the queue after them, and its entry then
+		// came between the two renewals' and the next.
 		n.rep.mu.Lock()
-		before := propose(acquire(fmt.Sprintf("ls_x%d", try)))
+		before := newProposal(ctx, acquire(fmt.Sprintf("ls_x%d", try)))
+		n.gc.propCh <- before
 		waitFor(t, 10*time.Second, func() bool { return len(n.gc.propCh) == 0 })
 		pa, pb := newProposal(ctx, renew("ls_a")), newProposal(ctx, renew("ls_b"))
 		n.gc.propCh <- pa
 		n.gc.propCh <- pb
 		n.rep.mu.Unlock()
-		if o := <-before; o.err != nil {
-			t.Fatalf("acquire: %v", o.err)
+		if r := <-before.done; cmp.Or(r.err, errOf(r.res)) != nil {
+			t.Fatalf("acquire: %v", cmp.Or(r.err, errOf(r.res)))
 		}
 		ra, rb := <-pa.done, <-pb.done
 		oa, ob := out{ra.index, cmp.Or(ra.err, errOf(ra.res))}, out{rb.index, cmp.Or(rb.err, errOf(rb.res))}
