@@ -67,6 +67,15 @@ func newBody(version byte, t Type) Command {
 	return bodies[t].new()
 }
 
+// newerType reports whether type t, for which newBody returned nil, was
+// written by a newer release (ErrUnknownType): a type after every type
+// this release knows, in a checked entry. Otherwise the entry is damaged
+// (a type never used, a type in an entry of a version that never carries
+// it, a type byte without a checksum to vouch for it).
+func newerType(version byte, t Type) bool {
+	return version == VersionChecked && int(t) >= len(bodies)
+}
+
 // encodeBinary returns the version-2 entry of c.
 func encodeBinary(c Command) ([]byte, error) {
 	if c == nil {
@@ -86,10 +95,14 @@ func encodeBinary(c Command) ([]byte, error) {
 	return e.b, nil
 }
 
-// decodeBinary parses the body of a binary (version 2 or 3) entry of type t.
+// decodeBinary parses the body of a binary entry of type t: of version 2,
+// 3 or 4, or VersionChecked for a version-4 body whose checksum held.
 func decodeBinary(version byte, t Type, in []byte) (Command, error) {
 	c := newBody(version, t)
 	if c == nil {
+		if newerType(version, t) {
+			return nil, fmt.Errorf("%w: type %d", ErrUnknownType, t)
+		}
 		return nil, fmt.Errorf("fsm: unknown command type %d", t)
 	}
 	d := dec{b: in, size: len(in), version: version}

@@ -38,7 +38,11 @@ func (c *Batch) fields(f fields) {
 			return
 		case f.d != nil:
 			if sub = newBody(f.d.version, t); sub == nil {
-				f.d.fail(fmt.Sprintf("unknown command type %d", t))
+				if newerType(f.d.version, t) {
+					f.d.failWith(fmt.Errorf("%w: type %d", ErrUnknownType, t))
+				} else {
+					f.d.fail(fmt.Sprintf("unknown command type %d", t))
+				}
 				return
 			}
 			c.Commands[i] = sub

@@ -103,6 +103,15 @@ func (d *dec) fail(what string) {
 	d.b = nil
 }
 
+// failWith fails the decoding with err (wrapped, so that errors.Is sees
+// it) and the offset.
+func (d *dec) failWith(err error) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w at byte %d", err, d.size-len(d.b))
+	}
+	d.b = nil
+}
+
 // take returns the next n bytes (n <= len(d.b) is checked).
 func (d *dec) take(n int) []byte {
 	if n > len(d.b) {

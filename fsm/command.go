@@ -336,6 +336,14 @@ func EncodeChecked(c Command) ([]byte, error) {
 // not match its bytes.
 var ErrChecksum = errors.New("fsm: entry checksum mismatch (the entry's bytes changed after it was written)")
 
+// ErrUnknownType is the error Decode wraps for a checked entry (its
+// checksum holds), or a command in its batch, of a type after every type
+// this release knows: a newer release wrote it, once every server had
+// announced the feature that brought the type (and entry checksums before
+// it). The server needs a newer binary; its log is not damaged. An
+// unknown type in an entry without a checksum is damage, not this error.
+var ErrUnknownType = errors.New("fsm: command type unknown to this release (written by a newer release)")
+
 // VerifyChecksum checks the checksum of a VersionChecked entry (ErrChecksum
 // when it does not match its bytes); entries of earlier versions carry none
 // and pass.
@@ -366,7 +374,7 @@ func Decode(b []byte) (Command, error) {
 		if err := VerifyChecksum(b); err != nil && !canaryNoGuard {
 			return nil, err
 		}
-		return decodeBinary(versionBounds, Type(b[1]), b[2:len(b)-4])
+		return decodeBinary(VersionChecked, Type(b[1]), b[2:len(b)-4]) // a version-4 body
 	case versionBinary, versionQuota, versionBounds:
 		return decodeBinary(b[0], Type(b[1]), b[2:])
 	case versionJSON:

@@ -112,12 +112,13 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 		last = l.Index
 		if l.Type == raft.LogCommand {
 			if r.broken.Load() != nil {
-				out[i] = []fsm.Result{{Err: fsm.Errorf(wire.CodeInternal, "this server stopped applying at a damaged log entry")}}
+				out[i] = []fsm.Result{{Err: fsm.Errorf(wire.CodeInternal, "this server stopped applying at a log entry it cannot apply")}}
 				continue
 			}
 			cmd, err := fsm.Decode(l.Data)
 			if err != nil {
-				// Damaged or from a newer version: applying on would diverge.
+				// Damaged or from a newer release (fsm.ErrUnknownType):
+				// applying on would diverge.
 				msg := r.stop(l.Index, "does not decode", err)
 				out[i] = []fsm.Result{{Err: fsm.Errorf(wire.CodeInternal, "%s", msg)}}
 				continue
@@ -186,11 +187,17 @@ func (r *replica) ApplyBatch(logs []*raft.Log) []any {
 // is wrong with it, err why) and stops this server: it panics, or with a
 // test's corrupt hook reports it and returns the message. Nothing is
 // applied after it (ApplyBatch refuses every later command), and ReadyErr
-// reports the message. Safe to call from any goroutine; the first call
-// wins the message.
+// reports the message, which says what to do: upgrade the binary for an
+// entry of a newer release (fsm.ErrUnknownType), else wipe or restore.
+// Safe to call from any goroutine; the first call wins the message.
 func (r *replica) stop(index uint64, what string, err error) string {
-	msg := fmt.Sprintf("leasehold: committed log entry %d %s: %v; this server stops "+
-		"(its log is damaged: wipe its data directory and let it rejoin, or restore it from a backup)", index, what, err)
+	advice := "its log is damaged: wipe its data directory and let it rejoin, or restore it from a backup"
+	if errors.Is(err, fsm.ErrUnknownType) {
+		// Wiped, it would rejoin and stop at the same entry.
+		advice = "the entry was written by a newer release: upgrade this server's binary and restart it; " +
+			"do not wipe its data directory, its log is not damaged"
+	}
+	msg := fmt.Sprintf("leasehold: committed log entry %d %s: %v; this server stops (%s)", index, what, err, advice)
 	if !r.broken.CompareAndSwap(nil, &msg) {
 		msg = *r.broken.Load()
 	}

@@ -2,8 +2,11 @@ package node
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -76,5 +79,55 @@ func TestStaleSnapshotRefusal(t *testing.T) {
 	}
 	if got := r.applied.Load(); got != 20 {
 		t.Fatalf("applied %d after installing, want 20", got)
+	}
+}
+
+// TestStopMessageNewerEntry: a committed entry of a type this release
+// does not know stops the server with advice to upgrade its binary, not
+// to wipe it (wiped, it would rejoin and stop at the same entry); a
+// damaged entry keeps the advice to wipe or restore. Later commands are
+// refused either way.
+func TestStopMessageNewerEntry(t *testing.T) {
+	const upgrade, wipe = "written by a newer release: upgrade this server's binary", "wipe its data directory and let it rejoin"
+	entry := func(typ byte) []byte {
+		b, err := fsm.EncodeChecked(&fsm.CancelWait{LeaseID: "x", Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[1] = typ
+		// The checksum is of every byte before it: recompute it.
+		return binary.LittleEndian.AppendUint32(b[:len(b)-4], crc32.Checksum(b[:len(b)-4], crc32.MakeTable(crc32.Castagnoli)))
+	}
+	rotten := entry(byte(fsm.TypeCancelWait))
+	rotten[3] ^= 1
+	for _, tc := range []struct {
+		name      string
+		data      []byte
+		is        error
+		want, not string
+	}{
+		{"newer type", entry(0xff), fsm.ErrUnknownType, upgrade, wipe},
+		{"damaged", rotten, fsm.ErrChecksum, wipe, upgrade},
+	} {
+		r := newReplica(newHub(100), newCounters(), nil)
+		var stopErr error
+		r.corrupt = func(index uint64, err error) { stopErr = err }
+		res := r.ApplyBatch([]*raft.Log{{Index: 7, Type: raft.LogCommand, Data: tc.data}})
+		rs, ok := res[0].([]fsm.Result)
+		if !ok || rs[0].Err == nil {
+			t.Fatalf("%s: applied: %+v", tc.name, res[0])
+		}
+		msg := rs[0].Err.Error()
+		if !errors.Is(stopErr, tc.is) || !strings.Contains(msg, "committed log entry 7") ||
+			!strings.Contains(msg, tc.want) || strings.Contains(msg, tc.not) {
+			t.Errorf("%s: stopped with %v: %q; want %q and not %q", tc.name, stopErr, msg, tc.want, tc.not)
+		}
+		if b := r.broken.Load(); b == nil || !strings.Contains(msg, *b) {
+			t.Errorf("%s: broken = %v, want the message", tc.name, b)
+		}
+		later := r.ApplyBatch([]*raft.Log{{Index: 8, Type: raft.LogCommand, Data: entry(byte(fsm.TypeCancelWait))}})
+		if rs, ok := later[0].([]fsm.Result); !ok || rs[0].Err == nil {
+			t.Errorf("%s: a later command applied: %+v", tc.name, later[0])
+		}
 	}
 }
