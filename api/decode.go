@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/wire"
@@ -34,7 +35,14 @@ func (s *core) decodeBody(w http.ResponseWriter, r *http.Request, v any, optiona
 	}
 	// Read whole (it is at most s.maxBody bytes): encoding/json would
 	// silently turn invalid UTF-8 in a string into U+FFFD.
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	buf := bodyBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledBody {
+			bodyBufs.Put(buf)
+		}
+	}()
+	b, err := readAll((*buf)[:0], http.MaxBytesReader(w, r.Body, s.maxBody))
+	*buf = b[:0]
 	if err != nil {
 		if r.ContentLength > s.maxBody {
 			return payloadTooLarge(s.maxBody)
@@ -70,6 +78,30 @@ func (s *core) decodeBody(w http.ResponseWriter, r *http.Request, v any, optiona
 }
 
 var errTrailingData = errors.New("data after the request object")
+
+// bodyBufs are decodeBody's read buffers: nothing decoded keeps a reference
+// to one (encoding/json's decoder copies what it reads), so each goes back
+// for the next request; one grown past maxPooledBody is dropped.
+var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooledBody = 16 << 10
+
+// readAll is io.ReadAll appending to b.
+func readAll(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow
+		}
+	}
+}
 
 // invalidUTF8 is the 400 for a body that is not UTF-8.
 func invalidUTF8(b []byte) *wire.Error {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/leasehold/leasehold/wire"
 )
@@ -97,6 +98,25 @@ var leaseAnswers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return
 // large metadata makes a large one).
 const maxPooledAnswer = 4 << 10
 
+// contentLengths are the Content-Length values of answers up to
+// maxPooledAnswer bytes, each made once, on first use, and shared (nothing
+// changes a header value in place).
+var contentLengths [maxPooledAnswer + 1]atomic.Pointer[[]string]
+
+// contentLength is the Content-Length header value of n bytes.
+func contentLength(n int) []string {
+	if n > maxPooledAnswer {
+		return []string{strconv.Itoa(n)}
+	}
+	if v := contentLengths[n].Load(); v != nil {
+		return *v
+	}
+	v := []string{strconv.Itoa(n)}
+	v = v[:1:1]
+	contentLengths[n].Store(&v)
+	return v
+}
+
 // writeJSON answers with v encoded as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	var (
@@ -125,7 +145,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	// when it writes it, and nothing here changes a value in place).
 	h["Content-Type"] = headerJSON
 	h["Cache-Control"] = headerNoStore
-	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	h["Content-Length"] = contentLength(len(b))
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 	if buf != nil && cap(b) <= maxPooledAnswer {

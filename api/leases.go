@@ -61,6 +61,7 @@ func (s *leaseAPI) acquire(w http.ResponseWriter, r *http.Request, _ httprouter.
 // usual bound (the node refuses more than its MaxWait).
 func (s *core) waitDeadline(w http.ResponseWriter, waitMS int64) {
 	s.writeDeadline(w, time.Duration(min(max(waitMS, 0), 24*3600*1000))*time.Millisecond)
+	decideDeadline(w)
 }
 
 // writeCreated answers a create: 201 with the new resource's Location, or
@@ -175,10 +176,19 @@ type renewBody struct {
 // body {"ttl_ms", "metadata"} (ttl_ms absent: keep the lease's TTL;
 // metadata absent or null: keep its metadata; {}: clear it).
 func (s *leaseAPI) renew(w http.ResponseWriter, r *http.Request, ps httprouter.Params) error {
-	var b renewBody
-	tw, err := s.startRenew(w, r, ps, leaseTarget, &b)
+	// Most renewals have no body: a body's fields are decoded into one
+	// made for it (decodeBody does not touch v without a body).
+	var bp *renewBody
+	if r.Body != nil && r.Body != http.NoBody {
+		bp = new(renewBody)
+	}
+	tw, err := s.startRenew(w, r, ps, leaseTarget, bp)
 	if err != nil {
 		return err
+	}
+	var b renewBody
+	if bp != nil {
+		b = *bp
 	}
 	lease, err := s.n.Renew(r.Context(), wire.RenewRequest{LeaseID: tw.sent, Token: tw.token, TTLMS: b.TTLMS, Metadata: b.Metadata, Grant: b.Grant})
 	return tw.answer(w, lease, err)
@@ -243,8 +253,15 @@ func (s *core) startRelease(w http.ResponseWriter, r *http.Request, ps httproute
 // sendID sets tw's id from the path and the id the write is sent with.
 func (s *core) sendID(r *http.Request, ps httprouter.Params, t target, tw *tokenWrite) error {
 	tw.id = ps.ByName("id")
+	a := accessOf(r)
+	if a == nil {
+		// Not a scoped token's: the id is sent as it is (writeLease,
+		// writeGroup), without a lookup to make.
+		tw.sent = tw.id
+		return nil
+	}
 	var err error
-	tw.sent, err = t.writeID(s.lookup(r.Context(), accessOf(r), false), tw.id)
+	tw.sent, err = t.writeID(s.lookup(r.Context(), a, false), tw.id)
 	return err
 }
 
@@ -265,12 +282,18 @@ type reasonBody struct {
 
 // reason reads the optional {"reason"} body, falling back to ?reason=.
 func (s *core) reason(w http.ResponseWriter, r *http.Request) (string, error) {
-	var b reasonBody
-	if err := s.decodeBody(w, r, &b, true); err != nil && !errors.Is(err, errNoBody) {
-		return "", err
+	if r.Body != nil && r.Body != http.NoBody {
+		// Without a body (the usual release), nothing to decode into.
+		b := new(reasonBody)
+		if err := s.decodeBody(w, r, b, true); err != nil && !errors.Is(err, errNoBody) {
+			return "", err
+		}
+		if b.Reason != "" {
+			return b.Reason, nil
+		}
 	}
-	if b.Reason != "" {
-		return b.Reason, nil
+	if r.URL.RawQuery == "" {
+		return "", nil // nothing in the query either
 	}
 	q := newQuery(r)
 	return q.str("reason"), q.check()

@@ -33,9 +33,12 @@ const (
 	duplex routeFlags = 1 << iota
 	// longAnswer: the answer may take long: no write deadline (event
 	// streams, the control WebSocket, snapshot transfers), or one the
-	// handler sets itself (an acquire that may wait: wait_ms is in its
-	// body; a keep-alive stream: one per flush).
+	// handler sets itself (a keep-alive stream: one per flush).
 	longAnswer
+	// waitAnswer: an acquire that may wait: its handler sets the write
+	// deadline, wait_ms on top (waitDeadline); an answer written before
+	// it does (a forward, a refusal) has none, as a longAnswer's.
+	waitAnswer
 	// progressBody: the body may be large (a snapshot upload of up to
 	// 4 GiB) or have no end (a keep-alive stream): each read must arrive
 	// within the body timeout, rather than the whole body, and the handler
@@ -125,7 +128,7 @@ var (
 // (controlRoutes) and the console's (consoleRoutes).
 func (s *server) routes() []route {
 	return []route{
-		{"POST", "/v1/leases", need(ScopeWrite), s.leases.acquire, forwardAcquire, longAnswer | body},
+		{"POST", "/v1/leases", need(ScopeWrite), s.leases.acquire, forwardAcquire, waitAnswer | body},
 		{"GET", "/v1/leases", need(ScopeRead), s.leases.listLeases, forwardRead, 0},
 		{"GET", "/v1/leases/:id", need(ScopeRead), s.leases.getLease, forwardRead, 0},
 		{"POST", "/v1/leases/:id/renew", need(ScopeWrite), s.leases.renew, forwardWrite, body},
@@ -134,7 +137,7 @@ func (s *server) routes() []route {
 		{"POST", "/v1/heartbeat", need(ScopeWrite), s.leases.heartbeat, forwardWrite, body},
 		{"POST", "/v1/keepalive", need(ScopeWrite), s.live.keepAliveRenewals, forwardLongWrite, duplex | longAnswer | progressBody | body},
 
-		{"POST", "/v1/groups", need(ScopeWrite), s.groups.acquireGroup, forwardAcquire, longAnswer | body},
+		{"POST", "/v1/groups", need(ScopeWrite), s.groups.acquireGroup, forwardAcquire, waitAnswer | body},
 		{"GET", "/v1/groups/:id", need(ScopeRead), s.groups.getGroup, forwardRead, 0},
 		{"POST", "/v1/groups/:id/renew", need(ScopeWrite), s.groups.renewGroup, forwardWrite, body},
 		{"DELETE", "/v1/groups/:id", need(ScopeWrite), s.groups.releaseGroup, forwardWrite, body},

@@ -159,8 +159,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	r = tagRequest(w, r)
-	rw := &responseWriter{ResponseWriter: w, n: s.n, route: unmatched}
-	s.writeDeadline(w, 0) // every request, so none inherits its connection's last deadline
+	// The write deadline is decided once the route is known (wrap); the
+	// router's own answers get the usual one when they are written.
+	rw := &responseWriter{ResponseWriter: w, n: s.n, route: unmatched, deadline: s.core}
 	if r.URL.RawPath != "" {
 		// The path has escapes that decoding would make ambiguous (a holder
 		// "a/b" sent as a%2Fb): route on the escaped path and unescape the
@@ -208,8 +209,22 @@ func (s *server) wrap(rt route, labels *routeLabels) httprouter.Handle {
 				r = withAccess(r, acc)
 			}
 		}
-		if rt.flags&longAnswer != 0 {
+		// Every request sets or lifts its write deadline, so that none
+		// inherits its connection's last one; a waitAnswer route's handler
+		// sets it, and what answers before it does is written without one.
+		switch {
+		case rt.flags&waitAnswer != 0:
+			if rw, ok := w.(*responseWriter); ok {
+				rw.dlExtra = -1
+			} else {
+				s.noWriteDeadline(w)
+			}
+		case rt.flags&longAnswer != 0:
 			s.noWriteDeadline(w)
+			decideDeadline(w)
+		default:
+			s.writeDeadline(w, 0)
+			decideDeadline(w)
 		}
 		if err := s.guardBody(w, r, rt.flags&progressBody != 0); err != nil {
 			s.writeError(w, r, err)
@@ -260,12 +275,42 @@ type responseWriter struct {
 	wrote       bool
 	escapedPath bool
 	forwarded   bool // the leader's answer passes through, its index header too
+	// deadline, until the answer's write deadline is decided, is what
+	// sets it when the answer is written: with dlExtra 0 the usual one (a
+	// router's own answer), -1 none (a waitAnswer route's answer before
+	// its handler set one).
+	deadline *core
+	dlExtra  int8
+}
+
+// decideDeadline records that the answer's write deadline is set (or
+// lifted) for good.
+func decideDeadline(w http.ResponseWriter) {
+	for {
+		switch x := w.(type) {
+		case *responseWriter:
+			x.deadline = nil
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return
+		}
+	}
 }
 
 func (w *responseWriter) WriteHeader(status int) {
 	if !w.wrote && status >= 200 {
 		w.wrote = true
 		w.status = status
+		if c := w.deadline; c != nil {
+			w.deadline = nil
+			if w.dlExtra < 0 {
+				c.noWriteDeadline(w.ResponseWriter)
+			} else {
+				c.writeDeadline(w.ResponseWriter, 0)
+			}
+		}
 		h := w.Header()
 		if !w.forwarded || h.Get(headerIndex) == "" {
 			h.Set(headerIndex, strconv.FormatUint(w.n.AppliedIndex(), 10))
