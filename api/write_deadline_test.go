@@ -70,7 +70,19 @@ func TestWriteDeadlines(t *testing.T) {
 	}
 	within("list", do("GET", "/v1/leases", ""), timeout)
 	within("cluster", do("GET", "/v1/cluster", ""), timeout)
-	within("acquire", do("POST", "/v1/leases", `{"key":"k","holder":"h","ttl_ms":10000,"wait_ms":60000}`), timeout+60*time.Second)
+	acq := do("POST", "/v1/leases", `{"key":"k","holder":"h","ttl_ms":10000,"wait_ms":60000}`)
+	within("acquire", acq, timeout+60*time.Second)
+	if len(acq.deadlines) != 1 {
+		t.Fatalf("acquire set its write deadline %d times (%v), want once", len(acq.deadlines), acq.deadlines)
+	}
+	if rec := do("POST", "/v1/leases", `{"key":"k","holder":"h","ttl_ms":"x"}`); rec.Code != 400 || len(rec.deadlines) != 1 || !rec.deadlines[0].IsZero() {
+		t.Fatalf("an acquire refused before its handler set a deadline: %d, deadlines %v, want one lifted", rec.Code, rec.deadlines)
+	}
+	if rec := do("GET", "/v1/nowhere", ""); rec.Code != 404 {
+		t.Fatalf("no route: %d", rec.Code)
+	} else {
+		within("no route", rec, timeout)
+	}
 
 	rec := &deadlineRecorder{ResponseRecorder: httptest.NewRecorder()}
 	req := httptest.NewRequest("GET", "/v1/events", nil)
