@@ -44,6 +44,7 @@ type Cluster struct {
 
 	watchdogStepDowns atomic.Int64
 	failed            failures                        // when servers of the configuration were first missed (reconcile.go)
+	refused           refusals                        // why new servers were last refused (reconcile.go)
 	apState           atomic.Pointer[autopilot.State] // autopilot's latest view (leader only)
 }
 

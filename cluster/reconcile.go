@@ -11,7 +11,7 @@ import (
 
 // The leader reconciles gossip membership with the Raft configuration: a
 // new server (one whose data directory the registry does not know as
-// removed) is added as a non-voter and autopilot promotes it to voter once
+// removed, and that Membership.Admit does not refuse) is added as a non-voter and autopilot promotes it to voter once
 // it has been healthy for StabilizationTime. Failed servers are only
 // reported, unless DeadServerTimeout is set; then autopilot removes them,
 // never below MinQuorum voters and never a majority at once.
@@ -58,6 +58,19 @@ type Membership struct {
 	// ApplyTimeout bounds configuration changes. Default (0): Raft's, no
 	// bound.
 	ApplyTimeout time.Duration
+	// Admit, if set, says why a new server may not be added (nil: it
+	// may), for the server's own reasons: a feature its state records
+	// that the peer does not announce. A refused server is neither
+	// recorded nor added, as a voter or a non-voter; Reconcile logs the
+	// reason once per server and reason.
+	Admit func(Peer) error
+}
+
+// refusals is the reason each new server was last refused for (Admit),
+// so that a pass every second does not repeat it in the log.
+type refusals struct {
+	mu sync.Mutex
+	by map[string]string
 }
 
 // failures is when each server of the configuration was first missed.
@@ -126,6 +139,9 @@ func (c *Cluster) Reconcile(ctx context.Context, conf Configuration, m Membershi
 				"server", p.ID, "its_cluster", p.ClusterID, "cluster", ours, "raft_addr", p.Raft)
 		case !p.HasState || known && rec.Incarnation == p.Incarnation || p.ClusterID != "" && p.ClusterID == ours:
 			// A new server (or one added before whose join did not finish).
+			if !c.admit(p, m) {
+				continue
+			}
 			if err := m.Registry.Record(ctx, MemberRecord{ID: p.ID, Incarnation: p.Incarnation}); err != nil {
 				continue
 			}
@@ -140,6 +156,31 @@ func (c *Cluster) Reconcile(ctx context.Context, conf Configuration, m Membershi
 				"server", p.ID, "raft_addr", p.Raft)
 		}
 	}
+}
+
+// admit reports whether m.Admit lets new server p be added, and logs a
+// refusal when its reason is new.
+func (c *Cluster) admit(p Peer, m Membership) bool {
+	var err error
+	if m.Admit != nil {
+		err = m.Admit(p)
+	}
+	r := &c.refused
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		delete(r.by, p.ID)
+		return true
+	}
+	if r.by == nil {
+		r.by = map[string]string{}
+	}
+	if r.by[p.ID] != err.Error() {
+		r.by[p.ID] = err.Error()
+		c.logger.Warn("a new server is not added to the cluster: "+err.Error(),
+			"server", p.ID, "raft_addr", p.Raft, "version", p.Version)
+	}
+	return false
 }
 
 // replaceWiped removes server p, whose data directory is not the one the

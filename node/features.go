@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
@@ -15,19 +16,39 @@ import (
 // feature, the leader records it in the replicated state (fsm.Features),
 // for good: a server that restarts, or a new leader, reads it there, and a
 // server down or not yet known to gossip no longer switches the feature
-// off. A server of a release before a recorded feature cannot rejoin.
+// off. A server of a release before a recorded feature cannot join or
+// rejoin: the leader does not add it (admitPeer).
 
-// featureFlags are the recorded features and the gossip flag that says a
-// server reads each.
+// featureFlags are the recorded features, their names in messages, and
+// the gossip flag that says a server reads each.
 var featureFlags = []struct {
-	bit fsm.Features
-	has func(cluster.Peer) bool
+	bit  fsm.Features
+	name string
+	has  func(cluster.Peer) bool
 }{
-	{fsm.FeatureEntryCRC, func(p cluster.Peer) bool { return p.EntryCRC }},
-	{fsm.FeatureChunkedExpiry, func(p cluster.Peer) bool { return p.ChunkedExpiry }},
-	{fsm.FeatureRestoreLog, func(p cluster.Peer) bool { return p.RestoreLog }},
-	{fsm.FeatureRestoreBounds, func(p cluster.Peer) bool { return p.RestoreBounds }},
-	{fsm.FeatureChunkedPrune, func(p cluster.Peer) bool { return p.ChunkedPrune }},
+	{fsm.FeatureEntryCRC, "entry checksums", func(p cluster.Peer) bool { return p.EntryCRC }},
+	{fsm.FeatureChunkedExpiry, "chunked expiry", func(p cluster.Peer) bool { return p.ChunkedExpiry }},
+	{fsm.FeatureRestoreLog, "restores through the log", func(p cluster.Peer) bool { return p.RestoreLog }},
+	{fsm.FeatureRestoreBounds, "bounded restores", func(p cluster.Peer) bool { return p.RestoreBounds }},
+	{fsm.FeatureChunkedPrune, "chunked pruning", func(p cluster.Peer) bool { return p.ChunkedPrune }},
+}
+
+// admitPeer says why new server p may not join (nil: it may): it does not
+// announce the gossip flag of a feature the state records, so it would
+// stop at the first entry of that feature it cannot decode.
+// cluster.Reconcile neither records nor adds a server it refuses.
+func (n *Node) admitPeer(p cluster.Peer) error {
+	for _, f := range featureFlags {
+		if n.recorded(f.bit) && !f.has(p) {
+			version := p.Version
+			if version == "" {
+				version = "unknown"
+			}
+			return fmt.Errorf("server %s does not read %s, which this cluster records: it runs an older release "+
+				"(version %s) and would stop at the first entry it cannot read; upgrade it, and it joins", p.ID, f.name, version)
+		}
+	}
+	return nil
 }
 
 // recorded reports whether the state this server applied records feature

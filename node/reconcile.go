@@ -30,6 +30,8 @@ type reconciler struct {
 	gc             *groupCommit
 	gk             *grantKeys
 	recordFeatures func(context.Context, []string)
+	// admit says why a new server may not join (cluster.Membership.Admit).
+	admit func(cluster.Peer) error
 	// propose commits the registry's member records.
 	propose func(context.Context, fsm.Command) (fsm.Result, uint64, error)
 }
@@ -38,7 +40,7 @@ type reconciler struct {
 func (rc *reconciler) membership() cluster.Membership {
 	return cluster.Membership{Gossip: rc.mem.Gossip(), Registry: registry{rc}, ClusterID: rc.mem.ClusterID, Self: rc.mem.Stats,
 		DeadServerTimeout: rc.cfg.DeadServerTimeout, MinQuorum: rc.cfg.MinQuorum, StabilizationTime: rc.cfg.StabilizationTime,
-		ApplyTimeout: rc.cfg.ApplyTimeout}
+		ApplyTimeout: rc.cfg.ApplyTimeout, Admit: rc.admit}
 }
 
 // reconcileLoop runs on the leader for one term.
@@ -196,6 +198,10 @@ func (rc *reconciler) members(conf cluster.Configuration, leaderID string) []wir
 			m.Health = "removed"
 		case p.HasState && !(ok && rec.Incarnation == p.Incarnation):
 			m.Health = "refused"
+		case rc.admit != nil:
+			if err := rc.admit(p); err != nil {
+				m.Health, m.Reason = "refused", err.Error()
+			}
 		}
 		out = append(out, m)
 	}

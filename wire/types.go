@@ -242,8 +242,12 @@ type Member struct {
 	// failed (gossip cannot reach it), unknown; for a server gossip knows
 	// but the configuration does not: joining, removed (its data directory
 	// was removed from the cluster) or refused (not admitted: another
-	// cluster's state, or a wiped server under a member's id).
+	// cluster's state, a wiped server under a member's id, or a server
+	// that does not read a feature the cluster records).
 	Health string `json:"health"`
+	// Reason says why a refused server is not admitted, when the server
+	// can tell (a feature it does not read: upgrade it).
+	Reason string `json:"reason,omitempty"`
 	// LastContact: when it last heard from the leader (the leader: now).
 	LastContact *time.Time `json:"last_contact,omitempty"`
 	// Gossip is the gossip view: alive, failed (unreachable, or left) or

@@ -162,5 +162,13 @@ func printMembers(w io.Writer, ms []wire.Member) error {
 		gossip := cmp.Or(m.Gossip, "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.RaftAddr, httpAddr, role, m.Health, gossip, last)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Reason != "" {
+			fmt.Fprintf(w, "%s is %s: %s\n", m.ID, m.Health, m.Reason)
+		}
+	}
+	return nil
 }
