@@ -33,6 +33,11 @@ type benchResult struct {
 	Latency latencySummary `json:"latency"`
 	// AcquireLatency is of the acquire alone (cycle only).
 	AcquireLatency *latencySummary `json:"acquire_latency,omitempty"`
+	// EntriesPerOp is how many Raft log entries the cluster committed per
+	// operation during the measured phase, its ticks and the last
+	// operations still in flight at its end included (omitted when the
+	// commit index could not be read): what group commit achieved.
+	EntriesPerOp float64 `json:"entries_per_op,omitempty"`
 }
 
 // latencySummary holds percentiles in milliseconds.
@@ -92,12 +97,16 @@ func printBench(out io.Writer, results []*benchResult) error {
 	if spawned {
 		fmt.Fprint(tw, "servers\t")
 	}
-	fmt.Fprintln(tw, "workload\tclients\tops/s\tunit\tops\trequests\terrors\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\t")
+	fmt.Fprintln(tw, "workload\tclients\tops/s\tunit\tops\trequests\terrors\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tentries/op\t")
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", lead(r), viaLabel(r.Workload, r.Via), r.Clients,
+		epo := "-"
+		if r.EntriesPerOp > 0 {
+			epo = strconv.FormatFloat(r.EntriesPerOp, 'f', 3, 64)
+		}
+		fmt.Fprintf(tw, "%s%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", lead(r), viaLabel(r.Workload, r.Via), r.Clients,
 			strconv.FormatFloat(r.OpsPerSec, 'f', 0, 64), r.Unit, r.Ops, r.Requests, r.Errors,
-			f(r.Latency.P50), f(r.Latency.P99), f(r.Latency.P999), f(r.Latency.Max))
+			f(r.Latency.P50), f(r.Latency.P99), f(r.Latency.P999), f(r.Latency.Max), epo)
 		if a := r.AcquireLatency; a != nil {
 			fmt.Fprintf(tw, "%s  (acquire)\t\t\t\t\t\t\t%s\t%s\t%s\t%s\t\n", lead(r), f(a.P50), f(a.P99), f(a.P999), f(a.Max))
 		}

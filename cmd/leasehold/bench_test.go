@@ -131,6 +131,9 @@ func fakeBenchServer(t *testing.T) (*client.Client, *atomic.Int64) {
 			writeJSONTest(w, 200, wire.Lease{State: "released"})
 		case strings.HasSuffix(r.URL.Path, "/renew"):
 			writeJSONTest(w, 200, wire.Lease{State: "active"})
+		case r.Method == "GET" && r.URL.Path == "/v1/cluster":
+			// The commit index moves with every acquire and every read of it.
+			writeJSONTest(w, 200, wire.ClusterStatus{CommitIndex: uint64(n.Add(1))})
 		case r.URL.Path == "/v1/heartbeat":
 			var body struct{ Leases []wire.HeartbeatItem }
 			mu.Lock()
@@ -249,6 +252,9 @@ func TestBenchWorkloads(t *testing.T) {
 			}
 			if r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.P999 || r.Latency.P999 > r.Latency.Max {
 				t.Errorf("percentiles out of order: %+v", r.Latency)
+			}
+			if r.EntriesPerOp <= 0 {
+				t.Errorf("no entries per operation: %+v", r)
 			}
 			if w == "heartbeat" && r.Ops < r.Requests*int64(cfg.batch) {
 				t.Errorf("heartbeat: %d leases kept alive in %d requests of %d", r.Ops, r.Requests, cfg.batch)

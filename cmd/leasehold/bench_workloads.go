@@ -133,6 +133,7 @@ func runWorkload(ctx context.Context, c *client.Client, workload string, cfg ben
 		defer closeStreams()
 	}
 
+	first := commitIndex(ctx, c)
 	start := time.Now()
 	run.end = start.Add(cfg.duration)
 	_ = forEachWorker(workers, func(w *benchWorker) error {
@@ -143,7 +144,21 @@ func runWorkload(ctx context.Context, c *client.Client, workload string, cfg ben
 		return nil, err
 	}
 	elapsed := min(time.Since(start), cfg.duration)
-	return benchResultOf(workload, name, cfg, workers, elapsed), nil
+	res := benchResultOf(workload, name, cfg, workers, elapsed)
+	if last := commitIndex(ctx, c); first > 0 && last > first && res.Ops > 0 {
+		res.EntriesPerOp = float64(last-first) / float64(res.Ops)
+	}
+	return res, nil
+}
+
+// commitIndex is the cluster's commit index as the leader reports it, 0
+// when it cannot be read (the bench goes on without it).
+func commitIndex(ctx context.Context, c *client.Client) uint64 {
+	st, err := c.Cluster(ctx)
+	if err != nil {
+		return 0
+	}
+	return st.CommitIndex
 }
 
 // newBenchWorkers makes cfg.clients workers, each with its own connection to
