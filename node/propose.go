@@ -216,11 +216,12 @@ func (gc *groupCommit) run() {
 		} else {
 			expireNext = len(held) > 0
 		}
-		if open && len(held) == 0 && gc.lingers(batch) {
+		if open && len(held) == 0 && gc.lingers(batch, backToBack) {
 			// Only acquires that will queue, which wait for a later
-			// grant anyway: in a hand-off the holder's release then
-			// shares this entry. Another queuing acquire does not end
-			// the wait (the release may still be on its way).
+			// grant anyway, and ticks of a busy log: in a hand-off the
+			// holder's release then shares this entry. Another queuing
+			// acquire or a tick does not end the wait (the release may
+			// still be on its way).
 			timer := time.NewTimer(cmp.Or(gc.cfg.lingerMax, lingerMax))
 			gc.lingering.Store(true)
 		linger:
@@ -228,7 +229,7 @@ func (gc *groupCommit) run() {
 				select {
 				case p := <-gc.propCh:
 					take(p)
-					if !gc.collect(take, &batch) || len(held) > 0 || !gc.lingers(batch) {
+					if !gc.collect(take, &batch) || len(held) > 0 || !gc.lingers(batch, backToBack) {
 						break linger
 					}
 				case <-timer.C:
@@ -275,9 +276,10 @@ func (gc *groupCommit) run() {
 }
 
 // lingerMax bounds how long the batcher holds an entry of acquires that
-// will queue (lingers) for a companion proposal, so that a hand-off's
-// release shares the entry instead of waiting behind the next re-acquire.
-const lingerMax = time.Millisecond
+// will queue, and ticks of a busy log (lingers), for a companion proposal,
+// so that a hand-off's release shares the entry instead of waiting behind
+// the next re-acquire or a tick.
+const lingerMax = 5 * time.Millisecond
 
 // Renewals from clients that renew in a loop otherwise settle into two
 // cohorts, one committing while the other queues: the batcher holds an
@@ -390,20 +392,39 @@ func (gc *groupCommit) collect(take func(*proposal), batch *[]*proposal) bool {
 	return false
 }
 
-// lingers reports whether every proposal of batch is an acquire that may
-// wait on a key with no free slot: it will queue, not be granted.
-func (gc *groupCommit) lingers(batch []*proposal) bool {
+// lingers reports whether batch may wait for a companion proposal: every
+// proposal of it is an acquire that may wait on a key with no free slot
+// (it will queue, not be granted: its caller waits for a later entry's
+// grant anyway), or, when busy (the batch's first proposal came as the
+// previous entry was answered: more is on its way), a tick (the clock,
+// late by at most lingerMax). Whether an acquire queues is still decided
+// when the entry applies; waiting changes which entry carries it, never
+// its answer.
+func (gc *groupCommit) lingers(batch []*proposal, busy bool) bool {
+	acquires := false
 	for _, p := range batch {
-		a, ok := p.cmd.(*fsm.Acquire)
-		if !ok || a.WaitTicks == 0 {
+		switch c := p.cmd.(type) {
+		case *fsm.Tick:
+			if !busy {
+				return false
+			}
+		case *fsm.Acquire:
+			if c.WaitTicks == 0 {
+				return false
+			}
+			acquires = true
+		default:
 			return false
 		}
+	}
+	if !acquires {
+		return true
 	}
 	r := gc.rep
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for _, p := range batch {
-		if !r.f.KeyFull(p.cmd.(*fsm.Acquire).Key) {
+		if a, ok := p.cmd.(*fsm.Acquire); ok && !r.f.KeyFull(a.Key) {
 			return false
 		}
 	}

@@ -98,7 +98,7 @@ func TestHandOffSharesAnEntry(t *testing.T) {
 		for _, c := range cmds {
 			b = append(b, &proposal{cmd: c})
 		}
-		return n.gc.lingers(b)
+		return n.gc.lingers(b, false)
 	}
 	if !lingers(acquire("x1", "k", true), acquire("x2", "k", true)) {
 		t.Error("waiting acquires on a held key do not linger")

@@ -1,0 +1,176 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// TestTickLingersInABusyLog: a tick lingers for a companion as the
+// acquires that will queue do, but only in a busy log (its first
+// proposal came as the previous entry was answered); a tick with anything
+// else, or with an acquire that will be granted, does not.
+func TestTickLingersInABusyLog(t *testing.T) {
+	var hold atomic.Bool
+	cfg := testConfig(t, "")
+	cfg.holdClock = func(*replica) bool { return hold.Load() }
+	n := openNode(t, cfg)
+	ctx := context.Background()
+	period := n.tk.period()
+	res, _, err := n.propose(ctx, &fsm.Acquire{LeaseID: "ls_a", Key: "k", Holder: "a", Limit: 1,
+		TokenHash: hashToken("ls_a"), TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli()})
+	if err != nil || res.Err != nil {
+		t.Fatalf("acquire a: %v %v", err, res.Err)
+	}
+	hold.Store(true)
+	queuing := &fsm.Acquire{LeaseID: "x1", Key: "k", Holder: "x1", Limit: 1, TokenHash: hashToken("x1"),
+		TTLMS: 60_000, TTLTicks: ticks(60_000, period), WaitTicks: ticks(30_000, period)}
+	free := &fsm.Acquire{LeaseID: "x2", Key: "free", Holder: "x2", Limit: 1, TokenHash: hashToken("x2"),
+		TTLMS: 60_000, TTLTicks: ticks(60_000, period), WaitTicks: ticks(30_000, period)}
+	tick := &fsm.Tick{Tick: 1 << 40}
+	lingers := func(busy bool, cmds ...fsm.Command) bool {
+		var b []*proposal
+		for _, c := range cmds {
+			b = append(b, &proposal{cmd: c})
+		}
+		return n.gc.lingers(b, busy)
+	}
+	for _, c := range []struct {
+		name string
+		busy bool
+		cmds []fsm.Command
+		want bool
+	}{
+		{"a tick in a busy log", true, []fsm.Command{tick}, true},
+		{"a tick in a quiet log", false, []fsm.Command{tick}, false},
+		{"a tick and a queuing acquire in a busy log", true, []fsm.Command{queuing, tick}, true},
+		{"a tick and a queuing acquire in a quiet log", false, []fsm.Command{tick, queuing}, false},
+		{"a queuing acquire in a quiet log", false, []fsm.Command{queuing}, true},
+		{"a tick and an acquire on a free key", true, []fsm.Command{tick, free}, false},
+		{"a tick and a release", true, []fsm.Command{tick, &fsm.Release{LeaseID: "ls_a", TokenHash: hashToken("ls_a")}}, false},
+	} {
+		if got := lingers(c.busy, c.cmds...); got != c.want {
+			t.Errorf("%s: lingers %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestContendedGrantsTakeAnEntryEach: in a chain of hand-offs on one key,
+// each with a tick of the busy log among them, the tick, the next
+// waiter's acquire and the holder's release share one entry: N grants take
+// N entries. The tick and the others are queued by hand, in order; the
+// clock is held so that no other tick comes, and the linger and the busy
+// window are a minute long, so that the count does not depend on timing.
+func TestContendedGrantsTakeAnEntryEach(t *testing.T) {
+	var hold atomic.Bool
+	cfg := testConfig(t, "")
+	cfg.lingerMax = time.Minute
+	cfg.renewLinger = time.Minute // every entry's first proposal comes "at once": a busy log
+	cfg.holdClock = func(*replica) bool { return hold.Load() }
+	n := openNode(t, cfg)
+	ctx := context.Background()
+	period := n.tk.period()
+	retain := uint64((cfg.Retention + period - 1) / period)
+	acquire := func(id string, wait bool) *fsm.Acquire {
+		a := &fsm.Acquire{LeaseID: id, Key: "k", Holder: id, Limit: 1, TokenHash: hashToken(id),
+			TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli()}
+		if wait {
+			a.WaitTicks = ticks(30_000, period)
+		}
+		return a
+	}
+	res, _, err := n.propose(ctx, acquire("ls_h0", false))
+	if err != nil || res.Err != nil {
+		t.Fatalf("acquire h0: %v %v", err, res.Err)
+	}
+	hold.Store(true)
+	quiet := func() {
+		last, still := n.rep.pos.Load(), 0
+		waitFor(t, 30*time.Second, func() bool {
+			time.Sleep(period) // quiet is no new entry for five periods: the wait is what is checked
+			if a := n.rep.pos.Load(); a != last {
+				last, still = a, 0
+				return false
+			}
+			still++
+			return still >= 5
+		})
+	}
+	const grants = 3
+	holder := "ls_h0"
+	for try := 0; ; try++ {
+		if try == 5 {
+			t.Fatal("no chain of hand-offs took an entry per grant in 5 tries")
+		}
+		quiet()
+		first := n.rep.pos.Load()
+		shared := true
+		for g := range grants {
+			n.rep.mu.RLock()
+			next := n.rep.f.Tick() + 1
+			n.rep.mu.RUnlock()
+			pt := newProposal(ctx, &fsm.Tick{Tick: next, WallMS: wallNow().UnixMilli(),
+				PeriodMS: period.Milliseconds(), RetainTicks: retain})
+			n.gc.propCh <- pt
+			var r propResult
+			returned := false
+			waitFor(t, 10*time.Second, func() bool {
+				if n.gc.lingering.Load() {
+					return true
+				}
+				select {
+				case r = <-pt.done:
+					returned = true
+					return true
+				default:
+					return false
+				}
+			})
+			if returned {
+				// Without the linger, or something else (the leader's own
+				// bookkeeping) came with it.
+				t.Logf("try %d, grant %d: the tick did not linger (%v at %d)", try, g, r.err, r.index)
+				shared = false
+				break
+			}
+			waiter := fmt.Sprintf("ls_w%d_%d", try, g)
+			pw := newProposal(ctx, acquire(waiter, true))
+			pr := newProposal(ctx, &fsm.Release{LeaseID: holder, TokenHash: hashToken(holder), WallMS: wallNow().UnixMilli()})
+			n.gc.propCh <- pw
+			n.gc.propCh <- pr
+			rt, rw, rr := <-pt.done, <-pw.done, <-pr.done
+			for _, o := range []propResult{rt, rw, rr} {
+				if o.err != nil || o.res.Err != nil {
+					t.Fatalf("try %d, grant %d: %v %v", try, g, o.err, o.res.Err)
+				}
+			}
+			if !rw.res.Queued {
+				t.Fatalf("try %d, grant %d: %s was not queued behind %s", try, g, waiter, holder)
+			}
+			n.rep.mu.RLock()
+			l := n.rep.f.Lease(waiter)
+			n.rep.mu.RUnlock()
+			if l == nil || l.State != fsm.StateActive {
+				t.Fatalf("try %d, grant %d: after the release %s is %+v, want active", try, g, waiter, l)
+			}
+			holder = waiter
+			if rt.index != rw.index || rw.index != rr.index {
+				t.Logf("try %d, grant %d: the tick went out at %d, the acquire at %d, the release at %d", try, g, rt.index, rw.index, rr.index)
+				shared = false
+				break
+			}
+		}
+		if !shared {
+			continue
+		}
+		if got := n.rep.pos.Load() - first; got != grants {
+			t.Logf("try %d: %d grants took %d entries", try, grants, got)
+			continue
+		}
+		return
+	}
+}
