@@ -99,7 +99,8 @@ type Config struct {
 
 	// TickPeriod is the cluster clock's resolution: the leader commits one
 	// tick per period. Every TTL is rounded up to whole ticks and a lease
-	// expires within two ticks after its TTL. Default 100ms; 10ms-10s.
+	// is due within two ticks after its TTL (it ends then, or in a storm
+	// with its expiry chunk right after). Default 100ms; 10ms-10s.
 	TickPeriod time.Duration
 	// Retention is how long terminal leases and sessions stay readable, in
 	// ticks of TickPeriod. Default 1h.
