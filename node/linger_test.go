@@ -174,3 +174,69 @@ func TestContendedGrantsTakeAnEntryEach(t *testing.T) {
 		return
 	}
 }
+
+// TestLingeringAtShutdownNotApplied: an entry still waiting for a
+// companion when the node shuts down never reaches Raft, and its
+// proposers are answered as those still queued are (shutting down, not
+// applied), not left to an entry that may or may not be applied.
+func TestLingeringAtShutdownNotApplied(t *testing.T) {
+	var hold atomic.Bool
+	cfg := testConfig(t, "")
+	cfg.lingerMax = time.Minute
+	cfg.holdClock = func(*replica) bool { return hold.Load() }
+	n := openNode(t, cfg)
+	ctx := context.Background()
+	period := n.tk.period()
+	acquire := func(id string, wait bool) *fsm.Acquire {
+		a := &fsm.Acquire{LeaseID: id, Key: "k", Holder: id, Limit: 1, TokenHash: hashToken(id),
+			TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli()}
+		if wait {
+			a.WaitTicks = ticks(30_000, period)
+		}
+		return a
+	}
+	res, _, err := n.propose(ctx, acquire("ls_a", false))
+	if err != nil || res.Err != nil {
+		t.Fatalf("acquire a: %v %v", err, res.Err)
+	}
+	hold.Store(true)
+	for try := 0; ; try++ {
+		if try == 5 {
+			t.Fatal("no acquire lingered in 5 tries")
+		}
+		id := fmt.Sprintf("ls_b%d", try)
+		p := newProposal(ctx, acquire(id, true))
+		n.gc.propCh <- p
+		var r propResult
+		returned := false
+		waitFor(t, 10*time.Second, func() bool {
+			if n.gc.lingering.Load() {
+				return true
+			}
+			select {
+			case r = <-p.done:
+				returned = true
+				return true
+			default:
+				return false
+			}
+		})
+		if returned {
+			// Something else (the leader's own bookkeeping) shared the entry.
+			t.Logf("try %d: %s did not linger (%v at %d)", try, id, r.err, r.index)
+			continue
+		}
+		n.Close()
+		r = <-p.done
+		if r.err == nil || r.err.Error() != errShuttingDown().Error() {
+			t.Fatalf("the lingering acquire at shutdown: %v %v at %d, want %v", r.err, r.res.Err, r.index, errShuttingDown())
+		}
+		n.rep.mu.RLock()
+		l := n.rep.f.Lease(id)
+		n.rep.mu.RUnlock()
+		if l != nil {
+			t.Fatalf("%s was applied: %+v", id, l)
+		}
+		return
+	}
+}

@@ -235,7 +235,10 @@ func (gc *groupCommit) run() {
 				case <-timer.C:
 					break linger
 				case <-gc.closing:
-					break linger
+					gc.lingering.Store(false)
+					timer.Stop()
+					refuseUnsent(batch)
+					return
 				}
 			}
 			gc.lingering.Store(false)
@@ -429,6 +432,14 @@ func (gc *groupCommit) lingers(batch []*proposal, busy bool) bool {
 		}
 	}
 	return true
+}
+
+// refuseUnsent answers the proposals of a batch that never reached Raft,
+// at shutdown: not applied, as drain answers those still queued.
+func refuseUnsent(batch []*proposal) {
+	for _, p := range batch {
+		p.done <- propResult{err: errShuttingDown()}
+	}
 }
 
 func isExpire(p *proposal) bool {
