@@ -77,6 +77,16 @@ func (f *FSM) KeyFull(key string) bool {
 	return ks != nil && (ks.free() <= 0 || ks.nWaiters() > 0)
 }
 
+// KeyWaiters is the number of acquires queued on key now (a hint for
+// the batcher only, as KeyFull is).
+func (f *FSM) KeyWaiters(key string) int {
+	ks := f.keys.Get(key)
+	if ks == nil {
+		return 0
+	}
+	return ks.nWaiters()
+}
+
 // KeyLockDelay returns the end tick of the earliest lock-delay on key, or 0.
 func (f *FSM) KeyLockDelay(key string) uint64 {
 	ks := f.keys.Get(key)

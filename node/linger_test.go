@@ -240,3 +240,44 @@ func TestLingeringAtShutdownNotApplied(t *testing.T) {
 		return
 	}
 }
+
+// TestAcquireAtWaiterLimitDoesNotLinger: an acquire that its key's waiter
+// limit will refuse is answered at once, not after a wait for a
+// companion; one under the limit waits.
+func TestAcquireAtWaiterLimitDoesNotLinger(t *testing.T) {
+	var hold atomic.Bool
+	cfg := testConfig(t, "")
+	cfg.holdClock = func(*replica) bool { return hold.Load() }
+	n := openNode(t, cfg)
+	ctx := context.Background()
+	period := n.tk.period()
+	acquire := func(id string, wait bool, keyWaiters uint64) *fsm.Acquire {
+		a := &fsm.Acquire{LeaseID: id, Key: "k", Holder: id, Limit: 1, TokenHash: hashToken(id),
+			TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli(),
+			Quota: fsm.Quota{KeyWaiters: keyWaiters}}
+		if wait {
+			a.WaitTicks = ticks(30_000, period)
+		}
+		return a
+	}
+	hold.Store(true)
+	for _, c := range []*fsm.Acquire{acquire("ls_a", false, 1), acquire("ls_w", true, 1)} {
+		res, _, err := n.propose(ctx, c)
+		if err != nil || res.Err != nil {
+			t.Fatalf("acquire %s: %v %v", c.LeaseID, err, res.Err)
+		}
+		if c.WaitTicks > 0 && !res.Queued {
+			t.Fatalf("%s was not queued", c.LeaseID)
+		}
+	}
+	lingers := func(a *fsm.Acquire) bool { return n.gc.lingers([]*proposal{{cmd: a}}, false) }
+	if lingers(acquire("x1", true, 1)) {
+		t.Error("an acquire its key's waiter limit refuses lingers")
+	}
+	if !lingers(acquire("x1", true, 2)) {
+		t.Error("an acquire under its key's waiter limit does not linger")
+	}
+	if !lingers(acquire("x1", true, 0)) {
+		t.Error("an acquire without a waiter limit does not linger")
+	}
+}

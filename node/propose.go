@@ -400,9 +400,10 @@ func (gc *groupCommit) collect(take func(*proposal), batch *[]*proposal) bool {
 // (it will queue, not be granted: its caller waits for a later entry's
 // grant anyway), or, when busy (the batch's first proposal came as the
 // previous entry was answered: more is on its way), a tick (the clock,
-// late by at most lingerMax). Whether an acquire queues is still decided
-// when the entry applies; waiting changes which entry carries it, never
-// its answer.
+// late by at most lingerMax). An acquire that its key's waiter limit
+// (Quota.KeyWaiters) will refuse does not wait. Whether an acquire queues
+// is still decided when the entry applies; waiting changes which entry
+// carries it, never its answer.
 func (gc *groupCommit) lingers(batch []*proposal, busy bool) bool {
 	acquires := false
 	for _, p := range batch {
@@ -427,7 +428,11 @@ func (gc *groupCommit) lingers(batch []*proposal, busy bool) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for _, p := range batch {
-		if a, ok := p.cmd.(*fsm.Acquire); ok && !r.f.KeyFull(a.Key) {
+		a, ok := p.cmd.(*fsm.Acquire)
+		if !ok {
+			continue
+		}
+		if !r.f.KeyFull(a.Key) || (a.Quota.KeyWaiters > 0 && uint64(r.f.KeyWaiters(a.Key)) >= a.Quota.KeyWaiters) {
 			return false
 		}
 	}
