@@ -1,8 +1,6 @@
 package fsm
 
 import (
-	"cmp"
-	"slices"
 	"strings"
 
 	"github.com/leasehold/leasehold/wire"
@@ -206,41 +204,6 @@ func (lb *leaseBook) keyFor(a *Acquire) *keyState {
 	return ks
 }
 
-// queueWaiter appends w to the queue of its key and sets its deadline's
-// timer.
-func (lb *leaseBook) queueWaiter(ks *keyState, w waiter) {
-	c := w.Cmd
-	ks.ext().waitq.push(w)
-	lb.waiting[c.LeaseID] = c.Key
-	hw := lb.holderWaits[c.Holder]
-	if hw == nil {
-		hw = make(map[string]string)
-		lb.holderWaits[c.Holder] = hw
-	}
-	hw[c.LeaseID] = c.Key
-	lb.exp.schedule(w.Deadline, kindWait, c.Key+"\x00"+c.LeaseID)
-}
-
-// unqueue withdraws the queued acquire id from the queue of ks and from the
-// indexes (not from the idempotency map). It does not tidy the key.
-func (lb *leaseBook) unqueue(ks *keyState, id string) (waiter, bool) {
-	if ks == nil || ks.more == nil {
-		return waiter{}, false
-	}
-	w, ok := ks.more.waitq.remove(id)
-	if !ok {
-		return waiter{}, false
-	}
-	delete(lb.waiting, id)
-	if hw := lb.holderWaits[w.Cmd.Holder]; hw != nil {
-		delete(hw, id)
-		if len(hw) == 0 {
-			delete(lb.holderWaits, w.Cmd.Holder)
-		}
-	}
-	return w, true
-}
-
 // busyError explains why no slot is free: LOCK_DELAY when a blocked slot is
 // what stands in the way, LEASE_HELD otherwise.
 func (lb *leaseBook) busyError(key string, ks *keyState) *wire.Error {
@@ -290,15 +253,6 @@ func (lb *leaseBook) replay(id string, c *Acquire) Result {
 	return idemConflict(id)
 }
 
-// findWaiter returns the queued acquire id on key.
-func (lb *leaseBook) findWaiter(key, id string) (waiter, bool) {
-	ks := lb.keys.Get(key)
-	if ks == nil || ks.more == nil {
-		return waiter{}, false
-	}
-	return ks.more.waitq.find(id)
-}
-
 // grant makes c's lease, a member of lease group group if not "".
 // c was validated (validateAcquire; a restored waiter by checkWaiters):
 // its Limit is at most MaxLimit.
@@ -345,173 +299,9 @@ func (lb *leaseBook) grant(c *Acquire, ks *keyState, sess *Session, group string
 	return l
 }
 
-// endOpts says how a lease ends.
-type endOpts struct {
-	state  State
-	reason string
-	wallMS int64
-	delay  bool // apply the lease's lock-delay and remember it as stolen
-	// midTick: the end is applied between two ticks (a revoke), not by a
-	// tick; its lock-delay counts from the next tick boundary.
-	midTick bool
-	session bool // ended with its session: the session record keeps the id
-}
-
-// withoutID returns ids without id (which it holds at most once) and
-// leaves ids as it was: older versions of a session, which events and
-// answers may still hold, share its array. The first or the last id goes
-// without a copy (a session's leases released in the order they were
-// granted, or the reverse), so that releasing all n leases of a session is
-// not O(n²); another is removed from a copy.
-func withoutID(ids []string, id string) []string {
-	switch n := len(ids); {
-	case n > 0 && ids[0] == id:
-		// Appending to the rest writes past the end of every older
-		// version, as a grant's append always does.
-		return ids[1:]
-	case n > 0 && ids[n-1] == id:
-		// No room left: the next append copies instead of overwriting
-		// the id that older versions still read there.
-		return ids[: n-1 : n-1]
-	}
-	i := slices.Index(ids, id)
-	if i < 0 {
-		return ids
-	}
-	out := make([]string, 0, len(ids)-1)
-	return append(append(out, ids[:i]...), ids[i+1:]...)
-}
-
-// end moves an active lease to a terminal state and frees its slot.
-func (lb *leaseBook) end(l *Lease, o endOpts) *Lease {
-	nl := l.endedCopy(o.state, o.reason, lb.tick, o.wallMS)
-	lb.leases.Put(nl)
-	lb.active--
-	ks := lb.keys.Get(l.Key)
-	lb.removeActive(ks, l)
-	if hi := lb.holders[l.Holder]; hi != nil {
-		hi.leases.remove(l.ID)
-		lb.dropHolder(l.Holder)
-	}
-	if l.SessionID != "" && !o.session {
-		lb.sess.unbindLease(l.SessionID, l.ID)
-	}
-	lb.exp.ended(kindLease, l.ID)
-	if o.delay {
-		ks.addStolen(l.ID)
-		if d := l.LockDelayTicks(); d > 0 {
-			until := lb.tick + d
-			if o.midTick {
-				// The next tick may commit right after this entry, and
-				// one tick may follow another at once after a stall:
-				// counting from the next boundary keeps the slot
-				// blocked for the whole delay after the revoke is
-				// acknowledged (DESIGN.md).
-				until++
-			}
-			ks.ext().blocked = append(ks.blocked(), blocked{Until: until, LeaseID: l.ID})
-			lb.exp.schedule(until, kindDelay, l.Key)
-		}
-	}
-	typ := EventReleased
-	switch o.state {
-	case StateExpired:
-		typ = EventExpired
-	case StateRevoked:
-		typ = EventRevoked
-	}
-	lb.emit(Event{Type: typ, WallMS: o.wallMS, Key: l.Key, Lease: nl, Reason: o.reason})
-	lb.pump(l.Key, ks)
-	return nl
-}
-
-// removeActive takes l out of the active ids of its key. They are in fence
-// order, so a long list (a semaphore's) is searched by fence rather than
-// scanned.
-func (lb *leaseBook) removeActive(ks *keyState, l *Lease) {
-	a := ks.active()
-	i := -1
-	if len(a) > 16 {
-		j, _ := slices.BinarySearchFunc(a, l.Fence, func(id string, fence uint64) int {
-			return cmp.Compare(lb.leases.Get(id).Fence, fence)
-		})
-		if j < len(a) && a[j] == l.ID {
-			i = j
-		}
-	}
-	if i < 0 {
-		if i = slices.Index(a, l.ID); i < 0 {
-			return
-		}
-	}
-	ks.removeActiveAt(i)
-}
-
-// pump grants queued acquires on key while slots are free, then forgets the
-// key if nothing refers to it any more.
-func (lb *leaseBook) pump(key string, ks *keyState) {
-	for ks.free() > 0 && ks.nWaiters() > 0 {
-		w := ks.more.waitq.front()
-		if w.group != "" {
-			// A lease group: granted only at the head of every one of
-			// its keys' queues, and until then it holds this queue up.
-			if !lb.grp.pumpGroup(w.group) {
-				break
-			}
-			continue
-		}
-		lb.unqueue(ks, w.Cmd.LeaseID)
-		c := w.Cmd
-		sess, err := lb.stillGrantable(c, c.LeaseID)
-		if err != nil {
-			lb.dropWaiter(c, c.LeaseID, err)
-			continue
-		}
-		l := lb.grant(c, ks, sess, "")
-		lb.notices = append(lb.notices, Notice{LeaseID: c.LeaseID, Lease: l})
-	}
-	lb.dropKey(key, ks)
-	lb.grp.repumpKeys()
-}
-
-// stillGrantable checks that queued acquire c (of a lease group: its
-// first member, ids being the group's lease ids) can still be granted now
-// that it leaves its queues, and returns its session: no lease took one of
-// its ids meanwhile (acquire only sees waiters on its own key, so an id may
-// have been granted on another key: never grant it twice), and its
-// session, if any, is still active.
-func (lb *leaseBook) stillGrantable(c *Acquire, ids ...string) (*Session, *wire.Error) {
-	for _, id := range ids {
-		if lb.leases.Has(id) {
-			return nil, InvalidField("lease_id", "lease id %s already exists", id)
-		}
-	}
-	if c.SessionID == "" {
-		return nil, nil
-	}
-	return lb.sess.checkSession(c.SessionID, c.SessionTokenHash)
-}
-
-// dropWaiter forgets the idempotency record of withdrawn queued acquire c
-// (a lease group's first member) and tells its proposer err under name
-// (its lease id or its group's); nil: nobody listens any more.
-func (lb *leaseBook) dropWaiter(c *Acquire, name string, err *wire.Error) {
-	lb.forgetIdem(c.IdemHash, c.LeaseID)
-	if err != nil {
-		lb.notices = append(lb.notices, Notice{LeaseID: name, Err: err})
-	}
-}
-
 func (lb *leaseBook) forgetIdem(h Hash, id string) {
 	if !h.IsZero() && lb.idem[h] == id {
 		delete(lb.idem, h)
-	}
-}
-
-func (lb *leaseBook) dropKey(key string, ks *keyState) {
-	ks.tidy()
-	if !ks.inUse() && len(ks.stolen()) == 0 {
-		lb.keys.Delete(key)
 	}
 }
 
@@ -631,126 +421,6 @@ func (lb *leaseBook) heartbeat(c *Heartbeat) Result {
 		items[i] = ItemResult{LeaseID: it.LeaseID, Lease: l, Err: err}
 	}
 	return Result{Items: items}
-}
-
-func (lb *leaseBook) release(c *Release) Result {
-	if err := ValidReason(c.Reason); err != nil {
-		return Result{Err: err}
-	}
-	l, err := lb.checkLease(c.LeaseID, c.TokenHash, c.SessionTokenHash)
-	if err != nil {
-		return Result{Err: err}
-	}
-	if g := l.GroupID(); g != "" {
-		return Result{Err: InvalidField("lease_id", "lease %s is a member of lease group %s: release the group", c.LeaseID, g)}
-	}
-	reason := c.Reason
-	reason = cmp.Or(reason, ReasonReleased)
-	if canaryFenceReset {
-		lb.fence = l.Fence - 1
-	}
-	if canaryFenceRepeat {
-		if lb.canaryReleased == nil {
-			lb.canaryReleased = map[string]uint64{}
-		}
-		lb.canaryReleased[l.Key] = l.Fence
-	}
-	return Result{Lease: lb.end(l, endOpts{state: StateReleased, reason: reason, wallMS: c.WallMS})}
-}
-
-func (lb *leaseBook) revoke(c *Revoke) Result {
-	if err := ValidReason(c.Reason); err != nil {
-		return Result{Err: err}
-	}
-	if err := validID("lease_id", c.LeaseID); err != nil {
-		return Result{Err: err}
-	}
-	l := lb.leases.Get(c.LeaseID)
-	if l == nil {
-		return Result{Err: Errorf(wire.CodeLeaseNotFound, "lease %s not found", c.LeaseID)}
-	}
-	if l.Terminal() {
-		return Result{Err: terminalError(l)}
-	}
-	reason := c.Reason
-	reason = cmp.Or(reason, ReasonRevoked)
-	o := endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS, delay: true, midTick: true}
-	if g := l.GroupID(); g != "" {
-		res, _ := lb.grp.endGroup(g, l.ID, o) // a group ends whole
-		return res
-	}
-	return Result{Lease: lb.end(l, o)}
-}
-
-func (lb *leaseBook) releaseHolder(c *ReleaseHolder) Result {
-	if err := ValidHolder(c.Holder); err != nil {
-		return Result{Err: err}
-	}
-	if err := ValidReason(c.Reason); err != nil {
-		return Result{Err: err}
-	}
-	reason := c.Reason
-	reason = cmp.Or(reason, ReasonHolderReleased)
-	n := lb.dropWaitersOf(c.Holder)
-	hi := lb.holders[c.Holder]
-	if hi == nil {
-		return Result{Count: n}
-	}
-	for _, id := range hi.leases.ids() {
-		lb.end(lb.leases.Get(id), endOpts{state: StateRevoked, reason: reason, wallMS: c.WallMS})
-		n++
-	}
-	for _, id := range hi.sessions.ids() {
-		lb.sess.endSession(lb.sess.Session(id), SessionEnded, reason, c.WallMS)
-		n++
-	}
-	return Result{Count: n}
-}
-
-// dropWaitersOf withdraws every queued acquire of holder (directly or
-// through one of its sessions), so that ending its leases cannot hand it a
-// new one; each waiter is told with a notice. It returns how many it
-// withdrew.
-func (lb *leaseBook) dropWaitersOf(holder string) int {
-	hw := lb.holderWaits[holder]
-	ids := sortedKeys(hw)
-	n := 0
-	for _, id := range ids {
-		key := hw[id]
-		ks := lb.keys.Get(key)
-		if w, ok := lb.findWaiter(key, id); ok && w.group != "" {
-			// Its keys are pumped once every waiter of the holder is
-			// gone, so that none of them is granted meanwhile.
-			lb.grp.withdrawGroup(w.group, Errorf(wire.CodeLeaseRevoked, "all leases of holder %s were released while this lease group waited", holder))
-			n++
-			continue
-		}
-		w, ok := lb.unqueue(ks, id)
-		if !ok {
-			continue
-		}
-		lb.dropWaiter(w.Cmd, id, Errorf(wire.CodeLeaseRevoked, "all leases of holder %s were released while this acquire waited", holder))
-		lb.dropKey(key, ks)
-		n++
-	}
-	lb.grp.repumpKeys()
-	return n
-}
-
-func (lb *leaseBook) cancelWait(c *CancelWait) {
-	ks := lb.keys.Get(c.Key)
-	if ks == nil {
-		return
-	}
-	if w, ok := lb.findWaiter(c.Key, c.LeaseID); ok && w.group != "" {
-		lb.grp.withdrawGroup(w.group, nil) // any member names the whole group
-		lb.grp.repumpKeys()
-		return
-	}
-	if w, ok := lb.unqueue(ks, c.LeaseID); ok {
-		lb.forgetIdem(w.Cmd.IdemHash, c.LeaseID)
-		lb.pump(c.Key, ks)
-	}
 }
 
 func (lb *leaseBook) holder(h string) *holderIndex {
