@@ -313,13 +313,35 @@ func (w *responseWriter) WriteHeader(status int) {
 		}
 		h := w.Header()
 		if !w.forwarded || h.Get(headerIndex) == "" {
-			h.Set(headerIndex, strconv.FormatUint(w.n.AppliedIndex(), 10))
+			h[headerIndex] = indexValue(w.n.AppliedIndex()) // headerIndex is canonical
 		}
 		if _, ok := h["Date"]; !ok {
 			h["Date"] = dateNow()
 		}
 	}
 	w.ResponseWriter.WriteHeader(status)
+}
+
+// appliedValue is the X-Leasehold-Index value of one applied index.
+type appliedValue struct {
+	index uint64
+	v     []string
+}
+
+// lastApplied is the latest applied index's value: the answers of one
+// log entry's writes, and the reads between, share it.
+var lastApplied atomic.Pointer[appliedValue]
+
+// indexValue is the X-Leasehold-Index header value of applied index i. The
+// slice is shared: nothing changes a header value in place.
+func indexValue(i uint64) []string {
+	if a := lastApplied.Load(); a != nil && a.index == i {
+		return a.v
+	}
+	a := &appliedValue{index: i, v: []string{strconv.FormatUint(i, 10)}}
+	a.v = a.v[:1:1]
+	lastApplied.Store(a)
+	return a.v
 }
 
 // date is the Date header's value for one second.

@@ -30,12 +30,25 @@ func remaining(end, tick uint64, period int64) int64 {
 // standalone lease and its session's for a bound one; now is the moment
 // the countdown is displayed from.
 func leaseView(l *fsm.Lease, state fsm.State, endTick uint64, ttlMS int64, tick uint64, period int64, now time.Time) *wire.Lease {
-	v := &wire.Lease{
+	// One allocation for the view and its optional times.
+	a := &struct {
+		v              wire.Lease
+		renewed, ended time.Time
+	}{}
+	v := &a.v
+	*v = wire.Lease{
 		LeaseID: l.ID, Key: l.Key, Holder: l.Holder, Limit: uint32(l.Limit), SessionID: l.SessionID, GroupID: l.GroupID(),
 		State: state.String(), FencingToken: l.Fence, TTLMS: ttlMS,
-		AcquiredAt: wallTime(l.AcquiredWallMS), LastRenewedAt: optTime(l.RenewedWallMS),
-		EndedAt: optTime(l.EndedWallMS()), HeartbeatIntervalMS: ttlMS / 3,
+		AcquiredAt: wallTime(l.AcquiredWallMS), HeartbeatIntervalMS: ttlMS / 3,
 		RenewalCount: l.RenewalCount, Metadata: l.Metadata(), EndReason: l.EndReason(),
+	}
+	if ms := l.RenewedWallMS; ms != 0 {
+		a.renewed = wallTime(ms)
+		v.LastRenewedAt = &a.renewed
+	}
+	if ms := l.EndedWallMS(); ms != 0 {
+		a.ended = wallTime(ms)
+		v.EndedAt = &a.ended
 	}
 	switch {
 	case state == fsm.StateActive:
