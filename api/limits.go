@@ -42,11 +42,11 @@ func (s *server) guardBody(w http.ResponseWriter, r *http.Request, progress bool
 		// keep the deadline: it is not put on at all.
 		return nil
 	}
-	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(s.bodyTimeout)) != nil {
+	b := &deadlineBody{ReadCloser: r.Body, rc: *http.NewResponseController(w), timeout: s.bodyTimeout, progress: progress}
+	if b.rc.SetReadDeadline(time.Now().Add(s.bodyTimeout)) != nil {
 		return nil // not a connection (a test recorder): nothing to bound
 	}
-	r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, timeout: s.bodyTimeout, progress: progress}
+	r.Body = b
 	return nil
 }
 
@@ -56,7 +56,7 @@ func (s *server) guardBody(w http.ResponseWriter, r *http.Request, progress bool
 // deadline.
 type deadlineBody struct {
 	io.ReadCloser
-	rc       *http.ResponseController
+	rc       http.ResponseController // in place: one allocation fewer
 	timeout  time.Duration
 	progress bool
 	done     bool
