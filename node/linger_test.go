@@ -31,7 +31,8 @@ func TestTickLingersInABusyLog(t *testing.T) {
 		TTLMS: 60_000, TTLTicks: ticks(60_000, period), WaitTicks: ticks(30_000, period)}
 	free := &fsm.Acquire{LeaseID: "x2", Key: "free", Holder: "x2", Limit: 1, TokenHash: hashToken("x2"),
 		TTLMS: 60_000, TTLTicks: ticks(60_000, period), WaitTicks: ticks(30_000, period)}
-	tick := &fsm.Tick{Tick: 1 << 40}
+	tick := &fsm.Tick{Tick: 1 << 40, PeriodMS: tickLingerPeriod.Milliseconds()}
+	short := &fsm.Tick{Tick: 1 << 40, PeriodMS: tickLingerPeriod.Milliseconds() - 1}
 	lingers := func(busy bool, cmds ...fsm.Command) bool {
 		var b []*proposal
 		for _, c := range cmds {
@@ -47,6 +48,8 @@ func TestTickLingersInABusyLog(t *testing.T) {
 	}{
 		{"a tick in a busy log", true, []fsm.Command{tick}, true},
 		{"a tick in a quiet log", false, []fsm.Command{tick}, false},
+		{"a tick of a short period in a busy log", true, []fsm.Command{short}, false},
+		{"a tick of a short period and a queuing acquire", true, []fsm.Command{queuing, short}, false},
 		{"a tick and a queuing acquire in a busy log", true, []fsm.Command{queuing, tick}, true},
 		{"a tick and a queuing acquire in a quiet log", false, []fsm.Command{tick, queuing}, false},
 		{"a queuing acquire in a quiet log", false, []fsm.Command{queuing}, true},
@@ -63,13 +66,15 @@ func TestTickLingersInABusyLog(t *testing.T) {
 // each with a tick of the busy log among them, the tick, the next
 // waiter's acquire and the holder's release share one entry: N grants take
 // N entries. The tick and the others are queued by hand, in order; the
-// clock is held so that no other tick comes, and the linger and the busy
-// window are a minute long, so that the count does not depend on timing.
+// clock is held so that no other tick comes, the log counts as busy, and
+// the linger is a minute long, so that the count does not depend on
+// timing.
 func TestContendedGrantsTakeAnEntryEach(t *testing.T) {
-	var hold atomic.Bool
+	var hold, busy atomic.Bool
 	cfg := testConfig(t, "")
 	cfg.lingerMax = time.Minute
-	cfg.renewLinger = time.Minute // every entry's first proposal comes "at once": a busy log
+	cfg.busyLog = busy.Load // once the clock is held, a busy log
+	cfg.TickPeriod = tickLingerPeriod
 	cfg.holdClock = func(*replica) bool { return hold.Load() }
 	n := openNode(t, cfg)
 	ctx := context.Background()
@@ -88,6 +93,7 @@ func TestContendedGrantsTakeAnEntryEach(t *testing.T) {
 		t.Fatalf("acquire h0: %v %v", err, res.Err)
 	}
 	hold.Store(true)
+	busy.Store(true)
 	quiet := func() {
 		last, still := n.rep.pos.Load(), 0
 		waitFor(t, 30*time.Second, func() bool {

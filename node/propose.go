@@ -216,7 +216,7 @@ func (gc *groupCommit) run() {
 		} else {
 			expireNext = len(held) > 0
 		}
-		if open && len(held) == 0 && gc.lingers(batch, backToBack) {
+		if open && len(held) == 0 && gc.lingers(batch, gc.busy(backToBack)) {
 			// Only acquires that will queue, which wait for a later
 			// grant anyway, and ticks of a busy log: in a hand-off the
 			// holder's release then shares this entry. Another queuing
@@ -229,7 +229,7 @@ func (gc *groupCommit) run() {
 				select {
 				case p := <-gc.propCh:
 					take(p)
-					if !gc.collect(take, &batch) || len(held) > 0 || !gc.lingers(batch, backToBack) {
+					if !gc.collect(take, &batch) || len(held) > 0 || !gc.lingers(batch, gc.busy(backToBack)) {
 						break linger
 					}
 				case <-timer.C:
@@ -283,6 +283,11 @@ func (gc *groupCommit) run() {
 // so that a hand-off's release shares the entry instead of waiting behind
 // the next re-acquire or a tick.
 const lingerMax = 5 * time.Millisecond
+
+// tickLingerPeriod is the shortest tick period whose ticks linger: a tick
+// is then late by at most a twentieth of a period, as one queued behind
+// a slow append can be (fsm.GraceTicks covers a tick that commits late).
+const tickLingerPeriod = 20 * lingerMax
 
 // Renewals from clients that renew in a loop otherwise settle into two
 // cohorts, one committing while the other queues: the batcher holds an
@@ -400,7 +405,8 @@ func (gc *groupCommit) collect(take func(*proposal), batch *[]*proposal) bool {
 // (it will queue, not be granted: its caller waits for a later entry's
 // grant anyway), or, when busy (the batch's first proposal came as the
 // previous entry was answered: more is on its way), a tick (the clock,
-// late by at most lingerMax). An acquire that its key's waiter limit
+// late by at most lingerMax) whose period is at least tickLingerPeriod.
+// An acquire that its key's waiter limit
 // (Quota.KeyWaiters) will refuse does not wait. Whether an acquire queues
 // is still decided when the entry applies; waiting changes which entry
 // carries it, never its answer.
@@ -409,7 +415,7 @@ func (gc *groupCommit) lingers(batch []*proposal, busy bool) bool {
 	for _, p := range batch {
 		switch c := p.cmd.(type) {
 		case *fsm.Tick:
-			if !busy {
+			if !busy || time.Duration(c.PeriodMS)*time.Millisecond < tickLingerPeriod {
 				return false
 			}
 		case *fsm.Acquire:
@@ -437,6 +443,15 @@ func (gc *groupCommit) lingers(batch []*proposal, busy bool) bool {
 		}
 	}
 	return true
+}
+
+// busy is lingers' busy: backToBack, or what a test says
+// (Config.busyLog).
+func (gc *groupCommit) busy(backToBack bool) bool {
+	if gc.cfg.busyLog != nil {
+		return gc.cfg.busyLog()
+	}
+	return backToBack
 }
 
 // refuseUnsent answers the proposals of a batch that never reached Raft,

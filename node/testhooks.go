@@ -20,6 +20,9 @@ type testHooks struct {
 	// lingerMax replaces how long the batcher holds an entry of acquires
 	// that will queue for a companion (0: lingerMax).
 	lingerMax time.Duration
+	// busyLog, if set, replaces whether the batcher finds the log busy
+	// (a tick then lingers for a companion: groupCommit.lingers).
+	busyLog func() bool
 	// renewLinger replaces renewLingerMax and renewGap (how long the
 	// batcher holds an entry of renewals for the others of the previous
 	// entry's leases).
