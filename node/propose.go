@@ -406,10 +406,9 @@ func (gc *groupCommit) collect(take func(*proposal), batch *[]*proposal) bool {
 // grant anyway), or, when busy (the batch's first proposal came as the
 // previous entry was answered: more is on its way), a tick (the clock,
 // late by at most lingerMax) whose period is at least tickLingerPeriod.
-// An acquire that its key's waiter limit
-// (Quota.KeyWaiters) will refuse does not wait. Whether an acquire queues
-// is still decided when the entry applies; waiting changes which entry
-// carries it, never its answer.
+// An acquire that its key's waiter limit (Quota.KeyWaiters) will refuse
+// does not wait. Whether an acquire queues is still decided when the
+// entry applies; waiting changes which entry carries it, never its answer.
 func (gc *groupCommit) lingers(batch []*proposal, busy bool) bool {
 	acquires := false
 	for _, p := range batch {

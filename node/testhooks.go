@@ -18,7 +18,8 @@ type testHooks struct {
 	// expireChunk).
 	expireChunk uint64
 	// lingerMax replaces how long the batcher holds an entry of acquires
-	// that will queue for a companion (0: lingerMax).
+	// that will queue, or of ticks of a busy log, for a companion (0:
+	// lingerMax).
 	lingerMax time.Duration
 	// busyLog, if set, replaces whether the batcher finds the log busy
 	// (a tick then lingers for a companion: groupCommit.lingers).
