@@ -40,26 +40,28 @@ func validRequestID(id string) bool {
 // and returns r with the id in its context, where the API's logger finds
 // it.
 func tagRequest(w http.ResponseWriter, r *http.Request) *http.Request {
-	id := r.Header.Get(headerRequestID)
+	c := &requestCtx{Context: r.Context(), id: r.Header.Get(headerRequestID)}
 	var v []string
-	if !validRequestID(id) {
-		id = newRequestID()
-		v = []string{id}
+	if !validRequestID(c.id) {
+		c.id = newRequestID()
+		c.value[0] = c.id
+		v = c.value[:]
 		r.Header[headerRequestID] = v // headerRequestID is canonical
 	} else {
 		v = r.Header[headerRequestID][:1:1]
 	}
 	// One slice for both headers: nothing changes a header value in place.
 	w.Header()[headerRequestID] = v
-	return r.WithContext(&requestCtx{Context: r.Context(), id: id})
+	return r.WithContext(c)
 }
 
 // requestCtx is a request's context with its id: context.WithValue's
 // result in one allocation rather than two (the context, and the id boxed
-// in an interface).
+// in an interface), which also holds a made id's header value.
 type requestCtx struct {
 	context.Context
-	id string
+	id    string
+	value [1]string
 }
 
 func (c *requestCtx) Value(key any) any {
