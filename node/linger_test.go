@@ -80,14 +80,7 @@ func TestContendedGrantsTakeAnEntryEach(t *testing.T) {
 	ctx := context.Background()
 	period := n.tk.period()
 	retain := uint64((cfg.Retention + period - 1) / period)
-	acquire := func(id string, wait bool) *fsm.Acquire {
-		a := &fsm.Acquire{LeaseID: id, Key: "k", Holder: id, Limit: 1, TokenHash: hashToken(id),
-			TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli()}
-		if wait {
-			a.WaitTicks = ticks(30_000, period)
-		}
-		return a
-	}
+	acquire := func(id string, wait bool) *fsm.Acquire { return testAcquire(id, "k", period, wait) }
 	res, _, err := n.propose(ctx, acquire("ls_h0", false))
 	if err != nil || res.Err != nil {
 		t.Fatalf("acquire h0: %v %v", err, res.Err)
@@ -193,14 +186,7 @@ func TestLingeringAtShutdownNotApplied(t *testing.T) {
 	n := openNode(t, cfg)
 	ctx := context.Background()
 	period := n.tk.period()
-	acquire := func(id string, wait bool) *fsm.Acquire {
-		a := &fsm.Acquire{LeaseID: id, Key: "k", Holder: id, Limit: 1, TokenHash: hashToken(id),
-			TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli()}
-		if wait {
-			a.WaitTicks = ticks(30_000, period)
-		}
-		return a
-	}
+	acquire := func(id string, wait bool) *fsm.Acquire { return testAcquire(id, "k", period, wait) }
 	res, _, err := n.propose(ctx, acquire("ls_a", false))
 	if err != nil || res.Err != nil {
 		t.Fatalf("acquire a: %v %v", err, res.Err)
@@ -258,12 +244,8 @@ func TestAcquireAtWaiterLimitDoesNotLinger(t *testing.T) {
 	ctx := context.Background()
 	period := n.tk.period()
 	acquire := func(id string, wait bool, keyWaiters uint64) *fsm.Acquire {
-		a := &fsm.Acquire{LeaseID: id, Key: "k", Holder: id, Limit: 1, TokenHash: hashToken(id),
-			TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli(),
-			Quota: fsm.Quota{KeyWaiters: keyWaiters}}
-		if wait {
-			a.WaitTicks = ticks(30_000, period)
-		}
+		a := testAcquire(id, "k", period, wait)
+		a.Quota.KeyWaiters = keyWaiters
 		return a
 	}
 	hold.Store(true)

@@ -64,6 +64,17 @@ func TestProposeAnswersTransferAsUnavailable(t *testing.T) {
 	}
 }
 
+// testAcquire is an acquire of key by lease id (its own holder and
+// token), one slot, a minute's TTL, that waits 30 s for the key when wait.
+func testAcquire(id, key string, period time.Duration, wait bool) *fsm.Acquire {
+	a := &fsm.Acquire{LeaseID: id, Key: key, Holder: id, Limit: 1, TokenHash: hashToken(id),
+		TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli()}
+	if wait {
+		a.WaitTicks = ticks(30_000, period)
+	}
+	return a
+}
+
 // TestHandOffSharesAnEntry: an entry holding only acquires that will queue
 // waits for a companion, so that the holder's release, proposed a moment
 // later, shares the entry instead of waiting behind it; a waiting acquire
@@ -78,14 +89,7 @@ func TestHandOffSharesAnEntry(t *testing.T) {
 	n := openNode(t, cfg)
 	ctx := context.Background()
 	period := n.tk.period()
-	acquire := func(id, key string, wait bool) *fsm.Acquire {
-		a := &fsm.Acquire{LeaseID: id, Key: key, Holder: id, Limit: 1, TokenHash: hashToken(id),
-			TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli()}
-		if wait {
-			a.WaitTicks = ticks(30_000, period)
-		}
-		return a
-	}
+	acquire := func(id, key string, wait bool) *fsm.Acquire { return testAcquire(id, key, period, wait) }
 	res, _, err := n.propose(ctx, acquire("ls_a", "k", false))
 	if err != nil || res.Err != nil {
 		t.Fatalf("acquire a: %v %v", err, res.Err)
@@ -207,10 +211,7 @@ func TestRenewalsOfAnEntryShareTheNext(t *testing.T) {
 	n := openNode(t, cfg)
 	ctx := context.Background()
 	period := n.tk.period()
-	acquire := func(id string) *fsm.Acquire {
-		return &fsm.Acquire{LeaseID: id, Key: id, Holder: id, Limit: 1, TokenHash: hashToken(id),
-			TTLMS: 60_000, TTLTicks: ticks(60_000, period), WallMS: wallNow().UnixMilli()}
-	}
+	acquire := func(id string) *fsm.Acquire { return testAcquire(id, id, period, false) }
 	renew := func(id string) *fsm.Renew {
 		return &fsm.Renew{LeaseID: id, TokenHash: hashToken(id), WallMS: wallNow().UnixMilli()}
 	}
