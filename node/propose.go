@@ -235,10 +235,7 @@ func (gc *groupCommit) run() {
 				case <-timer.C:
 					break linger
 				case <-gc.closing:
-					gc.lingering.Store(false)
-					timer.Stop()
-					refuseUnsent(batch)
-					return
+					break linger
 				}
 			}
 			gc.lingering.Store(false)
@@ -253,6 +250,16 @@ func (gc *groupCommit) run() {
 		// Checked after the whole batch is taken, so no proposal of an
 		// ended term can follow a new term's into the log.
 		batch = gc.dropAbandoned(batch)
+		select {
+		case <-gc.closing:
+			// A batch held for a companion (lingers, awaitRenewals) or
+			// taken as the node closed never reaches Raft: answered as
+			// the queued proposals are (drain), not applied.
+			refuseUnsent(batch)
+			refuseUnsent(held)
+			return
+		default:
+		}
 		if len(batch) == 0 {
 			<-gc.inflight
 			continue

@@ -202,8 +202,15 @@ func TestHandOffSharesAnEntry(t *testing.T) {
 // at once. The batcher is paused (its one entry slot taken) so that the
 // first two renewals share an entry, the clock is held so that no tick
 // joins them, and the wait is long, so that the verdict does not depend on
-// how soon the second renewal follows.
+// how soon the second renewal follows. With shutdown, the node closes
+// while the renewal waits: it is answered as the queued proposals are
+// (shutting down, not applied) and no entry carries it.
 func TestRenewalsOfAnEntryShareTheNext(t *testing.T) {
+	t.Run("companion", func(t *testing.T) { testRenewalsShareTheNext(t, false) })
+	t.Run("shutdown", func(t *testing.T) { testRenewalsShareTheNext(t, true) })
+}
+
+func testRenewalsShareTheNext(t *testing.T, shutdown bool) {
 	var hold atomic.Bool
 	cfg := testConfig(t, "")
 	cfg.renewLinger = time.Minute
@@ -287,6 +294,17 @@ func TestRenewalsOfAnEntryShareTheNext(t *testing.T) {
 			// entry or ended the wait.
 			t.Logf("try %d: the renewal did not wait (%v at %d)", try, o.err, o.index)
 			continue
+		}
+		if shutdown {
+			last := n.rep.pos.Load()
+			n.Close()
+			if o = <-a; o.err == nil || o.err.Error() != errShuttingDown().Error() {
+				t.Fatalf("the waiting renewal at shutdown: %v at %d, want %v", o.err, o.index, errShuttingDown())
+			}
+			if got := n.rep.pos.Load(); got != last {
+				t.Fatalf("entries %d..%d were applied after the close; the waiting renewal must not reach Raft", last+1, got)
+			}
+			return
 		}
 		b := propose(renew("ls_b"))
 		oa, ob = <-a, <-b
