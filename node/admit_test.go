@@ -62,17 +62,19 @@ func TestAdmitPeerRecordedFeatures(t *testing.T) {
 
 // TestLeaderRefusesServerLackingRecordedFeature: once the state records a
 // feature, the leader does not add a new server whose gossip lacks its
-// flag (cluster status shows it refused, with the reason), and adds one
-// that has every flag. The server lacking the flag is in gossip before
-// the other, so the pass that added the other saw it too.
+// flag (it is neither recorded nor added; cluster status shows it
+// refused, with the reason), and adds one that has every flag. The server
+// lacking the flag is in gossip before the other and its id sorts first,
+// and a pass takes new servers in id order: by the time the other is in
+// the configuration, a pass has decided on it, whatever the timing.
 func TestLeaderRefusesServerLackingRecordedFeature(t *testing.T) {
 	cfg := clusterConfig("n1")
 	n := openNode(t, cfg)
 	waitFor(t, 10*time.Second, func() bool { return n.recorded(fsm.FeatureChunkedPrune) })
 
-	join := func(id string, meta cluster.Meta) {
+	join := func(id, raft string, meta cluster.Meta) {
 		t.Helper()
-		meta.ID, meta.Raft, meta.Incarnation = id, "127.0.0.1:1", "dir-"+id
+		meta.ID, meta.Raft, meta.Incarnation = id, raft, "dir-"+id
 		g, err := cluster.StartGossip(cluster.GossipConfig{Name: id, BindAddr: "127.0.0.1:0", Fast: true,
 			Meta: func() cluster.Meta { return meta }})
 		if err != nil {
@@ -86,8 +88,8 @@ func TestLeaderRefusesServerLackingRecordedFeature(t *testing.T) {
 	}
 	old := n.gossipMeta()
 	old.ChunkedPrune, old.Version = false, "older"
-	join("old", old)
-	join("new", n.gossipMeta())
+	join("a-old", "127.0.0.1:1", old)
+	join("b-new", "127.0.0.1:2", n.gossipMeta())
 
 	inConf := func(id string) bool {
 		conf, err := n.cl.Configuration()
@@ -101,9 +103,12 @@ func TestLeaderRefusesServerLackingRecordedFeature(t *testing.T) {
 		}
 		return false
 	}
-	waitFor(t, 20*time.Second, func() bool { return inConf("new") })
-	if inConf("old") {
+	waitFor(t, 20*time.Second, func() bool { return inConf("b-new") })
+	if inConf("a-old") {
 		t.Fatal("a server lacking a recorded feature's flag was added")
+	}
+	if rec, ok := n.rc.memberRecord("a-old"); ok {
+		t.Fatalf("a server lacking a recorded feature's flag was recorded: %+v", rec)
 	}
 	st, err := n.ClusterStatus(context.Background(), false)
 	if err != nil {
@@ -111,7 +116,7 @@ func TestLeaderRefusesServerLackingRecordedFeature(t *testing.T) {
 	}
 	found := false
 	for _, m := range st.Members {
-		if m.ID == "old" {
+		if m.ID == "a-old" {
 			found = true
 			if m.Health != "refused" || !strings.Contains(m.Reason, "chunked pruning") || !strings.Contains(m.Reason, "upgrade it") {
 				t.Errorf("the refused server in cluster status: %+v", m)
