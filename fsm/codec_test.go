@@ -460,9 +460,18 @@ func TestDecodeUnknownType(t *testing.T) {
 	cancel := mustEncode(t, &fsm.CancelWait{LeaseID: "x", Key: "k"})
 	newer := []byte{v, 0xff, 1, 'x'}
 	newerBatch := append(append([]byte{v, byte(fsm.TypeBatch), 2}, cancel[1:]...), 0xff, 1, 'x')
+	// newerVersion: an entry of a version after VersionChecked, with the
+	// checksum every later version ends with.
+	newerVersion := func(version byte, b []byte) []byte {
+		b = bytes.Clone(b)
+		b[0] = version
+		return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	}
 	for name, b := range map[string][]byte{
 		"unknown type":          checked(newer),
 		"unknown type in batch": checked(newerBatch),
+		"newer version":         newerVersion(fsm.VersionChecked+1, cancel),
+		"newest version":        newerVersion(0xff, newer),
 	} {
 		if c, err := fsm.Decode(b); c != nil || !errors.Is(err, fsm.ErrUnknownType) {
 			t.Errorf("%s: %#v, %v; want ErrUnknownType", name, c, err)
@@ -470,6 +479,8 @@ func TestDecodeUnknownType(t *testing.T) {
 	}
 	rotten := checked(newer)
 	rotten[2] ^= 1
+	flipped := checked(cancel)
+	flipped[0]++ // a checked entry whose version byte flipped: its checksum covers it
 	for name, b := range map[string][]byte{
 		"unchecked unknown type":  newer,
 		"unchecked, in batch":     newerBatch,
@@ -478,6 +489,8 @@ func TestDecodeUnknownType(t *testing.T) {
 		"version 2, unknown type": {2, 0xff, 1, 'x'},
 		"version 2, pruned tick":  {2, byte(fsm.TypeTickPruned), 1, 1, 1, 1, 1, 1},
 		"checksum mismatch":       rotten,
+		"version byte flipped":    flipped,
+		"newer version, short":    {fsm.VersionChecked + 1, 1, 0, 0, 0},
 		"truncated":               checked(cancel[:len(cancel)-1]),
 	} {
 		if c, err := fsm.Decode(b); c != nil || err == nil || errors.Is(err, fsm.ErrUnknownType) {

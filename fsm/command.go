@@ -317,7 +317,9 @@ func Encode(c Command) ([]byte, error) { return encodeBinary(c) }
 // (Castagnoli, little-endian) of every byte before it. Decode verifies it
 // before it reads anything else, so that a bit flipped in the log (a disk
 // that rots, a store that checks nothing) is an error naming the entry,
-// never a different command applied.
+// never a different command applied. Every later version ends with the
+// same checksum, so that a release can tell an entry of a newer version
+// (ErrUnknownType) from damage.
 const VersionChecked byte = 5
 
 // EncodeChecked encodes c with a checksum (VersionChecked). Servers of
@@ -338,11 +340,12 @@ var ErrChecksum = errors.New("fsm: entry checksum mismatch (the entry's bytes ch
 
 // ErrUnknownType is the error Decode wraps for a checked entry (its
 // checksum holds), or a command in its batch, of a type after every type
-// this release knows: a newer release wrote it, once every server had
-// announced the feature that brought the type (and entry checksums before
-// it). The server needs a newer binary; its log is not damaged. An
-// unknown type in an entry without a checksum is damage, not this error.
-var ErrUnknownType = errors.New("fsm: command type unknown to this release (written by a newer release)")
+// this release knows, or for an entry of a version after VersionChecked
+// whose checksum holds: a newer release wrote it, once every server had
+// announced the feature that brought it (and entry checksums before it).
+// The server needs a newer binary; its log is not damaged. An unknown
+// type or version without a checksum that holds is damage, not this error.
+var ErrUnknownType = errors.New("fsm: entry type or version unknown to this release (written by a newer release)")
 
 // VerifyChecksum checks the checksum of a VersionChecked entry (ErrChecksum
 // when it does not match its bytes); entries of earlier versions carry none
@@ -379,6 +382,10 @@ func Decode(b []byte) (Command, error) {
 		return decodeBinary(b[0], Type(b[1]), b[2:])
 	case versionJSON:
 		return decodeJSON(Type(b[1]), b[2:])
+	}
+	if b[0] > VersionChecked && len(b) >= 6 &&
+		crc32.Checksum(b[:len(b)-4], castagnoli) == binary.LittleEndian.Uint32(b[len(b)-4:]) {
+		return nil, fmt.Errorf("%w: version %d", ErrUnknownType, b[0])
 	}
 	return nil, fmt.Errorf("fsm: unknown command version %d", b[0])
 }
