@@ -89,8 +89,12 @@ func TestHeartbeatChunksFitTheBodyLimit(t *testing.T) {
 
 // fakeBenchServer grants every acquire (one holder at a time per key for
 // waits is not modelled), renews and heartbeats everything.
+// fakeEntries is how far the fake server's commit index moves between two
+// reads of it.
+const fakeEntries = 1000
+
 func fakeBenchServer(t *testing.T) (*client.Client, *atomic.Int64) {
-	var n, active atomic.Int64
+	var n, active, reads atomic.Int64
 	var mu sync.Mutex
 	bound := map[string]int64{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -132,8 +136,9 @@ func fakeBenchServer(t *testing.T) (*client.Client, *atomic.Int64) {
 		case strings.HasSuffix(r.URL.Path, "/renew"):
 			writeJSONTest(w, 200, wire.Lease{State: "active"})
 		case r.Method == "GET" && r.URL.Path == "/v1/cluster":
-			// The commit index moves with every acquire and every read of it.
-			writeJSONTest(w, 200, wire.ClusterStatus{CommitIndex: uint64(n.Add(1))})
+			// The commit index moves by fakeEntries between reads: a
+			// workload reads it before and after its measured phase.
+			writeJSONTest(w, 200, wire.ClusterStatus{CommitIndex: fakeEntries * uint64(reads.Add(1))})
 		case r.URL.Path == "/v1/heartbeat":
 			var body struct{ Leases []wire.HeartbeatItem }
 			mu.Lock()
@@ -253,8 +258,8 @@ func TestBenchWorkloads(t *testing.T) {
 			if r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.P999 || r.Latency.P999 > r.Latency.Max {
 				t.Errorf("percentiles out of order: %+v", r.Latency)
 			}
-			if r.EntriesPerOp <= 0 {
-				t.Errorf("no entries per operation: %+v", r)
+			if want := float64(fakeEntries) / float64(r.Ops); r.EntriesPerOp != want {
+				t.Errorf("entries per operation %v, want %v (%d entries over %d operations)", r.EntriesPerOp, want, fakeEntries, r.Ops)
 			}
 			if w == "heartbeat" && r.Ops < r.Requests*int64(cfg.batch) {
 				t.Errorf("heartbeat: %d leases kept alive in %d requests of %d", r.Ops, r.Requests, cfg.batch)
