@@ -347,11 +347,12 @@ var ErrChecksum = errors.New("fsm: entry checksum mismatch (the entry's bytes ch
 // type or version without a checksum that holds is damage, not this error.
 var ErrUnknownType = errors.New("fsm: entry type or version unknown to this release (written by a newer release)")
 
-// VerifyChecksum checks the checksum of a VersionChecked entry (ErrChecksum
-// when it does not match its bytes); entries of earlier versions carry none
+// VerifyChecksum checks the checksum of an entry of VersionChecked or a
+// later version (ErrChecksum when it does not match its bytes: a version
+// byte flipped upwards fails too); entries of earlier versions carry none
 // and pass.
 func VerifyChecksum(b []byte) error {
-	if len(b) == 0 || b[0] != VersionChecked {
+	if len(b) == 0 || b[0] < VersionChecked {
 		return nil
 	}
 	if len(b) < 6 {
@@ -383,8 +384,7 @@ func Decode(b []byte) (Command, error) {
 	case versionJSON:
 		return decodeJSON(Type(b[1]), b[2:])
 	}
-	if b[0] > VersionChecked && len(b) >= 6 &&
-		crc32.Checksum(b[:len(b)-4], castagnoli) == binary.LittleEndian.Uint32(b[len(b)-4:]) {
+	if b[0] > VersionChecked && VerifyChecksum(b) == nil {
 		return nil, fmt.Errorf("%w: version %d", ErrUnknownType, b[0])
 	}
 	return nil, fmt.Errorf("fsm: unknown command version %d", b[0])

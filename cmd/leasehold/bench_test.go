@@ -87,12 +87,12 @@ func TestHeartbeatChunksFitTheBodyLimit(t *testing.T) {
 	}
 }
 
-// fakeBenchServer grants every acquire (one holder at a time per key for
-// waits is not modelled), renews and heartbeats everything.
 // fakeEntries is how far the fake server's commit index moves between two
 // reads of it.
 const fakeEntries = 1000
 
+// fakeBenchServer grants every acquire (one holder at a time per key for
+// waits is not modelled), renews and heartbeats everything.
 func fakeBenchServer(t *testing.T) (*client.Client, *atomic.Int64) {
 	var n, active, reads atomic.Int64
 	var mu sync.Mutex
