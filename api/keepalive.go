@@ -114,10 +114,12 @@ func (ks *keepAliveStream) read() {
 
 // start decodes one line and renews its lease in the background.
 func (ks *keepAliveStream) start(line []byte) {
-	var req wire.KeepAliveRenewal
-	if parseKeepAliveLine(line, &req) {
+	// One allocation per renewal: its request, answer and expiry.
+	rn := new(keepAliveRenewal)
+	req := &rn.req
+	if parseKeepAliveLine(line, req) {
 		// The Go client's usual line, read without reflection.
-	} else if err := json.Unmarshal(line, &req); err != nil {
+	} else if err := json.Unmarshal(line, req); err != nil {
 		ks.answer(&wire.KeepAliveAnswer{Status: http.StatusBadRequest, Error: &wire.Error{Code: wire.CodeInvalidArgument,
 			Message: "a keep-alive line must be one JSON object {\"id\", \"lease_id\", \"token\", \"ttl_ms\"}: " + err.Error()}})
 		return
@@ -129,15 +131,29 @@ func (ks *keepAliveStream) start(line []byte) {
 	}
 	ks.slot <- struct{}{}
 	ks.wg.Add(1)
-	go func() {
-		defer ks.wg.Done()
-		ks.out <- ks.renew(ks.r.Context(), req)
-	}()
+	go ks.run(rn)
 }
 
-// renew renews one lease and makes its answer.
-func (ks *keepAliveStream) renew(ctx context.Context, req wire.KeepAliveRenewal) *wire.KeepAliveAnswer {
-	a := &wire.KeepAliveAnswer{ID: req.ID, LeaseID: req.LeaseID}
+// keepAliveRenewal is one renewal of a stream in flight: its request and
+// its answer (with the expiry the answer points to).
+type keepAliveRenewal struct {
+	req wire.KeepAliveRenewal
+	a   wire.KeepAliveAnswer
+	at  time.Time
+}
+
+// run renews rn's lease and queues its answer.
+func (ks *keepAliveStream) run(rn *keepAliveRenewal) {
+	defer ks.wg.Done()
+	ks.renew(ks.r.Context(), rn)
+	ks.out <- &rn.a
+}
+
+// renew renews one lease and makes its answer (rn.a).
+func (ks *keepAliveStream) renew(ctx context.Context, rn *keepAliveRenewal) {
+	req := &rn.req
+	a := &rn.a
+	*a = wire.KeepAliveAnswer{ID: req.ID, LeaseID: req.LeaseID}
 	// A scoped token renews as POST /v1/leases/:id/renew does (scoped.go).
 	sent, err := ks.lk.writeLease(req.LeaseID)
 	var lease *wire.Lease
@@ -154,12 +170,11 @@ func (ks *keepAliveStream) renew(ctx context.Context, req wire.KeepAliveRenewal)
 		if e.Code == wire.CodeNoLeader {
 			ks.ending.Store(true)
 		}
-		return a
+		return
 	}
-	at := lease.ExpiresAt
+	rn.at = lease.ExpiresAt
 	a.OK, a.FencingToken, a.TTLMS, a.RemainingMS, a.ExpiresAt, a.RenewalCount =
-		true, lease.FencingToken, lease.TTLMS, lease.RemainingMS, &at, lease.RenewalCount
-	return a
+		true, lease.FencingToken, lease.TTLMS, lease.RemainingMS, &rn.at, lease.RenewalCount
 }
 
 // answer queues an answer that took no slot (a line that is not a renewal).
