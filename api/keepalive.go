@@ -217,9 +217,12 @@ func (ks *keepAliveStream) write() {
 	}
 }
 
-// flush sends what bw holds, within the write timeout.
+// flush sends what bw holds, within the write timeout (set once: bw's
+// write to the stream sets it, when bw holds anything).
 func (ks *keepAliveStream) flush(bw *bufio.Writer) error {
-	ks.deadline()
+	if bw.Buffered() == 0 {
+		ks.deadline()
+	}
 	if err := bw.Flush(); err != nil {
 		return err
 	}
