@@ -160,7 +160,7 @@ func openLogs(dir string, bolt *boltStore, format uint64, want string, walSegmen
 			closer.Close()
 			return nil, nil, fmt.Errorf("cluster: record data format %d and log store %s in raft.db: %w", DataFormat, kind, err)
 		}
-		if format < DataFormat {
+		if format < DataFormat && d.kind != "" {
 			logger.Info("data dir upgraded", "dir", dir, "from_format", format, "to_format", DataFormat, "raft_log", kind)
 		}
 	}

@@ -343,13 +343,16 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 }
 
 // TestRaftLogFlagAndMigrateLog: --raft-log picks a new data dir's log
-// store; a restart with the other one is refused, both named; the move is
+// store (and the new dir is not said to be upgraded); a restart with the other one is refused, both named; the move is
 // refused while the server runs, and done once it is stopped, with a
 // backup; the server then serves every lease again on the other store.
 func TestRaftLogFlagAndMigrateLog(t *testing.T) {
 	t.Parallel() // its own servers and directories
 	s := newServer(t, "--raft-log", "wal")
 	s.start()
+	if strings.Contains(s.log(), "data dir upgraded") {
+		t.Fatalf("a new data dir is not upgraded, yet its log says so:\n%s", s.log())
+	}
 	leases := acquireMany(t, s.client(t), "k", "h", 20)
 	r := runBinary(t, "data", "migrate-log", "--data-dir", s.dataDir, "--to", "boltdb")
 	if r.status == 0 || !strings.Contains(r.stderr, "a leasehold server runs on data dir") {
