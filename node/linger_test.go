@@ -87,18 +87,7 @@ func TestContendedGrantsTakeAnEntryEach(t *testing.T) {
 	}
 	hold.Store(true)
 	busy.Store(true)
-	quiet := func() {
-		last, still := n.rep.pos.Load(), 0
-		waitFor(t, 30*time.Second, func() bool {
-			time.Sleep(period) // quiet is no new entry for five periods: the wait is what is checked
-			if a := n.rep.pos.Load(); a != last {
-				last, still = a, 0
-				return false
-			}
-			still++
-			return still >= 5
-		})
-	}
+	quiet := func() { waitQuiet(t, n, period) }
 	const grants = 3
 	holder := "ls_h0"
 	for try := 0; ; try++ {
@@ -115,20 +104,7 @@ func TestContendedGrantsTakeAnEntryEach(t *testing.T) {
 			pt := newProposal(ctx, &fsm.Tick{Tick: next, WallMS: wallNow().UnixMilli(),
 				PeriodMS: period.Milliseconds(), RetainTicks: retain})
 			n.gc.propCh <- pt
-			var r propResult
-			returned := false
-			waitFor(t, 10*time.Second, func() bool {
-				if n.gc.lingering.Load() {
-					return true
-				}
-				select {
-				case r = <-pt.done:
-					returned = true
-					return true
-				default:
-					return false
-				}
-			})
+			r, returned := lingerOrAnswer(t, n, pt.done)
 			if returned {
 				// Without the linger, or something else (the leader's own
 				// bookkeeping) came with it.
@@ -199,20 +175,7 @@ func TestLingeringAtShutdownNotApplied(t *testing.T) {
 		id := fmt.Sprintf("ls_b%d", try)
 		p := newProposal(ctx, acquire(id, true))
 		n.gc.propCh <- p
-		var r propResult
-		returned := false
-		waitFor(t, 10*time.Second, func() bool {
-			if n.gc.lingering.Load() {
-				return true
-			}
-			select {
-			case r = <-p.done:
-				returned = true
-				return true
-			default:
-				return false
-			}
-		})
+		r, returned := lingerOrAnswer(t, n, p.done)
 		if returned {
 			// Something else (the leader's own bookkeeping) shared the entry.
 			t.Logf("try %d: %s did not linger (%v at %d)", try, id, r.err, r.index)

@@ -75,6 +75,42 @@ func testAcquire(id, key string, period time.Duration, wait bool) *fsm.Acquire {
 	return a
 }
 
+// waitQuiet waits until n's log has had no new entry for five periods.
+func waitQuiet(t *testing.T, n *Node, period time.Duration) {
+	t.Helper()
+	last, still := n.rep.pos.Load(), 0
+	waitFor(t, 30*time.Second, func() bool {
+		time.Sleep(period) // quiet is no new entry for five periods: the wait is what is checked
+		if a := n.rep.pos.Load(); a != last {
+			last, still = a, 0
+			return false
+		}
+		still++
+		return still >= 5
+	})
+}
+
+// lingerOrAnswer waits until the batcher holds an entry for a companion
+// (false) or answer comes first (its value, true).
+func lingerOrAnswer[T any](t *testing.T, n *Node, answer <-chan T) (T, bool) {
+	t.Helper()
+	var v T
+	returned := false
+	waitFor(t, 10*time.Second, func() bool {
+		if n.gc.lingering.Load() {
+			return true
+		}
+		select {
+		case v = <-answer:
+			returned = true
+			return true
+		default:
+			return false
+		}
+	})
+	return v, returned
+}
+
 // TestHandOffSharesAnEntry: an entry holding only acquires that will queue
 // waits for a companion, so that the holder's release, proposed a moment
 // later, shares the entry instead of waiting behind it; a waiting acquire
@@ -121,18 +157,7 @@ func TestHandOffSharesAnEntry(t *testing.T) {
 	// Another proposal arriving while b lingers (a tick proposed before
 	// the clock was held, the leader's own bookkeeping) ends the linger
 	// first: then try again, on a fresh key, once the log is quiet.
-	quiet := func() {
-		last, still := n.rep.pos.Load(), 0
-		waitFor(t, 30*time.Second, func() bool {
-			time.Sleep(period) // quiet is no new entry for five periods: the wait is what is checked
-			if a := n.rep.pos.Load(); a != last {
-				last, still = a, 0
-				return false
-			}
-			still++
-			return still >= 5
-		})
-	}
+	quiet := func() { waitQuiet(t, n, period) }
 	for try := 0; ; try++ {
 		if try == 5 {
 			t.Fatal("no hand-off shared an entry in 5 tries")
@@ -153,20 +178,7 @@ func TestHandOffSharesAnEntry(t *testing.T) {
 			r, i, err := n.propose(ctx, acquire(b, key, true))
 			got <- out{r, i, err}
 		}()
-		var ob out
-		returned := false
-		waitFor(t, 10*time.Second, func() bool {
-			if n.gc.lingering.Load() {
-				return true
-			}
-			select {
-			case ob = <-got:
-				returned = true
-				return true
-			default:
-				return false
-			}
-		})
+		ob, returned := lingerOrAnswer(t, n, got)
 		if returned {
 			if ob.err != nil || ob.res.Err != nil {
 				t.Fatalf("acquire %s: %v %v", b, ob.err, ob.res.Err)
@@ -275,20 +287,7 @@ func testRenewalsShareTheNext(t *testing.T, shutdown bool) {
 		}
 		// Then a renewal of one waits for the other's.
 		a := propose(renew("ls_a"))
-		var o out
-		returned := false
-		waitFor(t, 10*time.Second, func() bool {
-			if n.gc.lingering.Load() {
-				return true
-			}
-			select {
-			case o = <-a:
-				returned = true
-				return true
-			default:
-				return false
-			}
-		})
+		o, returned := lingerOrAnswer(t, n, a)
 		if returned {
 			// Something else (the leader's own bookkeeping) shared the
 			// entry or ended the wait.
