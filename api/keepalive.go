@@ -29,6 +29,10 @@ const (
 	KeepAliveMaxInFlight = 1024
 )
 
+// keepAliveYields bounds how often a stream's writer yields, with no answer
+// waiting and renewals in flight, before it flushes what it holds.
+const keepAliveYields = 4
+
 // keepAliveRenewals handles POST /v1/keepalive: a stream of renewals, one JSON
 // object per line ({"id", "lease_id", "token", "ttl_ms"}), answered by a
 // stream of one JSON object per line, each written as soon as its renewal is
@@ -205,8 +209,12 @@ func (ks *keepAliveStream) write() {
 		if len(ks.out) == 0 && !failed {
 			// The renewals of one log entry are answered together: let
 			// the others queue their answers, so that one write carries
-			// them all.
+			// them all (while renewals are in flight, up to
+			// keepAliveYields times: their goroutines wake one by one).
 			runtime.Gosched()
+			for i := 1; i < keepAliveYields && len(ks.out) == 0 && len(ks.slot) > 0; i++ {
+				runtime.Gosched()
+			}
 			if len(ks.out) == 0 {
 				failed = ks.flush(bw) != nil
 			}
