@@ -45,16 +45,16 @@ func TestAdmitPeerRecordedFeatures(t *testing.T) {
 			t.Fatalf("%s: could not build a peer without its flag", f.name)
 		}
 		n.rep.features.Store(uint64(every &^ f.bit))
-		if err := n.admitPeer(lacking); err != nil {
+		if err := admitPeer(n.recorded, lacking); err != nil {
 			t.Errorf("%s not recorded: a server without its flag refused: %v", f.name, err)
 		}
 		n.rep.features.Store(uint64(f.bit))
-		err := n.admitPeer(lacking)
+		err := admitPeer(n.recorded, lacking)
 		if err == nil || !strings.Contains(err.Error(), f.name) || !strings.Contains(err.Error(), "upgrade it") ||
 			!strings.Contains(err.Error(), "server old") {
 			t.Errorf("%s recorded: a server without its flag: %v, want a refusal naming it and \"upgrade it\"", f.name, err)
 		}
-		if err := n.admitPeer(all); err != nil {
+		if err := admitPeer(n.recorded, all); err != nil {
 			t.Errorf("%s recorded: a server with every flag refused: %v", f.name, err)
 		}
 	}

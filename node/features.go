@@ -34,12 +34,12 @@ var featureFlags = []struct {
 }
 
 // admitPeer says why new server p may not join (nil: it may): it does not
-// announce the gossip flag of a feature the state records, so it would
-// stop at the first entry of that feature it cannot decode.
+// announce the gossip flag of a feature the state records (recorded), so
+// it would stop at the first entry of that feature it cannot decode.
 // cluster.Reconcile neither records nor adds a server it refuses.
-func (n *Node) admitPeer(p cluster.Peer) error {
+func admitPeer(recorded func(fsm.Features) bool, p cluster.Peer) error {
 	for _, f := range featureFlags {
-		if n.recorded(f.bit) && !f.has(p) {
+		if recorded(f.bit) && !f.has(p) {
 			version := p.Version
 			if version == "" {
 				version = "unknown"

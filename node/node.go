@@ -150,7 +150,7 @@ func (n *Node) wireHelpers() {
 		noLeader: n.noLeader, featureOK: n.featureOK}
 	n.tk = ticker{cfg: &n.cfg, log: n.log, rep: n.rep, metrics: n.metrics, propose: n.propose, recorded: n.recorded, featureOK: n.featureOK}
 	n.rc = reconciler{cfg: &n.cfg, rep: n.rep, mem: n.mem, sg: &n.sg, tk: &n.tk, gc: &n.gc, gk: n.gk,
-		recordFeatures: n.recordFeatures, admit: n.admitPeer, propose: n.propose}
+		recordFeatures: n.recordFeatures, admit: func(p cluster.Peer) error { return admitPeer(n.recorded, p) }, propose: n.propose}
 	n.sg = sealGuard{seal: &n.seal, cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, propose: n.propose}
 	n.ctl = controlLease{cfg: &n.cfg, rep: n.rep, tk: &n.tk, propose: n.propose}
 	n.lt = leaderTerm{cfg: &n.cfg, log: n.log, rep: n.rep, mem: n.mem, refused: n.refusedErr, gc: &n.gc, bk: &n.bk, rc: &n.rc, sc: &n.sc, tk: &n.tk, propose: n.propose}
