@@ -30,18 +30,17 @@ func remaining(end, tick uint64, period int64) int64 {
 // standalone lease and its session's for a bound one; now is the moment
 // the countdown is displayed from.
 func leaseView(l *fsm.Lease, state fsm.State, endTick uint64, ttlMS int64, tick uint64, period int64, now time.Time) *wire.Lease {
-	// One allocation for the view and its optional times.
+	// One allocation for the view and its optional times, filled in place
+	// (a composite literal would be built aside and copied in).
 	a := &struct {
 		v              wire.Lease
 		renewed, ended time.Time
 	}{}
 	v := &a.v
-	*v = wire.Lease{
-		LeaseID: l.ID, Key: l.Key, Holder: l.Holder, Limit: uint32(l.Limit), SessionID: l.SessionID, GroupID: l.GroupID(),
-		State: state.String(), FencingToken: l.Fence, TTLMS: ttlMS,
-		AcquiredAt: wallTime(l.AcquiredWallMS), HeartbeatIntervalMS: ttlMS / 3,
-		RenewalCount: l.RenewalCount, Metadata: l.Metadata(), EndReason: l.EndReason(),
-	}
+	v.LeaseID, v.Key, v.Holder, v.Limit, v.SessionID, v.GroupID = l.ID, l.Key, l.Holder, uint32(l.Limit), l.SessionID, l.GroupID()
+	v.State, v.FencingToken, v.TTLMS = state.String(), l.Fence, ttlMS
+	v.AcquiredAt, v.HeartbeatIntervalMS = wallTime(l.AcquiredWallMS), ttlMS/3
+	v.RenewalCount, v.Metadata, v.EndReason = l.RenewalCount, l.Metadata(), l.EndReason()
 	if ms := l.RenewedWallMS; ms != 0 {
 		a.renewed = wallTime(ms)
 		v.LastRenewedAt = &a.renewed
@@ -53,13 +52,15 @@ func leaseView(l *fsm.Lease, state fsm.State, endTick uint64, ttlMS int64, tick 
 	switch {
 	case state == fsm.StateActive:
 		v.RemainingMS = remaining(endTick, tick, period)
-		v.ExpiresAt = now.Add(time.Duration(v.RemainingMS) * time.Millisecond).UTC().Truncate(time.Millisecond)
+		// now + remaining, to the millisecond below, in UTC: the
+		// remaining time is whole milliseconds.
+		v.ExpiresAt = wallTime(now.UnixMilli() + v.RemainingMS)
 	case v.EndedAt != nil:
 		v.ExpiresAt = *v.EndedAt
 	case l.State == fsm.StateActive:
 		// Due: ended as far as anyone can tell, its expiry not applied
 		// yet (no ended_at): nothing remains.
-		v.ExpiresAt = now.UTC().Truncate(time.Millisecond)
+		v.ExpiresAt = wallTime(now.UnixMilli())
 	}
 	return v
 }
