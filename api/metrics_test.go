@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -187,5 +188,37 @@ func TestMetricsEmptyStats(t *testing.T) {
 	s := parseExposition(t, rec.Body.String())
 	if s[`leasehold_apply_latency_seconds_bucket{le="+Inf"}`] != 0 || s["leasehold_is_leader"] != 0 {
 		t.Errorf("samples = %v", s)
+	}
+}
+
+// TestMetricsCountEachStatusAndServer: a route's answers are counted under
+// their own status however the statuses alternate, and two servers in one
+// process count their own requests (the unmatched route's labels are
+// shared by every server).
+func TestMetricsCountEachStatusAndServer(t *testing.T) {
+	h1, h2 := New(newFake(), Options{}), New(newFake(), Options{})
+	acquire := `{"key":"k","holder":"h","ttl_ms":1000}`
+	for _, body := range []string{acquire, "{", acquire, "{", "{"} {
+		do(t, h1, "POST", "/v1/leases", body)
+	}
+	for _, h := range []http.Handler{h1, h2, h1, h1, h2, h1} {
+		do(t, h, "GET", "/nowhere", "")
+	}
+	for h, want := range map[http.Handler]map[string]float64{
+		h1: {
+			`leasehold_http_requests_total{code="201",method="POST",route="/v1/leases"}`: 2,
+			`leasehold_http_requests_total{code="400",method="POST",route="/v1/leases"}`: 3,
+			`leasehold_http_requests_total{code="404",method="other",route="unmatched"}`: 4,
+		},
+		h2: {
+			`leasehold_http_requests_total{code="404",method="other",route="unmatched"}`: 2,
+		},
+	} {
+		s := parseExposition(t, do(t, h, "GET", "/metrics", "").Body.String())
+		for k, v := range want {
+			if got := s[k]; got != v {
+				t.Errorf("%s = %v, want %v", k, got, v)
+			}
+		}
 	}
 }

@@ -40,7 +40,14 @@ func validRequestID(id string) bool {
 // and returns r with the id in its context, where the API's logger finds
 // it.
 func tagRequest(w http.ResponseWriter, r *http.Request) *http.Request {
-	c := &requestCtx{Context: r.Context(), id: r.Header.Get(headerRequestID)}
+	return tagRequestIn(new(requestCtx), w, r)
+}
+
+// tagRequestIn is tagRequest with the context c, which it fills (the
+// server's exchange holds one, so that a request's state is one
+// allocation).
+func tagRequestIn(c *requestCtx, w http.ResponseWriter, r *http.Request) *http.Request {
+	c.Context, c.id = r.Context(), r.Header.Get(headerRequestID)
 	var v []string
 	if !validRequestID(c.id) {
 		c.id = newRequestID()

@@ -158,10 +158,13 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	r = tagRequest(w, r)
+	// The request's answer writer and its context are one allocation.
+	x := new(requestState)
+	r = tagRequestIn(&x.ctx, w, r)
 	// The write deadline is decided once the route is known (wrap); the
 	// router's own answers get the usual one when they are written.
-	rw := &responseWriter{ResponseWriter: w, n: s.n, route: unmatched, deadline: s.core}
+	rw := &x.rw
+	*rw = responseWriter{ResponseWriter: w, n: s.n, route: unmatched, deadline: s.core}
 	if r.URL.RawPath != "" {
 		// The path has escapes that decoding would make ambiguous (a holder
 		// "a/b" sent as a%2Fb): route on the escaped path and unescape the
@@ -263,6 +266,12 @@ func (s *server) recoverPanic(w http.ResponseWriter, r *http.Request, v any) {
 		return
 	}
 	writeErrorBody(w, http.StatusInternalServerError, internalError())
+}
+
+// requestState is what serveHTTP makes for one request, in one allocation.
+type requestState struct {
+	rw  responseWriter
+	ctx requestCtx
 }
 
 // responseWriter stamps X-Leasehold-Index on the answer and remembers its
