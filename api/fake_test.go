@@ -108,6 +108,22 @@ func (f *fakeNode) Renew(_ context.Context, req wire.RenewRequest) (*wire.Lease,
 	return testLease(req.LeaseID), nil
 }
 
+// RenewMany records one call and answers each request as Renew does; a
+// token "bad" is refused (LEASE_TOKEN_INVALID).
+func (f *fakeNode) RenewMany(_ context.Context, reqs []wire.RenewRequest, out []node.Renewed) {
+	err := f.record("RenewMany", append([]wire.RenewRequest(nil), reqs...))
+	for i, r := range reqs {
+		switch {
+		case err != nil:
+			out[i] = node.Renewed{Err: err}
+		case r.Token == "bad":
+			out[i] = node.Renewed{Err: &wire.Error{Code: wire.CodeLeaseTokenInvalid, Message: "wrong token"}}
+		default:
+			out[i] = node.Renewed{Lease: testLease(r.LeaseID)}
+		}
+	}
+}
+
 func (f *fakeNode) Release(_ context.Context, req wire.ReleaseRequest) (*wire.Lease, error) {
 	if err := f.record("Release", req); err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/julienschmidt/httprouter"
+	"github.com/leasehold/leasehold/node"
 	"github.com/leasehold/leasehold/wire"
 )
 
@@ -57,7 +58,7 @@ func (s *streamAPI) keepAliveRenewals(w http.ResponseWriter, r *http.Request, _ 
 		return nil // the client is gone
 	}
 	ks := &keepAliveStream{s: s.core, w: w, r: r, rc: rc, lk: s.core.lookup(r.Context(), accessOf(r), false),
-		out:  make(chan *wire.KeepAliveAnswer, KeepAliveMaxInFlight+1),
+		out:  make(chan []*wire.KeepAliveAnswer, KeepAliveMaxInFlight+1),
 		slot: make(chan struct{}, KeepAliveMaxInFlight)}
 	// A cancelled request (the server shutting down) ends the stream: the
 	// read blocked on the body is cut short.
@@ -84,18 +85,27 @@ type keepAliveStream struct {
 	// lk reads a lease as the stream's token may (the same for each of
 	// its renewals).
 	lk *lookup
-	// out carries answers to the writer; slot bounds the renewals in
-	// flight (taken when a line is read, given back when it is answered).
-	out  chan *wire.KeepAliveAnswer
+	// out carries answers to the writer, a unit's together; slot bounds
+	// the renewals in flight (taken when a line is read, given back when
+	// it is answered).
+	out  chan []*wire.KeepAliveAnswer
 	slot chan struct{}
 	wg   sync.WaitGroup
 	// ending: an answer said NO_LEADER; the reader stops.
 	ending atomic.Bool
 }
 
-// read reads renewal lines until the stream ends and starts each renewal.
+// keepAliveUnitMax bounds the renewals of one unit: the lines read in
+// together (already buffered when the first is decoded), proposed to the
+// node together (one hand-off, one log entry) and answered together.
+const keepAliveUnitMax = 64
+
+// read reads renewal lines until the stream ends and starts their renewals,
+// the lines already read in together as one unit.
 func (ks *keepAliveStream) read() {
 	br := bufio.NewReaderSize(ks.r.Body, KeepAliveMaxLine)
+	var u *keepAliveUnit
+	defer func() { ks.start(u) }()
 	for !ks.ending.Load() {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -104,7 +114,7 @@ func (ks *keepAliveStream) read() {
 			return
 		}
 		if line = bytes.TrimSpace(line); len(line) > 0 {
-			ks.start(line)
+			u = ks.add(u, line)
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && ks.r.Context().Err() == nil {
@@ -113,29 +123,46 @@ func (ks *keepAliveStream) read() {
 			}
 			return
 		}
+		if u != nil && (len(u.rns) >= keepAliveUnitMax || !lineBuffered(br)) {
+			ks.start(u)
+			u = nil
+		}
 	}
 }
 
-// start decodes one line and renews its lease in the background.
-func (ks *keepAliveStream) start(line []byte) {
-	// One allocation per renewal: its request, answer and expiry.
-	rn := new(keepAliveRenewal)
-	req := &rn.req
-	if parseKeepAliveLine(line, req) {
+// lineBuffered reports whether br holds a whole line already read in.
+func lineBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
+// add decodes one line into u (a new unit when nil), or answers it when it
+// is not a renewal, and returns u.
+func (ks *keepAliveStream) add(u *keepAliveUnit, line []byte) *keepAliveUnit {
+	var req wire.KeepAliveRenewal
+	if parseKeepAliveLine(line, &req) {
 		// The Go client's usual line, read without reflection.
-	} else if err := json.Unmarshal(line, req); err != nil {
+	} else if err := json.Unmarshal(line, &req); err != nil {
 		ks.answer(&wire.KeepAliveAnswer{Status: http.StatusBadRequest, Error: &wire.Error{Code: wire.CodeInvalidArgument,
 			Message: "a keep-alive line must be one JSON object {\"id\", \"lease_id\", \"token\", \"ttl_ms\"}: " + err.Error()}})
-		return
+		return u
 	}
 	if req.Token == "" {
 		ks.answer(&wire.KeepAliveAnswer{ID: req.ID, LeaseID: req.LeaseID, Status: http.StatusBadRequest,
 			Error: &wire.Error{Code: wire.CodeInvalidArgument, Field: "token", Message: "the lease token is required"}})
-		return
+		return u
 	}
 	ks.slot <- struct{}{}
-	ks.wg.Add(1)
-	go ks.run(rn)
+	if u == nil {
+		u = new(keepAliveUnit)
+	}
+	u.rns = append(u.rns, keepAliveRenewal{req: req})
+	return u
+}
+
+// keepAliveUnit is renewals of a stream in flight together.
+type keepAliveUnit struct {
+	rns []keepAliveRenewal
 }
 
 // keepAliveRenewal is one renewal of a stream in flight: its request and
@@ -146,25 +173,60 @@ type keepAliveRenewal struct {
 	at  time.Time
 }
 
-// run renews rn's lease and queues its answer.
-func (ks *keepAliveStream) run(rn *keepAliveRenewal) {
-	defer ks.wg.Done()
-	ks.renew(ks.r.Context(), rn)
-	ks.out <- &rn.a
+// start renews u's leases in the background (nothing when u is nil).
+func (ks *keepAliveStream) start(u *keepAliveUnit) {
+	if u == nil {
+		return
+	}
+	ks.wg.Add(1)
+	go ks.run(u)
 }
 
-// renew renews one lease and makes its answer (rn.a).
-func (ks *keepAliveStream) renew(ctx context.Context, rn *keepAliveRenewal) {
-	req := &rn.req
-	a := &rn.a
-	*a = wire.KeepAliveAnswer{ID: req.ID, LeaseID: req.LeaseID}
-	// A scoped token renews as POST /v1/leases/:id/renew does (scoped.go).
-	sent, err := ks.lk.writeLease(req.LeaseID)
-	var lease *wire.Lease
-	if err == nil {
-		lease, err = ks.s.n.Renew(ctx, wire.RenewRequest{LeaseID: sent, Token: req.Token, TTLMS: req.TTLMS, Metadata: req.Metadata})
-		err = unhide(err, sent, req.LeaseID)
+// run renews u's leases and queues their answers.
+func (ks *keepAliveStream) run(u *keepAliveUnit) {
+	defer ks.wg.Done()
+	ks.out <- ks.renew(ks.r.Context(), u)
+}
+
+// renew renews u's leases, together, and returns their answers (in rns).
+func (ks *keepAliveStream) renew(ctx context.Context, u *keepAliveUnit) []*wire.KeepAliveAnswer {
+	answers := make([]*wire.KeepAliveAnswer, len(u.rns))
+	reqs := make([]wire.RenewRequest, 0, len(u.rns))
+	// refused: the renewals the token's scope refused (scoped.go), with
+	// their errors; the others are sent, in order, to RenewMany.
+	refused := make([]error, len(u.rns))
+	for i := range u.rns {
+		req := &u.rns[i].req
+		answers[i] = &u.rns[i].a
+		// A scoped token renews as POST /v1/leases/:id/renew does.
+		id, err := ks.lk.writeLease(req.LeaseID)
+		if err != nil {
+			refused[i] = err
+			continue
+		}
+		reqs = append(reqs, wire.RenewRequest{LeaseID: id, Token: req.Token, TTLMS: req.TTLMS, Metadata: req.Metadata})
 	}
+	outs := make([]node.Renewed, len(reqs))
+	if len(reqs) > 0 {
+		ks.s.n.RenewMany(ctx, reqs, outs)
+	}
+	k := 0
+	for i := range u.rns {
+		rn := &u.rns[i]
+		if refused[i] != nil {
+			ks.answerRenewal(rn, nil, refused[i])
+			continue
+		}
+		ks.answerRenewal(rn, outs[k].Lease, unhide(outs[k].Err, reqs[k].LeaseID, rn.req.LeaseID))
+		k++
+	}
+	return answers
+}
+
+// answerRenewal makes rn's answer (rn.a) from its outcome.
+func (ks *keepAliveStream) answerRenewal(rn *keepAliveRenewal, lease *wire.Lease, err error) {
+	a := &rn.a
+	*a = wire.KeepAliveAnswer{ID: rn.req.ID, LeaseID: rn.req.LeaseID}
 	if err != nil {
 		e, status, unexpected := toAPIError(err)
 		if unexpected {
@@ -184,7 +246,7 @@ func (ks *keepAliveStream) renew(ctx context.Context, rn *keepAliveRenewal) {
 // answer queues an answer that took no slot (a line that is not a renewal).
 func (ks *keepAliveStream) answer(a *wire.KeepAliveAnswer) {
 	ks.slot <- struct{}{}
-	ks.out <- a
+	ks.out <- []*wire.KeepAliveAnswer{a}
 }
 
 // write writes answers as they come, flushing whenever none is waiting, until
@@ -192,20 +254,22 @@ func (ks *keepAliveStream) answer(a *wire.KeepAliveAnswer) {
 func (ks *keepAliveStream) write() {
 	bw := bufio.NewWriterSize(deadlineWriter{ks}, 32<<10)
 	failed := false
-	for a := range ks.out {
-		if !failed {
-			// A renewal's answer is encoded without reflection, into
-			// bw's own buffer; an error's with encoding/json.
-			b, ok := appendKeepAliveJSON(bw.AvailableBuffer(), a)
-			if !ok {
-				var err error
-				if b, err = json.Marshal(a); err != nil {
-					b = []byte(`{"id":` + strconv.FormatUint(a.ID, 10) + `,"ok":false,"status":500,"error":{"code":"INTERNAL","message":"internal error"}}`)
+	for as := range ks.out {
+		for _, a := range as {
+			if !failed {
+				// A renewal's answer is encoded without reflection,
+				// into bw's own buffer; an error's with encoding/json.
+				b, ok := appendKeepAliveJSON(bw.AvailableBuffer(), a)
+				if !ok {
+					var err error
+					if b, err = json.Marshal(a); err != nil {
+						b = []byte(`{"id":` + strconv.FormatUint(a.ID, 10) + `,"ok":false,"status":500,"error":{"code":"INTERNAL","message":"internal error"}}`)
+					}
 				}
+				bw.Write(append(b, '\n'))
 			}
-			bw.Write(append(b, '\n'))
+			<-ks.slot
 		}
-		<-ks.slot
 		if len(ks.out) == 0 && !failed {
 			// The renewals of one log entry are answered together: let
 			// the others queue their answers, so that one write carries

@@ -206,8 +206,79 @@ func TestKeepAliveAuth(t *testing.T) {
 	if a := s.next(t); a.ID != 7 || !a.OK {
 		t.Fatalf("renewal: %+v", a)
 	}
-	if c := f.only(t, "Renew").args[0].(wire.RenewRequest); c.LeaseID != "ls_1" || c.Token != "t" {
+	if c := f.only(t, "RenewMany").args[0].([]wire.RenewRequest); len(c) != 1 || c[0].LeaseID != "ls_1" || c[0].Token != "t" {
 		t.Fatalf("renew call %+v", c)
+	}
+}
+
+// TestKeepAliveUnit: the renewals of lines read in together go to the node
+// as one unit (one RenewMany, at most keepAliveUnitMax of them) and are
+// answered in their order, each with its own outcome; a line that is not
+// a renewal among them is answered at once, on its own, and leaves the
+// others be.
+func TestKeepAliveUnit(t *testing.T) {
+	f := newFake()
+	h := New(f, Options{})
+	lines := []string{
+		`{"id":1,"lease_id":"ls_1","token":"t"}`,
+		`not json`,
+		`{"id":3,"lease_id":"ls_3"}`,
+		`{"id":4,"lease_id":"ls_4","token":"bad"}`,
+		`{"id":5,"lease_id":"ls_5","token":"t","ttl_ms":3000}`,
+	}
+	for i := 6; i < 6+keepAliveUnitMax; i++ {
+		lines = append(lines, fmt.Sprintf(`{"id":%d,"lease_id":"ls_%d","token":"t"}`, i, i))
+	}
+	// The whole body is there at once (and fits the reader's buffer):
+	// every line is read in with the first.
+	rec := do(t, h, "POST", "/v1/keepalive", strings.Join(lines, "\n")+"\n")
+	if rec.Code != 200 {
+		t.Fatalf("status %d", rec.Code)
+	}
+	var got []wire.KeepAliveAnswer
+	for _, line := range strings.Split(strings.TrimSpace(rec.Body.String()), "\n") {
+		var a wire.KeepAliveAnswer
+		if err := json.Unmarshal([]byte(line), &a); err != nil {
+			t.Fatalf("answer %q: %v", line, err)
+		}
+		got = append(got, a)
+	}
+	if len(got) != len(lines) {
+		t.Fatalf("%d answers to %d lines", len(got), len(lines))
+	}
+	if a := got[0]; a.ID != 0 || a.Error == nil || a.Error.Code != wire.CodeInvalidArgument {
+		t.Errorf("the line that is not JSON: %+v", a)
+	}
+	if a := got[1]; a.ID != 3 || a.Error == nil || a.Error.Field != "token" {
+		t.Errorf("the line without a token: %+v", a)
+	}
+	// The unit's answers, in its order: 1, 4, 5, 6, ...
+	want := []uint64{1, 4, 5}
+	for i := 6; i < 6+keepAliveUnitMax; i++ {
+		want = append(want, uint64(i))
+	}
+	for i, id := range want {
+		a := got[2+i]
+		if a.ID != id || a.LeaseID != fmt.Sprintf("ls_%d", id) {
+			t.Fatalf("answer %d: %+v, want id %d", 2+i, a, id)
+		}
+		if ok := id != 4; a.OK != ok || (!ok && (a.Error == nil || a.Error.Code != wire.CodeLeaseTokenInvalid)) {
+			t.Errorf("answer to %d: %+v (%+v)", id, a, a.Error)
+		}
+	}
+	var sizes []int
+	for _, c := range f.called() {
+		if c.method != "RenewMany" {
+			t.Fatalf("call %s", c.method)
+		}
+		reqs := c.args[0].([]wire.RenewRequest)
+		sizes = append(sizes, len(reqs))
+		if len(sizes) == 1 && (reqs[0].LeaseID != "ls_1" || reqs[1].LeaseID != "ls_4" || reqs[2].TTLMS != 3000) {
+			t.Errorf("the first unit: %+v", reqs[:3])
+		}
+	}
+	if fmt.Sprint(sizes) != fmt.Sprint([]int{keepAliveUnitMax, 3}) {
+		t.Errorf("units of %v renewals, want [%d 3]", sizes, keepAliveUnitMax)
 	}
 }
 

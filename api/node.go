@@ -30,6 +30,10 @@ type Node interface {
 	// Renew renews a lease: TTLMS 0 keeps its TTL; Metadata, if not nil,
 	// replaces its metadata (node.Node.RenewWith).
 	Renew(ctx context.Context, req wire.RenewRequest) (*wire.Lease, error)
+	// RenewMany renews each of reqs as Renew does, answering each in out
+	// (as long as reqs): those not refused first are committed together,
+	// in one log entry (node.Node.RenewMany).
+	RenewMany(ctx context.Context, reqs []wire.RenewRequest, out []node.Renewed)
 	Release(ctx context.Context, req wire.ReleaseRequest) (*wire.Lease, error)
 	Revoke(ctx context.Context, id, reason string) (*wire.Lease, error)
 	Heartbeat(ctx context.Context, items []wire.HeartbeatItem) ([]wire.HeartbeatResult, error)

@@ -209,6 +209,63 @@ func (n *Node) Renew(ctx context.Context, id, token string, ttlMS int64) (*wire.
 // every server of the cluster to run a version that reads it
 // (serversRead), else the renewal is refused with UNAVAILABLE.
 func (n *Node) RenewWith(ctx context.Context, r wire.RenewRequest) (*wire.Lease, error) {
+	cmd, err := n.renewCommand(r)
+	if err != nil {
+		return nil, err
+	}
+	res, _, err := n.propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return n.renewed(r, res)
+}
+
+// Renewed is one renewal's outcome (RenewMany): the lease, or an error.
+type Renewed struct {
+	Lease *wire.Lease
+	Err   error
+}
+
+// RenewMany renews several leases as RenewWith does each, and answers each
+// in out (len(out) == len(reqs)): a request refused before it is proposed
+// gets its own error, and the others are proposed together as one unit
+// (one hand-off to the batcher, one log entry), so that a failed write is
+// the error of each of them (none is applied, or it is INDETERMINATE for
+// each) and otherwise each has its own result. Up to Config.MaxBatch
+// renewals share a unit; more take several, one after another.
+func (n *Node) RenewMany(ctx context.Context, reqs []wire.RenewRequest, out []Renewed) {
+	for len(reqs) > n.cfg.MaxBatch {
+		n.RenewMany(ctx, reqs[:n.cfg.MaxBatch], out[:n.cfg.MaxBatch])
+		reqs, out = reqs[n.cfg.MaxBatch:], out[n.cfg.MaxBatch:]
+	}
+	cmds := make([]fsm.Command, 0, len(reqs))
+	for i, r := range reqs {
+		cmd, err := n.renewCommand(r)
+		out[i] = Renewed{Err: err}
+		if err == nil {
+			cmds = append(cmds, cmd)
+		}
+	}
+	if len(cmds) == 0 {
+		return
+	}
+	results, _, err := n.proposeUnit(ctx, cmds)
+	j := 0
+	for i, r := range reqs {
+		if out[i].Err != nil {
+			continue
+		}
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Lease, out[i].Err = n.renewed(r, results[j])
+		j++
+	}
+}
+
+// renewCommand is the command of renewal r, or why r is refused.
+func (n *Node) renewCommand(r wire.RenewRequest) (*fsm.Renew, error) {
 	if err := checkID("lease", r.LeaseID); err != nil {
 		return nil, err
 	}
@@ -239,10 +296,11 @@ func (n *Node) RenewWith(ctx context.Context, r wire.RenewRequest) (*wire.Lease,
 			return nil, err
 		}
 	}
-	res, _, err := n.propose(ctx, cmd)
-	if err != nil {
-		return nil, err
-	}
+	return cmd, nil
+}
+
+// renewed is renewal r's answer from its result.
+func (n *Node) renewed(r wire.RenewRequest, res fsm.Result) (*wire.Lease, error) {
 	if res.Err != nil {
 		return nil, res.Err
 	}

@@ -38,6 +38,9 @@ type groupCommit struct {
 	renewed    map[string]struct{}
 	renewTimer *time.Timer
 	renewSkip  int
+	// carry is a unit taken that did not fit the entry (MaxBatch
+	// commands): the next entry starts with it (run's).
+	carry *proposal
 }
 
 // entriesInFlight is how many log entries of proposals the batcher has in
@@ -50,8 +53,13 @@ type proposal struct {
 	// ctx is the proposer's: the batcher drops a proposal whose ctx has
 	// ended before it reaches Raft (a leadership term's ctx ends with
 	// the term, so an ended term proposes nothing more).
-	ctx   context.Context
-	cmd   fsm.Command
+	ctx context.Context
+	cmd fsm.Command
+	// unit, when not nil, are several commands proposed together
+	// (proposeUnit; cmd is nil): they go into one entry, never split, and
+	// are answered with one propResult that holds each one's result.
+	unit  []fsm.Command
+	one   [1]fsm.Command // commands' slice of cmd alone
 	start time.Time
 	done  chan propResult
 	// timer bounds the proposer's wait (propose); reused with p.
@@ -79,12 +87,31 @@ func newProposal(ctx context.Context, cmd fsm.Command) *proposal {
 // is stopped (timers since Go 1.23 deliver nothing stale after Stop).
 func (p *proposal) recycle() {
 	p.timer.Stop()
-	p.ctx, p.cmd = nil, nil
+	p.ctx, p.cmd, p.unit, p.one[0] = nil, nil, nil, nil
 	proposals.Put(p)
 }
 
+// commands are p's commands: its unit, or cmd alone.
+func (p *proposal) commands() []fsm.Command {
+	if p.unit != nil {
+		return p.unit
+	}
+	p.one[0] = p.cmd
+	return p.one[:]
+}
+
+// size is how many commands p puts into its entry.
+func (p *proposal) size() int {
+	if p.unit != nil {
+		return len(p.unit)
+	}
+	return 1
+}
+
 type propResult struct {
-	res   fsm.Result
+	res fsm.Result
+	// unit: a unit's results, in order (res is then empty).
+	unit  []fsm.Result
 	index uint64
 	err   error
 }
@@ -97,48 +124,68 @@ type propResult struct {
 // state diverged, its log is damaged): it writes nothing, not even as the
 // leader of a cluster of its own.
 func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64, error) {
+	p := newProposal(ctx, cmd)
+	r := n.submit(ctx, p)
+	return r.res, r.index, r.err
+}
+
+// proposeUnit commits cmds (1..MaxBatch of them) through Raft in one entry,
+// never split, and returns their results once applied on this node, in
+// order, and the entry's index; an error (as propose's) is every command's.
+func (n *Node) proposeUnit(ctx context.Context, cmds []fsm.Command) ([]fsm.Result, uint64, error) {
+	p := newProposal(ctx, nil)
+	p.unit = cmds
+	r := n.submit(ctx, p)
+	return r.unit, r.index, r.err
+}
+
+// submit hands p to the batcher and waits for its answer; it recycles p
+// once the batcher is done with it.
+func (n *Node) submit(ctx context.Context, p *proposal) propResult {
 	if err := n.Gate(); err != nil {
-		return fsm.Result{}, 0, err
+		p.recycle()
+		return propResult{err: err}
 	}
 	select {
 	case <-n.closing:
-		return fsm.Result{}, 0, errShuttingDown()
+		p.recycle()
+		return propResult{err: errShuttingDown()}
 	default:
 	}
 	if err := ctx.Err(); err != nil {
-		return fsm.Result{}, 0, err
+		p.recycle()
+		return propResult{err: err}
 	}
-	p := newProposal(ctx, cmd)
 	select {
 	case n.gc.propCh <- p:
 	case <-ctx.Done():
 		p.recycle()
-		return fsm.Result{}, 0, ctx.Err()
+		return propResult{err: ctx.Err()}
 	case <-n.closing:
 		p.recycle()
-		return fsm.Result{}, 0, errShuttingDown()
+		return propResult{err: errShuttingDown()}
 	}
 	p.timer.Reset(2 * n.cfg.ApplyTimeout)
 	select {
 	case r := <-p.done:
 		// Answered: the batcher is done with p (it sends one answer).
 		p.recycle()
-		return r.res, r.index, r.err
+		return r
 	case <-ctx.Done():
 		// Not answered: p is not recycled, as its answer may still come.
 		p.timer.Stop()
-		return fsm.Result{}, 0, &wire.Error{Code: wire.CodeIndeterminate, Message: "the request was abandoned after it was proposed; it may or may not have been applied"}
+		return propResult{err: &wire.Error{Code: wire.CodeIndeterminate, Message: "the request was abandoned after it was proposed; it may or may not have been applied"}}
 	case <-p.timer.C:
-		return fsm.Result{}, 0, &wire.Error{Code: wire.CodeIndeterminate, Message: "the write was not committed in time; it may or may not be applied later"}
+		return propResult{err: &wire.Error{Code: wire.CodeIndeterminate, Message: "the write was not committed in time; it may or may not be applied later"}}
 	case <-n.closing:
 		p.timer.Stop()
 		// The batcher answers what it never sent; this one may be in Raft.
 		select {
 		case r := <-p.done:
 			p.recycle()
-			return r.res, r.index, r.err
+			return r
 		case <-time.After(n.cfg.ApplyTimeout):
-			return fsm.Result{}, 0, &wire.Error{Code: wire.CodeIndeterminate, Message: "node shut down while the write was in flight; it may or may not have been applied"}
+			return propResult{err: &wire.Error{Code: wire.CodeIndeterminate, Message: "node shut down while the write was in flight; it may or may not have been applied"}}
 		}
 	}
 }
@@ -146,6 +193,10 @@ func (n *Node) propose(ctx context.Context, cmd fsm.Command) (fsm.Result, uint64
 // drain answers every proposal still queued at shutdown: none was sent to
 // Raft, so "not applied" is certain.
 func (gc *groupCommit) drain() {
+	if gc.carry != nil {
+		gc.carry.done <- propResult{err: errShuttingDown()}
+		gc.carry = nil
+	}
 	for {
 		select {
 		case p := <-gc.propCh:
@@ -181,17 +232,30 @@ func (gc *groupCommit) run() {
 			return
 		}
 		batch = batch[:0]
-		// take adds p to the batch, or holds it (an Expire).
+		// size counts the batch's commands (a unit's each).
+		size := 0
+		// take adds p to the batch, or holds it (an Expire), or carries
+		// it to the next entry (a unit that does not fit this one).
 		take := func(p *proposal) {
 			if isExpire(p) {
 				held = append(held, p)
 				return
 			}
+			if len(batch) > 0 && size+p.size() > gc.cfg.MaxBatch {
+				gc.carry = p
+				return
+			}
 			batch = append(batch, p)
+			size += p.size()
 		}
+		// full: the batch takes nothing more.
+		full := func() bool { return gc.carry != nil || size >= gc.cfg.MaxBatch }
 		// freed: when the previous entry was answered (this slot taken).
 		freed := time.Now()
-		if len(held) == 0 {
+		if p := gc.carry; p != nil && !(expireNext && len(held) > 0) {
+			gc.carry = nil
+			take(p)
+		} else if len(held) == 0 {
 			select {
 			case p := <-gc.propCh:
 				take(p)
@@ -205,7 +269,7 @@ func (gc *groupCommit) run() {
 		backToBack := time.Since(freed) < cmp.Or(gc.cfg.renewLinger, renewLingerMax)
 		open := true
 		if !(expireNext && len(held) > 0) {
-			open = gc.collect(take, &batch)
+			open = gc.collect(take, full)
 		}
 		if len(batch) == 0 || (expireNext && len(held) > 0) {
 			batch = append(batch[:0], held[0])
@@ -229,7 +293,7 @@ func (gc *groupCommit) run() {
 				select {
 				case p := <-gc.propCh:
 					take(p)
-					if !gc.collect(take, &batch) || len(held) > 0 || !gc.lingers(batch, gc.busy(backToBack)) {
+					if !gc.collect(take, full) || len(held) > 0 || !gc.lingers(batch, gc.busy(backToBack)) {
 						break linger
 					}
 				case <-timer.C:
@@ -243,7 +307,7 @@ func (gc *groupCommit) run() {
 			expireNext = len(held) > 0
 		}
 		if open && len(held) == 0 && backToBack {
-			open = gc.awaitRenewals(take, &batch, &held)
+			open = gc.awaitRenewals(take, &batch, &held, full)
 			expireNext = len(held) > 0
 		}
 		gc.noteRenewals(batch)
@@ -265,12 +329,15 @@ func (gc *groupCommit) run() {
 			continue
 		}
 		var cmd fsm.Command = batch[0].cmd
-		if len(batch) > 1 {
-			b := &fsm.Batch{Commands: make([]fsm.Command, len(batch))}
-			for i, p := range batch {
-				b.Commands[i] = p.cmd
+		if len(batch) > 1 || cmd == nil {
+			b := &fsm.Batch{Commands: make([]fsm.Command, 0, size)}
+			for _, p := range batch {
+				b.Commands = append(b.Commands, p.commands()...)
 			}
 			cmd = b
+			if len(b.Commands) == 1 {
+				cmd = b.Commands[0]
+			}
 		}
 		data, err := gc.encode(cmd)
 		if err != nil {
@@ -316,28 +383,41 @@ const (
 func (gc *groupCommit) noteRenewals(batch []*proposal) {
 	clear(gc.renewed)
 	for _, p := range batch {
-		if r, ok := p.cmd.(*fsm.Renew); ok {
-			if gc.renewed == nil {
-				gc.renewed = make(map[string]struct{}, len(batch))
+		for _, c := range p.commands() {
+			if r, ok := c.(*fsm.Renew); ok {
+				if gc.renewed == nil {
+					gc.renewed = make(map[string]struct{}, len(batch))
+				}
+				gc.renewed[r.LeaseID] = struct{}{}
 			}
-			gc.renewed[r.LeaseID] = struct{}{}
 		}
 	}
+}
+
+// renewals deletes from gc.renewed the leases p renews, and reports
+// whether p only renews.
+func (gc *groupCommit) renewals(p *proposal) bool {
+	for _, c := range p.commands() {
+		r, ok := c.(*fsm.Renew)
+		if !ok {
+			return false
+		}
+		delete(gc.renewed, r.LeaseID)
+	}
+	return true
 }
 
 // awaitRenewals holds a batch of renewals while the others of the previous
 // entry's leases arrive (see renewGap), and reports whether the batch is
 // still open.
-func (gc *groupCommit) awaitRenewals(take func(*proposal), batch *[]*proposal, held *[]*proposal) bool {
+func (gc *groupCommit) awaitRenewals(take func(*proposal), batch *[]*proposal, held *[]*proposal, full func() bool) bool {
 	if len(gc.renewed) < 2 {
 		return true
 	}
 	for _, p := range *batch {
-		r, ok := p.cmd.(*fsm.Renew)
-		if !ok {
+		if !gc.renewals(p) {
 			return true
 		}
-		delete(gc.renewed, r.LeaseID)
 	}
 	if len(gc.renewed) == 0 {
 		return true
@@ -371,13 +451,8 @@ func (gc *groupCommit) awaitRenewals(take func(*proposal), batch *[]*proposal, h
 		select {
 		case p := <-gc.propCh:
 			take(p)
-			r, ok := p.cmd.(*fsm.Renew)
-			if !ok || len(*held) > 0 {
-				return len(*batch) < gc.cfg.MaxBatch
-			}
-			delete(gc.renewed, r.LeaseID)
-			if len(gc.renewed) == 0 || len(*batch) >= gc.cfg.MaxBatch {
-				return len(*batch) < gc.cfg.MaxBatch
+			if !gc.renewals(p) || len(*held) > 0 || len(gc.renewed) == 0 || full() {
+				return !full()
 			}
 			left := time.Until(end)
 			if left <= 0 {
@@ -393,10 +468,10 @@ func (gc *groupCommit) awaitRenewals(take func(*proposal), batch *[]*proposal, h
 }
 
 // collect adds what is waiting on propCh to the batch (through take),
-// without blocking, up to MaxBatch, and reports whether the batch is
+// without blocking, up to MaxBatch commands (full), and reports whether the batch is
 // still open (not full).
-func (gc *groupCommit) collect(take func(*proposal), batch *[]*proposal) bool {
-	for len(*batch) < gc.cfg.MaxBatch {
+func (gc *groupCommit) collect(take func(*proposal), full func() bool) bool {
+	for !full() {
 		select {
 		case p := <-gc.propCh:
 			take(p)
@@ -500,13 +575,21 @@ func (gc *groupCommit) await(fut cluster.ApplyFuture, batch []*proposal) {
 	}
 	results, _ := fut.Response().([]fsm.Result)
 	now := time.Now()
-	for i, p := range batch {
-		gc.stats.observeApply(now.Sub(p.start))
-		if i >= len(results) {
+	i := 0
+	for _, p := range batch {
+		n := p.size()
+		gc.stats.observeApply(now.Sub(p.start), n)
+		if i+n > len(results) {
 			p.done <- propResult{err: &wire.Error{Code: wire.CodeInternal, Message: "missing apply result"}}
+			i += n
 			continue
 		}
-		p.done <- propResult{res: results[i], index: fut.Index()}
+		if p.unit != nil {
+			p.done <- propResult{unit: results[i : i+n : i+n], index: fut.Index()}
+		} else {
+			p.done <- propResult{res: results[i], index: fut.Index()}
+		}
+		i += n
 	}
 }
 

@@ -61,15 +61,15 @@ func (c *counters) countEvents(evs []hubEvent) {
 	}
 }
 
-func (c *counters) observeApply(d time.Duration) {
+func (c *counters) observeApply(d time.Duration, n int) {
 	s := d.Seconds()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, b := range applyBuckets {
 		if s <= b {
-			c.applyCount[i]++
+			c.applyCount[i] += uint64(n)
 		}
 	}
-	c.applySum += s
-	c.applyN++
+	c.applySum += s * float64(n)
+	c.applyN += uint64(n)
 }
