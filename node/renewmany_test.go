@@ -162,3 +162,59 @@ func TestUnitOneEntry(t *testing.T) {
 		t.Fatalf("proposeUnit: %+v at %d, %v", res, index, err)
 	}
 }
+
+// okApplyFuture is an applied entry with its results.
+type okApplyFuture struct{ results []fsm.Result }
+
+func (f okApplyFuture) Error() error  { return nil }
+func (f okApplyFuture) Index() uint64 { return 9 }
+func (f okApplyFuture) Response() any { return f.results }
+
+// TestAwaitAnswersUnitsWhole: an entry's results are handed out in order,
+// a unit taking as many as it has commands; a failed entry, or results
+// too few for a unit, fail the whole unit (no answer says applied for
+// part of it while the rest says not).
+func TestAwaitAnswersUnitsWhole(t *testing.T) {
+	n := &Node{stats: newCounters()}
+	n.gc = groupCommit{stats: n.stats, inflight: make(chan struct{}, 1)}
+	batch := func() []*proposal {
+		return []*proposal{{cmd: &fsm.Tick{}, start: time.Now(), done: make(chan propResult, 1)},
+			{unit: []fsm.Command{&fsm.Tick{}, &fsm.Tick{}, &fsm.Tick{}}, start: time.Now(), done: make(chan propResult, 1)}}
+	}
+	res := func(i int) fsm.Result { return fsm.Result{Lease: &fsm.Lease{ID: fmt.Sprint("ls_", i)}} }
+
+	ps := batch()
+	n.gc.inflight <- struct{}{}
+	n.gc.await(okApplyFuture{[]fsm.Result{res(0), res(1), res(2), res(3)}}, ps)
+	if r := <-ps[0].done; r.err != nil || r.res.Lease.ID != "ls_0" || r.index != 9 {
+		t.Errorf("single: %+v", r)
+	}
+	r := <-ps[1].done
+	if r.err != nil || len(r.unit) != 3 || r.index != 9 {
+		t.Fatalf("unit: %+v", r)
+	}
+	for i, u := range r.unit {
+		if u.Lease.ID != fmt.Sprint("ls_", i+1) {
+			t.Errorf("unit result %d: %s", i, u.Lease.ID)
+		}
+	}
+
+	ps = batch()
+	n.gc.inflight <- struct{}{}
+	n.gc.await(okApplyFuture{[]fsm.Result{res(0), res(1), res(2)}}, ps)
+	if r := <-ps[0].done; r.err != nil {
+		t.Errorf("single: %v", r.err)
+	}
+	if r := <-ps[1].done; wire.ErrorCode(r.err) != wire.CodeInternal || r.unit != nil {
+		t.Errorf("unit short of results: %+v", r)
+	}
+
+	ps = batch()
+	n.gc.inflight <- struct{}{}
+	n.gc.await(fakeApplyFuture{errors.New("disk gone")}, ps)
+	for i, p := range ps {
+		if r := <-p.done; wire.ErrorCode(r.err) != wire.CodeIndeterminate || r.unit != nil {
+			t.Errorf("failed entry, proposal %d: %+v", i, r)
+		}
+	}
+}
