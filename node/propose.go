@@ -373,8 +373,8 @@ const tickLingerPeriod = 20 * lingerMax
 // anything but renewals; and after a wait in which fewer than half of the
 // awaited came, the next renewSkips entries.
 const (
-	renewGap       = time.Millisecond
-	renewLingerMax = 2 * time.Millisecond
+	renewGap       = 2 * time.Millisecond
+	renewLingerMax = 4 * time.Millisecond
 	renewSkips     = 16
 )
 
