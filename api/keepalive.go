@@ -211,26 +211,31 @@ func (ks *keepAliveStream) renew(ctx context.Context, u *keepAliveUnit) []*wire.
 		ks.s.n.RenewMany(ctx, reqs, outs)
 	}
 	k := 0
+	// logged: an unexpected failure is logged once per unit (a failed
+	// entry is every renewal's error).
+	logged := false
 	for i := range u.rns {
 		rn := &u.rns[i]
 		if refused[i] != nil {
-			ks.answerRenewal(rn, nil, refused[i])
+			ks.answerRenewal(rn, nil, refused[i], &logged)
 			continue
 		}
-		ks.answerRenewal(rn, outs[k].Lease, unhide(outs[k].Err, reqs[k].LeaseID, rn.req.LeaseID))
+		ks.answerRenewal(rn, outs[k].Lease, unhide(outs[k].Err, reqs[k].LeaseID, rn.req.LeaseID), &logged)
 		k++
 	}
 	return answers
 }
 
-// answerRenewal makes rn's answer (rn.a) from its outcome.
-func (ks *keepAliveStream) answerRenewal(rn *keepAliveRenewal, lease *wire.Lease, err error) {
+// answerRenewal makes rn's answer (rn.a) from its outcome; it logs an
+// unexpected failure unless *logged, and then sets it.
+func (ks *keepAliveStream) answerRenewal(rn *keepAliveRenewal, lease *wire.Lease, err error, logged *bool) {
 	a := &rn.a
 	*a = wire.KeepAliveAnswer{ID: rn.req.ID, LeaseID: rn.req.LeaseID}
 	if err != nil {
 		e, status, unexpected := toAPIError(err)
-		if unexpected {
+		if unexpected && !*logged {
 			ks.s.logFailure(ks.r, ks.w, err)
+			*logged = true
 		}
 		a.Status, a.Error = status, e
 		if e.Code == wire.CodeNoLeader {
